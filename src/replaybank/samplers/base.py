@@ -1,0 +1,91 @@
+"""The sampler protocol, and the view of the buffer a sampler gets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ..errors import EmptyBufferError, ReplayBankError
+from ..slots import SlotTable
+from ..storage import Storage
+
+
+@dataclass
+class View:
+    """What a sampler may look at: the slot table, the storage and the arrival counter."""
+
+    table: SlotTable
+    storage: Storage
+    next_arrival: int
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """Chooses slots to read. The buffer calls, in this order: ``bind`` once, then for every
+    write ``on_evict`` (slots freed) and ``on_write`` (slots filled), and ``sample`` /
+    ``update_priorities`` as asked. All state is in ``state_dict`` for exact resume."""
+
+    can_repeat: bool  # may one batch hold the same item twice?
+    uses_priorities: bool
+
+    def bind(self, capacity: int) -> None: ...
+
+    def on_write(self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View) -> None: ...
+
+    def on_evict(self, slots: np.ndarray) -> None: ...
+
+    def sample(self, batch_size: int, view: View, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]: ...
+
+    def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class SamplerBase:
+    """Defaults shared by the samplers: no per-write bookkeeping, no priorities, no state."""
+
+    can_repeat = True
+    uses_priorities = False
+
+    def bind(self, capacity: int) -> None:
+        self.capacity = capacity
+
+    def on_write(self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View) -> None:
+        return None
+
+    def on_evict(self, slots: np.ndarray) -> None:
+        return None
+
+    def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        raise ReplayBankError(
+            f"{type(self).__name__} sampling has no priorities; use Prioritized or PrioritizedReshuffled"
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
+
+
+def check_can_sample(batch_size: int, view: View, can_repeat: bool, who: str) -> None:
+    if view.table.size == 0:
+        raise EmptyBufferError("cannot sample from an empty buffer; extend() it first")
+    if not can_repeat and batch_size > view.table.size:
+        raise ReplayBankError(
+            f"batch_size={batch_size} is larger than the {view.table.size} stored items and {who} "
+            "never repeats an item within a batch; lower batch_size or use Uniform"
+        )
+
+
+def uniform_slots(n: int, view: View, rng: np.random.Generator) -> np.ndarray:
+    """``n`` occupied slots drawn uniformly with replacement."""
+    table = view.table
+    if table.dense:
+        return rng.integers(0, table.size, size=n)
+    occupied = table.occupied()
+    return occupied[rng.integers(0, len(occupied), size=n)]

@@ -1,0 +1,65 @@
+"""Random reshuffling: sampling without replacement, each stored item exactly once per epoch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import SamplerBase, View, check_can_sample
+
+
+class Reshuffled(SamplerBase):
+    """Random reshuffling over the buffer's slots (RR-C of Fujita 2025, arXiv 2503.02269).
+
+    An epoch starts by drawing a fresh permutation of the slots occupied at that moment; batches
+    are consecutive chunks of it. Semantics when the buffer changes mid-epoch:
+
+    * every item stored when the epoch began and still stored is served exactly once;
+    * a slot overwritten mid-epoch serves whatever item it holds when its turn comes (so a new
+      item may be served this epoch in place of the one it displaced, and the displaced one is not);
+    * slots first filled mid-epoch join at the next epoch; slots evicted mid-epoch are skipped.
+
+    A batch that crosses an epoch boundary takes the rest of the old epoch and the start of the
+    next, so an item can appear twice in that one batch; ``batch_size`` may not exceed the number
+    of stored items.
+
+    >>> from replaybank import ReplayBuffer
+    >>> buf = ReplayBuffer(6, sampler=Reshuffled(), seed=0)
+    >>> _ = buf.extend({"x": np.arange(6)})
+    >>> sorted(np.concatenate([buf.sample(3).data["x"], buf.sample(3).data["x"]]).tolist())
+    [0, 1, 2, 3, 4, 5]
+    """
+
+    can_repeat = False
+
+    def __init__(self) -> None:
+        self.order = np.zeros(0, dtype=np.int64)
+        self.position = 0
+        self.epoch = 0
+
+    def sample(self, batch_size: int, view: View, rng: np.random.Generator) -> tuple[np.ndarray, None]:
+        check_can_sample(batch_size, view, False, "Reshuffled")
+        ids = view.table.ids
+        parts: list[np.ndarray] = []
+        need = batch_size
+        while need:
+            if self.position >= len(self.order):
+                self.order = rng.permutation(view.table.occupied())
+                self.position = 0
+                self.epoch += 1
+            chunk = self.order[self.position : self.position + need]
+            self.position += len(chunk)
+            if not view.table.dense:
+                chunk = chunk[ids[chunk] >= 0]  # evicted since the epoch began
+            parts.append(chunk)
+            need -= len(chunk)
+        return (parts[0] if len(parts) == 1 else np.concatenate(parts)), None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"order": self.order, "position": self.position, "epoch": self.epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.order = np.asarray(state["order"], dtype=np.int64)
+        self.position = int(state["position"])
+        self.epoch = int(state["epoch"])

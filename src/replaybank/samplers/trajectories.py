@@ -1,0 +1,240 @@
+"""Trajectory sampling: fixed-length slices of episodes that never cross an episode boundary."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import ReplayBankError
+from .base import SamplerBase, View, check_can_sample
+from .sumtree import KaryTree
+
+
+class Trajectories(SamplerBase):
+    """Samples ``batch_size`` slices of ``length`` consecutive steps, each inside one episode.
+
+    Episodes are the runs of steps between ``done`` flags in arrival order (the buffer must use
+    ``Fifo`` admission, one episode stream per buffer; write a step with ``done=True`` to close an
+    episode). A batch's data has shape ``(batch_size, length, ...)``; with ``reverse=True`` each
+    slice runs backwards in time (last step first), which propagates value from episode ends
+    towards their starts in fewer updates (Trajectory-level Replay).
+
+    Cost is proportional to ``batch_size * length`` and independent of the buffer size: slice
+    starts are drawn uniformly and rejected when the episode ends too soon (bookkeeping is a few
+    integers per episode and one per step, updated on write).
+
+    ``priority`` picks episodes non-uniformly, then a uniform start inside the chosen episode:
+
+    * ``None``: every valid slice start equally likely;
+    * ``"td"``: episode weight = (mean of its steps' priorities)^alpha; step priorities come from
+      ``extend(..., priorities=)`` and ``update_priorities`` (e.g. |TD error|);
+    * ``"return"``: episode weight = max(sum of the ``reward_key`` column over the episode, 0)
+      + eps, raised to alpha (shift rewards to be non-negative if they are not).
+
+    With a priority, ``Batch.weights`` holds per-slice importance weights
+    ``(N_e * P(e))^-beta`` normalised by the batch maximum.
+    """
+
+    bytes_per_slot = 32  # episode per slot, start and length per episode (+ priority sums)
+
+    needs_time_order = True
+
+    def __init__(
+        self,
+        length: int,
+        reverse: bool = False,
+        *,
+        priority: Literal["td", "return"] | None = None,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-6,
+        done_key: str = "done",
+        reward_key: str = "reward",
+    ) -> None:
+        if not isinstance(length, (int, np.integer)) or length <= 0:
+            raise ReplayBankError(f"Trajectories(length={length!r}): length must be a positive integer")
+        if priority not in (None, "td", "return"):
+            raise ReplayBankError(f"Trajectories(priority={priority!r}): expected None, 'td' or 'return'")
+        self.length = int(length)
+        self.reverse = bool(reverse)
+        self.priority = priority
+        self.alpha, self.beta, self.eps = float(alpha), float(beta), float(eps)
+        self.done_key = done_key
+        self.reward_key = reward_key
+        self.uses_priorities = priority == "td"
+        self.max_priority = 1.0
+
+    def bind(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.episode = np.zeros(capacity, dtype=np.int64)  # episode number of each slot's step
+        self.ep_start = np.zeros(capacity, dtype=np.int64)  # arrival of an episode's first step
+        self.ep_len = np.zeros(capacity, dtype=np.int64)  # steps written to the episode so far
+        self.current = 0  # episode the next step belongs to
+        self.next_arrival = 0
+        self.accept = 1.0  # running acceptance rate of uniform start draws
+        if self.priority is not None:
+            self.step_value = np.zeros(capacity)  # per-step priority or reward
+            self.ep_value = np.zeros(capacity)  # sum of step_value over the episode's stored steps
+            self.ep_stored = np.zeros(capacity, dtype=np.int64)
+            self.tree = KaryTree(capacity, reduce="sum")
+
+    # -- bookkeeping on write -------------------------------------------------------------------
+    def on_write(self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View) -> None:
+        if self.done_key not in rows:
+            raise ReplayBankError(
+                f"Trajectories needs a boolean {self.done_key!r} column marking episode ends "
+                f"(or pass done_key=); columns are {sorted(rows)}"
+            )
+        n = len(slots)
+        if n == 0:
+            return
+        first_arrival = int(view.next_arrival) - n
+        if first_arrival != self.next_arrival:
+            # One extend larger than the capacity: its head was overwritten inside the call and
+            # every older step with it, so the kept steps start a fresh episode.
+            if self.ep_len[self.current % self.capacity]:
+                self.current += 1
+            self.ep_len[self.current % self.capacity] = 0
+        done = np.asarray(rows[self.done_key], dtype=bool)
+        if self.priority is not None:
+            self._forget(slots, view)
+        episode = self.current + np.concatenate(([0], np.cumsum(done[:-1])))
+        keys = episode % self.capacity
+        starts = np.flatnonzero(np.concatenate(([self.ep_len[self.current % self.capacity] == 0], done[:-1])))
+        self.ep_start[keys[starts]] = first_arrival + starts
+        self.ep_len[keys[starts]] = 0
+        if self.priority is not None:  # a key is reused only once its old episode is gone
+            self.ep_value[keys[starts]] = 0.0
+            self.ep_stored[keys[starts]] = 0
+        uniq, counts = np.unique(keys, return_counts=True)
+        self.ep_len[uniq] += counts
+        self.episode[slots] = episode
+        self.current = int(episode[-1] + done[-1])
+        if done[-1]:
+            self.ep_len[self.current % self.capacity] = 0
+        self.next_arrival = first_arrival + n
+        if self.priority is not None:
+            if self.priority == "td":
+                values = priorities if priorities is not None else np.full(n, self.max_priority)
+                if priorities is not None and n:
+                    self.max_priority = max(self.max_priority, float(priorities.max()))
+            else:
+                if self.reward_key not in rows:
+                    raise ReplayBankError(f"Trajectories(priority='return') needs a {self.reward_key!r} column")
+                values = np.asarray(rows[self.reward_key], dtype=np.float64).reshape(n, -1).sum(axis=1)
+            self.step_value[slots] = values
+            np.add.at(self.ep_value, keys, values)
+            np.add.at(self.ep_stored, keys, 1)
+            self._refresh(uniq)
+
+    def _forget(self, slots: np.ndarray, view: View) -> None:
+        """Remove the steps about to be overwritten from their episodes' priority sums."""
+        old = slots[view.table.ids[slots] >= 0]
+        if len(old):
+            keys = self.episode[old] % self.capacity
+            np.subtract.at(self.ep_value, keys, self.step_value[old])
+            np.subtract.at(self.ep_stored, keys, 1)
+            self._refresh(np.unique(keys))
+
+    def _refresh(self, keys: np.ndarray) -> None:
+        stored = self.ep_stored[keys]
+        if self.priority == "td":
+            value = self.ep_value[keys] / np.maximum(stored, 1)
+        else:
+            value = np.maximum(self.ep_value[keys], 0.0)
+        weight = (value + self.eps) ** self.alpha
+        self.tree.update(keys, np.where(stored >= self.length, weight, 0.0))
+
+    def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        if self.priority != "td":
+            super().update_priorities(slots, priorities)
+            return
+        keys = self.episode[slots] % self.capacity
+        np.add.at(self.ep_value, keys, priorities - self.step_value[slots])
+        self.step_value[slots] = priorities
+        if len(priorities):
+            self.max_priority = max(self.max_priority, float(priorities.max()))
+        self._refresh(np.unique(keys))
+
+    # -- sampling -------------------------------------------------------------------------------
+    def _valid(self, starts: np.ndarray, view: View) -> np.ndarray:
+        arrival = view.table.ids[starts] >> view.table.shift
+        key = self.episode[starts] % self.capacity
+        return self.ep_len[key] - (arrival - self.ep_start[key]) >= self.length
+
+    def sample(self, batch_size: int, view: View, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+        check_can_sample(batch_size, view, True, "Trajectories")
+        weights = None
+        if self.priority is None:
+            starts = self._uniform_starts(batch_size, view, rng)
+        else:
+            starts, weights = self._prioritized_starts(batch_size, view, rng)
+        offsets = np.arange(self.length)
+        if self.reverse:
+            offsets = offsets[::-1]
+        return (starts[:, None] + offsets) % self.capacity, weights
+
+    def _uniform_starts(self, batch_size: int, view: View, rng: np.random.Generator) -> np.ndarray:
+        size = view.table.size
+        found: list[np.ndarray] = []
+        need = batch_size
+        for _ in range(16):
+            draws = int(need / max(self.accept, 0.05) * 1.25) + 8
+            cand = rng.integers(0, size, size=draws)
+            ok = self._valid(cand, view)
+            self.accept = 0.9 * self.accept + 0.1 * float(ok.mean())
+            found.append(cand[ok][:need])
+            need -= len(found[-1])
+            if need == 0:
+                return np.concatenate(found)
+        # Valid starts are rare (episodes mostly shorter than the slice): enumerate them once.
+        every = np.arange(size)
+        valid = every[self._valid(every, view)]
+        if len(valid) == 0:
+            raise ReplayBankError(
+                f"no stored episode has {self.length} consecutive steps yet; add more steps or lower length"
+            )
+        found.append(valid[rng.integers(0, len(valid), size=need)])
+        return np.concatenate(found)
+
+    def _prioritized_starts(self, batch_size: int, view: View, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        total = self.tree.root
+        if total <= 0:
+            raise ReplayBankError(
+                f"no stored episode has {self.length} consecutive steps yet; add more steps or lower length"
+            )
+        keys = self.tree.find((np.arange(batch_size) + rng.random(batch_size)) / batch_size * total)
+        # valid starts of episode k: stored steps whose slice ends inside the episode
+        oldest = view.next_arrival - view.table.size
+        first = np.maximum(self.ep_start[keys], oldest)
+        span = self.ep_start[keys] + self.ep_len[keys] - self.length - first + 1
+        arrival = first + (rng.random(batch_size) * span).astype(np.int64)
+        prob = self.tree.levels[0][keys] / total
+        n_episodes = max(int(np.count_nonzero(self.tree.leaves)), 1)
+        weights = (n_episodes * prob) ** -self.beta
+        return arrival % self.capacity, (weights / weights.max()).astype(np.float32)
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "episode": self.episode, "ep_start": self.ep_start, "ep_len": self.ep_len,
+            "current": self.current, "next_arrival": self.next_arrival, "accept": self.accept,
+            "max_priority": self.max_priority,
+        }
+        if self.priority is not None:
+            state.update(step_value=self.step_value, ep_value=self.ep_value, ep_stored=self.ep_stored)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.episode[:] = state["episode"]
+        self.ep_start[:] = state["ep_start"]
+        self.ep_len[:] = state["ep_len"]
+        self.current = int(state["current"])
+        self.next_arrival = int(state["next_arrival"])
+        self.accept = float(state["accept"])
+        self.max_priority = float(state["max_priority"])
+        if self.priority is not None:
+            self.step_value[:] = state["step_value"]
+            self.ep_value[:] = state["ep_value"]
+            self.ep_stored[:] = state["ep_stored"]
+            self._refresh(np.arange(self.capacity))
