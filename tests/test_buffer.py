@@ -10,8 +10,8 @@ from replaybank import (
     Prioritized,
     ReplayBankError,
     ReplayBuffer,
-    Reshuffled,
     Reservoir,
+    Reshuffled,
     Window,
 )
 
@@ -26,7 +26,13 @@ def transitions(n, start=0):
 
 def test_ids_strictly_increase_and_are_never_reused():
     buf = ReplayBuffer(5, seed=0)
-    ids = np.concatenate([buf.extend(transitions(3)), buf.extend(transitions(4)), [buf.add(obs=np.zeros(4), action=1, done=True)]])
+    ids = np.concatenate(
+        [
+            buf.extend(transitions(3)),
+            buf.extend(transitions(4)),
+            [buf.add(obs=np.zeros(4), action=1, done=True)],
+        ]
+    )
     assert (np.diff(ids) > 0).all()
     assert len(buf) == 5
     assert buf.contains(ids).tolist() == [False, False, False, True, True, True, True, True]
@@ -55,10 +61,24 @@ def test_spec_given_up_front_and_get():
     "bad, match",
     [
         ({"obs": np.zeros((2, 5), np.float32), "action": [1, 2], "done": [0, 0]}, "column 'obs'"),
-        ({"obs": np.zeros((2, 4), np.float32), "action": [1.5, 2.0], "done": [False, True]}, "column 'action': dtype float64"),
+        (
+            {"obs": np.zeros((2, 4), np.float32), "action": [1.5, 2.0], "done": [False, True]},
+            "column 'action': dtype float64",
+        ),
         ({"obs": np.zeros((2, 4), np.float32), "action": [1, 2]}, "missing column"),
-        ({"obs": np.zeros((2, 4), np.float32), "action": [1, 2], "done": [True, True], "extra": [1, 2]}, "unknown column"),
-        ({"obs": np.zeros((2, 4), np.float32), "action": [1, 2, 3], "done": [True, True]}, "same count"),
+        (
+            {
+                "obs": np.zeros((2, 4), np.float32),
+                "action": [1, 2],
+                "done": [True, True],
+                "extra": [1, 2],
+            },
+            "unknown column",
+        ),
+        (
+            {"obs": np.zeros((2, 4), np.float32), "action": [1, 2, 3], "done": [True, True]},
+            "same count",
+        ),
     ],
 )
 def test_bad_extend_raises_and_changes_nothing(bad, match):
@@ -171,7 +191,9 @@ def test_threads_extend_and_sample_concurrently():
         except Exception as e:  # pragma: no cover
             errors.append(e)
 
-    threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)] + [threading.Thread(target=reader) for _ in range(2)]
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)] + [
+        threading.Thread(target=reader) for _ in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -134,7 +134,9 @@ class _Members:
 
 def _check_groups(groups: np.ndarray | None, who: str) -> np.ndarray:
     if groups is None:
-        raise ReplayBankError(f"{who} admission needs groups=: pass one integer group id per item to extend()")
+        raise ReplayBankError(
+            f"{who} admission needs groups=: pass one integer group id per item to extend()"
+        )
     return groups
 
 
@@ -195,7 +197,11 @@ class GroupBalanced:
 
     def state_dict(self) -> dict[str, Any]:
         members = self.members.state_dict() if self.members is not None else {}
-        return {"size": self.size, "seen": {str(g): c for g, c in self.seen.items()}, "members": members}
+        return {
+            "size": self.size,
+            "seen": {str(g): c for g, c in self.seen.items()},
+            "members": members,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.size = int(state["size"])
@@ -220,7 +226,9 @@ class Window:
 
     def __init__(self, k: int) -> None:
         if not isinstance(k, (int, np.integer)) or k <= 0:
-            raise ReplayBankError(f"Window(k={k!r}): k must be a positive integer (the groups to keep)")
+            raise ReplayBankError(
+                f"Window(k={k!r}): k must be a positive integer (the groups to keep)"
+            )
         self.k = int(k)
         self.capacity = 0
         self.order: deque[int] = deque()  # group ids present, by first arrival
@@ -259,7 +267,9 @@ class Window:
             if self.free:
                 slot = self.free.pop()
             else:
-                while True:  # oldest live entry; stale ones (slot since released/reused) are skipped
+                while (
+                    True
+                ):  # oldest live entry; stale ones (slot since released/reused) are skipped
                     stamp, slot = self.queue.popleft()
                     if self.stamp[slot] == stamp:
                         break

@@ -106,7 +106,11 @@ class ReplayBuffer:
     def _check_bookkeeping_memory(self) -> None:
         """The slot table, sampler and admission keep a few numbers per slot; check they fit
         before allocating them (the columns themselves are checked by the storage)."""
-        per_slot = 8 + getattr(self.sampler, "bytes_per_slot", 0) + getattr(self.admission, "bytes_per_slot", 0)
+        per_slot = (
+            8
+            + getattr(self.sampler, "bytes_per_slot", 0)
+            + getattr(self.admission, "bytes_per_slot", 0)
+        )
         need = self._capacity * per_slot
         have = available_memory()
         if have is not None and need > have:
@@ -160,6 +164,7 @@ class ReplayBuffer:
             if spec is None:
                 spec = infer_spec(columns, ragged=getattr(self.storage, "supports_ragged", False))
             n, rows = check_batch(spec, columns)
+            self.sampler.check_spec(spec)
             prio = self._check_priorities(priorities, n)
             grp = self._check_groups(groups, n)
             if n == 0:
@@ -173,7 +178,10 @@ class ReplayBuffer:
 
         For priorities or groups use ``extend`` with a batch of one.
         """
-        batch = {name: [value] if isinstance(value, (list, Ragged)) else np.asarray(value)[None] for name, value in item.items()}
+        batch = {
+            name: [value] if isinstance(value, (list, Ragged)) else np.asarray(value)[None]
+            for name, value in item.items()
+        }
         return int(self.extend(batch)[0])
 
     def _check_priorities(self, priorities: Any, n: int) -> np.ndarray | None:
@@ -202,17 +210,23 @@ class ReplayBuffer:
         if g.ndim == 0:
             g = np.full(n, g)
         if g.shape != (n,) or g.dtype.kind not in "iu":
-            raise ReplayBankError(f"groups: expected {n} integers (one per item), got shape {g.shape} dtype {g.dtype}")
+            raise ReplayBankError(
+                f"groups: expected {n} integers (one per item), got shape {g.shape} dtype {g.dtype}"
+            )
         return g.astype(np.int64, copy=False)
 
-    def _write(self, n: int, rows: dict[str, Any], prio: np.ndarray | None, groups: np.ndarray | None) -> np.ndarray:
+    def _write(
+        self, n: int, rows: dict[str, Any], prio: np.ndarray | None, groups: np.ndarray | None
+    ) -> np.ndarray:
         arrivals = self._next_arrival + np.arange(n, dtype=np.int64)
         placement = self.admission.place(n, groups, self._rng)
         slots = placement.slots
         ids = self._table.make_ids(arrivals, slots)
         keep = self._kept(slots)
         if keep is not None:
-            rows = {k: [v[i] for i in keep] if isinstance(v, list) else v[keep] for k, v in rows.items()}
+            rows = {
+                k: [v[i] for i in keep] if isinstance(v, list) else v[keep] for k, v in rows.items()
+            }
             slots = slots[keep]
             prio = None if prio is None else prio[keep]
         if len(placement.evict):
@@ -281,7 +295,9 @@ class ReplayBuffer:
         with self._lock:
             slots, live = self._table.slots_of(np.asarray(ids), next_arrival=self._next_arrival)
             if not live.all():
-                raise ReplayBankError(f"ids {np.asarray(ids).ravel()[~live][:5].tolist()} are no longer stored")
+                raise ReplayBankError(
+                    f"ids {np.asarray(ids).ravel()[~live][:5].tolist()} are no longer stored"
+                )
             return self.storage.read(slots)
 
     # -- state ----------------------------------------------------------------------------------
@@ -310,7 +326,9 @@ class ReplayBuffer:
                 f"state schema_version {state.get('schema_version')!r} is not supported (expected {SCHEMA_VERSION})"
             )
         if int(state["capacity"]) != self._capacity:
-            raise ReplayBankError(f"state is for capacity {state['capacity']}, this buffer has {self._capacity}")
+            raise ReplayBankError(
+                f"state is for capacity {state['capacity']}, this buffer has {self._capacity}"
+            )
         with self._lock:
             spec = {name: ColumnSpec.from_json(col) for name, col in state["spec"].items()}
             if spec:

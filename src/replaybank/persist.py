@@ -20,7 +20,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -42,7 +42,16 @@ def _config(obj: Any) -> dict[str, Any]:
     names = {
         "Prioritized": ("alpha", "beta", "eps", "branching"),
         "PrioritizedReshuffled": ("alpha", "beta", "eps", "branching"),
-        "Trajectories": ("length", "reverse", "priority", "alpha", "beta", "eps", "done_key", "reward_key"),
+        "Trajectories": (
+            "length",
+            "reverse",
+            "priority",
+            "alpha",
+            "beta",
+            "eps",
+            "done_key",
+            "reward_key",
+        ),
         "Window": ("k",),
     }.get(type(obj).__name__, ())
     return {name: getattr(obj, name) for name in names}
@@ -108,7 +117,9 @@ def save(buffer: ReplayBuffer, path: str | os.PathLike[str]) -> None:
     if root.exists() and not root.is_dir():
         raise ReplayBankError(f"cannot save to {root}: it exists and is not a directory")
     if root.is_dir() and any(root.iterdir()) and not (root / MANIFEST).exists():
-        raise ReplayBankError(f"refusing to save into {root}: it is a non-empty directory that is not a replaybank save")
+        raise ReplayBankError(
+            f"refusing to save into {root}: it is a non-empty directory that is not a replaybank save"
+        )
     root.mkdir(parents=True, exist_ok=True)
     number = (_versions(root) or [0])[-1] + 1
     version = f"v{number:06d}"
@@ -143,7 +154,10 @@ def save(buffer: ReplayBuffer, path: str | os.PathLike[str]) -> None:
         "capacity": buffer.capacity,
         "storage": type(buffer.storage).__name__,
         "sampler": {"class": type(buffer.sampler).__name__, "params": _config(buffer.sampler)},
-        "admission": {"class": type(buffer.admission).__name__, "params": _config(buffer.admission)},
+        "admission": {
+            "class": type(buffer.admission).__name__,
+            "params": _config(buffer.admission),
+        },
         "state": json_state,
         "columns": sorted(columns),
         "files": files,
@@ -189,19 +203,23 @@ def load(path: str | os.PathLike[str], *, mmap: bool = False) -> ReplayBuffer:
         if not file.exists():
             raise CorruptSaveError(f"{file}: missing (the save is incomplete)")
         if file.stat().st_size != meta["bytes"]:
-            raise CorruptSaveError(f"{file}: {file.stat().st_size} bytes, manifest says {meta['bytes']} (truncated?)")
+            raise CorruptSaveError(
+                f"{file}: {file.stat().st_size} bytes, manifest says {meta['bytes']} (truncated?)"
+            )
         if _sha256(file) != meta["sha256"]:
             raise CorruptSaveError(f"{file}: checksum mismatch, the file was altered or corrupted")
 
-    def load_array(rel: str, mode: str | None = None) -> np.ndarray:
+    def load_array(rel: str, mode: Literal["c"] | None = None) -> np.ndarray:
         try:
-            return np.load(base / rel, allow_pickle=False, mmap_mode=mode)  # type: ignore[no-any-return]
+            return np.asanyarray(np.load(base / rel, allow_pickle=False, mmap_mode=mode))
         except ValueError as err:
             raise CorruptSaveError(f"{base / rel}: not a readable .npy file ({err})") from err
 
     state = _join(manifest["state"], lambda name: load_array(f"state/{name}.npy"))
-    mode = "c" if mmap else None
-    state["columns"] = {name: load_array(f"columns/{name}.npy", mode) for name in manifest["columns"]}
+    state["columns"] = {
+        name: load_array(f"columns/{name}.npy", "c" if mmap else None)
+        for name in manifest["columns"]
+    }
     storage = RaggedStorage() if manifest["storage"] == "RaggedStorage" else ColumnarStorage()
     buffer = ReplayBuffer(
         int(manifest["capacity"]),

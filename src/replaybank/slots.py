@@ -49,7 +49,9 @@ class SlotTable:
         """Occupied slots in increasing order (cached until the next change)."""
         if self._occupied is None:
             self._occupied = (
-                np.arange(self.size, dtype=np.int64) if self.dense else np.flatnonzero(self.ids[: self.high] >= 0)
+                np.arange(self.size, dtype=np.int64)
+                if self.dense
+                else np.flatnonzero(self.ids[: self.high] >= 0)
             )
         return self._occupied
 

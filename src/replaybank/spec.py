@@ -29,7 +29,9 @@ class ColumnSpec:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ColumnSpec:
-        return cls(tuple(int(d) for d in data["shape"]), np.dtype(data["dtype"]), bool(data["ragged"]))
+        return cls(
+            tuple(int(d) for d in data["shape"]), np.dtype(data["dtype"]), bool(data["ragged"])
+        )
 
     @property
     def item_nbytes(self) -> int:
@@ -117,9 +119,13 @@ def check_batch(spec: Spec, columns: Mapping[str, Any]) -> tuple[int, dict[str, 
     missing = sorted(set(spec) - set(columns))
     unknown = sorted(set(columns) - set(spec))
     if unknown:
-        raise ReplayBankError(f"unknown column(s) {unknown}; this buffer's columns are {sorted(spec)}")
+        raise ReplayBankError(
+            f"unknown column(s) {unknown}; this buffer's columns are {sorted(spec)}"
+        )
     if missing:
-        raise ReplayBankError(f"missing column(s) {missing}; every extend must give all of {sorted(spec)}")
+        raise ReplayBankError(
+            f"missing column(s) {missing}; every extend must give all of {sorted(spec)}"
+        )
     out: dict[str, Any] = {}
     n: int | None = None
     for name, col in spec.items():

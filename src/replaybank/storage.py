@@ -88,7 +88,9 @@ class _RaggedColumn:
             if self.used - self.live > self.live:
                 self._compact()
             if self.used + total > len(self.pool):
-                grown = np.empty((max(2 * len(self.pool), self.used + total), *self.col.shape), self.col.dtype)
+                grown = np.empty(
+                    (max(2 * len(self.pool), self.used + total), *self.col.shape), self.col.dtype
+                )
                 grown[: self.used] = self.pool[: self.used]
                 self.pool = grown
         if total:
@@ -148,8 +150,12 @@ class ColumnarStorage:
         sizes = _fixed_bytes(capacity, spec)
         self._check(sizes)
         self.spec = dict(spec)
-        self._fixed = {name: self._array(name, capacity, col) for name, col in spec.items() if not col.ragged}
-        self._ragged = {name: _RaggedColumn(capacity, col) for name, col in spec.items() if col.ragged}
+        self._fixed = {
+            name: self._array(name, capacity, col) for name, col in spec.items() if not col.ragged
+        }
+        self._ragged = {
+            name: _RaggedColumn(capacity, col) for name, col in spec.items() if col.ragged
+        }
 
     def _check(self, sizes: dict[str, int]) -> None:
         need = sum(sizes.values())
@@ -181,12 +187,16 @@ class ColumnarStorage:
 
     def column(self, name: str) -> np.ndarray:
         if name not in self._fixed:
-            raise ReplayBankError(f"no fixed-shape column {name!r}; columns are {sorted(self.spec or {})}")
+            raise ReplayBankError(
+                f"no fixed-shape column {name!r}; columns are {sorted(self.spec or {})}"
+            )
         return self._fixed[name]
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self._fixed.values()) + sum(r.nbytes for r in self._ragged.values())
+        return sum(a.nbytes for a in self._fixed.values()) + sum(
+            r.nbytes for r in self._ragged.values()
+        )
 
     def export(self, slots: np.ndarray) -> dict[str, np.ndarray]:
         """Arrays to persist for the given slots (all slots, in order, for fixed columns)."""
@@ -211,7 +221,9 @@ class ColumnarStorage:
         else:
             self.spec = dict(spec)
             self._fixed = {name: arrays[name] for name, col in spec.items() if not col.ragged}
-            self._ragged = {name: _RaggedColumn(capacity, col) for name, col in spec.items() if col.ragged}
+            self._ragged = {
+                name: _RaggedColumn(capacity, col) for name, col in spec.items() if col.ragged
+            }
         slots = arrays.get("__slots__", np.zeros(0, np.int64))
         for name, rag in self._ragged.items():
             packed = Ragged(arrays[f"{name}.values"], arrays[f"{name}.offsets"])
@@ -250,7 +262,9 @@ class MemmapStorage(ColumnarStorage):
 
     def _array(self, name: str, capacity: int, col: ColumnSpec) -> np.ndarray:
         path = self.directory / f"{name}.npy"
-        return np.lib.format.open_memmap(path, mode="w+", dtype=col.dtype, shape=(capacity, *col.shape))
+        return np.lib.format.open_memmap(
+            path, mode="w+", dtype=col.dtype, shape=(capacity, *col.shape)
+        )
 
     def flush(self) -> None:
         for arr in self._fixed.values():

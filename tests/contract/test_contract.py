@@ -22,8 +22,17 @@ from replaybank import (
     Window,
 )
 
-STORAGES = {"columnar": lambda tmp: ColumnarStorage(), "memmap": lambda tmp: MemmapStorage(tmp / "mm"), "ragged": lambda tmp: RaggedStorage()}
-ADMISSIONS = {"fifo": Fifo, "reservoir": Reservoir, "balanced": GroupBalanced, "window": lambda: Window(3)}
+STORAGES = {
+    "columnar": lambda tmp: ColumnarStorage(),
+    "memmap": lambda tmp: MemmapStorage(tmp / "mm"),
+    "ragged": lambda tmp: RaggedStorage(),
+}
+ADMISSIONS = {
+    "fifo": Fifo,
+    "reservoir": Reservoir,
+    "balanced": GroupBalanced,
+    "window": lambda: Window(3),
+}
 SAMPLERS = {
     "uniform": Uniform,
     "reshuffled": Reshuffled,
@@ -112,7 +121,11 @@ def test_contract(storage, admission, sampler, tmp_path):
         done = batch.data["done"] if not buf.sampler.reverse else batch.data["done"][:, ::-1]
         assert not done[:, :-1].any(), "a slice never crosses an episode end"
     if batch.weights is not None:
-        assert batch.weights.shape == (8,) and (batch.weights > 0).all() and (batch.weights <= 1 + 1e-6).all()
+        assert (
+            batch.weights.shape == (8,)
+            and (batch.weights > 0).all()
+            and (batch.weights <= 1 + 1e-6).all()
+        )
 
     # exact resume: the saved-and-loaded buffer continues exactly like the original
     path = tmp_path / "save"

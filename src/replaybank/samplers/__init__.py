@@ -11,4 +11,12 @@ from .reshuffled import Reshuffled
 from .trajectories import Trajectories
 from .uniform import Uniform
 
-__all__ = ["Sampler", "View", "Uniform", "Reshuffled", "Prioritized", "PrioritizedReshuffled", "Trajectories"]
+__all__ = [
+    "Sampler",
+    "View",
+    "Uniform",
+    "Reshuffled",
+    "Prioritized",
+    "PrioritizedReshuffled",
+    "Trajectories",
+]

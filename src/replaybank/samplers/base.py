@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import EmptyBufferError, ReplayBankError
 from ..slots import SlotTable
+from ..spec import Spec
 from ..storage import Storage
 
 
@@ -32,11 +33,17 @@ class Sampler(Protocol):
 
     def bind(self, capacity: int) -> None: ...
 
-    def on_write(self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View) -> None: ...
+    def check_spec(self, spec: Spec) -> None: ...
+
+    def on_write(
+        self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View
+    ) -> None: ...
 
     def on_evict(self, slots: np.ndarray) -> None: ...
 
-    def sample(self, batch_size: int, view: View, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]: ...
+    def sample(
+        self, batch_size: int, view: View, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray | None]: ...
 
     def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None: ...
 
@@ -54,7 +61,13 @@ class SamplerBase:
     def bind(self, capacity: int) -> None:
         self.capacity = capacity
 
-    def on_write(self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View) -> None:
+    def check_spec(self, spec: Spec) -> None:
+        """Raise if the buffer's columns lack something this sampler needs (before any write)."""
+        return None
+
+    def on_write(
+        self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View
+    ) -> None:
         return None
 
     def on_evict(self, slots: np.ndarray) -> None:

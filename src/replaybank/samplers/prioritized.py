@@ -47,7 +47,9 @@ class Prioritized(SamplerBase):
 
     uses_priorities = True
 
-    def __init__(self, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, *, branching: int = 32) -> None:
+    def __init__(
+        self, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, *, branching: int = 32
+    ) -> None:
         for name, value in (("alpha", alpha), ("beta", beta), ("eps", eps)):
             if not np.isfinite(value) or value < 0:
                 raise ReplayBankError(f"Prioritized({name}={value!r}): must be finite and >= 0")
@@ -68,7 +70,9 @@ class Prioritized(SamplerBase):
         # zero-mass items are never drawn, so they must not set the weight normaliser
         self.min.update(slots, np.where(scaled > 0, scaled, np.inf))
 
-    def on_write(self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View) -> None:
+    def on_write(
+        self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View
+    ) -> None:
         if priorities is None:
             priorities = np.full(len(slots), self.max_priority)
         elif len(priorities):
@@ -95,10 +99,14 @@ class Prioritized(SamplerBase):
         scaled = self.sum.levels[0][slots]
         return ((scaled / self.min.root) ** -self.beta).astype(np.float32)
 
-    def sample(self, batch_size: int, view: View, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def sample(
+        self, batch_size: int, view: View, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
         check_can_sample(batch_size, view, True, "Prioritized")
         if self.sum.root <= 0:
-            raise ReplayBankError("all stored priorities are zero (with eps=0); nothing can be sampled")
+            raise ReplayBankError(
+                "all stored priorities are zero (with eps=0); nothing can be sampled"
+            )
         slots = self._draw(batch_size, rng, stratified=True)
         return slots, self._weights(slots, view)
 
@@ -107,7 +115,11 @@ class Prioritized(SamplerBase):
         return self.sum.leaves / self.sum.root
 
     def state_dict(self) -> dict[str, Any]:
-        return {"priorities": self.sum.leaves.copy(), "max_priority": self.max_priority, "beta": self.beta}
+        return {
+            "priorities": self.sum.leaves.copy(),
+            "max_priority": self.max_priority,
+            "beta": self.beta,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         scaled = np.asarray(state["priorities"], dtype=np.float64)
@@ -150,13 +162,17 @@ class PrioritizedReshuffled(Prioritized):
         self.accumulated = 0.0  # sum over calls of batch_size / total_mass
 
     def _expected(self, slots: np.ndarray) -> np.ndarray:
-        return self.base[slots] + self.sum.levels[0][slots] * (self.accumulated - self.anchor[slots])
+        return self.base[slots] + self.sum.levels[0][slots] * (
+            self.accumulated - self.anchor[slots]
+        )
 
     def _reanchor(self, slots: np.ndarray) -> None:
         self.base[slots] = self._expected(slots)
         self.anchor[slots] = self.accumulated
 
-    def on_write(self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View) -> None:
+    def on_write(
+        self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View
+    ) -> None:
         super().on_write(slots, rows, priorities, view)
         self.count[slots] = 0.0
         self.base[slots] = 0.0
@@ -166,10 +182,14 @@ class PrioritizedReshuffled(Prioritized):
         self._reanchor(slots)
         super().update_priorities(slots, priorities)
 
-    def sample(self, batch_size: int, view: View, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def sample(
+        self, batch_size: int, view: View, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
         check_can_sample(batch_size, view, False, "PrioritizedReshuffled")
         if self.sum.root <= 0:
-            raise ReplayBankError("all stored priorities are zero (with eps=0); nothing can be sampled")
+            raise ReplayBankError(
+                "all stored priorities are zero (with eps=0); nothing can be sampled"
+            )
         self.accumulated += batch_size / self.sum.root
         slots = self._draw(batch_size, rng, stratified=True)
         for _ in range(self.rounds):
@@ -185,7 +205,9 @@ class PrioritizedReshuffled(Prioritized):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state.update(count=self.count, base=self.base, anchor=self.anchor, accumulated=self.accumulated)
+        state.update(
+            count=self.count, base=self.base, anchor=self.anchor, accumulated=self.accumulated
+        )
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

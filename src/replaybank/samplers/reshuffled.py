@@ -38,7 +38,9 @@ class Reshuffled(SamplerBase):
         self.position = 0
         self.epoch = 0
 
-    def sample(self, batch_size: int, view: View, rng: np.random.Generator) -> tuple[np.ndarray, None]:
+    def sample(
+        self, batch_size: int, view: View, rng: np.random.Generator
+    ) -> tuple[np.ndarray, None]:
         check_can_sample(batch_size, view, False, "Reshuffled")
         ids = view.table.ids
         parts: list[np.ndarray] = []

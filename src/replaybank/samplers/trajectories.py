@@ -7,6 +7,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import ReplayBankError
+from ..spec import Spec
 from .base import SamplerBase, View, check_can_sample
 from .sumtree import KaryTree
 
@@ -53,9 +54,13 @@ class Trajectories(SamplerBase):
         reward_key: str = "reward",
     ) -> None:
         if not isinstance(length, (int, np.integer)) or length <= 0:
-            raise ReplayBankError(f"Trajectories(length={length!r}): length must be a positive integer")
+            raise ReplayBankError(
+                f"Trajectories(length={length!r}): length must be a positive integer"
+            )
         if priority not in (None, "td", "return"):
-            raise ReplayBankError(f"Trajectories(priority={priority!r}): expected None, 'td' or 'return'")
+            raise ReplayBankError(
+                f"Trajectories(priority={priority!r}): expected None, 'td' or 'return'"
+            )
         self.length = int(length)
         self.reverse = bool(reverse)
         self.priority = priority
@@ -79,13 +84,21 @@ class Trajectories(SamplerBase):
             self.ep_stored = np.zeros(capacity, dtype=np.int64)
             self.tree = KaryTree(capacity, reduce="sum")
 
-    # -- bookkeeping on write -------------------------------------------------------------------
-    def on_write(self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View) -> None:
-        if self.done_key not in rows:
+    def check_spec(self, spec: Spec) -> None:
+        if self.done_key not in spec or spec[self.done_key].shape != ():
             raise ReplayBankError(
-                f"Trajectories needs a boolean {self.done_key!r} column marking episode ends "
-                f"(or pass done_key=); columns are {sorted(rows)}"
+                f"Trajectories needs a scalar {self.done_key!r} column marking episode ends "
+                f"(or pass done_key=); columns are {sorted(spec)}"
             )
+        if self.priority == "return" and self.reward_key not in spec:
+            raise ReplayBankError(
+                f"Trajectories(priority='return') needs a {self.reward_key!r} column (or pass reward_key=)"
+            )
+
+    # -- bookkeeping on write -------------------------------------------------------------------
+    def on_write(
+        self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View
+    ) -> None:
         n = len(slots)
         if n == 0:
             return
@@ -101,7 +114,9 @@ class Trajectories(SamplerBase):
             self._forget(slots, view)
         episode = self.current + np.concatenate(([0], np.cumsum(done[:-1])))
         keys = episode % self.capacity
-        starts = np.flatnonzero(np.concatenate(([self.ep_len[self.current % self.capacity] == 0], done[:-1])))
+        starts = np.flatnonzero(
+            np.concatenate(([self.ep_len[self.current % self.capacity] == 0], done[:-1]))
+        )
         self.ep_start[keys[starts]] = first_arrival + starts
         self.ep_len[keys[starts]] = 0
         if self.priority is not None:  # a key is reused only once its old episode is gone
@@ -120,9 +135,9 @@ class Trajectories(SamplerBase):
                 if priorities is not None and n:
                     self.max_priority = max(self.max_priority, float(priorities.max()))
             else:
-                if self.reward_key not in rows:
-                    raise ReplayBankError(f"Trajectories(priority='return') needs a {self.reward_key!r} column")
-                values = np.asarray(rows[self.reward_key], dtype=np.float64).reshape(n, -1).sum(axis=1)
+                values = (
+                    np.asarray(rows[self.reward_key], dtype=np.float64).reshape(n, -1).sum(axis=1)
+                )
             self.step_value[slots] = values
             np.add.at(self.ep_value, keys, values)
             np.add.at(self.ep_stored, keys, 1)
@@ -163,7 +178,9 @@ class Trajectories(SamplerBase):
         key = self.episode[starts] % self.capacity
         return self.ep_len[key] - (arrival - self.ep_start[key]) >= self.length
 
-    def sample(self, batch_size: int, view: View, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    def sample(
+        self, batch_size: int, view: View, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         check_can_sample(batch_size, view, True, "Trajectories")
         weights = None
         if self.priority is None:
@@ -198,7 +215,9 @@ class Trajectories(SamplerBase):
         found.append(valid[rng.integers(0, len(valid), size=need)])
         return np.concatenate(found)
 
-    def _prioritized_starts(self, batch_size: int, view: View, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def _prioritized_starts(
+        self, batch_size: int, view: View, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
         total = self.tree.root
         if total <= 0:
             raise ReplayBankError(
@@ -217,12 +236,18 @@ class Trajectories(SamplerBase):
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {
-            "episode": self.episode, "ep_start": self.ep_start, "ep_len": self.ep_len,
-            "current": self.current, "next_arrival": self.next_arrival, "accept": self.accept,
+            "episode": self.episode,
+            "ep_start": self.ep_start,
+            "ep_len": self.ep_len,
+            "current": self.current,
+            "next_arrival": self.next_arrival,
+            "accept": self.accept,
             "max_priority": self.max_priority,
         }
         if self.priority is not None:
-            state.update(step_value=self.step_value, ep_value=self.ep_value, ep_stored=self.ep_stored)
+            state.update(
+                step_value=self.step_value, ep_value=self.ep_value, ep_stored=self.ep_stored
+            )
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -17,6 +17,8 @@ class Uniform(SamplerBase):
     array([6, 5, 4, 2])
     """
 
-    def sample(self, batch_size: int, view: View, rng: np.random.Generator) -> tuple[np.ndarray, None]:
+    def sample(
+        self, batch_size: int, view: View, rng: np.random.Generator
+    ) -> tuple[np.ndarray, None]:
         check_can_sample(batch_size, view, True, "Uniform")
         return uniform_slots(batch_size, view, rng), None

@@ -1,0 +1,90 @@
+import numpy as np
+import pytest
+from scipy import stats
+
+from replaybank import ReplayBankError, ReplayBuffer, Trajectories
+
+
+def episodes(lengths, start=0):
+    done = np.concatenate([np.eye(1, n, n - 1, dtype=bool)[0] for n in lengths])
+    t = np.arange(start, start + len(done))
+    return {"t": t, "done": done, "reward": np.ones(len(done), np.float32)}
+
+
+def test_slices_are_uniform_over_valid_starts_and_never_cross_episodes():
+    lengths = [3, 10, 1, 6, 8]
+    buf = ReplayBuffer(100, sampler=Trajectories(4), seed=0)
+    buf.extend(episodes(lengths))
+    # valid starts: positions p with p + 4 <= episode length
+    valid = []
+    s = 0
+    for n in lengths:
+        valid += list(range(s, s + n - 3))
+        s += n
+    counts = dict.fromkeys(valid, 0)
+    for _ in range(300):
+        b = buf.sample(32)
+        for row in b.data["t"]:
+            assert row[0] in counts
+            assert (np.diff(row) == 1).all()
+            counts[row[0]] += 1
+    p = stats.chisquare(list(counts.values())).pvalue
+    assert p > 1e-3, p
+
+
+def test_reverse_runs_backwards_in_time():
+    buf = ReplayBuffer(50, sampler=Trajectories(5, reverse=True), seed=1)
+    buf.extend(episodes([20]))
+    b = buf.sample(8)
+    assert (np.diff(b.data["t"], axis=1) == -1).all()
+
+
+def test_open_episode_and_wraparound():
+    buf = ReplayBuffer(16, sampler=Trajectories(4), seed=2)
+    for k in range(5):  # 5 episodes of 7 steps through a ring of 16: oldest ones get overwritten
+        buf.extend(episodes([7], start=7 * k))
+    buf.extend(
+        {"t": np.arange(35, 38), "done": np.zeros(3, bool), "reward": np.ones(3, np.float32)}
+    )
+    for _ in range(50):
+        t = buf.sample(16).data["t"]
+        assert (np.diff(t, axis=1) == 1).all()
+        assert (t[:, 0] // 7 == t[:, -1] // 7).all(), "same episode"
+        assert t.min() >= 38 - 16, "only stored steps"
+
+
+def test_extend_larger_than_capacity_starts_a_fresh_episode():
+    buf = ReplayBuffer(10, sampler=Trajectories(3), seed=0)
+    buf.extend(episodes([4, 30]))
+    t = buf.sample(20).data["t"]
+    assert t.min() >= 24 and (np.diff(t, axis=1) == 1).all()
+
+
+def test_return_priority_prefers_high_return_episodes():
+    buf = ReplayBuffer(100, sampler=Trajectories(2, priority="return", alpha=1.0, eps=0.0), seed=0)
+    data = episodes([5, 5])
+    data["reward"] = np.array([1, 1, 1, 1, 1, 3, 3, 3, 3, 3], np.float32)  # returns 5 and 15
+    buf.extend(data)
+    first = buf.sample(4000).data["t"][:, 0]
+    share = (first >= 5).mean()
+    assert abs(share - 0.75) < 0.03, share
+
+
+def test_td_priority_follows_update_priorities():
+    buf = ReplayBuffer(100, sampler=Trajectories(2, priority="td", alpha=1.0, eps=0.0), seed=0)
+    ids = buf.extend(episodes([4, 4]), priorities=np.ones(8))
+    buf.update_priorities(ids[4:], np.full(4, 9.0))
+    first = buf.sample(4000).data["t"][:, 0]
+    assert abs((first >= 4).mean() - 0.9) < 0.03
+
+
+def test_errors():
+    with pytest.raises(ReplayBankError, match="length"):
+        Trajectories(0)
+    buf = ReplayBuffer(10, sampler=Trajectories(3), seed=0)
+    with pytest.raises(ReplayBankError, match="'done' column"):
+        buf.extend({"t": np.arange(4)})
+    assert len(buf) == 0
+    buf.extend(episodes([2, 2]))
+    with pytest.raises(ReplayBankError, match="no stored episode has 3"):
+        buf.sample(2)
