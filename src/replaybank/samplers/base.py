@@ -95,6 +95,14 @@ def check_can_sample(batch_size: int, view: View, can_repeat: bool, who: str) ->
         )
 
 
+def last_wins(slots: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop repeated slots, keeping the value given last for each."""
+    if len(slots) < 2:
+        return slots, values
+    last = len(slots) - 1 - np.unique(slots[::-1], return_index=True)[1]
+    return slots[last], values[last]
+
+
 def uniform_slots(n: int, view: View, rng: np.random.Generator) -> np.ndarray:
     """``n`` occupied slots drawn uniformly with replacement."""
     table = view.table

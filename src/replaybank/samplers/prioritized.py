@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import ReplayBankError
 from .base import SamplerBase, View, check_can_sample
-from .sumtree import KaryTree
+from .sumtree import make_tree
 
 
 def check_priorities(priorities: Any, n: int, where: str = "priorities") -> np.ndarray:
@@ -61,8 +61,8 @@ class Prioritized(SamplerBase):
 
     def bind(self, capacity: int) -> None:
         self.capacity = capacity
-        self.sum = KaryTree(capacity, branching=self.branching, reduce="sum")
-        self.min = KaryTree(capacity, branching=self.branching, reduce="min")
+        self.sum = make_tree(capacity, branching=self.branching, reduce="sum")
+        self.min = make_tree(capacity, branching=self.branching, reduce="min")
 
     def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         scaled = (priorities + self.eps) ** self.alpha
@@ -96,7 +96,7 @@ class Prioritized(SamplerBase):
         return self.sum.find(u * total)
 
     def _weights(self, slots: np.ndarray, view: View) -> np.ndarray:
-        scaled = self.sum.levels[0][slots]
+        scaled = self.sum.leaves[slots]
         return ((scaled / self.min.root) ** -self.beta).astype(np.float32)
 
     def sample(
@@ -123,8 +123,8 @@ class Prioritized(SamplerBase):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         scaled = np.asarray(state["priorities"], dtype=np.float64)
-        self.sum.levels[0][: self.capacity] = scaled
-        self.min.levels[0][: self.capacity] = np.where(scaled > 0, scaled, np.inf)
+        self.sum.leaves[:] = scaled
+        self.min.leaves[:] = np.where(scaled > 0, scaled, np.inf)
         self.sum.rebuild()
         self.min.rebuild()
         self.max_priority = float(state["max_priority"])
@@ -162,7 +162,7 @@ class PrioritizedReshuffled(Prioritized):
         self.accumulated = 0.0  # sum over calls of batch_size / total_mass
 
     def _expected(self, slots: np.ndarray) -> np.ndarray:
-        return self.base[slots] + self.sum.levels[0][slots] * (
+        return self.base[slots] + self.sum.leaves[slots] * (
             self.accumulated - self.anchor[slots]
         )
 

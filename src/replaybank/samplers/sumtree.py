@@ -1,10 +1,9 @@
 """Vectorised k-ary sum and min trees over per-slot priorities.
 
-Why k-ary and numpy (not a binary tree, not numba): a batch of 256 lookups in a binary tree over a
-million leaves is 20 levels of small numpy calls, and numpy's per-call overhead (about a microsecond)
-dominates. With 32 children per node the same tree is 4 levels deep; each level is one gather of a
-(batch, 32) block plus a cumulative sum, which numpy does at memory speed. That keeps the core free
-of compiled dependencies and still beats the C++ trees of cpprb (see benchmarks/buffers.py).
+This is the pure-numpy fallback used when numba is not installed (``_numba_tree`` is the fast
+path). Why k-ary: a batch of 256 lookups in a binary tree over a million leaves is 20 levels of
+small numpy calls, and numpy's per-call overhead dominates; with 32 children per node the same
+tree is 4 levels deep, each level one gather of a (batch, 32) block plus a cumulative sum.
 
 Updates recompute each touched parent from all its children instead of adding deltas, so repeated
 indices in one update are harmless and rounding error never accumulates.
@@ -12,11 +11,26 @@ indices in one update are harmless and rounding error never accumulates.
 
 from __future__ import annotations
 
-from typing import Literal
+import os
+from typing import Any, Literal
 
 import numpy as np
 
 Reduce = Literal["sum", "min"]
+
+
+def make_tree(capacity: int, *, reduce: Reduce = "sum", branching: int | None = None) -> Any:
+    """The fastest available tree: numba's compiled binary tree when numba is installed (the
+    ``replaybank[fast]`` extra), else the numpy ``KaryTree``. ``REPLAYBANK_KERNELS=numpy`` forces
+    the fallback."""
+    if os.environ.get("REPLAYBANK_KERNELS", "").lower() != "numpy":
+        try:
+            from ._numba_tree import NumbaTree
+        except ImportError:
+            pass
+        else:
+            return NumbaTree(capacity, branching=branching or 8, reduce=reduce)
+    return KaryTree(capacity, branching=branching or 32, reduce=reduce)
 
 
 class KaryTree:
@@ -54,7 +68,11 @@ class KaryTree:
         return float(self.levels[-1][0])
 
     def update(self, index: np.ndarray, values: np.ndarray) -> None:
-        """Set ``leaves[index] = values`` (``index`` unique) and refresh the ancestors."""
+        """Set ``leaves[index] = values`` (for a repeated index the last value wins) and refresh
+        the ancestors."""
+        if len(index) > 1:
+            last = len(index) - 1 - np.unique(index[::-1], return_index=True)[1]
+            index, values = index[last], values[last]
         self.levels[0][index] = values
         node = index
         for child, parent in zip(self.levels, self.levels[1:]):

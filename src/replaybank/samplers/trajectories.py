@@ -8,8 +8,8 @@ import numpy as np
 
 from ..errors import ReplayBankError
 from ..spec import Spec
-from .base import SamplerBase, View, check_can_sample
-from .sumtree import KaryTree
+from .base import SamplerBase, View, check_can_sample, last_wins
+from .sumtree import make_tree
 
 
 class Trajectories(SamplerBase):
@@ -82,7 +82,7 @@ class Trajectories(SamplerBase):
             self.step_value = np.zeros(capacity)  # per-step priority or reward
             self.ep_value = np.zeros(capacity)  # sum of step_value over the episode's stored steps
             self.ep_stored = np.zeros(capacity, dtype=np.int64)
-            self.tree = KaryTree(capacity, reduce="sum")
+            self.tree = make_tree(capacity, reduce="sum")
 
     def check_spec(self, spec: Spec) -> None:
         if self.done_key not in spec or spec[self.done_key].shape != ():
@@ -165,6 +165,7 @@ class Trajectories(SamplerBase):
         if self.priority != "td":
             super().update_priorities(slots, priorities)
             return
+        slots, priorities = last_wins(slots, priorities)
         keys = self.episode[slots] % self.capacity
         np.add.at(self.ep_value, keys, priorities - self.step_value[slots])
         self.step_value[slots] = priorities
@@ -229,7 +230,7 @@ class Trajectories(SamplerBase):
         first = np.maximum(self.ep_start[keys], oldest)
         span = self.ep_start[keys] + self.ep_len[keys] - self.length - first + 1
         arrival = first + (rng.random(batch_size) * span).astype(np.int64)
-        prob = self.tree.levels[0][keys] / total
+        prob = self.tree.leaves[keys] / total
         n_episodes = max(int(np.count_nonzero(self.tree.leaves)), 1)
         weights = (n_episodes * prob) ** -self.beta
         return arrival % self.capacity, (weights / weights.max()).astype(np.float32)

@@ -1,0 +1,78 @@
+"""The ``replaybank cl`` subcommand. No torch at import time: the handler imports it."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from replaybank.cl.config import PROTOCOLS, STRATEGY_NAMES, check_strategies, protocol_config
+from replaybank.cl.streams import SCENARIOS, STREAMS
+from replaybank.errors import ReplayBankError
+
+__all__ = ["add_subcommands", "run_cl"]
+
+
+def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``cl``: run strategies over a stream and write report.md, metrics.json and plots."""
+    p = subparsers.add_parser(
+        "cl",
+        help="continual-learning comparison of replay strategies on a stream",
+        description="Train each strategy through the stream under each seed; write DIR/report.md, "
+        "DIR/metrics.json, DIR/accuracy_matrices.png and DIR/accuracy_over_time.png.",
+    )
+    p.add_argument("--stream", default="split-digits", help=f"one of: {', '.join(sorted(STREAMS))}")
+    p.add_argument("--scenario", default=None, help=f"one of: {', '.join(SCENARIOS)} (default: the stream's)")
+    p.add_argument("--tasks", type=int, default=5, help="number of tasks (default 5)")
+    p.add_argument(
+        "--strategies", default="naive,joint,er,derpp", help=f"comma-separated, from: {','.join(STRATEGY_NAMES)}"
+    )
+    p.add_argument("--buffer", type=int, default=200, help="replay buffer capacity (default 200)")
+    p.add_argument("--seeds", type=int, default=3, help="number of seeds, run as 0..N-1 (default 3)")
+    p.add_argument("--protocol", default="der", help=f"one of: {', '.join(PROTOCOLS)} (default der)")
+    p.add_argument("--epochs", type=int, default=None, help="epochs per task (multi-epoch protocol)")
+    p.add_argument("--batch-size", type=int, default=None, help="stream minibatch (online/multi-epoch)")
+    p.add_argument("--replay-batch-size", type=int, default=None, help="buffer minibatch (online/multi-epoch)")
+    p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.set_defaults(func=run_cl)
+
+
+def run_cl(args: argparse.Namespace) -> int:
+    """Handler of ``replaybank cl``; validates everything before importing torch."""
+    names = check_strategies([s.strip() for s in args.strategies.split(",") if s.strip()])
+    if args.stream not in STREAMS:
+        raise ReplayBankError(f"unknown stream {args.stream!r}; valid streams: {', '.join(sorted(STREAMS))}")
+    if args.seeds < 1:
+        raise ReplayBankError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.buffer <= 0:
+        raise ReplayBankError(f"--buffer must be a positive number of items, got {args.buffer}")
+    config = protocol_config(
+        args.protocol,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        replay_batch_size=args.replay_batch_size,
+        buffer_size=args.buffer,
+        lr=args.lr,
+    )
+
+    import torch
+
+    from replaybank.cl.report import write_report
+    from replaybank.cl.runner import run_many
+    from replaybank.cl.streams import make_stream
+
+    torch.set_num_threads(1)  # tiny MLPs: more threads cost more than they give
+    stream = make_stream(args.stream, scenario=args.scenario, n_tasks=args.tasks)
+    seeds = list(range(args.seeds))
+    start = time.perf_counter()
+    runs = run_many(stream, names, config, seeds, log=True)
+    payload = write_report(
+        args.out, stream=stream.name, scenario=stream.scenario, n_tasks=len(stream), config=config,
+        seeds=seeds, runs=runs,
+    )
+    print(f"wrote {args.out}/report.md, metrics.json, accuracy_matrices.png, accuracy_over_time.png "
+          f"({time.perf_counter() - start:.0f} s)")
+    for name, stats in payload["strategies"].items():
+        aa = stats["average_accuracy"]
+        print(f"  {name:<12} average accuracy {aa['mean'] * 100:5.1f} ± {aa['std'] * 100:.1f}")
+    return 0

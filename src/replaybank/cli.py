@@ -1,0 +1,122 @@
+"""The ``replaybank`` command. Thin: it parses arguments and calls into the packages.
+
+Feature packages (``llm``, ``cl``, ``rl``) each add their subcommands through
+``add_subcommands(subparsers)``; they import torch only inside their handlers, so ``--help`` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+FEATURES = ("llm", "cl", "rl")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="replaybank",
+        description=(
+            "Experience replay that keeps what a model knew while it learns something new: fast replay "
+            "buffers, rehearsal for continual LoRA fine-tuning of LLMs, and the measurements to show it."
+        ),
+        epilog="Run 'replaybank COMMAND --help' for a command's options.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    demo = sub.add_parser("demo", help="fill a buffer and sample it with each sampler; prints timings")
+    demo.add_argument("--capacity", type=int, default=100_000, help="buffer capacity (default 100000)")
+    demo.add_argument("--batch", type=int, default=256, help="batch size (default 256)")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.set_defaults(func=run_demo)
+    inspect = sub.add_parser("inspect", help="describe a buffer saved with ReplayBuffer.save")
+    inspect.add_argument("path", help="directory written by ReplayBuffer.save")
+    inspect.set_defaults(func=run_inspect)
+    for name in FEATURES:
+        try:
+            module = importlib.import_module(f"replaybank.{name}.cli")
+        except ModuleNotFoundError as err:
+            if err.name not in (f"replaybank.{name}", f"replaybank.{name}.cli"):
+                raise
+            continue
+        module.add_subcommands(sub)
+    return parser
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    import replaybank as rb
+
+    rng = np.random.default_rng(args.seed)
+    n = args.capacity
+    data = {
+        "obs": rng.random((n, 64), dtype=np.float32),
+        "action": rng.integers(0, 18, n),
+        "reward": rng.random(n, dtype=np.float32),
+        "done": rng.random(n) < 0.005,
+    }
+    samplers = {
+        "Uniform": rb.Uniform(),
+        "Reshuffled": rb.Reshuffled(),
+        "Prioritized": rb.Prioritized(alpha=0.6, beta=0.4),
+        "PrioritizedReshuffled": rb.PrioritizedReshuffled(alpha=0.6, beta=0.4),
+        "Trajectories(16)": rb.Trajectories(16),
+    }
+    print(f"{n:,} transitions (obs float32[64], action, reward, done), batch {args.batch}\n")
+    print(f"{'sampler':<24}{'extend (items/s)':>18}{'sample (batches/s)':>20}")
+    for name, sampler in samplers.items():
+        buf = rb.ReplayBuffer(n, sampler=sampler, seed=args.seed)
+        start = time.perf_counter()
+        buf.extend(data)
+        extend_rate = n / (time.perf_counter() - start)
+        batch = args.batch // 16 if name.startswith("Trajectories") else args.batch
+        calls, start = 0, time.perf_counter()
+        while time.perf_counter() - start < 0.5:
+            b = buf.sample(batch)
+            if sampler.uses_priorities:
+                buf.update_priorities(b.ids.ravel(), rng.random(b.ids.size))
+            calls += 1
+        print(f"{name:<24}{extend_rate:>18,.0f}{calls / (time.perf_counter() - start):>20,.0f}")
+    return 0
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .persist import read_manifest
+
+    manifest = read_manifest(Path(args.path))
+    state = manifest["state"]
+    size = state["table"]["size"]
+    print(f"{args.path}: {size:,} / {manifest['capacity']:,} items, version {manifest['version']}")
+    print(f"  sampler   {manifest['sampler']['class']} {json.dumps(manifest['sampler']['params'])}")
+    print(f"  admission {manifest['admission']['class']} {json.dumps(manifest['admission']['params'])}")
+    print(f"  storage   {manifest['storage']}")
+    for name, col in state["spec"].items():
+        kind = "ragged " if col["ragged"] else ""
+        print(f"  column    {name}: {kind}{col['dtype']} {tuple(col['shape'])}")
+    total = sum(meta["bytes"] for meta in manifest["files"].values())
+    print(f"  files     {len(manifest['files'])} ({total / 2**20:.1f} MiB), sha256-checked on load")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from .errors import ReplayBankError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except ReplayBankError as err:
+        print(f"replaybank: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

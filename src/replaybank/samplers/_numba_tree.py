@@ -1,0 +1,110 @@
+"""K-ary sum / min trees compiled with numba (used when numba is installed: ``replaybank[fast]``).
+
+Why numba: a prioritized step is 256 root-to-leaf walks plus 256 leaf-to-root updates. Compiled,
+that is a few microseconds of arithmetic; as numpy calls it is dozens of calls at about a
+microsecond each (``sumtree.KaryTree`` is that pure-numpy fallback). Why k-ary rather than binary:
+over a million leaves a binary tree is 16 MB walked in 20 dependent, cache-missing steps per draw;
+with 8 children per node a walk is 7 steps, each a scan of 8 adjacent values (one cache line);
+8 measured fastest among 2..64 for a million leaves.
+Both trees implement the same interface and pass the same property tests.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True, nogil=True)
+def _update(tree: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarray, values: np.ndarray, is_min: bool) -> None:
+    depth = len(offsets) - 1
+    for i in range(len(index)):
+        node = index[i]
+        tree[node] = values[i]
+        for level in range(1, depth):
+            node //= k
+            first = offsets[level - 1] + node * k
+            acc = tree[first]
+            for j in range(1, k):  # recompute from children: repeated indices are harmless
+                v = tree[first + j]
+                acc = min(acc, v) if is_min else acc + v
+            tree[offsets[level] + node] = acc
+
+
+@numba.njit(cache=True, nogil=True)
+def _find(tree: np.ndarray, offsets: np.ndarray, k: int, mass: np.ndarray) -> np.ndarray:
+    depth = len(offsets) - 1
+    out = np.empty(len(mass), dtype=np.int64)
+    for i in range(len(mass)):
+        m = mass[i]
+        node = 0
+        for level in range(depth - 1, -1, -1):
+            first = offsets[level] + node * k
+            pick = -1
+            for j in range(k):
+                v = tree[first + j]
+                if v > 0.0:
+                    pick = j  # the last positive child so far: where rounding overflow lands
+                    if m < v:
+                        break
+                    m -= v
+            node = node * k + pick
+        out[i] = node
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _rebuild(tree: np.ndarray, offsets: np.ndarray, k: int, is_min: bool) -> None:
+    for level in range(1, len(offsets) - 1):
+        for node in range((offsets[level] - offsets[level - 1]) // k):
+            first = offsets[level - 1] + node * k
+            acc = tree[first]
+            for j in range(1, k):
+                v = tree[first + j]
+                acc = min(acc, v) if is_min else acc + v
+            tree[offsets[level] + node] = acc
+
+
+class NumbaTree:
+    """Same interface as ``KaryTree``: ``update``, ``find``, ``root``, ``leaves``, ``rebuild``.
+
+    Levels are stored bottom-up in one flat array, each padded to a multiple of ``k``; the top
+    level holds at most ``k`` values, the root's children.
+    """
+
+    def __init__(self, capacity: int, *, branching: int = 8, reduce: Literal["sum", "min"] = "sum") -> None:
+        self.capacity = int(capacity)
+        self.k = int(branching)
+        self.reduce = reduce
+        sizes = []
+        size = max(self.capacity, 1)
+        while True:
+            padded = -(-size // self.k) * self.k
+            sizes.append(padded)
+            if padded == self.k:
+                break
+            size = padded // self.k
+        self.offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        self.tree = np.full(int(self.offsets[-1]), 0.0 if reduce == "sum" else np.inf)
+        self._top = self.tree[self.offsets[-2] :]
+
+    @property
+    def leaves(self) -> np.ndarray:
+        return self.tree[: self.capacity]
+
+    @property
+    def root(self) -> float:
+        return float(self._top.min() if self.reduce == "min" else self._top.sum())
+
+    def update(self, index: np.ndarray, values: np.ndarray) -> None:
+        index = np.ascontiguousarray(index, dtype=np.int64)
+        values = np.ascontiguousarray(values, dtype=np.float64)
+        _update(self.tree, self.offsets, self.k, index, values, self.reduce == "min")
+
+    def rebuild(self) -> None:
+        _rebuild(self.tree, self.offsets, self.k, self.reduce == "min")
+
+    def find(self, mass: np.ndarray) -> np.ndarray:
+        return _find(self.tree, self.offsets, self.k, np.ascontiguousarray(mass, dtype=np.float64))

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from replaybank.cl.cli import add_subcommands
+from replaybank.errors import ReplayBankError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="replaybank")
+    add_subcommands(parser.add_subparsers(required=True))
+    return parser
+
+
+def _run(*argv: str) -> int:
+    args = _parser().parse_args(list(argv))
+    return int(args.func(args))
+
+
+def test_cl_writes_the_documented_files(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    code = _run(
+        "cl", "--stream", "split-digits", "--strategies", "naive,joint,er,derpp,pseudo",
+        "--buffer", "50", "--seeds", "2", "--tasks", "2", "--out", str(out),
+    )
+    assert code == 0
+    for name in ("report.md", "metrics.json", "accuracy_matrices.png", "accuracy_over_time.png"):
+        assert (out / name).stat().st_size > 0, name
+    payload = json.loads((out / "metrics.json").read_text())
+    assert payload["schema_version"] == 1
+    assert payload["seeds"] == [0, 1]
+    assert payload["config"]["buffer_size"] == 50
+    er = payload["strategies"]["er"]
+    for metric in ("average_accuracy", "forgetting", "backward_transfer"):
+        assert set(er[metric]) >= {"mean", "std", "values"}
+        assert len(er[metric]["values"]) == 2
+    assert len(er["accuracy_matrices"]) == 2
+    assert len(er["accuracy_matrices"][0]) == 2
+    assert "er" in payload["gap_closed"] and "derpp" in payload["vs_er"]
+    report = (out / "report.md").read_text()
+    assert "| er |" in report and "accuracy_matrices.png" in report
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--stream", "split-cifar"], "valid streams: permuted-digits"),
+        (["--strategies", "naive,ewc"], "valid strategies: naive, joint"),
+        (["--buffer", "0"], "--buffer must be a positive"),
+        (["--buffer", "-3"], "--buffer must be a positive"),
+        (["--tasks", "11"], "need 11 classes, but y_train has 10"),
+        (["--protocol", "der", "--epochs", "3"], "der protocol fixes"),
+    ],
+)
+def test_bad_input_raises_clear_errors(argv: list[str], message: str, tmp_path: Path) -> None:
+    with pytest.raises(ReplayBankError, match=message):
+        _run("cl", "--strategies", "naive", "--seeds", "1", "--out", str(tmp_path), *argv)
+
+
+def test_cli_module_does_not_import_torch() -> None:
+    code = "import sys, replaybank.cl.cli; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_replaybank_command_runs_cl(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from replaybank.cli import main
+
+    out = tmp_path / "r"
+    argv = ["cl", "--strategies", "naive,er", "--seeds", "1", "--tasks", "2", "--out", str(out)]
+    assert main(argv) == 0
+    assert (out / "metrics.json").exists()
+    assert main(["cl", "--strategies", "sgd", "--out", str(out)]) == 2
+    assert "valid strategies" in capsys.readouterr().err
