@@ -90,7 +90,9 @@ def test_bad_extend_raises_and_changes_nothing(bad, match):
     after = buf.state_dict()
     assert len(buf) == 3
     np.testing.assert_array_equal(before["columns"]["action"][:3], after["columns"]["action"][:3])
-    assert before["rng"] == after["rng"] and before["next_arrival"] == after["next_arrival"]
+    assert (
+        before["rng"] == after["rng"] and before["table"]["arrivals"] == after["table"]["arrivals"]
+    )
 
 
 @pytest.mark.parametrize("prio", [[1.0, np.nan], [1.0, np.inf], [1.0, -1.0]])
@@ -209,3 +211,19 @@ def test_reservoir_batch_larger_than_capacity():
     buf = ReplayBuffer(5, admission=Reservoir(), seed=0)
     ids = buf.extend(transitions(50))
     assert len(buf) == 5 and buf.contains(ids).sum() == 5
+
+
+def test_single_add_fast_path_validates_like_extend():
+    buf = ReplayBuffer(3, sampler=Prioritized(), seed=0)
+    buf.extend(transitions(1))
+    ids = [buf.add(obs=np.ones(4, np.float64), action=np.int32(i), done=False) for i in range(4)]
+    assert buf.contains(ids).tolist() == [False, True, True, True]
+    assert sorted(buf.get(ids[1:])["action"].tolist()) == [1, 2, 3]
+    assert buf.sampler.sum.leaves.tolist() == [buf.sampler.sum.leaves[0]] * 3
+    with pytest.raises(ReplayBankError, match="column 'obs'"):
+        buf.add(obs=np.ones(5), action=1, done=False)
+    with pytest.raises(ReplayBankError, match="dtype float64"):
+        buf.add(obs=np.ones(4), action=1.5, done=False)
+    with pytest.raises(ReplayBankError, match="missing column"):
+        buf.add(obs=np.ones(4), action=1)
+    assert len(buf) == 3 and buf.contains(ids).tolist() == [False, True, True, True]

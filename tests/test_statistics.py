@@ -33,7 +33,9 @@ def test_prioritized_frequencies_follow_p_to_the_alpha(kernels, monkeypatch):
     assert ids.size == n
 
 
-def test_prioritized_weights_are_normalised_importance_weights():
+@pytest.mark.parametrize("kernels", ["numba", "numpy"])
+def test_prioritized_weights_are_normalised_importance_weights(kernels, monkeypatch):
+    monkeypatch.setenv("REPLAYBANK_KERNELS", kernels)
     n, alpha, beta = 20, 0.7, 0.5
     priorities = np.arange(1, n + 1, dtype=float)
     buf = ReplayBuffer(n, sampler=Prioritized(alpha=alpha, beta=beta, eps=0.0), seed=0)

@@ -47,7 +47,10 @@ def test_sum_and_min_trees_match_a_plain_array(impl, case):
 
 @pytest.mark.parametrize("impl", TREES)
 @settings(max_examples=150, deadline=None)
-@given(case=tree_updates(), fractions=st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=50))
+@given(
+    case=tree_updates(),
+    fractions=st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=50),
+)
 def test_find_returns_the_leaf_whose_prefix_interval_holds_the_mass(impl, case, fractions):
     capacity, branching, updates = case
     s = TREES[impl](capacity, branching=branching)
@@ -90,3 +93,19 @@ def test_rebuild_from_leaves_matches_incremental_updates(impl, capacity):
     np.testing.assert_allclose(a.root, b.root)
     u = rng.random(50) * a.root
     np.testing.assert_array_equal(a.find(u), b.find(u))
+
+
+@pytest.mark.parametrize("impl", TREES)
+def test_update_pair_matches_separate_updates(impl):
+    from replaybank.samplers.sumtree import update_pair
+
+    rng = np.random.default_rng(0)
+    s, m = TREES[impl](300, branching=8), TREES[impl](300, branching=8, reduce="min")
+    ref = np.zeros(300)
+    for _ in range(50):
+        idx = rng.integers(0, 300, 20)
+        vals = np.where(rng.random(20) < 0.2, 0.0, rng.random(20))
+        update_pair(s, m, idx, vals)
+        ref[idx] = vals  # numpy assignment: the last repeated index wins, as in the trees
+    np.testing.assert_allclose(s.root, ref.sum())
+    assert m.root == ref[ref > 0].min()

@@ -20,6 +20,7 @@ from .errors import ReplayBankError
 class Placement:
     slots: np.ndarray  # int64, one per incoming item, -1 where not admitted
     evict: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    run: slice | None = None  # set when every item is admitted into consecutive slots
 
 
 @runtime_checkable
@@ -50,9 +51,18 @@ class Fifo:
         self.capacity = capacity
 
     def place(self, n: int, groups: np.ndarray | None, rng: np.random.Generator) -> Placement:
-        slots = (self.count + np.arange(n, dtype=np.int64)) % self.capacity
+        start = self.count % self.capacity
         self.count += n
-        return Placement(slots)
+        if start + n <= self.capacity:  # no wrap: a plain slice write, no index arrays needed
+            return Placement(
+                np.arange(start, start + n, dtype=np.int64), run=slice(start, start + n)
+            )
+        return Placement((start + np.arange(n, dtype=np.int64)) % self.capacity)
+
+    def place_one(self) -> int:
+        slot = self.count % self.capacity
+        self.count += 1
+        return slot
 
     def state_dict(self) -> dict[str, Any]:
         return {"count": self.count}

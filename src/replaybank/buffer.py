@@ -21,7 +21,7 @@ from .ragged import Ragged
 from .samplers.base import Sampler, View
 from .samplers.prioritized import check_priorities
 from .samplers.uniform import Uniform
-from .slots import SlotTable
+from .slots import RingTable, SlotTable
 from .spec import Spec, as_spec, check_batch, infer_spec
 from .storage import ColumnarStorage, Storage, available_memory
 
@@ -94,12 +94,15 @@ class ReplayBuffer:
             )
         self._check_bookkeeping_memory()
         self._rng = np.random.default_rng(seed)
-        self._table = SlotTable(self._capacity)
-        self._next_arrival = 0
+        ring = self.admission.keeps_time_order
+        self._table: SlotTable | RingTable = (
+            RingTable(self._capacity) if ring else SlotTable(self._capacity)
+        )
         self._lock = threading.RLock()
         self.admission.bind(self._capacity)
         self.sampler.bind(self._capacity)
-        self._view = View(self._table, self.storage, 0)
+        self._view = View(self._table, self.storage)
+        self._castable: dict[tuple[str, np.dtype[Any]], bool] = {}
         if spec is not None:
             self.storage.allocate(self._capacity, as_spec(spec))
 
@@ -107,7 +110,7 @@ class ReplayBuffer:
         """The slot table, sampler and admission keep a few numbers per slot; check they fit
         before allocating them (the columns themselves are checked by the storage)."""
         per_slot = (
-            8
+            (0 if self.admission.keeps_time_order else 8)  # ids table; a FIFO ring needs none
             + getattr(self.sampler, "bytes_per_slot", 0)
             + getattr(self.admission, "bytes_per_slot", 0)
         )
@@ -176,13 +179,52 @@ class ReplayBuffer:
     def add(self, **item: Any) -> int:
         """Add one item given as keyword arguments (``buf.add(obs=o, action=a, reward=r)``).
 
-        For priorities or groups use ``extend`` with a batch of one.
+        For priorities or groups use ``extend`` with a batch of one. Returns the item's id.
         """
+        fast = self._add_fast(item)
+        if fast is not None:
+            return fast
         batch = {
-            name: [value] if isinstance(value, (list, Ragged)) else np.asarray(value)[None]
-            for name, value in item.items()
+            k: [v] if isinstance(v, (list, Ragged)) else np.asarray(v)[None]
+            for k, v in item.items()
         }
         return int(self.extend(batch)[0])
+
+    def _add_fast(self, item: dict[str, Any]) -> int | None:
+        """The common RL case (FIFO, fixed columns, all present and well-formed) without building
+        batch arrays; anything else returns None and takes the general path, which also raises
+        the precise error."""
+        spec = self.spec
+        place_one = getattr(self.admission, "place_one", None)
+        if spec is None or place_one is None or len(item) != len(spec):
+            return None
+        values = {}
+        for name, col in spec.items():
+            if col.ragged or name not in item:
+                return None
+            value = np.asarray(item[name])
+            if value.shape != col.shape:
+                return None
+            if value.dtype != col.dtype:
+                key = (name, value.dtype)
+                ok = self._castable.get(key)
+                if ok is None:
+                    ok = self._castable[key] = bool(
+                        np.can_cast(value.dtype, col.dtype, casting="same_kind")
+                    )
+                if not ok:
+                    return None
+            values[name] = value
+        with self._lock:
+            slot = place_one()
+            arrival = self._table.arrivals
+            self.storage.write_one(slot, values)
+            index = np.array([slot], dtype=np.int64)
+            item_id = (arrival << self._table.shift) | slot
+            self._table.fill(index, np.array([item_id]), arrival + 1)
+            rows = {k: v[None] for k, v in values.items()} if self.sampler.needs_rows else {}
+            self.sampler.on_write(index, rows, None, self._view)
+            return item_id
 
     def _check_priorities(self, priorities: Any, n: int) -> np.ndarray | None:
         if priorities is None:
@@ -218,11 +260,11 @@ class ReplayBuffer:
     def _write(
         self, n: int, rows: dict[str, Any], prio: np.ndarray | None, groups: np.ndarray | None
     ) -> np.ndarray:
-        arrivals = self._next_arrival + np.arange(n, dtype=np.int64)
+        first = self._table.arrivals
         placement = self.admission.place(n, groups, self._rng)
         slots = placement.slots
-        ids = self._table.make_ids(arrivals, slots)
-        keep = self._kept(slots)
+        ids = self._table.make_ids(first + np.arange(n, dtype=np.int64), slots)
+        keep = None if placement.run is not None else self._kept(slots)
         if keep is not None:
             rows = {
                 k: [v[i] for i in keep] if isinstance(v, list) else v[keep] for k, v in rows.items()
@@ -232,10 +274,8 @@ class ReplayBuffer:
         if len(placement.evict):
             self._table.evict(placement.evict)
             self.sampler.on_evict(placement.evict)
-        self.storage.write(slots, rows)
-        self._table.fill(slots, ids if keep is None else ids[keep])
-        self._next_arrival += n
-        self._view.next_arrival = self._next_arrival
+        self.storage.write(placement.run if placement.run is not None else slots, rows)
+        self._table.fill(slots, ids if keep is None else ids[keep], first + n)
         self.sampler.on_write(slots, rows, prio, self._view)
         return ids
 
@@ -265,7 +305,7 @@ class ReplayBuffer:
         with self._lock:
             slots, weights = self.sampler.sample(batch_size, self._view, self._rng)
             data = self.storage.read(slots)
-            return Batch(data, self._table.ids[slots], weights)
+            return Batch(data, self._table.ids_of(slots), weights)
 
     def update_priorities(self, ids: Any, priorities: Any) -> int:
         """Set new priorities for sampled items (e.g. |TD error|).
@@ -277,7 +317,7 @@ class ReplayBuffer:
         ids = np.asarray(ids)
         p = check_priorities(priorities, ids.size)
         with self._lock:
-            slots, live = self._table.slots_of(ids, next_arrival=self._next_arrival)
+            slots, live = self._table.slots_of(ids)
             # repeated ids are passed on in order: samplers apply them so the last one wins
             self.sampler.update_priorities(slots[live], p[live])
             return int(live.sum())
@@ -285,12 +325,12 @@ class ReplayBuffer:
     def contains(self, ids: Any) -> np.ndarray:
         """Boolean per id: is that item still stored?"""
         with self._lock:
-            return self._table.slots_of(np.asarray(ids), next_arrival=self._next_arrival)[1]
+            return self._table.slots_of(ids)[1]
 
     def get(self, ids: Any) -> dict[str, np.ndarray | Ragged]:
         """The stored rows of ``ids`` (all must still be stored)."""
         with self._lock:
-            slots, live = self._table.slots_of(np.asarray(ids), next_arrival=self._next_arrival)
+            slots, live = self._table.slots_of(ids)
             if not live.all():
                 raise ReplayBankError(
                     f"ids {np.asarray(ids).ravel()[~live][:5].tolist()} are no longer stored"
@@ -306,7 +346,6 @@ class ReplayBuffer:
                 "schema_version": SCHEMA_VERSION,
                 "capacity": self._capacity,
                 "spec": {name: col.to_json() for name, col in spec.items()},
-                "next_arrival": self._next_arrival,
                 "rng": self._rng.bit_generator.state,
                 "table": self._table.state_dict(),
                 "sampler": self.sampler.state_dict(),
@@ -330,14 +369,17 @@ class ReplayBuffer:
             spec = {name: ColumnSpec.from_json(col) for name, col in state["spec"].items()}
             if spec:
                 arrays = dict(state["columns"])
-                arrays["__slots__"] = np.arange(int(state["table"]["high"]))
+                arrays["__slots__"] = np.arange(self._table_high(state["table"]))
                 self.storage.restore(self._capacity, spec, arrays)
             self._table.load_state_dict(state["table"])
-            self._next_arrival = int(state["next_arrival"])
-            self._view.next_arrival = self._next_arrival
             self._rng.bit_generator.state = state["rng"]
             self.admission.load_state_dict(state["admission"])
             self.sampler.load_state_dict(state["sampler"])
+
+    def _table_high(self, table_state: Mapping[str, Any]) -> int:
+        if "high" in table_state:
+            return int(table_state["high"])
+        return min(int(table_state["arrivals"]), self._capacity)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the buffer to directory ``path`` atomically (see ``replaybank.persist``)."""

@@ -28,8 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'replaybank COMMAND --help' for a command's options.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    demo = sub.add_parser("demo", help="fill a buffer and sample it with each sampler; prints timings")
-    demo.add_argument("--capacity", type=int, default=100_000, help="buffer capacity (default 100000)")
+    demo = sub.add_parser(
+        "demo", help="fill a buffer and sample it with each sampler; prints timings"
+    )
+    demo.add_argument(
+        "--capacity", type=int, default=100_000, help="buffer capacity (default 100000)"
+    )
     demo.add_argument("--batch", type=int, default=256, help="batch size (default 256)")
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=run_demo)
@@ -58,7 +62,7 @@ def run_demo(args: argparse.Namespace) -> int:
         "reward": rng.random(n, dtype=np.float32),
         "done": rng.random(n) < 0.005,
     }
-    samplers = {
+    samplers: dict[str, rb.samplers.Sampler] = {
         "Uniform": rb.Uniform(),
         "Reshuffled": rb.Reshuffled(),
         "Prioritized": rb.Prioritized(alpha=0.6, beta=0.4),
@@ -93,7 +97,9 @@ def run_inspect(args: argparse.Namespace) -> int:
     size = state["table"]["size"]
     print(f"{args.path}: {size:,} / {manifest['capacity']:,} items, version {manifest['version']}")
     print(f"  sampler   {manifest['sampler']['class']} {json.dumps(manifest['sampler']['params'])}")
-    print(f"  admission {manifest['admission']['class']} {json.dumps(manifest['admission']['params'])}")
+    print(
+        f"  admission {manifest['admission']['class']} {json.dumps(manifest['admission']['params'])}"
+    )
     print(f"  storage   {manifest['storage']}")
     for name, col in state["spec"].items():
         kind = "ragged " if col["ragged"] else ""

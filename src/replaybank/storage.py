@@ -26,7 +26,9 @@ class Storage(Protocol):
 
     def allocate(self, capacity: int, spec: Spec) -> None: ...
 
-    def write(self, slots: np.ndarray, rows: dict[str, Any]) -> None: ...
+    def write(self, slots: np.ndarray | slice, rows: dict[str, Any]) -> None: ...
+
+    def write_one(self, slot: int, item: dict[str, Any]) -> None: ...
 
     def read(self, slots: np.ndarray) -> dict[str, np.ndarray | Ragged]: ...
 
@@ -169,11 +171,18 @@ class ColumnarStorage:
     def _array(self, name: str, capacity: int, col: ColumnSpec) -> np.ndarray:
         return np.empty((capacity, *col.shape), dtype=col.dtype)
 
-    def write(self, slots: np.ndarray, rows: dict[str, Any]) -> None:
+    def write(self, slots: np.ndarray | slice, rows: dict[str, Any]) -> None:
+        """Write ``rows`` into ``slots`` (unique indices, or a slice for a consecutive run)."""
         for name, arr in self._fixed.items():
             arr[slots] = rows[name]
-        for name, rag in self._ragged.items():
-            rag.write(slots, rows[name])
+        if self._ragged:
+            index = np.arange(slots.start, slots.stop) if isinstance(slots, slice) else slots
+            for name, rag in self._ragged.items():
+                rag.write(index, rows[name])
+
+    def write_one(self, slot: int, item: dict[str, Any]) -> None:
+        for name, arr in self._fixed.items():
+            arr[slot] = item[name]
 
     def read(self, slots: np.ndarray) -> dict[str, np.ndarray | Ragged]:
         out: dict[str, np.ndarray | Ragged] = {}

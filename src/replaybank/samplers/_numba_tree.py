@@ -18,41 +18,54 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True)
-def _update(tree: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarray, values: np.ndarray, is_min: bool) -> None:
+def _update(
+    tree: np.ndarray,
+    offsets: np.ndarray,
+    k: int,
+    index: np.ndarray,
+    values: np.ndarray,
+    is_min: bool,
+) -> None:
     depth = len(offsets) - 1
-    for i in range(len(index)):
-        node = index[i]
-        tree[node] = values[i]
-        for level in range(1, depth):
-            node //= k
-            first = offsets[level - 1] + node * k
+    n = len(index)
+    node = index.copy()
+    for i in range(n):
+        tree[node[i]] = values[i]
+    for level in range(1, depth):  # level by level: see _find
+        for i in range(n):
+            parent = node[i] // k
+            node[i] = parent
+            first = offsets[level - 1] + parent * k
             acc = tree[first]
             for j in range(1, k):  # recompute from children: repeated indices are harmless
                 v = tree[first + j]
                 acc = min(acc, v) if is_min else acc + v
-            tree[offsets[level] + node] = acc
+            tree[offsets[level] + parent] = acc
 
 
 @numba.njit(cache=True, nogil=True)
 def _find(tree: np.ndarray, offsets: np.ndarray, k: int, mass: np.ndarray) -> np.ndarray:
+    # Level by level across the whole batch (not one walk at a time): the loads of different
+    # draws are independent, so the CPU overlaps their cache misses instead of waiting on each.
     depth = len(offsets) - 1
-    out = np.empty(len(mass), dtype=np.int64)
-    for i in range(len(mass)):
-        m = mass[i]
-        node = 0
-        for level in range(depth - 1, -1, -1):
-            first = offsets[level] + node * k
+    n = len(mass)
+    node = np.zeros(n, dtype=np.int64)
+    m = mass.copy()
+    for level in range(depth - 1, -1, -1):
+        for i in range(n):
+            first = offsets[level] + node[i] * k
             pick = -1
+            mi = m[i]
             for j in range(k):
                 v = tree[first + j]
                 if v > 0.0:
                     pick = j  # the last positive child so far: where rounding overflow lands
-                    if m < v:
+                    if mi < v:
                         break
-                    m -= v
-            node = node * k + pick
-        out[i] = node
-    return out
+                    mi -= v
+            m[i] = mi
+            node[i] = node[i] * k + pick
+    return node
 
 
 @numba.njit(cache=True, nogil=True)
@@ -74,7 +87,9 @@ class NumbaTree:
     level holds at most ``k`` values, the root's children.
     """
 
-    def __init__(self, capacity: int, *, branching: int = 8, reduce: Literal["sum", "min"] = "sum") -> None:
+    def __init__(
+        self, capacity: int, *, branching: int = 8, reduce: Literal["sum", "min"] = "sum"
+    ) -> None:
         self.capacity = int(capacity)
         self.k = int(branching)
         self.reduce = reduce
@@ -108,3 +123,65 @@ class NumbaTree:
 
     def find(self, mass: np.ndarray) -> np.ndarray:
         return _find(self.tree, self.offsets, self.k, np.ascontiguousarray(mass, dtype=np.float64))
+
+
+@numba.njit(cache=True, nogil=True)
+def _update_pair(
+    sums: np.ndarray,
+    mins: np.ndarray,
+    offsets: np.ndarray,
+    k: int,
+    index: np.ndarray,
+    values: np.ndarray,
+) -> None:
+    """Set a leaf in a sum tree and its twin min tree (zero mass counts as +inf for the min, so
+    empty slots never set the weight normaliser), then refresh the ancestors level by level
+    across the batch, which lets the CPU overlap the cache misses of different leaves. Parents are
+    recomputed from all their children, so repeated indices are harmless (the last value wins)."""
+    depth = len(offsets) - 1
+    n = len(index)
+    node = index.copy()
+    for i in range(n):
+        sums[node[i]] = values[i]
+        mins[node[i]] = values[i] if values[i] > 0.0 else np.inf
+    for level in range(1, depth):
+        for i in range(n):
+            parent = node[i] // k
+            node[i] = parent
+            first = offsets[level - 1] + parent * k
+            total = 0.0
+            low = np.inf
+            for j in range(k):
+                total += sums[first + j]
+                low = min(low, mins[first + j])
+            sums[offsets[level] + parent] = total
+            mins[offsets[level] + parent] = low
+
+
+def update_pair(sums: NumbaTree, mins: NumbaTree, index: np.ndarray, values: np.ndarray) -> None:
+    _update_pair(
+        sums.tree,
+        mins.tree,
+        sums.offsets,
+        sums.k,
+        np.ascontiguousarray(index, dtype=np.int64),
+        np.ascontiguousarray(values, dtype=np.float64),
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _weights(tree: np.ndarray, slots: np.ndarray, low: float, beta: float) -> np.ndarray:
+    out = np.empty(len(slots), dtype=np.float32)
+    for i in range(len(slots)):
+        out[i] = (tree[slots[i]] / low) ** -beta
+    return out
+
+
+def stratified_sample(
+    sums: NumbaTree, mins: NumbaTree, u: np.ndarray, beta: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified draws (one per equal slice of the mass) and their normalised importance weights."""
+    n = len(u)
+    mass = (np.arange(n) + u) * (sums.root / n)
+    slots = _find(sums.tree, sums.offsets, sums.k, mass)
+    return slots, _weights(sums.tree, slots, mins.root, beta)

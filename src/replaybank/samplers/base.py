@@ -8,18 +8,21 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import EmptyBufferError, ReplayBankError
-from ..slots import SlotTable
+from ..slots import RingTable, SlotTable
 from ..spec import Spec
 from ..storage import Storage
 
 
 @dataclass
 class View:
-    """What a sampler may look at: the slot table, the storage and the arrival counter."""
+    """What a sampler may look at: the slot table and the storage."""
 
-    table: SlotTable
+    table: SlotTable | RingTable
     storage: Storage
-    next_arrival: int
+
+    @property
+    def next_arrival(self) -> int:
+        return self.table.arrivals
 
 
 @runtime_checkable
@@ -30,6 +33,7 @@ class Sampler(Protocol):
 
     can_repeat: bool  # may one batch hold the same item twice?
     uses_priorities: bool
+    needs_rows: bool  # does on_write read the written rows?
 
     def bind(self, capacity: int) -> None: ...
 
@@ -57,6 +61,7 @@ class SamplerBase:
 
     can_repeat = True
     uses_priorities = False
+    needs_rows = False
 
     def bind(self, capacity: int) -> None:
         self.capacity = capacity

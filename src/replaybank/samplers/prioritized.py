@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import ReplayBankError
 from .base import SamplerBase, View, check_can_sample
-from .sumtree import make_tree
+from .sumtree import make_tree, stratified_sample, update_pair
 
 
 def check_priorities(priorities: Any, n: int, where: str = "priorities") -> np.ndarray:
@@ -18,8 +18,9 @@ def check_priorities(priorities: Any, n: int, where: str = "priorities") -> np.n
         p = np.full(n, float(p))
     if p.shape != (n,):
         raise ReplayBankError(f"{where}: expected {n} values (one per item), got shape {p.shape}")
-    bad = ~np.isfinite(p) | (p < 0)
-    if bad.any():
+    # two reductions cover NaN (min is NaN), -inf and negatives (min < 0) and +inf (max)
+    if n and not (p.min() >= 0 and np.isfinite(p.max())):
+        bad = ~np.isfinite(p) | (p < 0)
         i = int(np.argmax(bad))
         raise ReplayBankError(f"{where}[{i}] = {p[i]!r}: priorities must be finite and >= 0")
     return p
@@ -63,12 +64,12 @@ class Prioritized(SamplerBase):
         self.capacity = capacity
         self.sum = make_tree(capacity, branching=self.branching, reduce="sum")
         self.min = make_tree(capacity, branching=self.branching, reduce="min")
+        self._compiled = type(self.sum).__name__ == "NumbaTree"
 
     def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        scaled = (priorities + self.eps) ** self.alpha
-        self.sum.update(slots, scaled)
-        # zero-mass items are never drawn, so they must not set the weight normaliser
-        self.min.update(slots, np.where(scaled > 0, scaled, np.inf))
+        # zero-mass items are never drawn, so they must not set the weight normaliser (update_pair
+        # gives them +inf in the min tree)
+        update_pair(self.sum, self.min, slots, (priorities + self.eps) ** self.alpha)
 
     def on_write(
         self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View
@@ -96,6 +97,7 @@ class Prioritized(SamplerBase):
         return self.sum.find(u * total)
 
     def _weights(self, slots: np.ndarray, view: View) -> np.ndarray:
+        # the same formula as the compiled stratified_sample: (P(i) / min_k P(k)) ** -beta
         scaled = self.sum.leaves[slots]
         return ((scaled / self.min.root) ** -self.beta).astype(np.float32)
 
@@ -107,6 +109,8 @@ class Prioritized(SamplerBase):
             raise ReplayBankError(
                 "all stored priorities are zero (with eps=0); nothing can be sampled"
             )
+        if self._compiled:
+            return stratified_sample(self.sum, self.min, rng.random(batch_size), self.beta)
         slots = self._draw(batch_size, rng, stratified=True)
         return slots, self._weights(slots, view)
 
@@ -162,9 +166,7 @@ class PrioritizedReshuffled(Prioritized):
         self.accumulated = 0.0  # sum over calls of batch_size / total_mass
 
     def _expected(self, slots: np.ndarray) -> np.ndarray:
-        return self.base[slots] + self.sum.leaves[slots] * (
-            self.accumulated - self.anchor[slots]
-        )
+        return self.base[slots] + self.sum.leaves[slots] * (self.accumulated - self.anchor[slots])
 
     def _reanchor(self, slots: np.ndarray) -> None:
         self.base[slots] = self._expected(slots)

@@ -42,7 +42,6 @@ class Reshuffled(SamplerBase):
         self, batch_size: int, view: View, rng: np.random.Generator
     ) -> tuple[np.ndarray, None]:
         check_can_sample(batch_size, view, False, "Reshuffled")
-        ids = view.table.ids
         parts: list[np.ndarray] = []
         need = batch_size
         while need:
@@ -53,7 +52,7 @@ class Reshuffled(SamplerBase):
             chunk = self.order[self.position : self.position + need]
             self.position += len(chunk)
             if not view.table.dense:
-                chunk = chunk[ids[chunk] >= 0]  # evicted since the epoch began
+                chunk = chunk[view.table.ids_of(chunk) >= 0]  # evicted since the epoch began
             parts.append(chunk)
             need -= len(chunk)
         return (parts[0] if len(parts) == 1 else np.concatenate(parts)), None

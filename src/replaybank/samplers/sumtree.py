@@ -102,3 +102,23 @@ class KaryTree:
             mass -= np.where(pick > 0, running[rows, np.maximum(pick - 1, 0)], 0.0)
             node = node * self.k + pick
         return node
+
+
+def update_pair(sums: Any, mins: Any, index: np.ndarray, values: np.ndarray) -> None:
+    """Set ``values`` in a sum tree and the matching min tree (zero mass is +inf for the min)."""
+    if type(sums).__name__ == "NumbaTree" and type(mins).__name__ == "NumbaTree":
+        from ._numba_tree import update_pair as compiled
+
+        compiled(sums, mins, index, values)
+        return
+    sums.update(index, values)
+    mins.update(index, np.where(values > 0, values, np.inf))
+
+
+def stratified_sample(
+    sums: Any, mins: Any, u: np.ndarray, beta: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Compiled stratified draws plus weights (NumbaTree only)."""
+    from ._numba_tree import stratified_sample as compiled
+
+    return compiled(sums, mins, u, beta)  # type: ignore[no-any-return]

@@ -40,6 +40,7 @@ class Trajectories(SamplerBase):
     bytes_per_slot = 32  # episode per slot, start and length per episode (+ priority sums)
 
     needs_time_order = True
+    needs_rows = True
 
     def __init__(
         self,
@@ -145,7 +146,7 @@ class Trajectories(SamplerBase):
 
     def _forget(self, slots: np.ndarray, view: View) -> None:
         """Remove the steps about to be overwritten from their episodes' priority sums."""
-        old = slots[view.table.ids[slots] >= 0]
+        old = slots[view.table.ids_of(slots) >= 0]
         if len(old):
             keys = self.episode[old] % self.capacity
             np.subtract.at(self.ep_value, keys, self.step_value[old])
@@ -175,7 +176,7 @@ class Trajectories(SamplerBase):
 
     # -- sampling -------------------------------------------------------------------------------
     def _valid(self, starts: np.ndarray, view: View) -> np.ndarray:
-        arrival = view.table.ids[starts] >> view.table.shift
+        arrival = view.table.ids_of(starts) >> view.table.shift
         key = self.episode[starts] % self.capacity
         return self.ep_len[key] - (arrival - self.ep_start[key]) >= self.length
 
