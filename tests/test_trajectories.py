@@ -88,3 +88,30 @@ def test_errors():
     buf.extend(episodes([2, 2]))
     with pytest.raises(ReplayBankError, match="no stored episode has 3"):
         buf.sample(2)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_whole_episodes_are_uniform_over_episodes(reverse):
+    lengths = [3, 10, 1, 6]
+    buf = ReplayBuffer(100, sampler=Trajectories(None, reverse=reverse), seed=0)
+    buf.extend(episodes(lengths))
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    counts = np.zeros(len(lengths))
+    for _ in range(200):
+        b = buf.sample(8)
+        t = b.data["t"]
+        assert len(t) == 8 and len(b.ids) == 8
+        for row in t:
+            row = row[::-1] if reverse else row
+            k = int(np.searchsorted(starts, row[0]))
+            assert row.tolist() == list(range(starts[k], starts[k] + lengths[k]))
+            counts[k] += 1
+    p = stats.chisquare(counts).pvalue
+    assert p > 1e-3, p
+
+
+def test_whole_episodes_after_partial_overwrite_return_the_stored_tail():
+    buf = ReplayBuffer(12, sampler=Trajectories(None), seed=0)
+    buf.extend(episodes([8, 8]))  # the first 4 steps of episode 0 are gone
+    rows = {tuple(r.tolist()) for r in buf.sample(50).data["t"]}
+    assert rows == {(4, 5, 6, 7), tuple(range(8, 16))}

@@ -35,7 +35,7 @@ class Batch:
     samplers). ``batch["obs"]`` is ``batch.data["obs"]``."""
 
     data: dict[str, np.ndarray | Ragged]
-    ids: np.ndarray
+    ids: np.ndarray | Ragged
     weights: np.ndarray | None
 
     def __getitem__(self, name: str) -> np.ndarray | Ragged:
@@ -304,8 +304,14 @@ class ReplayBuffer:
         batch_size = _positive_int(batch_size, "batch_size")
         with self._lock:
             slots, weights = self.sampler.sample(batch_size, self._view, self._rng)
-            data = self.storage.read(slots)
-            return Batch(data, self._table.ids_of(slots), weights)
+            if isinstance(slots, Ragged):  # whole episodes: every column comes back ragged
+                flat = self.storage.read(slots.values)
+                data: dict[str, np.ndarray | Ragged] = {
+                    k: v if isinstance(v, Ragged) else Ragged(v, slots.offsets)
+                    for k, v in flat.items()
+                }
+                return Batch(data, Ragged(self._table.ids_of(slots.values), slots.offsets), weights)
+            return Batch(self.storage.read(slots), self._table.ids_of(slots), weights)
 
     def update_priorities(self, ids: Any, priorities: Any) -> int:
         """Set new priorities for sampled items (e.g. |TD error|).
@@ -314,7 +320,7 @@ class ReplayBuffer:
         were applied. Raises ``ReplayBankError`` for ids this buffer never issued, for priorities
         that are NaN, infinite or negative, or when the sampler has no priorities.
         """
-        ids = np.asarray(ids)
+        ids = np.asarray(ids.values if isinstance(ids, Ragged) else ids)
         p = check_priorities(priorities, ids.size)
         with self._lock:
             slots, live = self._table.slots_of(ids)

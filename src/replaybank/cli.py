@@ -81,7 +81,8 @@ def run_demo(args: argparse.Namespace) -> int:
         while time.perf_counter() - start < 0.5:
             b = buf.sample(batch)
             if sampler.uses_priorities:
-                buf.update_priorities(b.ids.ravel(), rng.random(b.ids.size))
+                ids = np.asarray(b.ids).ravel()
+                buf.update_priorities(ids, rng.random(ids.size))
             calls += 1
         print(f"{name:<24}{extend_rate:>18,.0f}{calls / (time.perf_counter() - start):>20,.0f}")
     return 0

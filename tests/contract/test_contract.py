@@ -40,6 +40,7 @@ SAMPLERS = {
     "prioritized-rr": lambda: PrioritizedReshuffled(alpha=0.6, beta=0.4),
     "trajectories": lambda: Trajectories(3),
     "trajectories-td": lambda: Trajectories(2, reverse=True, priority="td"),
+    "episodes": lambda: Trajectories(None, priority="return"),
 }
 CAPACITY = 40
 
@@ -81,9 +82,10 @@ def draw(buf, rounds=5, batch=8):
     out = []
     for _ in range(rounds):
         b = buf.sample(batch)
-        out.append((b.ids.copy(), None if b.weights is None else b.weights.copy()))
+        ids = np.asarray(getattr(b.ids, "values", b.ids)).ravel()
+        out.append((ids.copy(), None if b.weights is None else b.weights.copy()))
         if buf.sampler.uses_priorities:
-            buf.update_priorities(b.ids.ravel(), (b.ids.ravel() % 11) + 0.1)
+            buf.update_priorities(ids, (ids % 11) + 0.1)
     return out
 
 
@@ -92,7 +94,7 @@ COMBOS = list(itertools.product(STORAGES, ADMISSIONS, SAMPLERS))
 
 @pytest.mark.parametrize("storage,admission,sampler", COMBOS)
 def test_contract(storage, admission, sampler, tmp_path):
-    if sampler.startswith("trajectories") and admission != "fifo":
+    if sampler.startswith(("trajectories", "episodes")) and admission != "fifo":
         with pytest.raises(ReplayBankError, match="Fifo"):
             make(storage, admission, sampler, tmp_path)
         return
@@ -102,10 +104,11 @@ def test_contract(storage, admission, sampler, tmp_path):
     assert 0 < len(buf) <= CAPACITY
 
     batch = buf.sample(8)
-    ids = batch.ids.ravel()
+    episodes = sampler == "episodes"
+    ids = batch.ids.values if episodes else batch.ids.ravel()
     assert buf.contains(ids).all(), "sampled ids must be stored items"
     # data matches the ids: obs[:, 1] == -obs[:, 0] and the arrival number is encoded in obs
-    obs = batch.data["obs"].reshape(-1, 2)
+    obs = batch.data["obs"].values if episodes else batch.data["obs"].reshape(-1, 2)
     np.testing.assert_array_equal(obs[:, 1], -obs[:, 0])
     if ragged:
         tokens = batch.data["tokens"]
@@ -120,6 +123,9 @@ def test_contract(storage, admission, sampler, tmp_path):
         assert (np.diff(steps, axis=1) == 1).all(), "slices are consecutive steps"
         done = batch.data["done"] if not buf.sampler.reverse else batch.data["done"][:, ::-1]
         assert not done[:, :-1].any(), "a slice never crosses an episode end"
+    if episodes:
+        for row, done in zip(batch.data["obs"], batch.data["done"]):
+            assert (np.diff(row[:, 0]) == 1).all() and not done[:-1].any()
     if batch.weights is not None:
         assert (
             batch.weights.shape == (8,)
@@ -140,4 +146,5 @@ def test_contract(storage, admission, sampler, tmp_path):
         np.testing.assert_array_equal(ia, ib)
         if wa is not None:
             np.testing.assert_allclose(wa, wb)
-    np.testing.assert_array_equal(buf.sample(4).data["obs"], loaded.sample(4).data["obs"])
+    a_obs, b_obs = buf.sample(4).data["obs"], loaded.sample(4).data["obs"]
+    np.testing.assert_array_equal(getattr(a_obs, "values", a_obs), getattr(b_obs, "values", b_obs))

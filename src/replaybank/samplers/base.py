@@ -8,6 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import EmptyBufferError, ReplayBankError
+from ..ragged import Ragged
 from ..slots import RingTable, SlotTable
 from ..spec import Spec
 from ..storage import Storage
@@ -47,7 +48,7 @@ class Sampler(Protocol):
 
     def sample(
         self, batch_size: int, view: View, rng: np.random.Generator
-    ) -> tuple[np.ndarray, np.ndarray | None]: ...
+    ) -> tuple[np.ndarray | Ragged, np.ndarray | None]: ...
 
     def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None: ...
 

@@ -7,13 +7,15 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import ReplayBankError
+from ..ragged import Ragged
 from ..spec import Spec
 from .base import SamplerBase, View, check_can_sample, last_wins
 from .sumtree import make_tree
 
 
 class Trajectories(SamplerBase):
-    """Samples ``batch_size`` slices of ``length`` consecutive steps, each inside one episode.
+    """Samples ``batch_size`` slices of ``length`` consecutive steps, each inside one episode, or
+    with ``length=None`` whole episodes (their stored steps), returned as ``Ragged`` columns.
 
     Episodes are the runs of steps between ``done`` flags in arrival order (the buffer must use
     ``Fifo`` admission, one episode stream per buffer; write a step with ``done=True`` to close an
@@ -44,7 +46,7 @@ class Trajectories(SamplerBase):
 
     def __init__(
         self,
-        length: int,
+        length: int | None,
         reverse: bool = False,
         *,
         priority: Literal["td", "return"] | None = None,
@@ -54,15 +56,15 @@ class Trajectories(SamplerBase):
         done_key: str = "done",
         reward_key: str = "reward",
     ) -> None:
-        if not isinstance(length, (int, np.integer)) or length <= 0:
+        if length is not None and (not isinstance(length, (int, np.integer)) or length <= 0):
             raise ReplayBankError(
-                f"Trajectories(length={length!r}): length must be a positive integer"
+                f"Trajectories(length={length!r}): length must be a positive integer, or None for whole episodes"
             )
         if priority not in (None, "td", "return"):
             raise ReplayBankError(
                 f"Trajectories(priority={priority!r}): expected None, 'td' or 'return'"
             )
-        self.length = int(length)
+        self.length = None if length is None else int(length)
         self.reverse = bool(reverse)
         self.priority = priority
         self.alpha, self.beta, self.eps = float(alpha), float(beta), float(eps)
@@ -160,7 +162,7 @@ class Trajectories(SamplerBase):
         else:
             value = np.maximum(self.ep_value[keys], 0.0)
         weight = (value + self.eps) ** self.alpha
-        self.tree.update(keys, np.where(stored >= self.length, weight, 0.0))
+        self.tree.update(keys, np.where(stored >= (self.length or 1), weight, 0.0))
 
     def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         if self.priority != "td":
@@ -178,21 +180,38 @@ class Trajectories(SamplerBase):
     def _valid(self, starts: np.ndarray, view: View) -> np.ndarray:
         arrival = view.table.ids_of(starts) >> view.table.shift
         key = self.episode[starts] % self.capacity
+        if self.length is None:  # whole episodes: a start is an episode's oldest stored step
+            oldest = view.next_arrival - view.table.size
+            return arrival == np.maximum(self.ep_start[key], oldest)
         return self.ep_len[key] - (arrival - self.ep_start[key]) >= self.length
 
     def sample(
         self, batch_size: int, view: View, rng: np.random.Generator
-    ) -> tuple[np.ndarray, np.ndarray | None]:
+    ) -> tuple[np.ndarray | Ragged, np.ndarray | None]:
         check_can_sample(batch_size, view, True, "Trajectories")
         weights = None
         if self.priority is None:
             starts = self._uniform_starts(batch_size, view, rng)
         else:
             starts, weights = self._prioritized_starts(batch_size, view, rng)
+        if self.length is None:
+            return self._episodes(starts, view), weights
         offsets = np.arange(self.length)
         if self.reverse:
             offsets = offsets[::-1]
         return (starts[:, None] + offsets) % self.capacity, weights
+
+    def _episodes(self, starts: np.ndarray, view: View) -> Ragged:
+        """The stored steps of each start's episode, as ragged rows of slots."""
+        key = self.episode[starts] % self.capacity
+        first = view.table.ids_of(starts) >> view.table.shift
+        lengths = self.ep_start[key] + self.ep_len[key] - first
+        offsets = np.zeros(len(starts) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        step = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
+        if self.reverse:
+            step = np.repeat(lengths - 1, lengths) - step
+        return Ragged((np.repeat(first, lengths) + step) % self.capacity, offsets)
 
     def _uniform_starts(self, batch_size: int, view: View, rng: np.random.Generator) -> np.ndarray:
         size = view.table.size
@@ -229,8 +248,11 @@ class Trajectories(SamplerBase):
         # valid starts of episode k: stored steps whose slice ends inside the episode
         oldest = view.next_arrival - view.table.size
         first = np.maximum(self.ep_start[keys], oldest)
-        span = self.ep_start[keys] + self.ep_len[keys] - self.length - first + 1
-        arrival = first + (rng.random(batch_size) * span).astype(np.int64)
+        if self.length is None:
+            arrival = first
+        else:
+            span = self.ep_start[keys] + self.ep_len[keys] - self.length - first + 1
+            arrival = first + (rng.random(batch_size) * span).astype(np.int64)
         prob = self.tree.leaves[keys] / total
         n_episodes = max(int(np.count_nonzero(self.tree.leaves)), 1)
         weights = (n_episodes * prob) ** -self.beta

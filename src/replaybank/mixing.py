@@ -1,0 +1,371 @@
+"""Quota mixing of several data sources into fixed-size batches (pure numpy).
+
+The ratio semantics here are *a fixed quota of every batch*: with ``shares=[0.9, 0.1]`` and
+``batch_size=10`` every batch holds exactly 9 rows of source 0 and 1 row of source 1. When
+``batch_size * share`` is not an integer, each batch gets the floor of it and the leftover slots
+go, by largest remainder, to the sources with the most accumulated fractional credit. The credit
+carries over from batch to batch, so leftovers rotate fairly and over many batches every source's
+share converges to exactly ``share`` (the running count never drifts by a full row or more).
+
+:class:`Mixer` turns the quotas into batches of row indices. One source (``epoch_source``, by
+default 0) defines the epoch: an epoch ends only when every row of that source has been used once.
+Every other source is cycled, each pass with a fresh seeded permutation, so a small source is
+repeated rather than ending the epoch early or silently disappearing from the batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+MIXER_SCHEMA_VERSION = 1
+Shares = Sequence[float] | np.ndarray
+
+
+def _check_shares(shares: Shares) -> np.ndarray:
+    arr = np.asarray(shares, dtype=np.float64)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"shares must be a non-empty 1-D sequence, got {shares!r}")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"shares must be finite and >= 0, got {shares!r}")
+    total = float(arr.sum())
+    if total <= 0:
+        raise ValueError(f"shares must not all be zero, got {shares!r}")
+    return arr / total
+
+
+def _check_batch_size(batch_size: int) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+        raise TypeError(f"batch_size must be an int, got {type(batch_size).__name__}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    return int(batch_size)
+
+
+def next_quota(
+    batch_size: int, shares: Shares, credit: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Quota of one batch by largest remainder, with fractional credit carried between batches.
+
+    Args:
+        batch_size: rows in the batch.
+        shares: non-negative weights per source; normalised to sum to 1.
+        credit: fractional credit carried from earlier batches (zeros for the first batch).
+
+    Returns:
+        ``(quota, new_credit)``: ``quota`` is an int64 array summing to ``batch_size`` with every
+        entry equal to ``floor(batch_size * share)`` or one more; ``new_credit`` goes to the next
+        call.
+
+    Raises:
+        ValueError: on a bad batch size, bad shares, or a credit of the wrong shape.
+
+    Example:
+        >>> q, c = next_quota(10, [0.85, 0.15])
+        >>> q.tolist()
+        [9, 1]
+        >>> next_quota(10, [0.85, 0.15], c)[0].tolist()
+        [8, 2]
+    """
+    batch_size = _check_batch_size(batch_size)
+    p = _check_shares(shares)
+    credit = np.zeros_like(p) if credit is None else np.asarray(credit, dtype=np.float64)
+    if credit.shape != p.shape:
+        raise ValueError(f"credit has shape {credit.shape}, expected {p.shape}")
+    exact = batch_size * p
+    base = np.floor(exact + 1e-9).astype(np.int64)
+    frac = np.clip(exact - base, 0.0, None)
+    leftover = batch_size - int(base.sum())
+    credit = credit + frac
+    # Stable sort on -credit: ties go to the lower index, but only for this batch; the credit
+    # then falls for the winner, so the next tie goes elsewhere.
+    winners = np.argsort(-credit, kind="stable")[:leftover]
+    quota = base.copy()
+    quota[winners] += 1
+    credit[winners] -= 1.0
+    return quota, credit
+
+
+def batch_quotas(batch_size: int, shares: Shares, num_batches: int | None = None) -> np.ndarray:
+    """Per-source row counts for one batch, or a schedule of ``num_batches`` batches.
+
+    Largest-remainder rounding; leftover slots rotate over batches by accumulated credit (see
+    :func:`next_quota`), so over ``num_batches`` batches each source's total is within one row of
+    ``num_batches * batch_size * share``.
+
+    Args:
+        batch_size: rows per batch.
+        shares: non-negative weights per source; normalised to sum to 1.
+        num_batches: ``None`` for the first batch only (1-D result), else the number of batches
+            (2-D result of shape ``(num_batches, len(shares))``).
+
+    Returns:
+        int64 array of quotas; every row sums to ``batch_size``.
+
+    Raises:
+        ValueError: on a bad batch size, bad shares or a negative ``num_batches``.
+
+    Example:
+        >>> batch_quotas(10, [0.9, 0.1]).tolist()
+        [9, 1]
+        >>> batch_quotas(4, [0.5, 0.25, 0.25], num_batches=2).tolist()
+        [[2, 1, 1], [2, 1, 1]]
+        >>> batch_quotas(3, [0.5, 0.5], num_batches=4).sum(axis=0).tolist()
+        [6, 6]
+    """
+    if num_batches is None:
+        return next_quota(batch_size, shares)[0]
+    if num_batches < 0:
+        raise ValueError(f"num_batches must be >= 0, got {num_batches}")
+    p = _check_shares(shares)
+    out = np.zeros((num_batches, p.size), dtype=np.int64)
+    credit = np.zeros_like(p)
+    for b in range(num_batches):
+        out[b], credit = next_quota(batch_size, p, credit)
+    return out
+
+
+def largest_remainder(total: int, shares: Shares) -> np.ndarray:
+    """Split ``total`` into integer parts proportional to ``shares`` (largest remainder, no carry).
+
+    Example:
+        >>> largest_remainder(7, [0.5, 0.5]).tolist()
+        [4, 3]
+    """
+    if total < 0:
+        raise ValueError(f"total must be >= 0, got {total}")
+    if total == 0:
+        return np.zeros(len(shares), dtype=np.int64)
+    return next_quota(total, shares)[0]
+
+
+@dataclass(frozen=True)
+class MixedBatch:
+    """One batch from :class:`Mixer`.
+
+    Attributes:
+        source: int64 array, the source of each row.
+        index: int64 array, the row's index inside its source.
+        epoch: epoch the batch belongs to.
+        step: batch number inside the epoch (0-based).
+    """
+
+    source: np.ndarray
+    index: np.ndarray
+    epoch: int
+    step: int
+
+    def rows_of(self, source: int) -> np.ndarray:
+        """Indices of the rows drawn from ``source`` in this batch."""
+        return self.index[self.source == source]
+
+
+class Mixer:
+    """Yield batches of row indices with a fixed quota per source in every batch.
+
+    Args:
+        sizes: number of rows in each source (every size >= 1 for a source with a share > 0).
+        shares: share of each batch per source; normalised to sum to 1.
+        batch_size: rows per batch.
+        seed: seed of every permutation (epoch ``e`` of the epoch source uses ``(seed, e)``; pass
+            ``k`` of a cycled source ``s`` uses ``(seed, s, k)``).
+        epoch_source: the source whose exhaustion ends an epoch.
+        drop_last: drop the last, partial batch of an epoch instead of yielding it smaller.
+
+    The last batch of an epoch holds the epoch source's remaining rows and, for each other source,
+    its share of a batch scaled to that size (largest remainder), so the ratio holds there too.
+
+    Raises:
+        ValueError: on sizes/shares of different lengths, an empty source with a positive share,
+            an epoch source with share 0, or a bad batch size.
+
+    Example:
+        >>> m = Mixer([6, 2], [0.5, 0.5], batch_size=4, seed=0)
+        >>> [(b.rows_of(0).size, b.rows_of(1).size) for b in m.epoch(0)]
+        [(2, 2), (2, 2), (2, 2)]
+        >>> m.batches_per_epoch()
+        3
+    """
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        shares: Shares,
+        batch_size: int,
+        seed: int = 0,
+        epoch_source: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        self.batch_size = _check_batch_size(batch_size)
+        self.shares = _check_shares(shares)
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        if self.sizes.shape != self.shares.shape:
+            raise ValueError(
+                f"sizes ({len(self.sizes)}) and shares ({len(self.shares)}) differ in length"
+            )
+        if not 0 <= epoch_source < self.sizes.size:
+            raise ValueError(f"epoch_source {epoch_source} out of range 0..{self.sizes.size - 1}")
+        for s, (n, p) in enumerate(zip(self.sizes, self.shares, strict=True)):
+            if p > 0 and n < 1:
+                raise ValueError(f"source {s} has share {p:.3g} but no rows")
+        if self.shares[epoch_source] <= 0:
+            raise ValueError(f"epoch_source {epoch_source} has share 0; no epoch would end")
+        self.seed = int(seed)
+        self.epoch_source = int(epoch_source)
+        self.drop_last = bool(drop_last)
+        self._credit = np.zeros_like(self.shares)
+        self._cursor = np.zeros(self.sizes.size, dtype=np.int64)  # rows used per cycled source
+        self._epoch = 0
+        self._step = 0
+        self._taken = 0  # rows of the epoch source used in the current epoch
+
+    # -- permutations -------------------------------------------------------------------------
+    def _epoch_perm(self, epoch: int) -> np.ndarray:
+        n = int(self.sizes[self.epoch_source])
+        return np.random.default_rng([self.seed, epoch]).permutation(n)
+
+    def _cycle_take(self, source: int, count: int) -> np.ndarray:
+        n = int(self.sizes[source])
+        out = np.empty(count, dtype=np.int64)
+        pos = int(self._cursor[source])
+        for k in range(count):
+            pas, off = divmod(pos + k, n)
+            # One permutation per pass; cached per call since count is small.
+            out[k] = self._pass_perm(source, pas)[off]
+        self._cursor[source] = pos + count
+        return out
+
+    def _pass_perm(self, source: int, pas: int) -> np.ndarray:
+        key = (source, pas)
+        cached = getattr(self, "_perm_cache", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        perm = np.random.default_rng([self.seed, 1 + source, pas]).permutation(
+            int(self.sizes[source])
+        )
+        self._perm_cache = (key, perm)
+        return perm
+
+    # -- iteration ----------------------------------------------------------------------------
+    def batches_per_epoch(self) -> int:
+        """Number of batches in one epoch (the same for every epoch)."""
+        probe = Mixer(
+            self.sizes.tolist(),
+            self.shares.tolist(),
+            self.batch_size,
+            self.seed,
+            self.epoch_source,
+            self.drop_last,
+        )
+        return sum(1 for _ in probe._quotas_of_epoch())
+
+    def _quotas_of_epoch(self) -> Iterator[np.ndarray]:
+        # Replays the quota schedule of one epoch from a fresh credit, without touching rows.
+        credit = np.zeros_like(self.shares)
+        left = int(self.sizes[self.epoch_source])
+        while left > 0:
+            quota, credit = next_quota(self.batch_size, self.shares, credit)
+            if quota[self.epoch_source] > left:
+                if self.drop_last:
+                    return
+                quota = self._partial_quota(left)
+            left -= int(quota[self.epoch_source])
+            yield quota
+
+    def _partial_quota(self, left: int) -> np.ndarray:
+        scale = left / self.shares[self.epoch_source]
+        total = max(left, int(round(scale)))
+        others = self.shares.copy()
+        others[self.epoch_source] = 0.0
+        quota = np.zeros_like(self.sizes)
+        if others.sum() > 0 and total > left:
+            quota = largest_remainder(total - left, others)
+        quota[self.epoch_source] = left
+        return quota
+
+    def __iter__(self) -> Iterator[MixedBatch]:
+        """Batches of the current epoch from the current position (resumes mid-epoch)."""
+        return self.epoch(self._epoch)
+
+    def epoch(self, epoch: int) -> Iterator[MixedBatch]:
+        """Yield the batches of ``epoch``; starting a new epoch resets the in-epoch position."""
+        if epoch != self._epoch:
+            self._epoch, self._step, self._taken = int(epoch), 0, 0
+            self._credit = np.zeros_like(self.shares)
+        perm = self._epoch_perm(self._epoch)
+        n_epoch = perm.size
+        while self._taken < n_epoch:
+            quota, credit = next_quota(self.batch_size, self.shares, self._credit)
+            left = n_epoch - self._taken
+            if quota[self.epoch_source] > left:
+                if self.drop_last:
+                    self._taken = n_epoch
+                    break
+                quota = self._partial_quota(left)
+            self._credit = credit
+            sources, indices = [], []
+            for s, q in enumerate(quota.tolist()):
+                if q == 0:
+                    continue
+                if s == self.epoch_source:
+                    idx = perm[self._taken : self._taken + q]
+                    self._taken += q
+                else:
+                    idx = self._cycle_take(s, q)
+                sources.append(np.full(q, s, dtype=np.int64))
+                indices.append(idx.astype(np.int64))
+            batch = MixedBatch(
+                np.concatenate(sources), np.concatenate(indices), self._epoch, self._step
+            )
+            self._step += 1
+            yield batch
+        # Epoch done: the next iteration starts the following epoch.
+        self._epoch, self._step, self._taken = self._epoch + 1, 0, 0
+        self._credit = np.zeros_like(self.shares)
+
+    # -- state --------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Position in the stream; with the constructor arguments it fixes every later batch."""
+        return {
+            "schema_version": MIXER_SCHEMA_VERSION,
+            "seed": self.seed,
+            "sizes": self.sizes.tolist(),
+            "shares": self.shares.tolist(),
+            "batch_size": self.batch_size,
+            "epoch": self._epoch,
+            "step": self._step,
+            "taken": self._taken,
+            "cursor": self._cursor.tolist(),
+            "credit": self._credit.tolist(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a position saved by :meth:`state_dict`.
+
+        Raises:
+            ValueError: on another schema version or a state from a differently built mixer.
+        """
+        if state.get("schema_version") != MIXER_SCHEMA_VERSION:
+            raise ValueError(
+                f"mixer state has schema_version {state.get('schema_version')!r}, "
+                f"expected {MIXER_SCHEMA_VERSION}"
+            )
+        for key, mine in (
+            ("seed", self.seed),
+            ("sizes", self.sizes.tolist()),
+            ("batch_size", self.batch_size),
+        ):
+            if state[key] != mine:
+                raise ValueError(f"mixer state has {key}={state[key]!r}, this mixer has {mine!r}")
+        if not np.allclose(state["shares"], self.shares):
+            raise ValueError(
+                f"mixer state has shares {state['shares']}, this mixer has {self.shares.tolist()}"
+            )
+        self._epoch = int(state["epoch"])
+        self._step = int(state["step"])
+        self._taken = int(state["taken"])
+        self._cursor = np.asarray(state["cursor"], dtype=np.int64)
+        self._credit = np.asarray(state["credit"], dtype=np.float64)
