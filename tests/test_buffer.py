@@ -104,7 +104,7 @@ def test_bad_priorities_rejected_all_or_nothing(prio):
     assert len(buf) == 2
     with pytest.raises(ReplayBankError, match="priorities"):
         buf.update_priorities(ids, prio)
-    np.testing.assert_allclose(buf.sampler.sum.root, (1 + 1e-6) ** 0.6 + (2 + 1e-6) ** 0.6)
+    np.testing.assert_allclose(buf.sampler.trees.total, (1 + 1e-6) ** 0.6 + (2 + 1e-6) ** 0.6)
 
 
 @pytest.mark.parametrize("capacity", [0, -3, 2.5, True, "10"])
@@ -129,7 +129,7 @@ def test_update_priorities_skips_overwritten_and_rejects_unknown_ids():
     old = buf.extend(transitions(4))
     new = buf.extend(transitions(2, start=4))  # overwrites the first two slots
     assert buf.update_priorities(np.concatenate([old, new]), np.full(6, 3.0)) == 4
-    leaves = buf.sampler.sum.leaves
+    leaves = buf.sampler.trees.leaves
     assert leaves.tolist() == [3.0, 3.0, 3.0, 3.0]
     with pytest.raises(ReplayBankError, match="never issued"):
         buf.update_priorities([new[-1] + (1 << 40)], [1.0])
@@ -204,7 +204,7 @@ def test_threads_extend_and_sample_concurrently():
     assert len(buf) == 10 + 3 * 200 * 5
     actions = buf.get(buf.sample(5000).ids)["action"]
     assert len(set(actions.tolist())) > 2000
-    np.testing.assert_allclose(buf.sampler.sum.root, buf.sampler.sum.leaves.sum(), rtol=1e-9)
+    np.testing.assert_allclose(buf.sampler.trees.total, buf.sampler.trees.leaves.sum(), rtol=1e-9)
 
 
 def test_reservoir_batch_larger_than_capacity():
@@ -219,7 +219,7 @@ def test_single_add_fast_path_validates_like_extend():
     ids = [buf.add(obs=np.ones(4, np.float64), action=np.int32(i), done=False) for i in range(4)]
     assert buf.contains(ids).tolist() == [False, True, True, True]
     assert sorted(buf.get(ids[1:])["action"].tolist()) == [1, 2, 3]
-    assert buf.sampler.sum.leaves.tolist() == [buf.sampler.sum.leaves[0]] * 3
+    assert buf.sampler.trees.leaves.tolist() == [buf.sampler.trees.leaves[0]] * 3
     with pytest.raises(ReplayBankError, match="column 'obs'"):
         buf.add(obs=np.ones(5), action=1, done=False)
     with pytest.raises(ReplayBankError, match="dtype float64"):

@@ -53,7 +53,7 @@ def test_new_items_get_the_running_max_priority():
     ids = buf.extend({"i": np.arange(3)}, priorities=[1.0, 7.0, 2.0])
     buf.update_priorities(ids[:1], [9.0])
     buf.extend({"i": np.array([3])})
-    assert buf.sampler.sum.leaves[3] == 9.0
+    assert buf.sampler.trees.leaves[3] == 9.0
 
 
 def test_reservoir_keeps_a_uniform_sample_of_the_stream():

@@ -3,8 +3,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replaybank.samplers._numba_tree import NumbaTree
-from replaybank.samplers.sumtree import KaryTree
+from replaybank.samplers._numba_tree import NumbaPairTree, NumbaTree
+from replaybank.samplers.sumtree import KaryTree, PairedTrees
 
 TREES = {"numpy": KaryTree, "numba": NumbaTree}
 
@@ -17,7 +17,8 @@ def tree_updates(draw):
     updates = []
     for _ in range(n_updates):
         idx = draw(st.lists(st.integers(0, capacity - 1), min_size=1, max_size=40))
-        vals = draw(st.lists(st.floats(0, 100), min_size=len(idx), max_size=len(idx)))
+        value = st.one_of(st.just(0.0), st.floats(1e-6, 100))  # zeros (empty slots) and priorities
+        vals = draw(st.lists(value, min_size=len(idx), max_size=len(idx)))
         updates.append((np.array(idx), np.array(vals)))
     return capacity, branching, updates
 
@@ -95,17 +96,30 @@ def test_rebuild_from_leaves_matches_incremental_updates(impl, capacity):
     np.testing.assert_array_equal(a.find(u), b.find(u))
 
 
-@pytest.mark.parametrize("impl", TREES)
-def test_update_pair_matches_separate_updates(impl):
-    from replaybank.samplers.sumtree import update_pair
+PAIRS = {"numpy": PairedTrees, "numba": NumbaPairTree}
 
-    rng = np.random.default_rng(0)
-    s, m = TREES[impl](300, branching=8), TREES[impl](300, branching=8, reduce="min")
-    ref = np.zeros(300)
-    for _ in range(50):
-        idx = rng.integers(0, 300, 20)
-        vals = np.where(rng.random(20) < 0.2, 0.0, rng.random(20))
-        update_pair(s, m, idx, vals)
-        ref[idx] = vals  # numpy assignment: the last repeated index wins, as in the trees
-    np.testing.assert_allclose(s.root, ref.sum())
-    assert m.root == ref[ref > 0].min()
+
+@pytest.mark.parametrize("impl", PAIRS)
+@settings(max_examples=100, deadline=None)
+@given(
+    case=tree_updates(),
+    fractions=st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=30),
+)
+def test_paired_sum_and_min_trees(impl, case, fractions):
+    capacity, branching, updates = case
+    pair = PAIRS[impl](capacity, branching=max(branching, 2))
+    ref = np.zeros(capacity)
+    for idx, vals in updates:
+        apply(pair, ref, idx, vals)
+    np.testing.assert_allclose(pair.total, ref.sum(), rtol=1e-9, atol=1e-9)
+    positive = ref[ref > 0]
+    assert pair.minimum == (positive.min() if len(positive) else np.inf)
+    if ref.sum() > 0:
+        found = pair.find(np.array(fractions) * pair.total)
+        assert (ref[found] > 0).all()
+        expected = (ref[found] / positive.min()) ** -0.5
+        np.testing.assert_allclose(pair.weights(found, 0.5), expected, rtol=1e-6, atol=1e-7)
+    reloaded = PAIRS[impl](capacity, branching=max(branching, 2))
+    reloaded.load(ref.copy())
+    np.testing.assert_allclose(reloaded.total, pair.total, rtol=1e-12)
+    assert reloaded.minimum == pair.minimum

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import ReplayBankError
 from .base import SamplerBase, View, check_can_sample
-from .sumtree import make_tree, stratified_sample, update_pair
+from .sumtree import make_pair
 
 
 def check_priorities(priorities: Any, n: int, where: str = "priorities") -> np.ndarray:
@@ -62,14 +62,10 @@ class Prioritized(SamplerBase):
 
     def bind(self, capacity: int) -> None:
         self.capacity = capacity
-        self.sum = make_tree(capacity, branching=self.branching, reduce="sum")
-        self.min = make_tree(capacity, branching=self.branching, reduce="min")
-        self._compiled = type(self.sum).__name__ == "NumbaTree"
+        self.trees = make_pair(capacity, branching=self.branching)  # sum and min over p^alpha
 
     def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        # zero-mass items are never drawn, so they must not set the weight normaliser (update_pair
-        # gives them +inf in the min tree)
-        update_pair(self.sum, self.min, slots, (priorities + self.eps) ** self.alpha)
+        self.trees.update(slots, (priorities + self.eps) ** self.alpha)
 
     def on_write(
         self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View
@@ -81,56 +77,38 @@ class Prioritized(SamplerBase):
         self._set(slots, priorities)
 
     def on_evict(self, slots: np.ndarray) -> None:
-        self.sum.update(slots, np.zeros(len(slots)))
-        self.min.update(slots, np.full(len(slots), np.inf))
+        self.trees.update(slots, np.zeros(len(slots)))
 
     def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         if len(priorities):
             self.max_priority = max(self.max_priority, float(priorities.max()))
         self._set(slots, priorities)
 
-    def _draw(self, n: int, rng: np.random.Generator, *, stratified: bool) -> np.ndarray:
-        total = self.sum.root
-        u = rng.random(n)
-        if stratified:
-            u = (np.arange(n) + u) / n
-        return self.sum.find(u * total)
-
-    def _weights(self, slots: np.ndarray, view: View) -> np.ndarray:
-        # the same formula as the compiled stratified_sample: (P(i) / min_k P(k)) ** -beta
-        scaled = self.sum.leaves[slots]
-        return ((scaled / self.min.root) ** -self.beta).astype(np.float32)
-
     def sample(
         self, batch_size: int, view: View, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray]:
         check_can_sample(batch_size, view, True, "Prioritized")
-        if self.sum.root <= 0:
+        if self.trees.total <= 0:
             raise ReplayBankError(
                 "all stored priorities are zero (with eps=0); nothing can be sampled"
             )
-        if self._compiled:
-            return stratified_sample(self.sum, self.min, rng.random(batch_size), self.beta)
-        slots = self._draw(batch_size, rng, stratified=True)
-        return slots, self._weights(slots, view)
+        slots, weights = self.trees.stratified(rng.random(batch_size), self.beta)
+        return slots, weights
 
     def probabilities(self) -> np.ndarray:
         """P(i) for every slot (zeros for empty slots)."""
-        return self.sum.leaves / self.sum.root
+        return self.trees.leaves / self.trees.total
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "priorities": self.sum.leaves.copy(),
+            "priorities": self.trees.leaves.copy(),
             "max_priority": self.max_priority,
             "beta": self.beta,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         scaled = np.asarray(state["priorities"], dtype=np.float64)
-        self.sum.leaves[:] = scaled
-        self.min.leaves[:] = np.where(scaled > 0, scaled, np.inf)
-        self.sum.rebuild()
-        self.min.rebuild()
+        self.trees.load(scaled)
         self.max_priority = float(state["max_priority"])
         self.beta = float(state["beta"])
 
@@ -166,7 +144,7 @@ class PrioritizedReshuffled(Prioritized):
         self.accumulated = 0.0  # sum over calls of batch_size / total_mass
 
     def _expected(self, slots: np.ndarray) -> np.ndarray:
-        return self.base[slots] + self.sum.leaves[slots] * (self.accumulated - self.anchor[slots])
+        return self.base[slots] + self.trees.leaves[slots] * (self.accumulated - self.anchor[slots])
 
     def _reanchor(self, slots: np.ndarray) -> None:
         self.base[slots] = self._expected(slots)
@@ -188,12 +166,12 @@ class PrioritizedReshuffled(Prioritized):
         self, batch_size: int, view: View, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray]:
         check_can_sample(batch_size, view, False, "PrioritizedReshuffled")
-        if self.sum.root <= 0:
+        if self.trees.total <= 0:
             raise ReplayBankError(
                 "all stored priorities are zero (with eps=0); nothing can be sampled"
             )
-        self.accumulated += batch_size / self.sum.root
-        slots = self._draw(batch_size, rng, stratified=True)
+        self.accumulated += batch_size / self.trees.total
+        slots, _ = self.trees.stratified(rng.random(batch_size), self.beta)
         for _ in range(self.rounds):
             first = np.zeros(batch_size, dtype=bool)
             first[np.unique(slots, return_index=True)[1]] = True
@@ -201,9 +179,9 @@ class PrioritizedReshuffled(Prioritized):
             if ok.all():
                 break
             redo = ~ok
-            slots[redo] = self._draw(int(redo.sum()), rng, stratified=False)
+            slots[redo] = self.trees.find(rng.random(int(redo.sum())) * self.trees.total)
         np.add.at(self.count, slots, 1.0)
-        return slots, self._weights(slots, view)
+        return slots, self.trees.weights(slots, self.beta)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

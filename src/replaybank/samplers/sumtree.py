@@ -104,21 +104,56 @@ class KaryTree:
         return node
 
 
-def update_pair(sums: Any, mins: Any, index: np.ndarray, values: np.ndarray) -> None:
-    """Set ``values`` in a sum tree and the matching min tree (zero mass is +inf for the min)."""
-    if type(sums).__name__ == "NumbaTree" and type(mins).__name__ == "NumbaTree":
-        from ._numba_tree import update_pair as compiled
+class PairedTrees:
+    """A sum tree and a min tree over the same leaves (numpy fallback of ``NumbaPairTree``)."""
 
-        compiled(sums, mins, index, values)
-        return
-    sums.update(index, values)
-    mins.update(index, np.where(values > 0, values, np.inf))
+    def __init__(self, capacity: int, *, branching: int = 32) -> None:
+        self.sum = KaryTree(capacity, branching=branching, reduce="sum")
+        self.min = KaryTree(capacity, branching=branching, reduce="min")
+
+    @property
+    def total(self) -> float:
+        return self.sum.root
+
+    @property
+    def minimum(self) -> float:
+        return self.min.root
+
+    @property
+    def leaves(self) -> np.ndarray:
+        return self.sum.leaves
+
+    def update(self, index: np.ndarray, values: np.ndarray) -> None:
+        # zero mass is +inf for the min, so empty slots never set the weight normaliser
+        self.sum.update(index, values)
+        self.min.update(index, np.where(values > 0, values, np.inf))
+
+    def load(self, values: np.ndarray) -> None:
+        self.sum.leaves[:] = values
+        self.min.leaves[:] = np.where(values > 0, values, np.inf)
+        self.sum.rebuild()
+        self.min.rebuild()
+
+    def find(self, mass: np.ndarray) -> np.ndarray:
+        return self.sum.find(mass)
+
+    def weights(self, slots: np.ndarray, beta: float) -> np.ndarray:
+        """``(P(i) / min_k P(k)) ** -beta``: importance weights scaled so the largest possible is 1."""
+        return ((self.sum.leaves[slots] / self.min.root) ** -beta).astype(np.float32)
+
+    def stratified(self, u: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray]:
+        n = len(u)
+        slots = self.find((np.arange(n) + u) * (self.total / n))
+        return slots, self.weights(slots, beta)
 
 
-def stratified_sample(
-    sums: Any, mins: Any, u: np.ndarray, beta: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Compiled stratified draws plus weights (NumbaTree only)."""
-    from ._numba_tree import stratified_sample as compiled
-
-    return compiled(sums, mins, u, beta)  # type: ignore[no-any-return]
+def make_pair(capacity: int, *, branching: int | None = None) -> Any:
+    """Sum and min trees over the same leaves: compiled and interleaved when numba is installed."""
+    if os.environ.get("REPLAYBANK_KERNELS", "").lower() != "numpy":
+        try:
+            from ._numba_tree import NumbaPairTree
+        except ImportError:
+            pass
+        else:
+            return NumbaPairTree(capacity, branching=branching or 8)
+    return PairedTrees(capacity, branching=branching or 32)
