@@ -137,6 +137,6 @@ def test_prioritized_state_survives(tmp_path):
     buf.update_priorities(b.ids, np.arange(10) + 1.0)
     buf.save(tmp_path / "p")
     loaded = ReplayBuffer.load(tmp_path / "p")
-    np.testing.assert_allclose(loaded.sampler.sum.root, buf.sampler.sum.root)
+    np.testing.assert_allclose(loaded.sampler.trees.total, buf.sampler.trees.total)
     assert loaded.sampler.max_priority == buf.sampler.max_priority
     shutil.rmtree(tmp_path / "p")
