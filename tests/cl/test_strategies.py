@@ -7,12 +7,12 @@ import torch
 from replaybank import ReplayBuffer
 from replaybank.admission import GroupBalanced, Reservoir
 from replaybank.cl.config import STRATEGY_NAMES, protocol_config
-from replaybank.cl.runner import evaluate, run
+from replaybank.cl.runner import evaluate, minibatches, run
 from replaybank.cl.strategies import STRATEGIES, PseudoRehearsal, make_strategy
 from replaybank.cl.streams import make_stream, split_stream
 from replaybank.errors import ReplayBankError
 
-CONFIG = protocol_config("online", batch_size=4, replay_batch_size=4, buffer_size=8)
+CONFIG = protocol_config("online", batch_size=4, replay_batch_size=4, buffer_size=8, lr=0.1)
 
 
 def test_registry_matches_names() -> None:
@@ -140,3 +140,32 @@ def test_er_beats_naive_on_split_digits() -> None:
     naive = run(stream, "naive", config, seed=0).accuracy[-1].mean()
     er = run(stream, "er", config, seed=0).accuracy[-1].mean()
     assert er - naive > 0.30
+
+
+@pytest.mark.parametrize(("n", "batch_size"), [(1151, 10), (800, 10), (23, 10), (7, 10), (10, 10), (65, 32)])
+def test_minibatches_cover_every_example_once_with_no_small_batch(n: int, batch_size: int) -> None:
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(0))
+    batches = minibatches(order, batch_size)
+    assert torch.equal(torch.sort(torch.cat(batches)).values, torch.arange(n))
+    sizes = [len(b) for b in batches]
+    assert min(sizes) >= min(n, batch_size)
+    assert max(sizes) - min(sizes) <= 1 or n < 2 * batch_size
+
+
+def test_runner_never_steps_on_a_tiny_remainder(tiny_stream) -> None:  # type: ignore[no-untyped-def]
+    """Every observe() gets at least batch_size rows (tasks here hold 24 rows; batch 5 -> 4 batches of 6)."""
+    sizes: list[int] = []
+    original = STRATEGIES["naive"]
+
+    class Spy(original):  # type: ignore[misc, valid-type]
+        def observe(self, x: torch.Tensor, y: torch.Tensor) -> float:
+            sizes.append(len(x))
+            return super().observe(x, y)
+
+    STRATEGIES["naive"] = Spy
+    try:
+        run(tiny_stream, "naive", protocol_config("online", batch_size=5, buffer_size=8), seed=0)
+    finally:
+        STRATEGIES["naive"] = original
+    assert sizes and min(sizes) >= 5
+    assert sum(sizes) == sum(len(t.y_train) for t in tiny_stream.tasks)

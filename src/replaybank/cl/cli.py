@@ -32,7 +32,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ig
     p.add_argument("--epochs", type=int, default=None, help="epochs per task (multi-epoch protocol)")
     p.add_argument("--batch-size", type=int, default=None, help="stream minibatch (online/multi-epoch)")
     p.add_argument("--replay-batch-size", type=int, default=None, help="buffer minibatch (online/multi-epoch)")
-    p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
+    p.add_argument("--lr", type=float, default=0.3, help="SGD learning rate (default 0.3, chosen on validation data)")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(func=run_cl)
 
