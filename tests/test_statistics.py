@@ -115,7 +115,9 @@ def test_reshuffled_count_variance_is_lower_than_uniform():
     assert counts["uniform"].var() > 5.0
 
 
-def test_prioritized_reshuffled_keeps_frequencies_and_cuts_count_variance():
+@pytest.mark.parametrize("kernels", ["numba", "numpy"])
+def test_prioritized_reshuffled_keeps_frequencies_and_cuts_count_variance(kernels, monkeypatch):
+    monkeypatch.setenv("REPLAYBANK_KERNELS", kernels)
     n, batch, calls = 100, 10, 3000
     priorities = np.linspace(0.5, 3.0, n)
     results = {}

@@ -264,3 +264,70 @@ def _level_offsets(capacity: int, k: int) -> np.ndarray:
             break
         size = padded // k
     return np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def _pair_walk(tree: np.ndarray, offsets: np.ndarray, k: int, m: float) -> int:
+    node = 0
+    for level in range(len(offsets) - 2, -1, -1):
+        first = 2 * (offsets[level] + node * k)
+        pick = -1
+        for j in range(k):
+            v = tree[first + 2 * j]
+            if v > 0.0:
+                pick = j
+                if m < v:
+                    break
+                m -= v
+        node = node * k + pick
+    return node
+
+
+@numba.njit(cache=True, nogil=True)
+def _masked_draws(
+    tree: np.ndarray,
+    offsets: np.ndarray,
+    k: int,
+    u: np.ndarray,
+    rounds: int,
+    count: np.ndarray,
+    base: np.ndarray,
+    anchor: np.ndarray,
+    accumulated: float,
+    stamp: np.ndarray,
+    call: int,
+) -> np.ndarray:
+    """RR-M draws: stratified first tries, independent redraws (from ``u[n:]``) for draws that
+    land on an item ahead of its expected count or already taken in this batch."""
+    n = len(u) // (rounds + 1)
+    total = 0.0
+    for v in tree[2 * offsets[-2] :: 2]:
+        total += v
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        slot = _pair_walk(tree, offsets, k, (i + u[i]) * (total / n))
+        for r in range(rounds):
+            expected = base[slot] + tree[2 * slot] * (accumulated - anchor[slot])
+            if stamp[slot] != call and count[slot] <= expected:
+                break
+            slot = _pair_walk(tree, offsets, k, u[n + i * rounds + r] * total)
+        stamp[slot] = call
+        count[slot] += 1.0
+        out[i] = slot
+    return out
+
+
+def masked_draws(
+    trees: NumbaPairTree,
+    u: np.ndarray,
+    rounds: int,
+    count: np.ndarray,
+    base: np.ndarray,
+    anchor: np.ndarray,
+    accumulated: float,
+    stamp: np.ndarray,
+    call: int,
+) -> np.ndarray:
+    return _masked_draws(
+        trees.tree, trees.offsets, trees.k, u, rounds, count, base, anchor, accumulated, stamp, call
+    )

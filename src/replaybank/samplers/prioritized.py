@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import ReplayBankError
 from .base import SamplerBase, View, check_can_sample
-from .sumtree import make_pair
+from .sumtree import make_pair, masked_draws
 
 
 def check_priorities(priorities: Any, n: int, where: str = "priorities") -> np.ndarray:
@@ -124,14 +124,15 @@ class PrioritizedReshuffled(Prioritized):
       re-anchored whenever that priority changes);
     * masking: an item is eligible only while its draw count ``C_i <= E_i``; a draw landing on an
       ineligible item, or repeating an item already taken in this batch, is redrawn (up to 8
-      rounds, then accepted as is so sampling never stalls).
+      times, then accepted as is so sampling never stalls). The first try of draw ``j`` is
+      stratified (slice ``j`` of the mass), redraws are independent.
 
     With uniform priorities this is an epoch-like scheme: once drawn, an item waits about
     ``N / batch_size`` calls before it can be drawn again. Importance weights are those of
     ``Prioritized`` (the masked distribution has the same expected counts).
     """
 
-    bytes_per_slot = 17 + 24  # trees plus count, base and anchor
+    bytes_per_slot = 17 + 32  # trees plus count, base, anchor and a per-call stamp
 
     can_repeat = False
     rounds = 8
@@ -142,6 +143,8 @@ class PrioritizedReshuffled(Prioritized):
         self.base = np.zeros(capacity)  # expected count at the anchor
         self.anchor = np.zeros(capacity)  # value of the accumulator at the anchor
         self.accumulated = 0.0  # sum over calls of batch_size / total_mass
+        self.stamp = np.full(capacity, -1, dtype=np.int64)  # last call that drew the slot
+        self.calls = 0
 
     def _expected(self, slots: np.ndarray) -> np.ndarray:
         return self.base[slots] + self.trees.leaves[slots] * (self.accumulated - self.anchor[slots])
@@ -171,6 +174,21 @@ class PrioritizedReshuffled(Prioritized):
                 "all stored priorities are zero (with eps=0); nothing can be sampled"
             )
         self.accumulated += batch_size / self.trees.total
+        self.calls += 1
+        if hasattr(self.trees, "tree"):  # compiled: one pass, each draw retried in place
+            u = rng.random(batch_size * (self.rounds + 1))
+            slots = masked_draws(
+                self.trees,
+                u,
+                self.rounds,
+                self.count,
+                self.base,
+                self.anchor,
+                self.accumulated,
+                self.stamp,
+                self.calls,
+            )
+            return slots, self.trees.weights(slots, self.beta)
         slots, _ = self.trees.stratified(rng.random(batch_size), self.beta)
         for _ in range(self.rounds):
             first = np.zeros(batch_size, dtype=bool)
@@ -186,7 +204,12 @@ class PrioritizedReshuffled(Prioritized):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state.update(
-            count=self.count, base=self.base, anchor=self.anchor, accumulated=self.accumulated
+            count=self.count,
+            base=self.base,
+            anchor=self.anchor,
+            accumulated=self.accumulated,
+            stamp=self.stamp,
+            calls=self.calls,
         )
         return state
 
@@ -196,3 +219,5 @@ class PrioritizedReshuffled(Prioritized):
         self.base[:] = state["base"]
         self.anchor[:] = state["anchor"]
         self.accumulated = float(state["accumulated"])
+        self.stamp[:] = state["stamp"]
+        self.calls = int(state["calls"])

@@ -157,3 +157,10 @@ def make_pair(capacity: int, *, branching: int | None = None) -> Any:
         else:
             return NumbaPairTree(capacity, branching=branching or 8)
     return PairedTrees(capacity, branching=branching or 32)
+
+
+def masked_draws(trees: Any, *args: Any) -> np.ndarray:
+    """Compiled RR-M draws (``NumbaPairTree`` only); see ``PrioritizedReshuffled``."""
+    from ._numba_tree import masked_draws as compiled
+
+    return compiled(trees, *args)
