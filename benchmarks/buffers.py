@@ -33,17 +33,25 @@ def rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def rate(fn: Callable[[], object], seconds: float, repeats: int = 3) -> float:
-    """Calls per second: the best of ``repeats`` timed windows of about ``seconds`` each."""
-    fn()
-    best = 0.0
-    for _ in range(repeats):
-        n, start = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - start) < seconds:
-            for _ in range(20):
-                fn()
-            n += 20
-        best = max(best, n / elapsed)
+def rate(fn: Callable[[], object], seconds: float) -> float:
+    """Calls per second over one timed window of about ``seconds``."""
+    n, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        for _ in range(20):
+            fn()
+        n += 20
+    return n / elapsed
+
+
+def compare(contestants: dict[str, Callable[[], object]], seconds: float, rounds: int = 3) -> dict[str, float]:
+    """Best rate of each contestant over ``rounds`` interleaved windows, so that a burst of load
+    from other processes hits every contestant alike instead of whichever ran at that moment."""
+    for fn in contestants.values():
+        fn()  # warm up (numba compiles, caches fill)
+    best = dict.fromkeys(contestants, 0.0)
+    for _ in range(rounds):
+        for who, fn in contestants.items():
+            best[who] = max(best[who], rate(fn, seconds))
     return best
 
 
@@ -103,7 +111,11 @@ def cpprb_env() -> dict:
 
 def make_torchrl(capacity: int, prioritized: bool):
     import torch
-    from torchrl.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer, TensorDictReplayBuffer
+    from torchrl.data import (
+        LazyTensorStorage,
+        TensorDictPrioritizedReplayBuffer,
+        TensorDictReplayBuffer,
+    )
 
     torch.set_num_threads(1)
     storage = LazyTensorStorage(capacity)
@@ -126,108 +138,94 @@ def have(module: str) -> bool:
 
 
 # -- the cases ------------------------------------------------------------------------------------
+def fill_buffer(buf: rb.ReplayBuffer, fill: dict[str, np.ndarray], priorities: np.ndarray | None = None) -> rb.ReplayBuffer:
+    step = 100_000
+    for s in range(0, len(fill["action"]), step):
+        chunk = {k: v[s : s + step] for k, v in fill.items()}
+        buf.extend(chunk, priorities=None if priorities is None else priorities[s : s + step])
+    return buf
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--capacity", type=int, default=1_000_000)
     parser.add_argument("--trajectory-capacity", type=int, default=10_000_000)
-    parser.add_argument("--seconds", type=float, default=1.0, help="length of each timed window")
+    parser.add_argument("--seconds", type=float, default=0.5, help="length of each timed window")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved windows per contestant (best is kept)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "buffers.json")
     parser.add_argument("--skip-peers", action="store_true", help="only replaybank and numpy")
     args = parser.parse_args()
-    cap, secs = args.capacity, args.seconds
+    cap = args.capacity
     rng = np.random.default_rng(0)
     fill = data(cap, rng)
+    fill_prios = rng.random(cap) + 0.1
     single = {k: v[0] for k, v in data(1, rng).items()}
     chunk = data(1000, rng)
-    peers = not args.skip_peers
-    use_cpprb, use_trl = peers and have("cpprb"), peers and have("torchrl")
+    prios = rng.random(BATCH) + 0.1
+    use_cpprb = not args.skip_peers and have("cpprb")
+    use_trl = not args.skip_peers and have("torchrl")
     rows: dict[str, dict[str, float]] = {}
 
-    def record(case: str, who: str, value: float) -> None:
-        rows.setdefault(case, {})[who] = value
-        print(f"  {case:<34} {who:<12} {value:>14,.0f}/s", flush=True)
+    def measure(case: str, contestants: dict[str, Callable[[], object]], scale: float = 1.0) -> None:
+        print(case, flush=True)
+        for who, value in compare(contestants, args.seconds, args.rounds).items():
+            rows.setdefault(case, {})[who] = value * scale
+            print(f"  {who:<12} {value * scale:>14,.0f}/s", flush=True)
 
-    # resident memory of a full buffer vs its raw payload (measured first, on a clean heap)
+    # resident memory of a full uniform buffer vs its raw payload (measured first, on a clean heap)
     before = rss()
-    buf = rb.ReplayBuffer(cap, seed=0)
-    for s in range(0, cap, 100_000):
-        buf.extend({k: v[s : s + 100_000] for k, v in fill.items()})
+    buf = fill_buffer(rb.ReplayBuffer(cap, seed=0), fill)
     memory_ratio = (rss() - before) / payload_bytes(cap)
     print(f"resident memory of a full uniform buffer: {memory_ratio:.3f}x the raw payload", flush=True)
-
     ring = NumpyRing(cap)
     ring.extend(fill)
-
-    # add: one transition per call, and 1000-transition batches
-    print("add", flush=True)
-    record("add (1 item)", "numpy", rate(lambda: ring.add(**single), secs))
-    record("add (1 item)", "replaybank", rate(lambda: buf.add(**single), secs))
-    record("extend (1000 items) x1000", "numpy", 1000 * rate(lambda: ring.extend(chunk), secs))
-    record("extend (1000 items) x1000", "replaybank", 1000 * rate(lambda: buf.extend(chunk), secs))
+    peers: dict[str, object] = {}
     if use_cpprb:
         import cpprb
 
-        crb = cpprb.ReplayBuffer(cap, cpprb_env())
+        peers["cpprb"] = crb = cpprb.ReplayBuffer(cap, cpprb_env())
         crb.add(**fill)
-        record("add (1 item)", "cpprb", rate(lambda: crb.add(**single), secs))
-        record("extend (1000 items) x1000", "cpprb", 1000 * rate(lambda: crb.add(**chunk), secs))
     if use_trl:
-        trl = make_torchrl(cap, prioritized=False)
+        peers["torchrl"] = trl = make_torchrl(cap, prioritized=False)
         trl.extend(to_td(fill))
         td1, tdk = to_td({k: v[None] for k, v in single.items()}), to_td(chunk)
-        record("add (1 item)", "torchrl", rate(lambda: trl.extend(td1), secs))
-        record("extend (1000 items) x1000", "torchrl", 1000 * rate(lambda: trl.extend(tdk), secs))
 
-    print("uniform sample(256)", flush=True)
-    record("uniform sample(256)", "numpy", rate(lambda: ring.sample(BATCH), secs))
-    record("uniform sample(256)", "replaybank", rate(lambda: buf.sample(BATCH), secs))
+    adds: dict[str, Callable[[], object]] = {"replaybank": lambda: buf.add(**single), "numpy": lambda: ring.add(**single)}
+    extends: dict[str, Callable[[], object]] = {"replaybank": lambda: buf.extend(chunk), "numpy": lambda: ring.extend(chunk)}
+    uniform: dict[str, Callable[[], object]] = {"replaybank": lambda: buf.sample(BATCH), "numpy": lambda: ring.sample(BATCH)}
     if use_cpprb:
-        record("uniform sample(256)", "cpprb", rate(lambda: crb.sample(BATCH), secs))
+        adds["cpprb"] = lambda: crb.add(**single)
+        extends["cpprb"] = lambda: crb.add(**chunk)
+        uniform["cpprb"] = lambda: crb.sample(BATCH)
     if use_trl:
-        record("uniform sample(256)", "torchrl", rate(lambda: trl.sample(), secs))
+        adds["torchrl"] = lambda: trl.extend(td1)
+        extends["torchrl"] = lambda: trl.extend(tdk)
+        uniform["torchrl"] = lambda: trl.sample()
+    measure("add (1 item)", adds)
+    measure("extend (1000 items) x1000", extends, scale=1000)
+    measure("uniform sample(256)", uniform)
+    shuffled = fill_buffer(rb.ReplayBuffer(cap, sampler=rb.Reshuffled(), seed=0), fill)
+    measure("reshuffled vs uniform sample(256)", {"replaybank": lambda: shuffled.sample(BATCH), "uniform": lambda: buf.sample(BATCH)})
 
-    shuffled = rb.ReplayBuffer(cap, sampler=rb.Reshuffled(), seed=0)
-    for s in range(0, cap, 100_000):
-        shuffled.extend({k: v[s : s + 100_000] for k, v in fill.items()})
-    record("reshuffled sample(256)", "replaybank", rate(lambda: shuffled.sample(BATCH), secs))
-    del shuffled
-
-    print("prioritized sample(256) + update_priorities(256)", flush=True)
-    prios = rng.random(BATCH) + 0.1
-    per = rb.ReplayBuffer(cap, sampler=rb.Prioritized(alpha=0.6, beta=0.4), seed=0)
-    for s in range(0, cap, 100_000):
-        per.extend({k: v[s : s + 100_000] for k, v in fill.items()}, priorities=rng.random(100_000) + 0.1)
+    per = fill_buffer(rb.ReplayBuffer(cap, sampler=rb.Prioritized(alpha=0.6, beta=0.4), seed=0), fill, fill_prios)
 
     def per_step() -> None:
         b = per.sample(BATCH)
         per.update_priorities(b.ids, prios)
 
-    record("PER sample+update(256)", "replaybank", rate(per_step, secs))
-    per_rr = rb.ReplayBuffer(cap, sampler=rb.PrioritizedReshuffled(alpha=0.6, beta=0.4), seed=0)
-    for s in range(0, cap, 100_000):
-        per_rr.extend({k: v[s : s + 100_000] for k, v in fill.items()}, priorities=rng.random(100_000) + 0.1)
-
-    def rr_step() -> None:
-        b = per_rr.sample(BATCH)
-        per_rr.update_priorities(b.ids, prios)
-
-    record("PER-RR sample+update(256)", "replaybank", rate(rr_step, secs))
-    del per_rr, per
+    prioritized: dict[str, Callable[[], object]] = {"replaybank": per_step}
     if use_cpprb:
-        del crb
         cper = cpprb.PrioritizedReplayBuffer(cap, cpprb_env(), alpha=0.6)
-        cper.add(**fill, priorities=rng.random(cap) + 0.1)
+        cper.add(**fill, priorities=fill_prios)
 
         def cpprb_step() -> None:
             s = cper.sample(BATCH, beta=0.4)
             cper.update_priorities(s["indexes"], prios)
 
-        record("PER sample+update(256)", "cpprb", rate(cpprb_step, secs))
-        del cper
+        prioritized["cpprb"] = cpprb_step
     if use_trl:
         import torch
 
-        del trl
         try:
             tper = make_torchrl(cap, prioritized=True)
         except RuntimeError as err:  # its binary sum tree is missing from some builds (TorchRL #3508)
@@ -240,12 +238,18 @@ def main() -> None:
                 s = tper.sample()
                 tper.update_priority(s["index"], tprios)
 
-            record("PER sample+update(256)", "torchrl", rate(trl_step, secs))
-            del tper
+            prioritized["torchrl"] = trl_step
+    measure("PER sample+update(256)", prioritized)
+    per_rr = fill_buffer(rb.ReplayBuffer(cap, sampler=rb.PrioritizedReshuffled(alpha=0.6, beta=0.4), seed=0), fill, fill_prios)
 
-    del buf, ring
-    print(f"trajectory slices of 16 from a {args.trajectory_capacity:,}-transition buffer", flush=True)
+    def rr_step() -> None:
+        b = per_rr.sample(BATCH)
+        per_rr.update_priorities(b.ids, prios)
+
+    measure("PER-RR sample+update(256)", {"replaybank": rr_step})
+
     tcap = args.trajectory_capacity
+    print(f"trajectory slices of 16 from a {tcap:,}-transition buffer", flush=True)
     traj = rb.ReplayBuffer(tcap, sampler=rb.Trajectories(16), seed=0)
     flat = rb.ReplayBuffer(tcap, seed=0)
     ep_rng = np.random.default_rng(1)
@@ -254,11 +258,14 @@ def main() -> None:
         block["done"] = ep_rng.random(len(block["done"])) < 1 / 200  # episodes of ~200 steps
         traj.extend(block)
         flat.extend(block)
-    slices = rate(lambda: traj.sample(BATCH // 16), secs)
-    uniform_big = rate(lambda: flat.sample(BATCH), secs)
-    record("trajectory steps/s (16 x 16)", "replaybank", slices * BATCH)
-    record("uniform steps/s (10M buffer)", "replaybank", uniform_big * BATCH)
+    # steps per second: 16 slices of 16 steps vs 256 uniform transitions per call
+    measure(
+        f"steps/s from a {tcap:,} buffer",
+        {"trajectories(16)": lambda: traj.sample(BATCH // 16), "uniform": lambda: flat.sample(BATCH)},
+        scale=BATCH,
+    )
 
+    big = rows[f"steps/s from a {tcap:,} buffer"]
     ratios = {
         "add (1 item) vs cpprb": ratio(rows, "add (1 item)", "cpprb"),
         "extend (1000) vs cpprb": ratio(rows, "extend (1000 items) x1000", "cpprb"),
@@ -266,9 +273,9 @@ def main() -> None:
         "uniform sample vs numpy gather": ratio(rows, "uniform sample(256)", "numpy"),
         "PER sample+update vs cpprb": ratio(rows, "PER sample+update(256)", "cpprb"),
         "PER sample+update vs torchrl": ratio(rows, "PER sample+update(256)", "torchrl"),
-        "reshuffled vs uniform": rows["reshuffled sample(256)"]["replaybank"] / rows["uniform sample(256)"]["replaybank"],
-        "trajectory step time vs uniform step time": (uniform_big * BATCH) / (slices * BATCH),
-        "resident memory vs raw payload": memory_ratio,
+        "reshuffled vs uniform": ratio(rows, "reshuffled vs uniform sample(256)", "uniform"),
+        "trajectory step time / uniform step time": big["uniform"] / big["trajectories(16)"],
+        "resident memory / raw payload": memory_ratio,
     }
     print_table(rows, ratios)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -283,7 +290,7 @@ def ratio(rows: dict[str, dict[str, float]], case: str, peer: str) -> float | No
 
 
 def print_table(rows: dict[str, dict[str, float]], ratios: dict[str, float | None]) -> None:
-    who = ["replaybank", "numpy", "cpprb", "torchrl"]
+    who = list(dict.fromkeys(w for values in rows.values() for w in values))
     print("\n| operation (calls/s) | " + " | ".join(who) + " |")
     print("|---|" + "---:|" * len(who))
     for case, values in rows.items():
