@@ -1,0 +1,106 @@
+"""``replaybank run``, ``replaybank config`` and ``replaybank probe``.
+
+Thin: parse, load the config, call into the package. No torch import at module level, so
+``replaybank --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from replaybank.llm.config import Config, ConfigError
+
+
+def add_subcommands(subparsers: Any) -> None:
+    """Add ``run``, ``config`` and ``probe`` to the top-level ``replaybank`` parser."""
+    run = subparsers.add_parser(
+        "run",
+        help="continual LoRA fine-tuning with a rehearsal buffer: base / naive / rehearsal arms",
+        description="Run the experiment of CONFIG (default: the embedded SmolLM2 tool-API experiment) "
+        "and write report.md, metrics.json and losses.png.",
+    )
+    run.add_argument("config", nargs="?", help="TOML config (default: the embedded default experiment)")
+    run.add_argument("--out", help="output folder (default: [output] out_dir)")
+    run.add_argument("--max-steps", type=int, default=None, help="cap optimizer steps per arm (smoke tests)")
+    run.set_defaults(func=cmd_run)
+
+    cfg = subparsers.add_parser("config", help="print the effective config, defaults included")
+    cfg.add_argument("config", nargs="?", help="TOML config to validate and print")
+    cfg.add_argument("--json", action="store_true", help="print JSON instead of commented TOML")
+    cfg.set_defaults(func=cmd_config)
+
+    probe = subparsers.add_parser(
+        "probe",
+        help="gradient-interference probe: does the domain data pull against general text?",
+    )
+    probe.add_argument("config", nargs="?", help="TOML config (default: the embedded default)")
+    probe.add_argument("--pairs", type=int, default=None, help="batch pairs (default: [evaluation] probe_pairs)")
+    probe.add_argument("--adapter", help="a saved adapter folder to probe instead of a fresh LoRA")
+    probe.add_argument("--json", action="store_true", help="print the result as JSON")
+    probe.set_defaults(func=cmd_probe)
+
+
+def load_config(path: str | None) -> Config:
+    return Config.from_toml(path) if path else Config()
+
+
+def _fail(exc: Exception) -> int:
+    print(f"replaybank: error: {exc}", file=sys.stderr)
+    return 2
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        return _fail(exc)
+    print(json.dumps(cfg.to_dict(), indent=2) if args.json else cfg.to_toml(), end="" if not args.json else "\n")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from replaybank.llm.corpus import CorpusError
+    from replaybank.llm.model import ModelError
+    from replaybank.llm.run import OutputError, run_experiment
+
+    try:
+        cfg = load_config(args.config)
+        metrics = run_experiment(
+            cfg, Path(args.out) if args.out else None,
+            log=lambda m: print(m, file=sys.stderr, flush=True), max_steps=args.max_steps,
+        )
+    except (ConfigError, CorpusError, ModelError, OutputError) as exc:
+        return _fail(exc)
+    summary = {arm: {k: round(v[k], 4) for k in ("general_loss", "domain_loss", "probe_score")} for arm, v in metrics["arms"].items()}
+    print(json.dumps({"arms": summary, "effect": metrics["effect"], "wall_seconds": metrics["wall_seconds"]}, indent=2))
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from replaybank.llm.corpus import CorpusError
+    from replaybank.llm.model import ModelError
+    from replaybank.llm.run_probe import run_probe
+
+    try:
+        cfg = load_config(args.config)
+        report = run_probe(cfg, pairs=args.pairs, adapter=args.adapter, log=lambda m: print(m, file=sys.stderr, flush=True))
+    except (ConfigError, CorpusError, ModelError) as exc:
+        return _fail(exc)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.summary())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (``python -m replaybank.llm.cli``) until the core CLI wires this in."""
+    parser = argparse.ArgumentParser(prog="replaybank")
+    add_subcommands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

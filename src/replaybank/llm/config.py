@@ -1,0 +1,288 @@
+"""The experiment config: a TOML schema, defaults, and validation with "did you mean".
+
+Every key lives in one section; the reference's ``[orchestration]`` and ``[training]`` keys are
+accepted as written. Defaults are the embedded default experiment (SmolLM2-135M-Instruct taught a
+fictional tool API, Python's documentation as the rehearsal corpus, 10% of every batch).
+
+Validation runs before anything heavy: a wrong type, a value out of range or an unknown key raises
+:class:`ConfigError` naming the file, ``[section] key``, the value and what was expected.
+
+Example:
+    >>> cfg = Config.from_dict({"training": {"learning_rate": 1e-3}})
+    >>> cfg.training.learning_rate, cfg.training.lora_rank
+    (0.001, 16)
+    >>> Config.from_dict({"training": {"learnig_rate": 1e-3}})
+    Traceback (most recent call last):
+    ...
+    replaybank.llm.config.ConfigError: <config>: unknown key [training] learnig_rate; did you mean 'learning_rate'?
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, get_args, get_type_hints
+
+import tomllib
+
+Lineage = Literal["window", "all", "best"]
+Arm = Literal["base", "naive", "rehearsal"]
+Device = Literal["auto", "cpu", "cuda"]
+ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+BUILTIN_TOOLAPI = "builtin:toolapi"
+BUILTIN_PROBE = "builtin"
+
+
+class ConfigError(ValueError):
+    """An invalid config: the message names the file, the key, the value and what was expected."""
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help, **kw})
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class Orchestration:
+    num_generations: int = _f(1, "generations of domain data trained one after another", min=1)
+    training_window_size: int = _f(3, "K: generations of domain data each generation trains on", min=1)
+    lineage: Lineage = _f("window", "which earlier generations join: window (last K), all, best (K best by score)")
+
+
+@dataclass
+class Training:
+    base_model: str = _f("SmolLM2-135M-Instruct", "the embedded SmolLM2, a local model folder, a .gguf file or a locally cached HF id")
+    inner_loss: Literal["sft"] = _f("sft", "training loss; sft = completion-only cross-entropy")
+    lora_rank: int = _f(16, "LoRA rank r", min=1)
+    lora_alpha: int = _f(16, "LoRA scaling alpha (the update is scaled by alpha / r)", min=1)
+    lora_dropout: float = _f(0.0, "dropout on the LoRA input", min=0, lt=1)
+    lora_target_modules: list[str] = _f(ALL_LINEAR, "names of the linear modules that get adapters")
+    learning_rate: float = _f(2e-3, "AdamW learning rate", gt=0)
+    weight_decay: float = _f(0.0, "AdamW weight decay", min=0)
+    num_train_epochs: int = _f(1, "passes over the domain data", min=1)
+    batch_size: int = _f(10, "rows per micro-batch (the mixing quota applies to each)", min=1)
+    gradient_accumulation_steps: int = _f(1, "micro-batches per optimizer step", min=1)
+    max_grad_norm: float = _f(1.0, "gradient clipping norm (0 = off)", min=0)
+    mixing_ratio: float = _f(0.1, "share of every batch taken from the rehearsal corpus, in [0, 1)", min=0, lt=1)
+    rehearsal_dataset: str = _f("python-docs", "python-docs (embedded), a .txt/.jsonl/.parquet file or folder, or a locally cached HF dataset")
+    rehearsal_split: str = _f("train", "split of an HF dataset")
+    rehearsal_text_field: str = _f("text", "JSONL field / Parquet column holding the text")
+    rehearsal_rows_per_epoch: int = _f(500, "size of each virtual epoch's seeded slice of the rehearsal pool; if set without mixing_ratio it also sets the share", min=1)
+    rehearsal_prompt: str = _f("Continue the following passage", "instruction placed before the passage excerpt")
+    rehearsal_prompt_chars: int = _f(128, "characters of the passage shown in the prompt", min=0)
+    rehearsal_max_chars: int = _f(400, "passages are cut to this many characters", min=1)
+    max_seq_length: int = _f(256, "rows are truncated to this many tokens", min=8)
+    seed: int = _f(0, "seed of data order, slices and LoRA init")
+    device: Device = _f("auto", "auto = cuda when available (bf16), else cpu (fp32)")
+    num_threads: int = _f(0, "torch CPU threads; 0 = auto: every CPU when the 1-minute load average is below 0.5, else 1", min=0)
+    save_every: int = _f(0, "save a resumable checkpoint every N optimizer steps (0 = only at the end)", min=0)
+
+
+@dataclass
+class Data:
+    domain_train: list[str] = _f([BUILTIN_TOOLAPI], "domain training data, one file or folder per generation (JSONL prompt/response or messages, or text); builtin:toolapi = the embedded fictional tool API")
+    domain_eval: str = _f(BUILTIN_TOOLAPI, "held-out domain data (same formats)")
+    domain_train_rows: int = _f(160, "rows generated per generation for builtin:toolapi", min=1)
+    domain_eval_rows: int = _f(24, "held-out domain rows (cap for files; count for builtin)", min=1)
+    general_eval: str = _f("", "held-out general text; empty = hold out whole documents of the rehearsal corpus")
+    general_eval_rows: int = _f(16, "held-out general passages", min=1)
+    probe: str = _f(BUILTIN_PROBE, "general-skill probe: builtin, or a JSONL file of {prompt, answer}")
+
+
+@dataclass
+class Evaluation:
+    arms: list[str] = _f(["base", "naive", "rehearsal"], "arms to run: base, naive (domain only), rehearsal (with the mix)")
+    eval_points: int = _f(2, "held-out evaluations per trained arm, evenly spaced, the last at the end", min=1)
+    probe_pairs: int = _f(4, "batch pairs for `replaybank probe`", min=1)
+
+
+@dataclass
+class Output:
+    out_dir: str = _f("runs/default", "where report.md, metrics.json, the plot and adapters go")
+    save_adapters: bool = _f(True, "save each trained adapter with its config and data manifest")
+
+
+SECTIONS: dict[str, type] = {
+    "orchestration": Orchestration,
+    "training": Training,
+    "data": Data,
+    "evaluation": Evaluation,
+    "output": Output,
+}
+
+
+@dataclass
+class Config:
+    """The whole experiment config; see :data:`SECTIONS` for the keys."""
+
+    orchestration: Orchestration = field(default_factory=Orchestration)
+    training: Training = field(default_factory=Training)
+    data: Data = field(default_factory=Data)
+    evaluation: Evaluation = field(default_factory=Evaluation)
+    output: Output = field(default_factory=Output)
+    source: str = "<defaults>"
+    explicit: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> Config:
+        """Read and validate a TOML file.
+
+        Raises:
+            ConfigError: missing file, TOML syntax error, or any invalid key or value.
+        """
+        p = Path(path)
+        try:
+            raw = p.read_bytes()
+        except FileNotFoundError:
+            raise ConfigError(f"{p}: config file not found") from None
+        except OSError as exc:
+            raise ConfigError(f"{p}: cannot read ({exc.strerror or exc})") from None
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ConfigError(f"{p}: not valid UTF-8") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{p}: invalid TOML ({exc})") from None
+        return cls.from_dict(data, source=str(p))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "<config>") -> Config:
+        """Validate a nested dict ``{section: {key: value}}``.
+
+        Raises:
+            ConfigError: an unknown section or key (with a "did you mean"), a wrong type or range.
+        """
+        sections: dict[str, Any] = {}
+        explicit: set[str] = set()
+        for name, values in data.items():
+            if name not in SECTIONS:
+                raise ConfigError(f"{source}: unknown section [{name}]{_did_you_mean(name, SECTIONS)}")
+            if not isinstance(values, dict):
+                raise ConfigError(f"{source}: [{name}] must be a table, got {values!r}")
+        for name, klass in SECTIONS.items():
+            values = data.get(name, {})
+            hints = get_type_hints(klass)
+            known = {f.name: f for f in fields(klass)}
+            kwargs = {}
+            for key, value in values.items():
+                if key not in known:
+                    raise ConfigError(
+                        f"{source}: unknown key [{name}] {key}{_did_you_mean(key, known)}"
+                    )
+                kwargs[key] = _check_value(source, name, key, value, hints[key], known[key].metadata)
+                explicit.add(f"{name}.{key}")
+            sections[name] = klass(**kwargs)
+        cfg = cls(**sections, source=source, explicit=frozenset(explicit))
+        cfg._cross_check()
+        return cfg
+
+    def _cross_check(self) -> None:
+        where = self.source
+        for arm in self.evaluation.arms:
+            if arm not in get_args(Arm):
+                raise ConfigError(
+                    f"{where}: [evaluation] arms contains {arm!r}; expected some of base, naive, rehearsal"
+                    f"{_did_you_mean(arm, get_args(Arm))}"
+                )
+        if not self.training.lora_target_modules:
+            raise ConfigError(f"{where}: [training] lora_target_modules is empty; name at least one module")
+        if not self.data.domain_train:
+            raise ConfigError(f"{where}: [data] domain_train is empty; give one file or folder per generation")
+        n_gen, n_files = self.orchestration.num_generations, len(self.data.domain_train)
+        if n_files not in (1, n_gen) or (n_files == 1 and n_gen > 1 and self.data.domain_train[0] != BUILTIN_TOOLAPI):
+            raise ConfigError(
+                f"{where}: [data] domain_train has {n_files} entries but [orchestration] "
+                f"num_generations = {n_gen}; give one file or folder per generation"
+            )
+
+    def effective_mixing_ratio(self, n_domain_rows: int) -> tuple[float, str]:
+        """The share of every batch given to rehearsal, and how it was decided.
+
+        When the config sets ``rehearsal_rows_per_epoch`` but not ``mixing_ratio`` (the reference's
+        form), the share is ``rows / (rows + domain rows per epoch)``.
+        """
+        t = self.training
+        if "training.rehearsal_rows_per_epoch" in self.explicit and "training.mixing_ratio" not in self.explicit:
+            share = t.rehearsal_rows_per_epoch / (t.rehearsal_rows_per_epoch + n_domain_rows)
+            return share, (
+                f"converted from rehearsal_rows_per_epoch={t.rehearsal_rows_per_epoch} over "
+                f"{n_domain_rows} domain rows per epoch"
+            )
+        return t.mixing_ratio, "mixing_ratio"
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{section: {key: value}}`` for every key, defaults included."""
+        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+
+    def to_toml(self, with_help: bool = True) -> str:
+        """The effective config as TOML, each key with its help as a comment."""
+        lines = [f"# effective config (from {self.source})"]
+        for name, klass in SECTIONS.items():
+            lines.append(f"\n[{name}]")
+            section = getattr(self, name)
+            for f in fields(klass):
+                value = _toml_value(getattr(section, f.name))
+                comment = f"  # {f.metadata['help']}" if with_help else ""
+                lines.append(f"{f.name} = {value}{comment}")
+        return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (int, str, list)):
+        return json.dumps(value)
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def _did_you_mean(word: str, options: Any) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f"; expected one of: {', '.join(sorted(options))}"
+
+
+def _check_value(source: str, section: str, key: str, value: Any, hint: Any, meta: Any) -> Any:
+    where = f"{source}: [{section}] {key} = {value!r}"
+    choices = get_args(hint) if getattr(hint, "__origin__", None) is Literal else ()
+    if choices:
+        if value not in choices:
+            raise ConfigError(f"{where}: expected one of {', '.join(map(repr, choices))}{_did_you_mean(str(value), choices)}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer")
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number")
+        value = float(value)
+        if value != value:
+            raise ConfigError(f"{where}: expected a number, got NaN")
+    elif hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string")
+    elif hint == list[str]:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: expected a list of strings")
+        return list(value)
+    if isinstance(value, (int, float)):
+        if "min" in meta and value < meta["min"]:
+            raise ConfigError(f"{where}: expected a value >= {meta['min']}")
+        if "gt" in meta and value <= meta["gt"]:
+            raise ConfigError(f"{where}: expected a value > {meta['gt']}")
+        if "lt" in meta and value >= meta["lt"]:
+            lo = meta.get("min", meta.get("gt"))
+            raise ConfigError(f"{where}: expected a value in [{lo}, {meta['lt']})")
+    return value

@@ -1,0 +1,388 @@
+"""Loading text corpora: local text / JSONL / Parquet files or folders, local HF datasets, and the
+embedded Python documentation corpus.
+
+Every loader returns a :class:`Corpus`: normalised passages (whitespace collapsed to single
+spaces), a document id per passage (used to keep held-out text disjoint from the rehearsal pool),
+the count of dropped rows by reason, and a manifest of the files read.
+
+Bad input raises :class:`CorpusError` naming the file (and line, for JSONL) and what was wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import re
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PYTHON_DOCS = "python-docs"
+"""Name of the embedded general corpus: ``pydoc_data.topics`` plus stdlib docstrings."""
+
+TEXT_SUFFIXES = (".txt", ".md")
+JSONL_SUFFIXES = (".jsonl", ".json")
+PARQUET_SUFFIXES = (".parquet",)
+SUPPORTED_SUFFIXES = TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES
+
+# Stdlib modules whose docstrings join the embedded corpus. A fixed list keeps the corpus the same
+# from run to run on one Python version (the manifest records a digest of it).
+_DOC_MODULES = (
+    "json", "os", "pathlib", "re", "collections", "itertools", "functools", "textwrap", "string",
+    "datetime", "random", "statistics", "math", "csv", "argparse", "logging", "shutil",
+    "subprocess", "typing", "dataclasses", "heapq", "bisect", "enum", "contextlib", "io",
+    "tempfile", "glob", "fnmatch", "hashlib", "base64", "urllib.parse", "html", "uuid", "copy",
+    "pprint", "operator", "decimal", "fractions", "zipfile", "tarfile", "gzip", "sqlite3",
+    "threading", "queue", "calendar", "abc", "configparser", "difflib", "pickle", "struct",
+    "weakref", "inspect", "ast", "tokenize", "traceback", "warnings", "codecs", "ipaddress",
+    "graphlib", "numbers", "zoneinfo", "sched", "shlex", "secrets",
+)
+
+
+class CorpusError(ValueError):
+    """A corpus or data file could not be used; the message names the file and what was wrong."""
+
+
+@dataclass
+class Corpus:
+    """Normalised passages with provenance.
+
+    Attributes:
+        texts: the passages, whitespace-normalised, non-empty.
+        doc_ids: one id per passage; passages of one document share it.
+        dropped: rows dropped, by reason (``empty``, ``non_string``).
+        manifest: one entry per file or source read: ``{"source", "rows", "sha256"}``.
+    """
+
+    texts: list[str] = field(default_factory=list)
+    doc_ids: list[str] = field(default_factory=list)
+    dropped: Counter[str] = field(default_factory=Counter)
+    manifest: list[dict[str, Any]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def subset(self, indices: Iterable[int]) -> Corpus:
+        """A corpus with the passages at ``indices`` (manifest and drop counts kept)."""
+        idx = list(indices)
+        return Corpus(
+            [self.texts[i] for i in idx], [self.doc_ids[i] for i in idx],
+            Counter(self.dropped), list(self.manifest),
+        )
+
+
+def normalise(text: str) -> str:
+    """Collapse every run of whitespace to one space and strip the ends.
+
+    Example:
+        >>> normalise("  a\\n\\n b\\tc ")
+        'a b c'
+    """
+    return " ".join(text.split())
+
+
+def _read_utf8(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CorpusError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise CorpusError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise CorpusError(
+            f"{path}:{line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+            "re-encode the file as UTF-8"
+        ) from None
+
+
+def _digest(data: str) -> str:
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+def _add(corpus: Corpus, value: Any, doc_id: str) -> None:
+    if not isinstance(value, str):
+        corpus.dropped["non_string"] += 1
+        return
+    text = normalise(value)
+    if not text:
+        corpus.dropped["empty"] += 1
+        return
+    corpus.texts.append(text)
+    corpus.doc_ids.append(doc_id)
+
+
+def iter_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each non-blank line of a JSONL file.
+
+    Raises:
+        CorpusError: ``file:line`` for a line that is not JSON or not a JSON object.
+    """
+    raw = _read_utf8(path)
+    for number, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CorpusError(f"{path}:{number}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(obj, dict):
+            raise CorpusError(f"{path}:{number}: expected a JSON object, got {type(obj).__name__}")
+        yield number, obj
+
+
+def _load_text_file(path: Path, corpus: Corpus) -> None:
+    raw = _read_utf8(path)
+    start = len(corpus)
+    # Passages are separated by blank lines; each passage is its own document.
+    for i, para in enumerate(re.split(r"\n\s*\n", raw)):
+        _add(corpus, para, f"{path}#{i}")
+    corpus.manifest.append({"source": str(path), "rows": len(corpus) - start, "sha256": _digest(raw)})
+
+
+def _load_jsonl_file(path: Path, text_field: str, corpus: Corpus) -> None:
+    start = len(corpus)
+    for number, obj in iter_jsonl(path):
+        if text_field not in obj:
+            keys = ", ".join(sorted(obj)) or "none"
+            raise CorpusError(
+                f"{path}:{number}: no field {text_field!r} (fields: {keys}); set rehearsal_text_field"
+            )
+        _add(corpus, obj[text_field], f"{path}:{number}")
+    corpus.manifest.append(
+        {"source": str(path), "rows": len(corpus) - start, "sha256": _digest(_read_utf8(path))}
+    )
+
+
+def _load_parquet_file(path: Path, text_field: str, corpus: Corpus) -> None:
+    try:
+        import pyarrow.parquet as pq  # type: ignore[import-not-found]
+    except ImportError:
+        raise CorpusError(
+            f"{path}: reading Parquet needs pyarrow (pip install pyarrow), or convert it to JSONL"
+        ) from None
+    if not path.is_file():
+        raise CorpusError(f"{path}: file not found")
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several unrelated types for bad files
+        raise CorpusError(f"{path}: not a readable Parquet file ({exc})") from None
+    if text_field not in table.column_names:
+        raise CorpusError(
+            f"{path}: no column {text_field!r} (columns: {', '.join(table.column_names)}); "
+            "set rehearsal_text_field"
+        )
+    start = len(corpus)
+    for i, value in enumerate(table.column(text_field).to_pylist()):
+        _add(corpus, value, f"{path}:{i}")
+    corpus.manifest.append(
+        {"source": str(path), "rows": len(corpus) - start, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    )
+
+
+def _load_file(path: Path, text_field: str, corpus: Corpus) -> None:
+    suffix = path.suffix.lower()
+    if suffix in TEXT_SUFFIXES:
+        _load_text_file(path, corpus)
+    elif suffix in JSONL_SUFFIXES:
+        _load_jsonl_file(path, text_field, corpus)
+    elif suffix in PARQUET_SUFFIXES:
+        _load_parquet_file(path, text_field, corpus)
+    else:
+        raise CorpusError(
+            f"{path}: unsupported file type {suffix or '(none)'!r}; "
+            f"expected one of {', '.join(SUPPORTED_SUFFIXES)}"
+        )
+
+
+def list_data_files(path: Path) -> list[Path]:
+    """Supported files under a folder, recursively, in sorted order.
+
+    Raises:
+        CorpusError: if the folder holds no supported file.
+    """
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED_SUFFIXES)
+    if not files:
+        raise CorpusError(f"{path}: folder holds no {', '.join(SUPPORTED_SUFFIXES)} file")
+    return files
+
+
+def load_corpus(source: str | Path, text_field: str = "text", split: str = "train") -> Corpus:
+    """Load passages from a file, a folder, a locally cached HF dataset, or ``python-docs``.
+
+    Args:
+        source: path of a ``.txt``/``.md`` (passages separated by blank lines), ``.jsonl`` or
+            ``.parquet`` file, a folder of them, :data:`PYTHON_DOCS`, or a Hugging Face dataset
+            name (only when available locally).
+        text_field: JSONL field / Parquet column / dataset column with the text.
+        split: dataset split, for HF datasets.
+
+    Returns:
+        The loaded :class:`Corpus`.
+
+    Raises:
+        CorpusError: missing or unreadable file, bad JSON line (``file:line``), non-UTF-8 bytes,
+            a missing text field, a dataset that would need a download, or an empty corpus.
+    """
+    if str(source) == PYTHON_DOCS:
+        corpus = python_docs_corpus()
+    else:
+        path = Path(source).expanduser()
+        corpus = Corpus()
+        if path.is_dir():
+            for file in list_data_files(path):
+                _load_file(file, text_field, corpus)
+        elif path.exists() or path.suffix.lower() in SUPPORTED_SUFFIXES or "/" not in str(source):
+            _load_file(path, text_field, corpus)
+        else:
+            corpus = _load_hf_dataset(str(source), split, text_field)
+    if not corpus.texts:
+        dropped = ", ".join(f"{k}={v}" for k, v in sorted(corpus.dropped.items())) or "none"
+        raise CorpusError(f"{source}: corpus is empty after dropping blank/non-string rows (dropped: {dropped})")
+    return corpus
+
+
+def _load_hf_dataset(name: str, split: str, text_field: str) -> Corpus:
+    hint = (
+        f"{name!r} is neither a local path nor a locally available dataset; download it elsewhere "
+        "and point rehearsal_dataset at a local .jsonl/.parquet file or folder"
+    )
+    try:
+        import datasets  # type: ignore[import-not-found]
+    except ImportError:
+        raise CorpusError(f"{hint} (the 'datasets' package is not installed)") from None
+    try:
+        ds = datasets.load_dataset(name, split=split, download_mode="reuse_cache_if_exists")
+    except Exception as exc:  # offline mode raises ConnectionError, FileNotFoundError, ...
+        raise CorpusError(f"{hint} ({type(exc).__name__}: {exc})") from None
+    if text_field not in ds.column_names:
+        raise CorpusError(f"{name}[{split}]: no column {text_field!r} (columns: {', '.join(ds.column_names)})")
+    corpus = Corpus()
+    for i, value in enumerate(ds[text_field]):
+        _add(corpus, value, f"{name}:{i}")
+    corpus.manifest.append({"source": f"hf:{name}[{split}]", "rows": len(corpus), "sha256": None})
+    return corpus
+
+
+def _chunks(text: str, target_chars: int) -> list[str]:
+    # Join paragraphs until a chunk is about target_chars long; short lines (headings) ride along.
+    out, buf = [], ""
+    for para in re.split(r"\n\s*\n", text):
+        para = normalise(para)
+        if not para:
+            continue
+        buf = f"{buf} {para}".strip()
+        if len(buf) >= target_chars:
+            out.append(buf)
+            buf = ""
+    if len(buf) >= target_chars // 4:
+        out.append(buf)
+    return out
+
+
+def python_docs_corpus(target_chars: int = 480) -> Corpus:
+    """The embedded general corpus: Python's reference topics and stdlib docstrings.
+
+    ``pydoc_data.topics.topics`` (the language reference behind ``help()``) is cut into chunks of
+    about ``target_chars`` characters; docstrings of a fixed list of stdlib modules, their public
+    classes and functions are added, one document each. The text depends on the Python version; the
+    manifest records a digest.
+
+    Returns:
+        A :class:`Corpus` whose doc ids are ``topic:<name>`` and ``doc:<module>``.
+    """
+    from pydoc_data.topics import topics
+
+    corpus = Corpus()
+    digest = hashlib.sha256()
+    for name in sorted(topics):
+        for chunk in _chunks(topics[name], target_chars):
+            _add(corpus, chunk, f"topic:{name}")
+            digest.update(chunk.encode())
+    n_topics = len(corpus)
+    for mod_name in _DOC_MODULES:
+        try:
+            module = importlib.import_module(mod_name)
+        except ImportError:  # e.g. a Python built without sqlite3
+            continue
+        with warnings.catch_warnings():  # typing's deprecated aliases warn when touched
+            warnings.simplefilter("ignore", DeprecationWarning)
+            chunks = _module_docs(module, target_chars)
+        for chunk in chunks:
+            _add(corpus, chunk, f"doc:{mod_name}")
+            digest.update(chunk.encode())
+    corpus.manifest.append(
+        {
+            "source": "pydoc_data.topics + stdlib docstrings",
+            "rows": len(corpus),
+            "topic_rows": n_topics,
+            "docstring_rows": len(corpus) - n_topics,
+            "sha256": digest.hexdigest(),
+        }
+    )
+    return corpus
+
+
+def _module_docs(module: Any, target_chars: int) -> list[str]:
+    out: list[str] = []
+    members: list[tuple[str, Any]] = [(module.__name__, module)]
+    members += [
+        (f"{module.__name__}.{k}", v)
+        for k, v in sorted(vars(module).items())
+        if not k.startswith("_") and getattr(v, "__module__", None) == module.__name__
+        and (inspect.isclass(v) or inspect.isfunction(v))
+    ]
+    for qualname, obj in members:
+        doc = inspect.getdoc(obj)
+        if doc and len(doc) >= 200:
+            out.extend(_chunks(f"{qualname}\n\n{doc}", target_chars))
+    return out
+
+
+def split_heldout(corpus: Corpus, n_heldout: int, seed: int) -> tuple[Corpus, Corpus]:
+    """Split passages into (pool, held-out) by whole documents, so no document is in both.
+
+    Documents are ordered by a seeded hash of their id and taken into the held-out set until it
+    has at least ``n_heldout`` passages (at most ``n_heldout`` are kept, the rest are dropped, not
+    moved to the pool, so the sets stay disjoint by document).
+
+    Raises:
+        CorpusError: if the held-out set would take every document.
+    """
+    if n_heldout <= 0:
+        return corpus, Corpus()
+    docs = sorted(
+        set(corpus.doc_ids),
+        key=lambda d: hashlib.sha256(f"{seed}:{d}".encode()).hexdigest(),
+    )
+    by_doc: dict[str, list[int]] = {}
+    for i, d in enumerate(corpus.doc_ids):
+        by_doc.setdefault(d, []).append(i)
+    held: list[int] = []
+    held_docs: set[str] = set()
+    for d in docs:
+        if len(held) >= n_heldout:
+            break
+        held.extend(by_doc[d])
+        held_docs.add(d)
+    if len(held_docs) == len(docs):
+        raise CorpusError(
+            f"corpus has {len(docs)} documents ({len(corpus)} passages); too few to hold out "
+            f"{n_heldout} passages and keep a rehearsal pool; lower general_eval_rows"
+        )
+    pool = [i for i, d in enumerate(corpus.doc_ids) if d not in held_docs]
+    return corpus.subset(pool), corpus.subset(held[:n_heldout])
+
+
+def remove_overlap(pool: Corpus, heldout: Sequence[str]) -> tuple[Corpus, int]:
+    """Drop pool passages whose text also appears in ``heldout``; returns the pool and the count."""
+    seen = set(heldout)
+    keep = [i for i, t in enumerate(pool.texts) if t not in seen]
+    return pool.subset(keep), len(pool) - len(keep)

@@ -1,0 +1,195 @@
+"""Preparing the run's data: the rehearsal pool, the held-out sets and the domain generations.
+
+Everything here turns config values into tokenized :class:`TokenRows` plus a manifest saying what
+was used (sources, digests, row counts, drop counts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from replaybank.llm.config import BUILTIN_PROBE, BUILTIN_TOOLAPI, Config
+from replaybank.llm.corpus import (
+    Corpus,
+    CorpusError,
+    iter_jsonl,
+    list_data_files,
+    load_corpus,
+    remove_overlap,
+    split_heldout,
+)
+from replaybank.llm.evaluate import ProbeItem, default_probe_items
+from replaybank.llm.rows import (
+    FormatError,
+    TokenRows,
+    encode_messages,
+    encode_pair,
+    encode_rehearsal,
+    encode_text,
+    token_rows,
+)
+from replaybank.llm.toolapi import generate_examples
+
+DomainRecord = dict[str, Any]  # {"prompt", "response"} | {"messages"} | {"text"}
+
+
+@dataclass
+class Prepared:
+    """All tokenized data of a run and its manifest."""
+
+    rehearsal_pool: TokenRows
+    general_eval: TokenRows
+    domain_generations: list[TokenRows]
+    domain_eval: TokenRows
+    probe: list[ProbeItem]
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def load_domain(source: str, n_builtin: int, seed: int, exclude: set[str] | None = None) -> tuple[list[DomainRecord], dict[str, Any]]:
+    """Domain records from ``builtin:toolapi`` or a JSONL / text file or folder.
+
+    JSONL lines are ``{"prompt", "response"}`` (``completion`` also accepted) or
+    ``{"messages": [...]}``; text files give ``{"text"}`` records (plain LM loss).
+
+    Raises:
+        CorpusError: missing file, malformed line (``file:line``), a line with none of the
+            accepted fields, or no records at all.
+    """
+    if source == BUILTIN_TOOLAPI:
+        recs: list[DomainRecord] = list(generate_examples(n_builtin, seed=seed, exclude=exclude))
+        digest = hashlib.sha256(repr(recs).encode()).hexdigest()
+        return recs, {"source": f"{BUILTIN_TOOLAPI} (seed {seed})", "rows": len(recs), "sha256": digest}
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise CorpusError(f"{path}: domain data not found")
+    files = list_data_files(path) if path.is_dir() else [path]
+    records: list[DomainRecord] = []
+    for file in files:
+        if file.suffix.lower() in (".jsonl", ".json"):
+            for number, obj in iter_jsonl(file):
+                records.append(_domain_record(obj, f"{file}:{number}"))
+        elif file.suffix.lower() in (".txt", ".md"):
+            corpus = load_corpus(file)
+            records += [{"text": t} for t in corpus.texts]
+        else:
+            raise CorpusError(f"{file}: domain data must be .jsonl or .txt/.md, got {file.suffix!r}")
+    if not records:
+        raise CorpusError(f"{path}: no domain records")
+    h = hashlib.sha256()
+    for file in files:
+        h.update(file.read_bytes())
+    return records, {"source": str(path), "files": [str(f) for f in files], "rows": len(records), "sha256": h.hexdigest()}
+
+
+def _domain_record(obj: dict[str, Any], where: str) -> DomainRecord:
+    if "messages" in obj:
+        if not isinstance(obj["messages"], list):
+            raise CorpusError(f"{where}: 'messages' must be a list of {{role, content}} objects")
+        return {"messages": obj["messages"], "where": where}
+    answer_key = "response" if "response" in obj else "completion" if "completion" in obj else None
+    if "prompt" in obj and answer_key:
+        if not isinstance(obj["prompt"], str) or not isinstance(obj[answer_key], str):
+            raise CorpusError(f"{where}: 'prompt' and {answer_key!r} must be strings")
+        return {"prompt": obj["prompt"], "response": obj[answer_key], "where": where}
+    if "text" in obj and isinstance(obj["text"], str):
+        return {"text": obj["text"], "where": where}
+    raise CorpusError(
+        f"{where}: a domain line needs prompt+response, prompt+completion, messages or text "
+        f"(fields: {', '.join(sorted(obj)) or 'none'})"
+    )
+
+
+def encode_domain(tokenizer: Any, records: list[DomainRecord], max_seq_length: int) -> TokenRows:
+    rows = []
+    for i, rec in enumerate(records):
+        where = rec.get("where", f"record {i}")
+        try:
+            if "messages" in rec:
+                rows.append(encode_messages(tokenizer, rec["messages"], max_seq_length))
+            elif "prompt" in rec:
+                rows.append(encode_pair(tokenizer, rec["prompt"], rec["response"], max_seq_length))
+            else:
+                rows.append(encode_text(tokenizer, rec["text"], max_seq_length))
+        except FormatError as exc:
+            raise CorpusError(f"{where}: {exc}") from None
+    return token_rows(rows)
+
+
+def load_probe(source: str) -> list[ProbeItem]:
+    if source == BUILTIN_PROBE:
+        return default_probe_items()
+    items = []
+    for number, obj in iter_jsonl(Path(source).expanduser()):
+        if not isinstance(obj.get("prompt"), str) or not isinstance(obj.get("answer"), str):
+            raise CorpusError(f"{source}:{number}: a probe line needs string 'prompt' and 'answer'")
+        items.append(ProbeItem(obj["prompt"], obj["answer"]))
+    if not items:
+        raise CorpusError(f"{source}: probe file has no items")
+    return items
+
+
+def _cut(corpus: Corpus, max_chars: int) -> list[str]:
+    return [t[:max_chars] for t in corpus.texts]
+
+
+def prepare(cfg: Config, tokenizer: Any) -> Prepared:
+    """Load, split, cut and tokenize everything the run needs.
+
+    Raises:
+        CorpusError: for any bad data source (see :mod:`replaybank.llm.corpus`).
+    """
+    t, d = cfg.training, cfg.data
+    general = load_corpus(t.rehearsal_dataset, t.rehearsal_text_field, t.rehearsal_split)
+    dropped = Counter(general.dropped)
+    if d.general_eval:
+        held = load_corpus(d.general_eval, t.rehearsal_text_field, t.rehearsal_split)
+        dropped.update({f"general_eval_{k}": v for k, v in held.dropped.items()})
+        held = held.subset(range(min(len(held), d.general_eval_rows)))
+        pool = general
+    else:
+        pool, held = split_heldout(general, d.general_eval_rows, seed=t.seed)
+    held_texts = _cut(held, t.rehearsal_max_chars)
+    pool, overlap = remove_overlap(pool.subset(range(len(pool))), held.texts)
+    if len(pool) == 0:
+        raise CorpusError(f"{t.rehearsal_dataset}: no rehearsal passages left after holding out the general eval set")
+    pool_texts = _cut(pool, t.rehearsal_max_chars)
+
+    def rehearsal_rows(texts: list[str]) -> TokenRows:
+        return token_rows([
+            encode_rehearsal(tokenizer, x, t.rehearsal_prompt, t.rehearsal_prompt_chars, t.max_seq_length)
+            for x in texts
+        ])
+
+    eval_records, eval_manifest = load_domain(d.domain_eval, d.domain_eval_rows, seed=t.seed + 10_000)
+    eval_records = eval_records[: d.domain_eval_rows]
+    held_prompts = {r["prompt"] for r in eval_records if "prompt" in r}
+    generations, gen_manifest = [], []
+    n_gen = cfg.orchestration.num_generations
+    for g in range(n_gen):
+        source = d.domain_train[g] if len(d.domain_train) > 1 else d.domain_train[0]
+        recs, man = load_domain(source, d.domain_train_rows, seed=t.seed + 1 + g, exclude=held_prompts)
+        generations.append(encode_domain(tokenizer, recs, t.max_seq_length))
+        gen_manifest.append({"generation": g, **man})
+    probe = load_probe(d.probe)
+    manifest = {
+        "general_corpus": general.manifest,
+        "general_pool_rows": len(pool_texts),
+        "general_eval_rows": len(held_texts),
+        "general_eval_source": d.general_eval or f"held out from {t.rehearsal_dataset} (whole documents)",
+        "general_eval_docs": sorted(set(held.doc_ids))[:50],
+        "overlap_removed": overlap,
+        "dropped": dict(sorted(dropped.items())),
+        "domain_train": gen_manifest,
+        "domain_train_rows": [len(g) for g in generations],
+        "domain_eval": eval_manifest,
+        "domain_eval_rows": len(eval_records),
+        "probe_items": len(probe),
+    }
+    return Prepared(
+        rehearsal_rows(pool_texts), rehearsal_rows(held_texts), generations,
+        encode_domain(tokenizer, eval_records, t.max_seq_length), probe, manifest,
+    )

@@ -1,0 +1,156 @@
+"""Measurements: completion-only loss on held-out rows and the general-skill probe.
+
+``general_loss`` and ``domain_loss`` are token-weighted mean cross-entropies (nats per labelled
+token) over held-out rows; ``probe_score`` is the fraction of probe items whose answer the model
+reproduces exactly under greedy decoding (checked in one teacher-forced pass: every answer token
+must be the argmax at its position).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from replaybank.llm.rows import IGNORE_INDEX, TokenRows, encode_pair
+
+
+def collate(rows: Sequence[tuple[np.ndarray, np.ndarray]], pad_id: int) -> tuple[Any, Any, Any]:
+    """Right-pad rows into ``(input_ids, attention_mask, labels)`` tensors."""
+    import torch
+
+    width = max(len(a) for a, _ in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
+    att = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (a, b) in enumerate(rows):
+        ids[i, : len(a)] = torch.from_numpy(a)
+        labels[i, : len(b)] = torch.from_numpy(b)
+        att[i, : len(a)] = 1
+    return ids, att, labels
+
+
+def _fast_head(model: Any) -> tuple[Any, Any] | None:
+    # (decoder, lm_head) when logits are a plain projection of the decoder output, so the head can
+    # run on labelled positions only (the vocabulary projection is a large share of a small model).
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(base, "config", None)
+    if config is None or getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+        return None
+    decoder = getattr(base, getattr(base, "base_model_prefix", ""), None)
+    head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    if decoder is None or head is None:
+        return None
+    return decoder, head
+
+
+def logits_at(model: Any, ids: Any, att: Any, mask: Any) -> Any:
+    """Next-token logits (float32) at the positions where ``mask`` (shape of ``ids[:, :-1]``) is true."""
+    fast = _fast_head(model)
+    if fast is not None:
+        decoder, head = fast
+        hidden = decoder(input_ids=ids, attention_mask=att).last_hidden_state[:, :-1]
+        return head(hidden[mask]).float()
+    return model(input_ids=ids, attention_mask=att).logits[:, :-1][mask].float()
+
+
+def token_loss_sum(model: Any, ids: Any, att: Any, labels: Any) -> tuple[Any, int]:
+    """Sum of next-token cross-entropy over labelled positions, and their count.
+
+    Returns:
+        ``(loss_sum, n_tokens)``; ``loss_sum`` is a scalar tensor that carries gradients.
+    """
+    import torch.nn.functional as F
+
+    ids, att, labels = (t.to(next(model.parameters()).device) for t in (ids, att, labels))
+    target = labels[:, 1:]
+    mask = target != IGNORE_INDEX
+    loss = F.cross_entropy(logits_at(model, ids, att, mask), target[mask], reduction="sum")
+    return loss, int(mask.sum())
+
+
+def _length_batches(lengths: np.ndarray, max_tokens: int, max_rows: int) -> list[np.ndarray]:
+    # Sorted by length, so each padded batch wastes little; at most max_tokens padded positions.
+    order = np.argsort(lengths, kind="stable")
+    batches: list[np.ndarray] = []
+    start = 0
+    while start < order.size:
+        end = start + 1
+        while end < order.size and end - start < max_rows and (end - start + 1) * lengths[order[end]] <= max_tokens:
+            end += 1
+        batches.append(order[start:end])
+        start = end
+    return batches
+
+
+def mean_loss(model: Any, rows: TokenRows, pad_id: int, max_tokens: int = 2048, max_rows: int = 16) -> float:
+    """Token-weighted mean loss of ``model`` on ``rows`` (no gradients; model put in eval mode).
+
+    Raises:
+        ValueError: when ``rows`` has no labelled token.
+    """
+    import torch
+
+    if rows.label_tokens() == 0:
+        raise ValueError("no labelled tokens to evaluate")
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for idx in _length_batches(rows.lengths(), max_tokens, max_rows):
+            ids, att, labels = collate(rows.rows(idx), pad_id)
+            loss, n = token_loss_sum(model, ids, att, labels)
+            total += float(loss)
+            count += n
+    model.train(was_training)
+    return total / count
+
+
+@dataclass(frozen=True)
+class ProbeItem:
+    """A general-skill probe item: a prompt and the exact answer the base model gives."""
+
+    prompt: str
+    answer: str
+
+
+def default_probe_items() -> list[ProbeItem]:
+    """The embedded probe: short questions SmolLM2-135M-Instruct answers correctly (greedy)."""
+    text = resources.files("replaybank.llm").joinpath("data/probe.jsonl").read_text("utf-8")
+    return [ProbeItem(**json.loads(line)) for line in text.splitlines() if line.strip()]
+
+
+def probe_score(model: Any, tokenizer: Any, items: Sequence[ProbeItem], pad_id: int) -> dict[str, float]:
+    """Exact-match rate and mean per-token log-likelihood of the probe answers.
+
+    Returns:
+        ``{"exact_match": fraction in [0, 1], "answer_logprob": mean log p per answer token}``.
+    """
+    import torch
+
+    if not items:
+        raise ValueError("probe has no items")
+    rows = [encode_pair(tokenizer, it.prompt, it.answer, 512) for it in items]
+    # Only the answer text is checked, not the end-of-turn marker that follows it.
+    n_answer = [len(tokenizer(it.answer, add_special_tokens=False)["input_ids"]) for it in items]
+    was_training = model.training
+    model.eval()
+    hits, logps = 0, []
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        for (ids_np, lab_np), k in zip(rows, n_answer, strict=True):
+            ids, att, _ = collate([(ids_np, lab_np)], pad_id)
+            start = int(np.argmax(lab_np != IGNORE_INDEX))
+            mask = torch.zeros((1, ids.shape[1] - 1), dtype=torch.bool)
+            mask[0, start - 1 : start - 1 + k] = True  # logits that predict the k answer tokens
+            logits = logits_at(model, ids.to(device), att.to(device), mask.to(device))
+            target = torch.from_numpy(ids_np[start : start + k]).to(device)
+            logp = torch.log_softmax(logits, dim=-1).gather(1, target[:, None]).squeeze(1)
+            logps.append(float(logp.mean()))
+            hits += int(bool((logits.argmax(-1) == target).all()))
+    model.train(was_training)
+    return {"exact_match": hits / len(items), "answer_logprob": float(np.mean(logps))}

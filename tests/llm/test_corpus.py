@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from replaybank.llm.corpus import (
+    PYTHON_DOCS,
+    CorpusError,
+    load_corpus,
+    normalise,
+    python_docs_corpus,
+    remove_overlap,
+    split_heldout,
+)
+
+
+def test_normalise():
+    assert normalise("  a\n\n b\tc  ") == "a b c"
+
+
+def test_text_file_passages(tmp_path):
+    f = tmp_path / "a.txt"
+    f.write_text("First  passage\nline two.\n\n\nSecond passage.\n\n   \n")
+    c = load_corpus(f)
+    assert c.texts == ["First passage line two.", "Second passage."]
+    assert c.dropped["empty"] == 1
+    assert c.manifest[0]["rows"] == 2 and len(c.manifest[0]["sha256"]) == 64
+
+
+def test_jsonl_drops_and_counts(tmp_path):
+    f = tmp_path / "a.jsonl"
+    rows = [{"text": "one"}, {"text": "  "}, {"text": 3}, {"text": None}, {"text": "two\nlines"}]
+    f.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    c = load_corpus(f)
+    assert c.texts == ["one", "two lines"]
+    assert dict(c.dropped) == {"empty": 1, "non_string": 2}
+    assert c.doc_ids == [f"{f}:1", f"{f}:5"]
+
+
+def test_folder_sorted_and_mixed(tmp_path):
+    (tmp_path / "b.txt").write_text("from text")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "a.jsonl").write_text(json.dumps({"body": "from jsonl"}) + "\n")
+    (tmp_path / "ignored.csv").write_text("x")
+    c = load_corpus(tmp_path, text_field="body")
+    assert c.texts == ["from text", "from jsonl"]
+
+
+def test_malformed_jsonl_names_file_and_line(tmp_path):
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"text": "ok"}\n{"text": oops}\n')
+    with pytest.raises(CorpusError, match=r"bad.jsonl:2: malformed JSON"):
+        load_corpus(f)
+    f.write_text('{"text": "ok"}\n[1, 2]\n')
+    with pytest.raises(CorpusError, match=r"bad.jsonl:2: expected a JSON object"):
+        load_corpus(f)
+
+
+def test_missing_text_field_lists_fields(tmp_path):
+    f = tmp_path / "a.jsonl"
+    f.write_text('{"text": "ok"}\n{"content": "x", "id": 1}\n')
+    with pytest.raises(CorpusError, match=r"a.jsonl:2: no field 'text' \(fields: content, id\)"):
+        load_corpus(f)
+
+
+def test_non_utf8_names_line(tmp_path):
+    f = tmp_path / "latin.txt"
+    f.write_bytes(b"fine\nalso fine\ncaf\xe9\n")
+    with pytest.raises(CorpusError, match=r"latin.txt:3: not valid UTF-8 \(byte 0xe9"):
+        load_corpus(f)
+
+
+def test_missing_and_empty(tmp_path):
+    with pytest.raises(CorpusError, match="nope.jsonl: file not found"):
+        load_corpus(tmp_path / "nope.jsonl")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"text": ""}\n')
+    with pytest.raises(CorpusError, match=r"corpus is empty .*empty=1"):
+        load_corpus(empty)
+    d = tmp_path / "d"
+    d.mkdir()
+    with pytest.raises(CorpusError, match="folder holds no"):
+        load_corpus(d)
+    odd = tmp_path / "x.csv"
+    odd.write_text("a")
+    with pytest.raises(CorpusError, match="unsupported file type '.csv'"):
+        load_corpus(odd)
+
+
+def test_parquet_without_pyarrow_or_bad(tmp_path):
+    f = tmp_path / "a.parquet"
+    f.write_bytes(b"not parquet")
+    with pytest.raises(CorpusError, match="a.parquet: (reading Parquet needs pyarrow|not a readable Parquet)"):
+        load_corpus(f)
+
+
+def test_hf_name_that_needs_download_says_how_to_fix():
+    with pytest.raises(CorpusError, match="point rehearsal_dataset at a local"):
+        load_corpus("HuggingFaceH4/stack-exchange-paired")
+
+
+def test_python_docs_corpus_and_disjoint_split():
+    c = load_corpus(PYTHON_DOCS)
+    assert len(c) > 500
+    assert any(d.startswith("topic:") for d in c.doc_ids) and any(d.startswith("doc:") for d in c.doc_ids)
+    assert c.manifest[0]["sha256"] == python_docs_corpus().manifest[0]["sha256"]  # deterministic
+    pool, held = split_heldout(c, 16, seed=0)
+    assert len(held) == 16
+    assert not set(pool.doc_ids) & set(held.doc_ids)
+    assert not set(pool.texts) & set(held.texts)
+    pool2, held2 = split_heldout(c, 16, seed=0)
+    assert held2.texts == held.texts
+
+
+def test_split_needs_a_pool_and_overlap_removed(tmp_path):
+    f = tmp_path / "a.jsonl"
+    f.write_text('{"text": "a"}\n{"text": "b"}\n')
+    with pytest.raises(CorpusError, match="too few to hold out"):
+        split_heldout(load_corpus(f), 5, seed=0)
+    pool, n = remove_overlap(load_corpus(f), ["b"])
+    assert pool.texts == ["a"] and n == 1

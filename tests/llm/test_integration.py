@@ -1,0 +1,152 @@
+"""End to end on a tiny randomly initialised Llama (seconds): the run, resume, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from replaybank.llm.config import Config
+from replaybank.llm.corpus import CorpusError
+from replaybank.llm.model import ModelError
+
+
+def _cfg(model_dir, out, **training):
+    return Config.from_dict({
+        "training": {"base_model": str(model_dir), "batch_size": 5, "learning_rate": 5e-3, "lora_rank": 4,
+                     "rehearsal_rows_per_epoch": 20, "mixing_ratio": 0.1, "num_threads": 1, **training},
+        "data": {"domain_train_rows": 20, "domain_eval_rows": 5, "general_eval_rows": 4},
+        "evaluation": {"eval_points": 2},
+        "output": {"out_dir": str(out)},
+    })
+
+
+def test_tiny_run_writes_complete_report(tiny_model_dir, tmp_path):
+    from replaybank.llm.run import run_experiment
+
+    out = tmp_path / "run"
+    metrics = run_experiment(_cfg(tiny_model_dir, out), log=lambda m: None)
+    assert sorted(p.name for p in out.iterdir()) == ["adapters", "losses.png", "metrics.json", "report.md"]
+    assert not (tmp_path / "run.partial").exists()
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["arms"].keys() == {"base", "naive", "rehearsal"}
+    for arm in saved["arms"].values():
+        for key in ("general_loss", "domain_loss", "probe_score"):
+            assert isinstance(arm[key], float) and np.isfinite(arm[key])
+    assert saved["wall_seconds"] == metrics["wall_seconds"] > 0
+    reh = saved["arms"]["rehearsal"]["generations"][0]["train"]["steps"]
+    # 20 domain rows at 90% of batches of 5: quotas alternate 4/5 domain rows; 10% => 0 or 1 rehearsal row
+    assert {s["rehearsal_rows"] for s in reh} <= {0, 1}
+    assert saved["mixing"]["share"] == 0.1
+    assert abs(saved["mixing"]["measured_row_share"] - 0.1) < 0.05
+    naive = saved["arms"]["naive"]["generations"][0]["train"]["steps"]
+    assert all(s["rehearsal_rows"] == 0 for s in naive)
+    assert len(saved["arms"]["naive"]["curve"]) == 2
+    adapter = out / "adapters" / "rehearsal" / "gen0"
+    assert (adapter / "adapter_config.json").is_file()
+    assert json.loads((adapter / "replaybank.json").read_text())["config"]["training"]["lora_rank"] == 4
+    assert "| naive |" in (out / "report.md").read_text()
+
+
+def test_generations_window(tiny_model_dir, tmp_path):
+    from replaybank.llm.run import run_experiment
+
+    cfg = Config.from_dict({
+        "orchestration": {"num_generations": 3, "training_window_size": 2},
+        "training": {"base_model": str(tiny_model_dir), "batch_size": 5, "lora_rank": 2, "num_threads": 1},
+        "data": {"domain_train_rows": 10, "domain_eval_rows": 3, "general_eval_rows": 3},
+        "evaluation": {"arms": ["naive"], "eval_points": 1},
+        "output": {"save_adapters": False},
+    })
+    metrics = run_experiment(cfg, tmp_path / "gens", log=lambda m: None)
+    gens = metrics["arms"]["naive"]["generations"]
+    assert [g["lineage"] for g in gens] == [[0], [0, 1], [1, 2]]
+    assert [g["domain_rows"] for g in gens] == [10, 20, 20]
+    assert "base" not in metrics["arms"]
+
+
+def test_resume_sees_same_data_order(tiny_model_dir, tmp_path):
+    import copy
+
+    from replaybank.llm.data_prep import prepare
+    from replaybank.llm.model import load_model
+    from replaybank.llm.train import add_lora, train_lora
+
+    cfg = _cfg(tiny_model_dir, tmp_path, save_every=2, gradient_accumulation_steps=2, num_train_epochs=2)
+    base, tok = load_model(cfg.training.base_model, "cpu")
+    data = prepare(cfg, tok)
+    dom, pool = data.domain_generations[0], data.rehearsal_pool
+
+    def fresh():
+        return add_lora(copy.deepcopy(base), cfg.training)
+
+    full = train_lora(fresh(), tok.pad_token_id, dom, pool, cfg.training, 0.1)
+    ckpt = tmp_path / "ckpt"
+    part = train_lora(fresh(), tok.pad_token_id, dom, pool, cfg.training, 0.1, checkpoint_dir=ckpt, max_steps=4)
+    assert len(part.steps) == 4 and (ckpt / "checkpoint.pt").is_file()
+    resumed = train_lora(fresh(), tok.pad_token_id, dom, pool, cfg.training, 0.1, checkpoint_dir=ckpt)
+    assert resumed.resumed_from_step == 4
+    assert [s["batch"] for s in resumed.steps] == [s["batch"] for s in full.steps]
+    assert [s["epoch"] for s in full.steps].count(1) > 0  # crossed into the second epoch
+    np.testing.assert_allclose([s["loss"] for s in resumed.steps], [s["loss"] for s in full.steps], rtol=1e-4)
+
+
+def test_bad_target_module_lists_the_real_ones(tiny_model_dir, tmp_path):
+    from replaybank.llm.run import run_experiment
+
+    cfg = _cfg(tiny_model_dir, tmp_path / "o", lora_target_modules=["q_proj", "c_attn"])
+    with pytest.raises(ModelError, match=r"c_attn not found in the model; its linear modules are: .*down_proj.*q_proj"):
+        run_experiment(cfg, log=lambda m: None)
+    assert not (tmp_path / "o").exists()
+
+
+def test_missing_base_model_path(tmp_path):
+    from replaybank.llm.model import resolve_base_model
+
+    with pytest.raises(ModelError, match="path does not exist"):
+        resolve_base_model(str(tmp_path / "no" / "model"))
+    with pytest.raises(ModelError, match=r"missing.gguf: file not found"):
+        resolve_base_model(str(tmp_path / "missing.gguf"))
+    with pytest.raises(ModelError, match="not in the local Hugging Face cache"):
+        resolve_base_model("someone/not-a-cached-model")
+
+
+def test_bad_domain_data_and_interrupted_run_leaves_nothing_complete(tiny_model_dir, tmp_path):
+    from replaybank.llm.run import run_experiment
+
+    bad = tmp_path / "dom.jsonl"
+    bad.write_text('{"prompt": "a", "response": "b"}\n{"prompt": "a"}\n')
+    cfg = Config.from_dict({
+        "training": {"base_model": str(tiny_model_dir), "num_threads": 1},
+        "data": {"domain_train": [str(bad)], "domain_eval": str(bad)},
+    })
+    with pytest.raises(CorpusError, match=r"dom.jsonl:2: a domain line needs prompt\+response"):
+        run_experiment(cfg, tmp_path / "out", log=lambda m: None)
+    assert not (tmp_path / "out").exists()
+
+    def boom(message):
+        if message.startswith("naive gen 0:"):
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(_cfg(tiny_model_dir, tmp_path / "out2"), log=boom)
+    assert not (tmp_path / "out2").exists()
+    assert not (tmp_path / "out2.partial" / "metrics.json").exists()
+
+
+def test_out_dir_that_is_not_a_run_is_refused(tiny_model_dir, tmp_path):
+    from replaybank.llm.run import OutputError, run_experiment
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("precious")
+    with pytest.raises(OutputError, match="not a replaybank run folder"):
+        run_experiment(_cfg(tiny_model_dir, tmp_path / "mine"), log=lambda m: None)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "precious"
+
+
+def test_probe_on_tiny_model(tiny_model_dir, tmp_path):
+    from replaybank.llm.run_probe import run_probe
+
+    rep = run_probe(_cfg(tiny_model_dir, tmp_path), pairs=2, log=lambda m: None)
+    assert len(rep.pairs) == 2
+    assert all(-1 <= p.cosine <= 1 and 0 <= p.alpha <= 1 for p in rep.pairs)
