@@ -1,202 +1,134 @@
-"""K-ary sum / min trees compiled with numba (used when numba is installed: ``replaybank[fast]``).
+"""Sum and min trees over the same leaves, compiled with numba (``replaybank[fast]``).
 
 Why numba: a prioritized step is 256 root-to-leaf walks plus 256 leaf-to-root updates. Compiled,
 that is a few microseconds of arithmetic; as numpy calls it is dozens of calls at about a
-microsecond each (``sumtree.KaryTree`` is that pure-numpy fallback). Why k-ary rather than binary:
-over a million leaves a binary tree is 16 MB walked in 20 dependent, cache-missing steps per draw;
-with 8 children per node a walk is 7 steps, each a scan of 8 adjacent values (one cache line);
-8 measured fastest among 2..64 for a million leaves.
-Both trees implement the same interface and pass the same property tests.
+microsecond each (``sumtree.PairedTrees`` is that pure-numpy fallback). Over a million leaves the
+cost is cache misses, so the layout is chosen for them:
+
+* 8 children per node (8 measured fastest among 2..64): a walk is 7 steps, each a scan of
+  adjacent values, instead of 20 dependent steps in a binary tree;
+* sum and min interleaved node by node: ``update_priorities`` follows ``sample`` on the same slots,
+  and the walk that sampling did has already brought the min values into cache (measured: the
+  update fell from 100 to 30 us per 256 leaves against a separate min tree);
+* updates go level by level across the batch, so the misses of different leaves overlap.
+
+Parents are recomputed from all their children, so repeated indices are harmless (the last value
+wins) and rounding never accumulates.
 """
 
 from __future__ import annotations
-
-from typing import Literal
 
 import numba
 import numpy as np
 
 
 @numba.njit(cache=True, nogil=True)
-def _update(
-    tree: np.ndarray,
-    offsets: np.ndarray,
-    k: int,
-    index: np.ndarray,
-    values: np.ndarray,
-    is_min: bool,
-) -> None:
-    depth = len(offsets) - 1
-    n = len(index)
-    node = index.copy()
-    for i in range(n):
-        tree[node[i]] = values[i]
-    for level in range(1, depth):  # level by level: see _find
-        for i in range(n):
-            parent = node[i] // k
-            node[i] = parent
-            first = offsets[level - 1] + parent * k
-            acc = tree[first]
-            for j in range(1, k):  # recompute from children: repeated indices are harmless
-                v = tree[first + j]
-                acc = min(acc, v) if is_min else acc + v
-            tree[offsets[level] + parent] = acc
+def _walk(tree: np.ndarray, offsets: np.ndarray, k: int, m: float) -> int:
+    """The leaf where the running sum first exceeds ``m``; never a zero-mass leaf."""
+    node = 0
+    for level in range(len(offsets) - 2, -1, -1):
+        first = 2 * (offsets[level] + node * k)
+        pick = -1
+        for j in range(k):
+            v = tree[first + 2 * j]
+            if v > 0.0:
+                pick = j  # the last positive child so far: where rounding overflow lands
+                if m < v:
+                    break
+                m -= v
+        node = node * k + pick
+    return node
 
 
 @numba.njit(cache=True, nogil=True)
 def _find(tree: np.ndarray, offsets: np.ndarray, k: int, mass: np.ndarray) -> np.ndarray:
-    # Level by level across the whole batch (not one walk at a time): the loads of different
-    # draws are independent, so the CPU overlaps their cache misses instead of waiting on each.
-    depth = len(offsets) - 1
-    n = len(mass)
-    node = np.zeros(n, dtype=np.int64)
-    m = mass.copy()
-    for level in range(depth - 1, -1, -1):
-        for i in range(n):
-            first = offsets[level] + node[i] * k
-            pick = -1
-            mi = m[i]
-            for j in range(k):
-                v = tree[first + j]
-                if v > 0.0:
-                    pick = j  # the last positive child so far: where rounding overflow lands
-                    if mi < v:
-                        break
-                    mi -= v
-            m[i] = mi
-            node[i] = node[i] * k + pick
-    return node
+    out = np.empty(len(mass), dtype=np.int64)
+    for i in range(len(mass)):
+        out[i] = _walk(tree, offsets, k, mass[i])
+    return out
 
 
 @numba.njit(cache=True, nogil=True)
-def _rebuild(tree: np.ndarray, offsets: np.ndarray, k: int, is_min: bool) -> None:
-    for level in range(1, len(offsets) - 1):
-        for node in range((offsets[level] - offsets[level - 1]) // k):
-            first = offsets[level - 1] + node * k
-            acc = tree[first]
-            for j in range(1, k):
-                v = tree[first + j]
-                acc = min(acc, v) if is_min else acc + v
-            tree[offsets[level] + node] = acc
-
-
-class NumbaTree:
-    """Same interface as ``KaryTree``: ``update``, ``find``, ``root``, ``leaves``, ``rebuild``.
-
-    Levels are stored bottom-up in one flat array, each padded to a multiple of ``k``; the top
-    level holds at most ``k`` values, the root's children.
-    """
-
-    def __init__(
-        self, capacity: int, *, branching: int = 8, reduce: Literal["sum", "min"] = "sum"
-    ) -> None:
-        self.capacity = int(capacity)
-        self.k = int(branching)
-        self.reduce = reduce
-        self.offsets = _level_offsets(self.capacity, self.k)
-        self.tree = np.full(int(self.offsets[-1]), 0.0 if reduce == "sum" else np.inf)
-        self._top = self.tree[self.offsets[-2] :]
-
-    @property
-    def leaves(self) -> np.ndarray:
-        return self.tree[: self.capacity]
-
-    @property
-    def root(self) -> float:
-        return float(self._top.min() if self.reduce == "min" else self._top.sum())
-
-    def update(self, index: np.ndarray, values: np.ndarray) -> None:
-        index = np.ascontiguousarray(index, dtype=np.int64)
-        values = np.ascontiguousarray(values, dtype=np.float64)
-        _update(self.tree, self.offsets, self.k, index, values, self.reduce == "min")
-
-    def rebuild(self) -> None:
-        _rebuild(self.tree, self.offsets, self.k, self.reduce == "min")
-
-    def find(self, mass: np.ndarray) -> np.ndarray:
-        return _find(self.tree, self.offsets, self.k, np.ascontiguousarray(mass, dtype=np.float64))
+def _refresh(tree: np.ndarray, offsets: np.ndarray, k: int, level: int, parent: int) -> None:
+    first = 2 * (offsets[level - 1] + parent * k)
+    total = 0.0
+    low = np.inf
+    for j in range(k):
+        total += tree[first + 2 * j]
+        low = min(low, tree[first + 2 * j + 1])
+    tree[2 * (offsets[level] + parent)] = total
+    tree[2 * (offsets[level] + parent) + 1] = low
 
 
 @numba.njit(cache=True, nogil=True)
-def _pair_update(
+def _update(
     tree: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarray, values: np.ndarray
 ) -> None:
-    """Interleaved (sum, min) nodes: set leaves (zero mass is +inf for the min, so empty slots never
-    set the weight normaliser), then recompute parents level by level across the batch. Parents
-    are recomputed from all children, so repeated indices are harmless (the last value wins)."""
-    depth = len(offsets) - 1
-    n = len(index)
+    """Set leaves (zero mass is +inf for the min, so empty slots never set the weight normaliser)."""
     node = index.copy()
-    for i in range(n):
+    for i in range(len(index)):
         tree[2 * node[i]] = values[i]
         tree[2 * node[i] + 1] = values[i] if values[i] > 0.0 else np.inf
-    for level in range(1, depth):
-        for i in range(n):
-            parent = node[i] // k
-            node[i] = parent
-            first = 2 * (offsets[level - 1] + parent * k)
-            total = 0.0
-            low = np.inf
-            for j in range(k):
-                total += tree[first + 2 * j]
-                low = min(low, tree[first + 2 * j + 1])
-            at = 2 * (offsets[level] + parent)
-            tree[at] = total
-            tree[at + 1] = low
+    for level in range(1, len(offsets) - 1):
+        for i in range(len(index)):
+            node[i] //= k
+            _refresh(tree, offsets, k, level, node[i])
 
 
 @numba.njit(cache=True, nogil=True)
-def _pair_find(tree: np.ndarray, offsets: np.ndarray, k: int, mass: np.ndarray) -> np.ndarray:
-    depth = len(offsets) - 1
-    n = len(mass)
-    node = np.zeros(n, dtype=np.int64)
-    m = mass.copy()
-    for level in range(depth - 1, -1, -1):  # level by level: see _find
-        for i in range(n):
-            first = 2 * (offsets[level] + node[i] * k)
-            pick = -1
-            mi = m[i]
-            for j in range(k):
-                v = tree[first + 2 * j]
-                if v > 0.0:
-                    pick = j
-                    if mi < v:
-                        break
-                    mi -= v
-            m[i] = mi
-            node[i] = node[i] * k + pick
-    return node
-
-
-@numba.njit(cache=True, nogil=True)
-def _pair_rebuild(tree: np.ndarray, offsets: np.ndarray, k: int) -> None:
+def _rebuild(tree: np.ndarray, offsets: np.ndarray, k: int) -> None:
     for level in range(1, len(offsets) - 1):
         for parent in range((offsets[level] - offsets[level - 1]) // k):
-            first = 2 * (offsets[level - 1] + parent * k)
-            total = 0.0
-            low = np.inf
-            for j in range(k):
-                total += tree[first + 2 * j]
-                low = min(low, tree[first + 2 * j + 1])
-            tree[2 * (offsets[level] + parent)] = total
-            tree[2 * (offsets[level] + parent) + 1] = low
+            _refresh(tree, offsets, k, level, parent)
 
 
 @numba.njit(cache=True, nogil=True)
-def _pair_weights(tree: np.ndarray, slots: np.ndarray, low: float, beta: float) -> np.ndarray:
+def _weights(tree: np.ndarray, slots: np.ndarray, low: float, beta: float) -> np.ndarray:
     out = np.empty(len(slots), dtype=np.float32)
     for i in range(len(slots)):
         out[i] = (tree[2 * slots[i]] / low) ** -beta
     return out
 
 
-class NumbaPairTree:
-    """A sum tree and a min tree over the same leaves, interleaved node by node.
+@numba.njit(cache=True, nogil=True)
+def _masked_draws(
+    tree: np.ndarray,
+    offsets: np.ndarray,
+    k: int,
+    u: np.ndarray,
+    rounds: int,
+    count: np.ndarray,
+    base: np.ndarray,
+    anchor: np.ndarray,
+    accumulated: float,
+    stamp: np.ndarray,
+    call: int,
+) -> np.ndarray:
+    """RR-M draws: stratified first tries, independent redraws (from ``u[n:]``) for draws that
+    land on an item ahead of its expected count or already taken in this batch."""
+    n = len(u) // (rounds + 1)
+    total = 0.0
+    for v in tree[2 * offsets[-2] :: 2]:
+        total += v
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        slot = _walk(tree, offsets, k, (i + u[i]) * (total / n))
+        for r in range(rounds):
+            expected = base[slot] + tree[2 * slot] * (accumulated - anchor[slot])
+            if stamp[slot] != call and count[slot] <= expected:
+                break
+            slot = _walk(tree, offsets, k, u[n + i * rounds + r] * total)
+        stamp[slot] = call
+        count[slot] += 1.0
+        out[i] = slot
+    return out
 
-    Why interleaved: in prioritized replay, ``update_priorities`` follows ``sample`` on the same
-    slots. With (sum, min) side by side, the walk that sampling did has already brought the min
-    values into cache, so the update costs about a third of what a separate min tree costs
-    (measured: 100 -> 30 us per 256 updates on a million leaves).
+
+class NumbaPairTree:
+    """Sum and min trees over ``capacity`` leaves, interleaved, with ``branching`` children per node.
+
+    Levels are stored bottom-up in one flat array of (sum, min) pairs, each level padded to a
+    multiple of ``branching``; the top level holds the root's children.
     """
 
     def __init__(self, capacity: int, *, branching: int = 8) -> None:
@@ -223,34 +155,42 @@ class NumbaPairTree:
         return self.tree[: 2 * self.capacity : 2]
 
     def update(self, index: np.ndarray, values: np.ndarray) -> None:
-        _pair_update(
-            self.tree,
-            self.offsets,
-            self.k,
-            np.ascontiguousarray(index, dtype=np.int64),
-            np.ascontiguousarray(values, dtype=np.float64),
+        index = np.ascontiguousarray(index, dtype=np.int64)
+        _update(
+            self.tree, self.offsets, self.k, index, np.ascontiguousarray(values, dtype=np.float64)
         )
 
     def load(self, values: np.ndarray) -> None:
         self.tree[: 2 * self.capacity : 2] = values
         self.tree[1 : 2 * self.capacity : 2] = np.where(values > 0, values, np.inf)
-        _pair_rebuild(self.tree, self.offsets, self.k)
+        _rebuild(self.tree, self.offsets, self.k)
 
     def find(self, mass: np.ndarray) -> np.ndarray:
-        return _pair_find(
-            self.tree, self.offsets, self.k, np.ascontiguousarray(mass, dtype=np.float64)
-        )
+        return _find(self.tree, self.offsets, self.k, np.ascontiguousarray(mass, dtype=np.float64))
+
+    def weights(self, slots: np.ndarray, beta: float) -> np.ndarray:
+        return _weights(self.tree, np.ascontiguousarray(slots, dtype=np.int64), self.minimum, beta)
 
     def stratified(self, u: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray]:
         """One draw per equal slice of the mass, and normalised importance weights."""
         n = len(u)
         slots = self.find((np.arange(n) + u) * (self.total / n))
-        return slots, _pair_weights(self.tree, slots, self.minimum, beta)
+        return slots, _weights(self.tree, slots, self.minimum, beta)
 
-    def weights(self, slots: np.ndarray, beta: float) -> np.ndarray:
-        return _pair_weights(
-            self.tree, np.ascontiguousarray(slots, dtype=np.int64), self.minimum, beta
-        )
+    def masked_draws(
+        self,
+        u: np.ndarray,
+        rounds: int,
+        count: np.ndarray,
+        base: np.ndarray,
+        anchor: np.ndarray,
+        accumulated: float,
+        stamp: np.ndarray,
+        call: int,
+    ) -> np.ndarray:
+        """RR-M draws for ``PrioritizedReshuffled`` (see its docstring); updates count and stamp."""
+        args = (u, rounds, count, base, anchor, accumulated, stamp, call)
+        return _masked_draws(self.tree, self.offsets, self.k, *args)  # type: ignore[no-any-return]
 
 
 def _level_offsets(capacity: int, k: int) -> np.ndarray:
@@ -264,70 +204,3 @@ def _level_offsets(capacity: int, k: int) -> np.ndarray:
             break
         size = padded // k
     return np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-
-
-@numba.njit(cache=True, nogil=True)
-def _pair_walk(tree: np.ndarray, offsets: np.ndarray, k: int, m: float) -> int:
-    node = 0
-    for level in range(len(offsets) - 2, -1, -1):
-        first = 2 * (offsets[level] + node * k)
-        pick = -1
-        for j in range(k):
-            v = tree[first + 2 * j]
-            if v > 0.0:
-                pick = j
-                if m < v:
-                    break
-                m -= v
-        node = node * k + pick
-    return node
-
-
-@numba.njit(cache=True, nogil=True)
-def _masked_draws(
-    tree: np.ndarray,
-    offsets: np.ndarray,
-    k: int,
-    u: np.ndarray,
-    rounds: int,
-    count: np.ndarray,
-    base: np.ndarray,
-    anchor: np.ndarray,
-    accumulated: float,
-    stamp: np.ndarray,
-    call: int,
-) -> np.ndarray:
-    """RR-M draws: stratified first tries, independent redraws (from ``u[n:]``) for draws that
-    land on an item ahead of its expected count or already taken in this batch."""
-    n = len(u) // (rounds + 1)
-    total = 0.0
-    for v in tree[2 * offsets[-2] :: 2]:
-        total += v
-    out = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        slot = _pair_walk(tree, offsets, k, (i + u[i]) * (total / n))
-        for r in range(rounds):
-            expected = base[slot] + tree[2 * slot] * (accumulated - anchor[slot])
-            if stamp[slot] != call and count[slot] <= expected:
-                break
-            slot = _pair_walk(tree, offsets, k, u[n + i * rounds + r] * total)
-        stamp[slot] = call
-        count[slot] += 1.0
-        out[i] = slot
-    return out
-
-
-def masked_draws(
-    trees: NumbaPairTree,
-    u: np.ndarray,
-    rounds: int,
-    count: np.ndarray,
-    base: np.ndarray,
-    anchor: np.ndarray,
-    accumulated: float,
-    stamp: np.ndarray,
-    call: int,
-) -> np.ndarray:
-    return _masked_draws(
-        trees.tree, trees.offsets, trees.k, u, rounds, count, base, anchor, accumulated, stamp, call
-    )

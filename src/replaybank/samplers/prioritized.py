@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import ReplayBankError
 from .base import SamplerBase, View, check_can_sample
-from .sumtree import make_pair, masked_draws
+from .sumtree import make_pair
 
 
 def check_priorities(priorities: Any, n: int, where: str = "priorities") -> np.ndarray:
@@ -88,12 +88,13 @@ class Prioritized(SamplerBase):
         self, batch_size: int, view: View, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray]:
         check_can_sample(batch_size, view, True, "Prioritized")
-        if self.trees.total <= 0:
-            raise ReplayBankError(
-                "all stored priorities are zero (with eps=0); nothing can be sampled"
-            )
+        self._check_mass()
         slots, weights = self.trees.stratified(rng.random(batch_size), self.beta)
         return slots, weights
+
+    def _check_mass(self) -> None:
+        if self.trees.total <= 0:
+            raise ReplayBankError("all stored priorities are zero (with eps=0); nothing can be sampled")
 
     def probabilities(self) -> np.ndarray:
         """P(i) for every slot (zeros for empty slots)."""
@@ -169,16 +170,12 @@ class PrioritizedReshuffled(Prioritized):
         self, batch_size: int, view: View, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray]:
         check_can_sample(batch_size, view, False, "PrioritizedReshuffled")
-        if self.trees.total <= 0:
-            raise ReplayBankError(
-                "all stored priorities are zero (with eps=0); nothing can be sampled"
-            )
+        self._check_mass()
         self.accumulated += batch_size / self.trees.total
         self.calls += 1
-        if hasattr(self.trees, "tree"):  # compiled: one pass, each draw retried in place
+        if hasattr(self.trees, "masked_draws"):  # compiled: one pass, each draw retried in place
             u = rng.random(batch_size * (self.rounds + 1))
-            slots = masked_draws(
-                self.trees,
+            slots = self.trees.masked_draws(
                 u,
                 self.rounds,
                 self.count,

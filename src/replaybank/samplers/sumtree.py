@@ -1,7 +1,7 @@
 """Vectorised k-ary sum and min trees over per-slot priorities.
 
-This is the pure-numpy fallback used when numba is not installed (``_numba_tree`` is the fast
-path). Why k-ary: a batch of 256 lookups in a binary tree over a million leaves is 20 levels of
+``PairedTrees`` (a sum and a min ``KaryTree`` over the same leaves) is the pure-numpy fallback
+used when numba is not installed; ``_numba_tree.NumbaPairTree`` is the fast path. Why k-ary: a batch of 256 lookups in a binary tree over a million leaves is 20 levels of
 small numpy calls, and numpy's per-call overhead dominates; with 32 children per node the same
 tree is 4 levels deep, each level one gather of a (batch, 32) block plus a cumulative sum.
 
@@ -17,20 +17,6 @@ from typing import Any, Literal
 import numpy as np
 
 Reduce = Literal["sum", "min"]
-
-
-def make_tree(capacity: int, *, reduce: Reduce = "sum", branching: int | None = None) -> Any:
-    """The fastest available tree: numba's compiled binary tree when numba is installed (the
-    ``replaybank[fast]`` extra), else the numpy ``KaryTree``. ``REPLAYBANK_KERNELS=numpy`` forces
-    the fallback."""
-    if os.environ.get("REPLAYBANK_KERNELS", "").lower() != "numpy":
-        try:
-            from ._numba_tree import NumbaTree
-        except ImportError:
-            pass
-        else:
-            return NumbaTree(capacity, branching=branching or 8, reduce=reduce)
-    return KaryTree(capacity, branching=branching or 32, reduce=reduce)
 
 
 class KaryTree:
@@ -157,10 +143,3 @@ def make_pair(capacity: int, *, branching: int | None = None) -> Any:
         else:
             return NumbaPairTree(capacity, branching=branching or 8)
     return PairedTrees(capacity, branching=branching or 32)
-
-
-def masked_draws(trees: Any, *args: Any) -> np.ndarray:
-    """Compiled RR-M draws (``NumbaPairTree`` only); see ``PrioritizedReshuffled``."""
-    from ._numba_tree import masked_draws as compiled
-
-    return compiled(trees, *args)

@@ -10,7 +10,7 @@ from ..errors import ReplayBankError
 from ..ragged import Ragged
 from ..spec import Spec
 from .base import SamplerBase, View, check_can_sample, last_wins
-from .sumtree import make_tree
+from .sumtree import make_pair
 
 
 class Trajectories(SamplerBase):
@@ -85,7 +85,7 @@ class Trajectories(SamplerBase):
             self.step_value = np.zeros(capacity)  # per-step priority or reward
             self.ep_value = np.zeros(capacity)  # sum of step_value over the episode's stored steps
             self.ep_stored = np.zeros(capacity, dtype=np.int64)
-            self.tree = make_tree(capacity, reduce="sum")
+            self.tree = make_pair(capacity)  # the min half is unused
 
     def check_spec(self, spec: Spec) -> None:
         if self.done_key not in spec or spec[self.done_key].shape != ():
@@ -239,7 +239,7 @@ class Trajectories(SamplerBase):
     def _prioritized_starts(
         self, batch_size: int, view: View, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray]:
-        total = self.tree.root
+        total = self.tree.total
         if total <= 0:
             raise ReplayBankError(
                 f"no stored episode has {self.length} consecutive steps yet; add more steps or lower length"
