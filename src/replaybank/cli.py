@@ -95,7 +95,8 @@ def run_inspect(args: argparse.Namespace) -> int:
 
     manifest = read_manifest(Path(args.path))
     state = manifest["state"]
-    size = state["table"]["size"]
+    table = state["table"]  # a FIFO ring stores only its arrival count
+    size = table["size"] if "size" in table else min(table["arrivals"], manifest["capacity"])
     print(f"{args.path}: {size:,} / {manifest['capacity']:,} items, version {manifest['version']}")
     print(f"  sampler   {manifest['sampler']['class']} {json.dumps(manifest['sampler']['params'])}")
     print(
