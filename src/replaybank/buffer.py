@@ -373,19 +373,13 @@ class ReplayBuffer:
             )
         with self._lock:
             spec = {name: ColumnSpec.from_json(col) for name, col in state["spec"].items()}
-            if spec:
-                arrays = dict(state["columns"])
-                arrays["__slots__"] = np.arange(self._table_high(state["table"]))
-                self.storage.restore(self._capacity, spec, arrays)
             self._table.load_state_dict(state["table"])
+            if spec:
+                slots = np.arange(self._table.high)  # ragged rows were exported for these slots
+                self.storage.restore(self._capacity, spec, dict(state["columns"]), slots)
             self._rng.bit_generator.state = state["rng"]
             self.admission.load_state_dict(state["admission"])
             self.sampler.load_state_dict(state["sampler"])
-
-    def _table_high(self, table_state: Mapping[str, Any]) -> int:
-        if "high" in table_state:
-            return int(table_state["high"])
-        return min(int(table_state["arrivals"]), self._capacity)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the buffer to directory ``path`` atomically (see ``replaybank.persist``)."""

@@ -39,7 +39,9 @@ class Storage(Protocol):
 
     def export(self, slots: np.ndarray) -> dict[str, np.ndarray]: ...
 
-    def restore(self, capacity: int, spec: Spec, arrays: dict[str, np.ndarray]) -> None: ...
+    def restore(
+        self, capacity: int, spec: Spec, arrays: dict[str, np.ndarray], slots: np.ndarray
+    ) -> None: ...
 
 
 def available_memory() -> int | None:
@@ -216,8 +218,10 @@ class ColumnarStorage:
             out[f"{name}.offsets"] = packed.offsets
         return out
 
-    def restore(self, capacity: int, spec: Spec, arrays: dict[str, np.ndarray]) -> None:
-        """Rebuild from ``export`` output; ``slots`` of ragged rows are passed as ``__slots__``."""
+    def restore(
+        self, capacity: int, spec: Spec, arrays: dict[str, np.ndarray], slots: np.ndarray
+    ) -> None:
+        """Rebuild from ``export(slots)`` output."""
         for name, col in spec.items():
             if not col.ragged and arrays[name].shape != (capacity, *col.shape):
                 raise ReplayBankError(
@@ -233,7 +237,6 @@ class ColumnarStorage:
             self._ragged = {
                 name: _RaggedColumn(capacity, col) for name, col in spec.items() if col.ragged
             }
-        slots = arrays.get("__slots__", np.zeros(0, np.int64))
         for name, rag in self._ragged.items():
             packed = Ragged(arrays[f"{name}.values"], arrays[f"{name}.offsets"])
             rag.write(slots, packed.to_list())
