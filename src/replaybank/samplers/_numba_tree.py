@@ -23,29 +23,54 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True)
+def _pick(tree: np.ndarray, first: int, k: int, m: float) -> tuple[int, float]:
+    """Among the k children starting at ``first``: the one where the running sum first exceeds
+    ``m`` (never a zero-mass child; rounding overflow lands on the last positive one), and what is
+    left of ``m`` inside it."""
+    pick = -1
+    for j in range(k):
+        v = tree[first + 2 * j]
+        if v > 0.0:
+            pick = j
+            if m < v:
+                break
+            m -= v
+    return pick, m
+
+
+@numba.njit(cache=True, nogil=True)
 def _walk(tree: np.ndarray, offsets: np.ndarray, k: int, m: float) -> int:
-    """The leaf where the running sum first exceeds ``m``; never a zero-mass leaf."""
+    """One root-to-leaf walk: the leaf holding mass ``m``."""
     node = 0
     for level in range(len(offsets) - 2, -1, -1):
-        first = 2 * (offsets[level] + node * k)
-        pick = -1
-        for j in range(k):
-            v = tree[first + 2 * j]
-            if v > 0.0:
-                pick = j  # the last positive child so far: where rounding overflow lands
-                if m < v:
-                    break
-                m -= v
+        pick, m = _pick(tree, 2 * (offsets[level] + node * k), k, m)
         node = node * k + pick
     return node
 
 
 @numba.njit(cache=True, nogil=True)
 def _find(tree: np.ndarray, offsets: np.ndarray, k: int, mass: np.ndarray) -> np.ndarray:
-    out = np.empty(len(mass), dtype=np.int64)
-    for i in range(len(mass)):
-        out[i] = _walk(tree, offsets, k, mass[i])
-    return out
+    # Level by level across the batch rather than one walk at a time: the loads of different
+    # draws are independent, so their cache misses overlap (measured 60 -> 41 us per 256 draws on
+    # a million leaves). The child scan is _pick written inline: as a call returning a tuple it
+    # cost that gain back.
+    node = np.zeros(len(mass), dtype=np.int64)
+    m = mass.copy()
+    for level in range(len(offsets) - 2, -1, -1):
+        for i in range(len(mass)):
+            first = 2 * (offsets[level] + node[i] * k)
+            pick = -1
+            mi = m[i]
+            for j in range(k):
+                v = tree[first + 2 * j]
+                if v > 0.0:
+                    pick = j
+                    if mi < v:
+                        break
+                    mi -= v
+            m[i] = mi
+            node[i] = node[i] * k + pick
+    return node
 
 
 @numba.njit(cache=True, nogil=True)

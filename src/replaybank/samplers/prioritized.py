@@ -94,7 +94,9 @@ class Prioritized(SamplerBase):
 
     def _check_mass(self) -> None:
         if self.trees.total <= 0:
-            raise ReplayBankError("all stored priorities are zero (with eps=0); nothing can be sampled")
+            raise ReplayBankError(
+                "all stored priorities are zero (with eps=0); nothing can be sampled"
+            )
 
     def probabilities(self) -> np.ndarray:
         """P(i) for every slot (zeros for empty slots)."""
