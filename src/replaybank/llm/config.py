@@ -28,6 +28,8 @@ from typing import Any, Literal, get_args, get_type_hints
 
 import tomllib
 
+from replaybank.errors import ReplayBankError
+
 Lineage = Literal["window", "all", "best"]
 Arm = Literal["base", "naive", "rehearsal"]
 Device = Literal["auto", "cpu", "cuda"]
@@ -36,7 +38,7 @@ BUILTIN_TOOLAPI = "builtin:toolapi"
 BUILTIN_PROBE = "builtin"
 
 
-class ConfigError(ValueError):
+class ConfigError(ReplayBankError):
     """An invalid config: the message names the file, the key, the value and what was expected."""
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from replaybank.errors import ReplayBankError
+
 PYTHON_DOCS = "python-docs"
 """Name of the embedded general corpus: ``pydoc_data.topics`` plus stdlib docstrings."""
 
@@ -44,7 +46,7 @@ _DOC_MODULES = (
 )
 
 
-class CorpusError(ValueError):
+class CorpusError(ReplayBankError):
     """A corpus or data file could not be used; the message names the file and what was wrong."""
 
 

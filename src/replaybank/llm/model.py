@@ -20,11 +20,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from replaybank.errors import ReplayBankError
+
 DEFAULT_BASE_MODEL = "SmolLM2-135M-Instruct"
 _SMOLLM2_ALIASES = {DEFAULT_BASE_MODEL.lower(), "smollm2", "huggingfacetb/smollm2-135m-instruct"}
 
 
-class ModelError(ValueError):
+class ModelError(ReplayBankError):
     """The base model cannot be found or does not fit the config."""
 
 

@@ -25,6 +25,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from replaybank.errors import ReplayBankError
+
 IGNORE_INDEX = -100
 DEFAULT_USER_HEADER = "### User:\n"
 DEFAULT_ASSISTANT_HEADER = "\n\n### Assistant:\n"
@@ -41,7 +43,7 @@ class Tokenizer(Protocol):
     def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
 
 
-class FormatError(ValueError):
+class FormatError(ReplayBankError):
     """A conversation cannot be rendered into labelled tokens."""
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from replaybank.errors import ReplayBankError
 from replaybank.llm.config import Config
 from replaybank.llm.data_prep import Prepared, prepare
 from replaybank.llm.evaluate import mean_loss, probe_score
@@ -47,7 +48,7 @@ from replaybank.llm.train import add_lora, train_lora
 Log = Callable[[str], None]
 
 
-class OutputError(ValueError):
+class OutputError(ReplayBankError):
     """The output folder cannot be used."""
 
 
