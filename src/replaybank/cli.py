@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-FEATURES = ("llm", "cl", "rl")
+FEATURES = ("llm", "cl", "rl", "episodic")
 
 
 def build_parser() -> argparse.ArgumentParser:

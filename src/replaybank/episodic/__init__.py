@@ -1,0 +1,40 @@
+"""Episodic memory for an agent: record its attempts, replay the successful ones.
+
+* :mod:`.episode`: the data model (``Task``, ``Step``, ``Verdict``, ``Episode``).
+* :mod:`.store`: ``EpisodeStore``, the SQLite store (crash-safe, multi-process, versioned).
+* :mod:`.export`: successful episodes as training rows (completion-only, chat template).
+* :mod:`.qx` and :mod:`.env`: the qx tool-API environment and its checker; the
+  bring-your-own ``Environment`` protocol and JSONL task files.
+* :mod:`.retrieval`: BM25 retrieval of similar successes as in-context examples.
+
+Only the standard library and numpy are imported here.
+"""
+
+from __future__ import annotations
+
+from .episode import Episode, Step, StoredEpisode, Task, Verdict, demonstration
+from .store import (
+    SCHEMA_VERSION,
+    CorruptStoreError,
+    EpisodeStore,
+    Retention,
+    SchemaVersionError,
+    StoreError,
+    StoreLockedError,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CorruptStoreError",
+    "Episode",
+    "EpisodeStore",
+    "Retention",
+    "SchemaVersionError",
+    "Step",
+    "StoreError",
+    "StoreLockedError",
+    "StoredEpisode",
+    "Task",
+    "Verdict",
+    "demonstration",
+]

@@ -1,0 +1,250 @@
+"""What an episode is: the task, the context the agent saw, its steps and the checker's verdict.
+
+These are plain frozen dataclasses that turn into JSON-safe dicts and back; the store
+(:mod:`replaybank.episodic.store`) keeps them in SQLite, the environment
+(:mod:`replaybank.episodic.env`) makes tasks and verdicts, retrieval reads them back.
+
+Example:
+    >>> task = Task("t1", "Set a timer of 300s tagged tea.", family="timer.arm", difficulty=1,
+    ...             expected=("<<qx timer.arm; dur=300s; tag=tea>>",))
+    >>> step = Step(prompt=task.text, output="<<qx timer.arm; dur=300s; tag=tea>>",
+    ...             call="<<qx timer.arm; dur=300s; tag=tea>>", result="ok")
+    >>> ep = Episode(task, (step,), Verdict(True, 1.0), generation=1, seed=0)
+    >>> ep.output
+    '<<qx timer.arm; dur=300s; tag=tea>>'
+    >>> Episode.from_dict(ep.to_dict()) == ep
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Source = Literal["agent", "demo"]
+Message = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One request the agent must serve.
+
+    Args:
+        id: stable identifier (the same request always has the same id).
+        text: the request as the agent sees it.
+        family: a grouping for reports (for the qx tasks: the tool name, ``a+b`` for two calls).
+        difficulty: a rung of the ladder, 1 = easiest.
+        expected: the reference answer(s), e.g. the expected tool calls, for the checker.
+    """
+
+    id: str
+    text: str
+    family: str = ""
+    difficulty: int = 1
+    expected: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "text": self.text,
+            "family": self.family,
+            "difficulty": self.difficulty,
+            "expected": list(self.expected),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Task:
+        return cls(
+            id=str(d["id"]),
+            text=str(d["text"]),
+            family=str(d.get("family", "")),
+            difficulty=int(d.get("difficulty", 1)),
+            expected=tuple(str(x) for x in d.get("expected", ())),
+        )
+
+
+@dataclass(frozen=True)
+class Step:
+    """One turn of the agent.
+
+    Args:
+        prompt: the new text the agent was given at this turn (the request on the first turn,
+            the previous tool result after that); the fixed context is in ``Episode.context``.
+        output: what the model generated.
+        call: the tool call it made, in canonical form, or None if it made none (or an invalid one).
+        result: what the tool returned (or the reason the call was refused), or None.
+    """
+
+    prompt: str
+    output: str
+    call: str | None = None
+    result: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompt": self.prompt, "output": self.output, "call": self.call, "result": self.result}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Step:
+        return cls(str(d["prompt"]), str(d["output"]), d.get("call"), d.get("result"))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The checker's judgement of an episode.
+
+    Args:
+        success: the task was solved exactly.
+        reward: a score in [0, 1] (for the qx checker: argument-level credit, 1.0 when exact).
+        credit: per-argument credit, e.g. ``{"timer.arm.dur": 1.0, "timer.arm.tag": 0.0}``.
+        detail: a human-readable reason (what was wrong).
+    """
+
+    success: bool
+    reward: float
+    credit: Mapping[str, float] = field(default_factory=dict)
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "success": self.success,
+            "reward": self.reward,
+            "credit": dict(self.credit),
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
+        credit = {str(k): float(v) for k, v in dict(d.get("credit", {})).items()}
+        return cls(bool(d["success"]), float(d["reward"]), credit, str(d.get("detail", "")))
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One attempt at a task, as recorded.
+
+    Args:
+        task: the task.
+        steps: the agent's turns, in order (at least one).
+        verdict: the checker's verdict.
+        generation: the loop generation that acted (0 for seeded demonstrations).
+        adapter: a hash of the adapter that acted ("" for the base model).
+        seed: the sampling seed, or None.
+        context: the chat messages the agent saw before the task (system prompt, replayed
+            examples); not part of what is learned.
+        replayed: store ids of the episodes whose traces were put in ``context``.
+        source: ``"agent"`` for the model's own attempts, ``"demo"`` for demonstrations.
+        started_at, finished_at: Unix timestamps.
+    """
+
+    task: Task
+    steps: tuple[Step, ...]
+    verdict: Verdict
+    generation: int = 0
+    adapter: str = ""
+    seed: int | None = None
+    context: tuple[Message, ...] = ()
+    replayed: tuple[int, ...] = ()
+    source: Source = "agent"
+    started_at: float = field(default_factory=time.time)
+    finished_at: float = field(default_factory=time.time)
+
+    @property
+    def output(self) -> str:
+        """Everything the model generated, turns joined by newlines (the deduplication key)."""
+        return "\n".join(s.output for s in self.steps)
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of task id and output: two episodes with the same fingerprint are one memory."""
+        return hashlib.sha256(f"{self.task.id}\0{self.output}".encode()).hexdigest()
+
+    def messages(self) -> list[Message]:
+        """The turns as chat messages (user prompt, assistant output, ...), context excluded.
+
+        Example:
+            >>> t = Task("t", "2+2?")
+            >>> Episode(t, (Step("2+2?", "4"),), Verdict(True, 1.0)).messages()
+            [{'role': 'user', 'content': '2+2?'}, {'role': 'assistant', 'content': '4'}]
+        """
+        out: list[Message] = []
+        for s in self.steps:
+            out.append({"role": "user", "content": s.prompt})
+            out.append({"role": "assistant", "content": s.output})
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task.to_dict(),
+            "steps": [s.to_dict() for s in self.steps],
+            "verdict": self.verdict.to_dict(),
+            "generation": self.generation,
+            "adapter": self.adapter,
+            "seed": self.seed,
+            "context": [dict(m) for m in self.context],
+            "replayed": list(self.replayed),
+            "source": self.source,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Episode:
+        source = d.get("source", "agent")
+        return cls(
+            task=Task.from_dict(d["task"]),
+            steps=tuple(Step.from_dict(s) for s in d["steps"]),
+            verdict=Verdict.from_dict(d["verdict"]),
+            generation=int(d.get("generation", 0)),
+            adapter=str(d.get("adapter", "")),
+            seed=None if d.get("seed") is None else int(d["seed"]),
+            context=tuple({str(k): str(v) for k, v in m.items()} for m in d.get("context", ())),
+            replayed=tuple(int(i) for i in d.get("replayed", ())),
+            source="demo" if source == "demo" else "agent",
+            started_at=float(d.get("started_at", 0.0)),
+            finished_at=float(d.get("finished_at", 0.0)),
+        )
+
+
+@dataclass(frozen=True)
+class StoredEpisode:
+    """An episode as read back from the store.
+
+    Args:
+        id: the store id (grows, never reused).
+        episode: the episode as first recorded (its context, generation, adapter and seed are
+            those of the first attempt).
+        count: how many attempts produced this same task + output.
+        generations: the distinct generations those attempts came from, ascending.
+    """
+
+    id: int
+    episode: Episode
+    count: int
+    generations: tuple[int, ...]
+
+    @property
+    def last_generation(self) -> int:
+        return self.generations[-1] if self.generations else self.episode.generation
+
+
+def demonstration(task: Task, outputs: Sequence[str], results: Sequence[str | None] = ()) -> Episode:
+    """A demonstration episode (``source="demo"``, generation 0, success): how a user seeds a store.
+
+    Args:
+        task: the task demonstrated.
+        outputs: the correct output of each turn.
+        results: the tool result after each turn (optional).
+
+    Example:
+        >>> d = demonstration(Task("t", "2+2?"), ["4"])
+        >>> d.source, d.verdict.success, d.generation
+        ('demo', True, 0)
+    """
+    steps = []
+    for i, out in enumerate(outputs):
+        prompt = task.text if i == 0 else str(results[i - 1] if i - 1 < len(results) else "")
+        steps.append(Step(prompt, out, None, results[i] if i < len(results) else None))
+    return Episode(task, tuple(steps), Verdict(True, 1.0, {}, "demonstration"), source="demo")

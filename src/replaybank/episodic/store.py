@@ -1,0 +1,408 @@
+"""The episodic store: every attempt of the agent, kept in one SQLite file (stdlib ``sqlite3``).
+
+Guarantees:
+
+* **Crash-safe.** WAL journal, ``synchronous=FULL``, one transaction per write (``add`` or
+  ``add_many``): a process killed at any point leaves every committed episode readable and no
+  half-written one.
+* **Many readers, one writer**, from any number of processes. A write takes the write lock up
+  front (``BEGIN IMMEDIATE``) and waits for it at most ``busy_timeout`` seconds, then raises
+  :class:`StoreLockedError`. Readers never wait for a writer (WAL).
+* **Schema-versioned** (``PRAGMA user_version``). A file written by a newer schema is refused with
+  :class:`SchemaVersionError`; a file that is not SQLite, or is damaged, with :class:`CorruptStoreError`.
+* **Deduplicated.** Two attempts with the same task id and the same output are one *episode* with
+  two *attempts*: the episode keeps the first attempt's context, verdict and timestamps; every
+  attempt keeps its generation, adapter, seed and replayed ids, so queries by generation stay exact.
+
+Schema (version 1)::
+
+    episodes(id, fingerprint UNIQUE, task_id, task_text, family, difficulty,
+             success, reward, source, output, body JSON)      -- one row per distinct task+output
+    attempts(id, episode_id -> episodes ON DELETE CASCADE, generation, adapter, seed,
+             replayed JSON, started_at, finished_at)          -- one row per recorded attempt
+
+Example:
+    >>> import tempfile, os
+    >>> from replaybank.episodic.episode import Episode, Step, Task, Verdict
+    >>> path = os.path.join(tempfile.mkdtemp(), "ep.db")
+    >>> ep = Episode(Task("t1", "2+2?"), (Step("2+2?", "4"),), Verdict(True, 1.0), generation=1)
+    >>> with EpisodeStore(path) as store:
+    ...     ids = [store.add(ep), store.add(ep)]      # the same task + output: stored once
+    ...     rec = store.get(ids[0])
+    >>> ids[0] == ids[1], rec.count, rec.generations
+    (True, 2, (1,))
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from replaybank.errors import ReplayBankError
+
+from .episode import Episode, StoredEpisode
+
+SCHEMA_VERSION = 1
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+_SCHEMA = """
+CREATE TABLE episodes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    fingerprint TEXT NOT NULL UNIQUE,
+    task_id TEXT NOT NULL,
+    task_text TEXT NOT NULL,
+    family TEXT NOT NULL,
+    difficulty INTEGER NOT NULL,
+    success INTEGER NOT NULL,
+    reward REAL NOT NULL,
+    source TEXT NOT NULL,
+    output TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE TABLE attempts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    episode_id INTEGER NOT NULL REFERENCES episodes(id) ON DELETE CASCADE,
+    generation INTEGER NOT NULL,
+    adapter TEXT NOT NULL,
+    seed INTEGER,
+    replayed TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    finished_at REAL NOT NULL
+);
+CREATE INDEX attempts_episode ON attempts(episode_id);
+CREATE INDEX attempts_generation ON attempts(generation, episode_id);
+CREATE INDEX episodes_task ON episodes(task_id);
+CREATE INDEX episodes_success ON episodes(success, id);
+"""
+
+
+class StoreError(ReplayBankError):
+    """The episodic store cannot be opened, read or written."""
+
+
+class SchemaVersionError(StoreError):
+    """The store was written by a newer (or unknown) schema version."""
+
+
+class CorruptStoreError(StoreError):
+    """The file is not an SQLite database, or is damaged."""
+
+
+class StoreLockedError(StoreError):
+    """Another process held the write lock for longer than ``busy_timeout``."""
+
+
+@dataclass(frozen=True)
+class Retention:
+    """Which episodes :meth:`EpisodeStore.apply_retention` keeps. Demonstrations are always kept.
+
+    Args:
+        keep_generations: keep episodes attempted in the last N generations (counting back from
+            the newest generation in the store); older ones are removed, except successes when
+            ``keep_successes`` (they are what consolidation trains on).
+        max_episodes: then, if more episodes remain, remove failures before successes, each
+            oldest first (by last generation, then id), until this many remain.
+        keep_successes: exempt successes from ``keep_generations``.
+    """
+
+    keep_generations: int | None = None
+    max_episodes: int | None = None
+    keep_successes: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("keep_generations", "max_episodes"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ReplayBankError(f"Retention.{name} must be a positive int or None, got {value!r}")
+
+
+def _translate(err: sqlite3.Error, path: Path, what: str, timeout: float) -> StoreError:
+    msg = str(err)
+    if "locked" in msg or "busy" in msg:
+        return StoreLockedError(
+            f"{path}: {what}: the database stayed locked by another process for {timeout:g}s "
+            f"(busy_timeout); retry later or open the store with a larger busy_timeout"
+        )
+    if isinstance(err, sqlite3.DatabaseError) and (
+        "not a database" in msg or "malformed" in msg or "corrupt" in msg
+    ):
+        return CorruptStoreError(f"{path}: {what}: the file is damaged or not an SQLite store ({msg})")
+    return StoreError(f"{path}: {what}: {msg}")
+
+
+class EpisodeStore:
+    """An episodic experience store in one SQLite file.
+
+    Args:
+        path: the database file; created (with its folder) unless ``readonly``.
+        readonly: open without write access (``inspect`` uses this); the file must exist.
+        busy_timeout: seconds a write (or the first open) waits for another process's lock.
+
+    Raises:
+        SchemaVersionError, CorruptStoreError, StoreLockedError, StoreError: see the module doc.
+    """
+
+    def __init__(self, path: str | Path, *, readonly: bool = False, busy_timeout: float = 10.0) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self.busy_timeout = float(busy_timeout)
+        self._check_file()
+        if not readonly:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        mode = "ro" if readonly else "rwc"
+        try:
+            self._conn = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode={mode}",
+                uri=True,
+                timeout=self.busy_timeout,
+                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+            )
+        except sqlite3.Error as err:
+            raise _translate(err, self.path, "open", self.busy_timeout) from err
+        try:
+            self._setup()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _check_file(self) -> None:
+        if not self.path.exists():
+            if self.readonly:
+                raise StoreError(f"{self.path}: no such episodic store")
+            return
+        if self.path.is_dir():
+            raise StoreError(f"{self.path}: is a directory, expected an episodic store file")
+        with open(self.path, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+        if head and head != _SQLITE_MAGIC:
+            raise CorruptStoreError(
+                f"{self.path}: not an SQLite database (header {head[:16]!r}); "
+                "point at a store written by EpisodeStore"
+            )
+
+    def _setup(self) -> None:
+        try:
+            c = self._conn
+            c.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            c.execute("PRAGMA foreign_keys = ON")
+            if not self.readonly:
+                c.execute("PRAGMA journal_mode = WAL")
+                c.execute("PRAGMA synchronous = FULL")
+            version = self._version()
+            if version == 0:
+                if self.readonly:
+                    raise StoreError(f"{self.path}: empty or not initialised as an episodic store")
+                with self._write("create the schema"):
+                    if self._version() == 0:  # another process may have won the race
+                        self._create()
+                version = self._version()
+        except sqlite3.Error as err:
+            raise _translate(err, self.path, "open", self.busy_timeout) from err
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{self.path}: episodic store schema version {version} is newer than the version "
+                f"this replaybank reads ({SCHEMA_VERSION}); upgrade replaybank to open it"
+            )
+        self.schema_version = version
+
+    def _version(self) -> int:
+        return int(self._conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def _create(self) -> None:
+        tables = [r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        if tables:
+            raise StoreError(
+                f"{self.path}: an SQLite database with tables {sorted(tables)} but no episodic "
+                "schema version; refusing to write into it"
+            )
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                self._conn.execute(statement)
+        self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @contextmanager
+    def _write(self, what: str) -> Iterator[sqlite3.Connection]:
+        """One transaction holding the write lock from its start; rolled back on any error."""
+        if self.readonly:
+            raise StoreError(f"{self.path}: opened read-only, cannot {what}")
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as err:
+            raise _translate(err, self.path, what, self.busy_timeout) from err
+        try:
+            yield self._conn
+            self._conn.execute("COMMIT")
+        except BaseException as err:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            if isinstance(err, sqlite3.Error):
+                raise _translate(err, self.path, what, self.busy_timeout) from err
+            raise
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.Error as err:
+            raise _translate(err, self.path, "read", self.busy_timeout) from err
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def add(self, episode: Episode) -> int:
+        """Record one attempt; returns its episode id (an existing id if it is a duplicate)."""
+        return self.add_many([episode])[0]
+
+    def add_many(self, episodes: Sequence[Episode]) -> list[int]:
+        """Record attempts in one transaction (all or none); returns their episode ids."""
+        for i, ep in enumerate(episodes):
+            _validate(ep, i)
+        ids: list[int] = []
+        with self._write("add episodes") as c:
+            for ep in episodes:
+                row = c.execute("SELECT id FROM episodes WHERE fingerprint = ?", (ep.fingerprint,)).fetchone()
+                if row is None:
+                    cur = c.execute(
+                        "INSERT INTO episodes (fingerprint, task_id, task_text, family, difficulty,"
+                        " success, reward, source, output, body) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                        (ep.fingerprint, ep.task.id, ep.task.text, ep.task.family, ep.task.difficulty,
+                         int(ep.verdict.success), ep.verdict.reward, ep.source, ep.output,
+                         json.dumps(ep.to_dict(), ensure_ascii=False)),
+                    )
+                    episode_id = int(cur.lastrowid or 0)
+                else:
+                    episode_id = int(row[0])
+                c.execute(
+                    "INSERT INTO attempts (episode_id, generation, adapter, seed, replayed, started_at,"
+                    " finished_at) VALUES (?,?,?,?,?,?,?)",
+                    (episode_id, ep.generation, ep.adapter, ep.seed, json.dumps(list(ep.replayed)),
+                     ep.started_at, ep.finished_at),
+                )
+                ids.append(episode_id)
+        return ids
+
+    def apply_retention(self, policy: Retention) -> int:
+        """Remove episodes (and their attempts) that ``policy`` does not keep; returns how many."""
+        removed = 0
+        with self._write("apply retention") as c:
+            if policy.keep_generations is not None:
+                latest = c.execute("SELECT MAX(generation) FROM attempts").fetchone()[0]
+                if latest is not None:
+                    cutoff = int(latest) - policy.keep_generations + 1
+                    keep_ok = " AND success = 0" if policy.keep_successes else ""
+                    removed += c.execute(
+                        "DELETE FROM episodes WHERE source = 'agent'" + keep_ok + " AND id IN ("
+                        " SELECT episode_id FROM attempts GROUP BY episode_id"
+                        " HAVING MAX(generation) < ?)",
+                        (cutoff,),
+                    ).rowcount
+            if policy.max_episodes is not None:
+                total = c.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
+                excess = int(total) - policy.max_episodes
+                if excess > 0:
+                    removed += c.execute(
+                        "DELETE FROM episodes WHERE id IN ("
+                        " SELECT e.id FROM episodes e JOIN attempts a ON a.episode_id = e.id"
+                        " WHERE e.source = 'agent' GROUP BY e.id"
+                        " ORDER BY e.success ASC, MAX(a.generation) ASC, e.id ASC LIMIT ?)",
+                        (excess,),
+                    ).rowcount
+        return removed
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def episodes(
+        self,
+        *,
+        generation: int | Sequence[int] | None = None,
+        task_id: str | None = None,
+        success: bool | None = None,
+        family: str | None = None,
+        source: str | None = None,
+        limit: int | None = None,
+    ) -> list[StoredEpisode]:
+        """Episodes matching every given filter, by id ascending.
+
+        Args:
+            generation: episodes attempted in this generation (or any of these generations).
+            task_id, family, source: exact matches.
+            success: True for successes, False for failures.
+            limit: at most this many (the lowest ids).
+        """
+        where: list[str] = []
+        params: list[Any] = []
+        if generation is not None:
+            gens = [generation] if isinstance(generation, int) else list(generation)
+            marks = ",".join("?" * len(gens)) or "NULL"
+            where.append(f"e.id IN (SELECT episode_id FROM attempts WHERE generation IN ({marks}))")
+            params += [int(g) for g in gens]
+        for column, value in (("task_id", task_id), ("family", family), ("source", source)):
+            if value is not None:
+                where.append(f"e.{column} = ?")
+                params.append(value)
+        if success is not None:
+            where.append("e.success = ?")
+            params.append(int(success))
+        sql = (
+            "SELECT e.id, e.body, COUNT(a.id), GROUP_CONCAT(DISTINCT a.generation)"
+            " FROM episodes e JOIN attempts a ON a.episode_id = e.id"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " GROUP BY e.id ORDER BY e.id"
+            + (f" LIMIT {int(limit)}" if limit is not None else "")
+        )
+        return [_stored(row) for row in self._read(sql, params)]
+
+    def get(self, episode_id: int) -> StoredEpisode:
+        """The episode with this id. Raises :class:`StoreError` if there is none."""
+        rows = self._read(
+            "SELECT e.id, e.body, COUNT(a.id), GROUP_CONCAT(DISTINCT a.generation)"
+            " FROM episodes e JOIN attempts a ON a.episode_id = e.id WHERE e.id = ? GROUP BY e.id",
+            (int(episode_id),),
+        )
+        if not rows:
+            raise StoreError(f"{self.path}: no episode with id {episode_id}")
+        return _stored(rows[0])
+
+    def generations(self) -> list[int]:
+        """The distinct generations with at least one attempt, ascending."""
+        return [int(r[0]) for r in self._read("SELECT DISTINCT generation FROM attempts ORDER BY 1")]
+
+    def __len__(self) -> int:
+        return int(self._read("SELECT COUNT(*) FROM episodes")[0][0])
+
+    def attempt_count(self) -> int:
+        return int(self._read("SELECT COUNT(*) FROM attempts")[0][0])
+
+    def verify(self) -> None:
+        """Run SQLite's integrity check; raises :class:`CorruptStoreError` if it finds damage."""
+        result = [str(r[0]) for r in self._read("PRAGMA integrity_check")]
+        if result != ["ok"]:
+            raise CorruptStoreError(f"{self.path}: integrity check failed: {'; '.join(result[:5])}")
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> EpisodeStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _validate(ep: Episode, i: int) -> None:
+    if not ep.steps:
+        raise ReplayBankError(f"episode {i} (task {ep.task.id!r}): no steps; record at least one turn")
+    r = ep.verdict.reward
+    if not (isinstance(r, int | float) and math.isfinite(r) and 0.0 <= r <= 1.0):
+        raise ReplayBankError(f"episode {i} (task {ep.task.id!r}): reward {r!r} is not in [0, 1]")
+    if ep.source not in ("agent", "demo"):
+        raise ReplayBankError(f"episode {i}: source {ep.source!r} is not 'agent' or 'demo'")
+
+
+def _stored(row: Sequence[Any]) -> StoredEpisode:
+    gens = tuple(sorted(int(g) for g in str(row[3]).split(","))) if row[3] is not None else ()
+    return StoredEpisode(int(row[0]), Episode.from_dict(json.loads(row[1])), int(row[2]), gens)

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import json
+
+from replaybank.cli import main
+from replaybank.episodic import Episode, EpisodeStore, Step, Task, Verdict, demonstration
+
+
+def test_store_inspect_prints_generations_families_and_schema(tmp_path, capsys):
+    db = tmp_path / "ep.db"
+    with EpisodeStore(db) as s:
+        s.add(demonstration(Task("d", "Add 3 eggs.", "cart.add"), ["<<qx cart.add; sku=eggs; qty=3>>"]))
+        for g, ok in ((1, False), (1, True), (2, True), (2, True)):
+            t = Task(f"t{g}", "Send $5 to Anna.", "purse.send")
+            out = "<<qx purse.send; to=@anna; cents=500>>" if ok else "no"
+            s.add(Episode(t, (Step(t.text, out),), Verdict(ok, float(ok)), generation=g))
+    assert main(["store", "inspect", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "schema version 1" in out
+    assert "4 episodes (3 successful, 1 demonstrations) from 5 attempts" in out
+    assert "         1         2         2    50.0%   0.500" in out
+    assert "         2         2         1   100.0%   1.000" in out
+    assert "cart.add 1 (100%), purse.send 4 (75%)" in out
+    assert main(["store", "inspect", "--json", "--verify", str(db)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert [g["attempts"] for g in summary["generations"]] == [1, 2, 2]
+    assert summary["bytes"] > 0
+
+
+def test_store_inspect_of_bad_files_is_a_clear_error(tmp_path, capsys):
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"PK\x03\x04 definitely a zip")
+    assert main(["store", "inspect", str(junk)]) == 2
+    assert "junk.db: not an SQLite database" in capsys.readouterr().err
+    assert main(["store", "inspect", str(tmp_path / "none.db")]) == 2
+    assert "none.db: no such episodic store" in capsys.readouterr().err
+    assert not (tmp_path / "none.db").exists()
