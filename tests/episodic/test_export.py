@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from replaybank.episodic import Episode, EpisodeStore, Step, Task, Verdict, demonstration
+from replaybank.episodic.export import encode_rows, training_rows
+
+
+class CharTokenizer:
+    """One token per character; chat turns rendered as ``<role>text|``."""
+
+    chat_template = "toy"
+    eos_token = "$"
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": [ord(c) for c in text]}
+
+    def apply_chat_template(self, conversation: Any, tokenize: bool = False, add_generation_prompt: bool = False) -> str:
+        return "".join(f"<{m['role'][0]}>{m['content']}|" for m in conversation) + ("<a>" if add_generation_prompt else "")
+
+
+def decode(ids) -> str:
+    return "".join(chr(int(i)) for i in ids)
+
+
+@pytest.fixture
+def store(tmp_path):
+    with EpisodeStore(tmp_path / "ep.db") as s:
+        s.add(demonstration(Task("d", "D?"), ["d!"]))
+        for g in (1, 2, 3):
+            t = Task(f"t{g}", f"Q{g}?")
+            ctx = ({"role": "user", "content": "replayed example"},)
+            s.add(Episode(t, (Step(t.text, f"A{g}"),), Verdict(True, 1.0), generation=g, context=ctx))
+            s.add(Episode(t, (Step(t.text, "bad"),), Verdict(False, 0.2), generation=g))
+        two = Task("m", "Two calls?")
+        s.add(Episode(two, (Step("Two calls?", "c1", "c1", "ok 1"), Step("ok 1", "c2", "c2", "ok 2")),
+                      Verdict(True, 1.0), generation=3))
+        yield s
+
+
+def test_rows_are_successes_without_context(store):
+    rows = training_rows(store)
+    assert [(r["prompt"], r["response"]) for r in rows] == [
+        ("D?", "d!"), ("Q1?", "A1"), ("Q2?", "A2"), ("Q3?", "A3"), ("Two calls?", "c1\nc2")]
+    assert rows[1]["messages"] == [{"role": "user", "content": "Q1?"}, {"role": "assistant", "content": "A1"}]
+    assert rows[-1]["messages"][2] == {"role": "user", "content": "ok 1"}  # tool result as a user turn
+
+
+def test_rows_by_generation_with_and_without_demos(store):
+    assert [r["prompt"] for r in training_rows(store, generations=[2, 3])] == ["D?", "Q2?", "Q3?", "Two calls?"]
+    assert [r["prompt"] for r in training_rows(store, generations=[2], include_demos=False)] == ["Q2?"]
+    assert [r["prompt"] for r in training_rows(store, include_demos=False)][0] == "Q1?"
+
+
+def test_encode_rows_labels_only_the_assistant_turns_in_ragged_storage(store):
+    rows = training_rows(store)
+    tr = encode_rows(CharTokenizer(), rows, max_seq_length=64)
+    assert len(tr) == 5
+    assert type(tr.buffer.storage).__name__ == "RaggedStorage"
+    ids, labels = tr.row(4)
+    assert decode(ids) == "<u>Two calls?|<a>c1|<u>ok 1|<a>c2|"
+    assert decode(ids[labels != -100]) == "c1|c2|"
+    assert tr.lengths().tolist() == [len(r) for r, _ in tr.rows(np.arange(5))]
+    assert tr.label_tokens() == sum(len(r["response"].replace("\n", "")) + len(r["messages"]) // 2 for r in rows)
