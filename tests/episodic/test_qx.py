@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from replaybank.episodic.qx import SCHEMA, TYPES, execute, parse_calls, score, validate
+from replaybank.episodic.qx import SCHEMA, TYPES, execute, make_step, parse_calls, score, validate
 from replaybank.llm.toolapi import generate_examples
 
 TIMER = "<<qx timer.arm; dur=300s; tag=tea>>"
@@ -79,3 +79,11 @@ def test_a_bad_expected_call_is_a_task_error():
 
 def test_every_type_pattern_is_used_by_the_schema():
     assert {t for args in SCHEMA.values() for t in args.values()} == set(TYPES)
+
+
+def test_make_step_executes_only_valid_calls():
+    s = make_step("p", f"{TIMER} then <<qx timer.arm; dur=5; tag=tea>>")
+    assert s.call == f"{TIMER}\n<<qx timer.arm; dur=5; tag=tea>>"
+    assert s.result.splitlines() == ["ok timer.arm dur=300s tag=tea",
+                                     "error: timer.arm: dur='5' is not seconds like 300s"]
+    assert make_step("p", "I cannot do that").call is None

@@ -52,12 +52,13 @@ def test_only_successes_one_per_task_and_deterministic_ties(store):
     add(store, "d", "add eggs to the list", "D")
     r = Retriever.from_store(store)
     assert len(r) == 3
-    got = r.retrieve("forecast for oslo please", k=5)
+    got = r.retrieve("forecast for oslo please", k=5, min_score=0.0)
     assert [g.episode.task.id for g in got] == ["c", "a"]  # d shares no token: not returned
     # equal scores: the lower episode id first; task a is represented by "A2" (added after c)
     assert got[0].id == c and got[1].episode.output == "A2" and a < c < got[1].id
-    assert [g.episode.task.id for g in r.retrieve("forecast for oslo", k=5, exclude_task_ids=["a"])] == ["c"]
-    assert r.retrieve("forecast", k=0) == [] and r.retrieve("zebra", k=3) == []
+    assert [g.episode.task.id for g in r.retrieve("forecast for oslo", k=5, exclude_task_ids=["a"])] == ["c", "d"]
+    assert [g.episode.task.id for g in r.retrieve("forecast", k=3)] == ["c", "a", "d"]  # filled up to k
+    assert r.retrieve("forecast", k=0) == [] and r.retrieve("zebra", k=3, min_score=0.0) == []
     assert [x.id for x in r.retrieve("forecast oslo", 2)] == [x.id for x in r.retrieve("forecast oslo", 2)]
 
 

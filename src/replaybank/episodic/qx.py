@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .episode import Verdict
+from .episode import Step, Verdict
 
 _CALL = re.compile(r"<<qx\s+(.*?)>>", re.DOTALL)
 _TOOL = re.compile(r"[a-z]+\.[a-z]+")
@@ -138,6 +138,31 @@ def execute(call: Call) -> str:
     if problems:
         return "error: " + "; ".join(problems)
     return "ok " + " ".join([call.tool] + [f"{k}={v}" for k, v in call.args])
+
+
+def make_step(prompt: str, output: str) -> Step:
+    """Record one agent turn: its calls (canonical, one per line) and what the runtime returned.
+
+    Each call is checked with :func:`validate` before it is executed; a refused call's result is
+    ``error: ...``. A turn without calls has ``call=None`` and ``result=None``.
+
+    Example:
+        >>> s = make_step("Add 3 eggs.", "<<qx cart.add; sku=eggs;qty=3>> <<qx cart.add; qty=1>>")
+        >>> print(s.call); print(s.result)
+        <<qx cart.add; sku=eggs; qty=3>>
+        <<qx cart.add; qty=1>>
+        ok cart.add sku=eggs qty=3
+        error: cart.add: missing required argument sku
+    """
+    calls = parse_calls(output)
+    if not calls:
+        return Step(prompt, output)
+    return Step(
+        prompt,
+        output,
+        "\n".join(c.canonical() for c in calls),
+        "\n".join(execute(c) for c in calls),
+    )
 
 
 def score(expected: Sequence[str], output: str) -> Verdict:

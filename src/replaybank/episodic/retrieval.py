@@ -112,16 +112,22 @@ class Retriever:
         return len(self.episodes)
 
     def retrieve(
-        self, text: str, k: int, *, exclude_task_ids: Sequence[str] = (), min_score: float = 0.0
+        self, text: str, k: int, *, exclude_task_ids: Sequence[str] = (), min_score: float | None = None
     ) -> list[StoredEpisode]:
-        """The ``k`` best-scoring episodes for ``text`` (fewer if fewer score above ``min_score``).
+        """The ``k`` best-scoring episodes for ``text``, ties (zero scores too) by id ascending.
 
-        With ``min_score=0.0`` (the default) an episode must share at least one token with ``text``.
+        Args:
+            text: the new request.
+            k: how many at most (fewer only if the store holds fewer candidates).
+            exclude_task_ids: tasks never returned (e.g. the request's own task).
+            min_score: return only episodes scoring above it; ``0.0`` requires a shared token.
+                None (default) fills up to ``k`` even with unrelated tasks, which still show
+                the answer format.
         """
         if k <= 0 or not self.episodes:
             return []
         scores = self.index.scores(text)
-        keep = scores > min_score
+        keep = np.ones(scores.size, dtype=bool) if min_score is None else scores > min_score
         if exclude_task_ids:
             excluded = set(exclude_task_ids)
             keep &= np.array([r.episode.task.id not in excluded for r in self.episodes])
