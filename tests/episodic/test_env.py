@@ -46,6 +46,9 @@ def test_tasks_are_deterministic_prefix_stable_and_splits_disjoint():
     assert not {t.text for t in train} & {t.text for t in heldout}
     assert len({t.id for t in train}) == 200
     assert {t.id for t in env.tasks(20, seed=1)} != {t.id for t in env.tasks(20, seed=0)}
+    ladder = QxEnvironment()
+    for split in ("train", "heldout"):
+        assert ladder.tasks(50, split=split, seed=2) == ladder.tasks(200, split=split, seed=2)[:50]
 
 
 def test_environment_protocols():

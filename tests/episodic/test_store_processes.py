@@ -46,7 +46,8 @@ def test_sigkill_mid_write_keeps_every_committed_episode(tmp_path):
             stored = {r.episode.task.id for r in store.episodes() if r.episode.task.id.startswith(f"k{k}-")}
         ids = {tid for line in reported for tid in line}
         assert ids <= stored, f"kill {k}: committed episodes lost"
-        # a batch committed just before the kill may not have been printed yet, never half of one
+        # the batch whose COMMIT was under way when the kill came may be on disk without having
+        # been reported (its WAL frames were written, the fsync had not returned); never half of one
         assert len(stored) % batch == 0 and len(stored) - len(ids) in (0, batch)
         committed_total += len(stored)
     with EpisodeStore(db) as store:
