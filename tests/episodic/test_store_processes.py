@@ -71,3 +71,14 @@ def test_two_writers_and_two_readers_lose_nothing(tmp_path):
         ids = {r.episode.task.id for r in store.episodes()}
         assert len(store) == store.attempt_count() == 2 * n
     assert ids == {f"{w}-{i}" for w in ("a", "b") for i in range(n)}
+
+
+def test_writers_racing_to_create_a_new_store(tmp_path):
+    """Three processes open a store that does not exist yet: one creates the schema, none fails."""
+    db = str(tmp_path / "new" / "ep.db")
+    writers = [_spawn("write", db, name, "20", "1") for name in ("a", "b", "c")]
+    for p in writers:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    with EpisodeStore(db) as store:
+        assert len(store) == store.attempt_count() == 60
