@@ -49,6 +49,12 @@ def test_tasks_are_deterministic_prefix_stable_and_splits_disjoint():
     ladder = QxEnvironment()
     for split in ("train", "heldout"):
         assert ladder.tasks(50, split=split, seed=2) == ladder.tasks(200, split=split, seed=2)[:50]
+    # across every level: no held-out request or expected call is ever a train one
+    train = ladder.tasks(600, seed=0) + ladder.tasks(600, seed=1)
+    heldout = ladder.tasks(150, split="heldout", seed=0) + ladder.tasks(150, split="heldout", seed=7)
+    assert not {t.text for t in train} & {t.text for t in heldout}
+    assert not {c for t in train for c in t.expected} & {c for t in heldout for c in t.expected}
+    assert all(len({t.id for t in ladder.tasks(300, split=s, seed=3)}) == 300 for s in ("train", "heldout"))
 
 
 def test_environment_protocols():

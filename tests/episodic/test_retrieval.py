@@ -39,8 +39,8 @@ def test_the_obviously_similar_task_ranks_first(store):
     for q in queries:
         top = r.retrieve(q.text, k=1)[0]
         hits += top.episode.task.family == q.family
-    # lexical similarity finds a task of the same tool for most requests (phrasings are shared)
-    assert hits / len(queries) >= 0.8
+    # lexical similarity finds a task of the same tool (the phrasings of a tool share words)
+    assert hits / len(queries) >= 0.95  # 40/40 at the time of writing
 
 
 def test_only_successes_one_per_task_and_deterministic_ties(store):

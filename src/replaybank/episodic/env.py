@@ -124,9 +124,9 @@ class QxEnvironment(QxChecker):
     Level 1 (copy) states every argument in its final form ("Set a timer: dur 300s, tag tea.");
     level 2 (convert) is the natural request of :mod:`replaybank.llm.toolapi` ("Set a timer for
     5 minutes for the tea."); level 3 joins two level-2 requests of different tools and expects
-    both calls in order. Tasks cycle through ``levels``. The split of a request is fixed by a hash
-    of its level-2 text (``heldout_fraction`` of them are held out), so train and held-out tasks
-    never share a request, whatever ``n`` and ``seed``.
+    both calls in order. Tasks cycle through ``levels``. The split is fixed by a hash of the
+    expected call (``heldout_fraction`` of calls are held out), so a held-out task never has an
+    answer (or a request) that a train task has, whatever ``n`` and ``seed``.
 
     Example:
         >>> env = QxEnvironment(levels=(1, 2, 3))
@@ -148,8 +148,8 @@ class QxEnvironment(QxChecker):
         self.levels = tuple(levels)
         self.heldout_fraction = heldout_fraction
 
-    def _split_of(self, prompt: str) -> Split:
-        h = int(hashlib.sha1(prompt.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    def _split_of(self, call: str) -> Split:
+        h = int(hashlib.sha1(call.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
         return "heldout" if h < self.heldout_fraction else "train"
 
     def tasks(self, n: int, *, split: Split = "train", seed: int = 0) -> list[Task]:
@@ -158,19 +158,26 @@ class QxEnvironment(QxChecker):
         from replaybank.llm.toolapi import generate_examples
 
         pool_size = int(3 * n / min(self.heldout_fraction, 1 - self.heldout_fraction)) + 64
-        pool = [r for r in generate_examples(pool_size, seed=seed) if self._split_of(r["prompt"]) == split]
+        rows = generate_examples(pool_size, seed=seed)
+        pool = [r for r in rows if self._split_of(r["response"]) == split]
         out: list[Task] = []
+        seen: set[str] = set()
         i = 0
-        while len(out) < n:
+        while len(out) < n and i < len(pool):
             level = self.levels[len(out) % len(self.levels)]
-            take = 2 if level == 3 else 1
-            if level == 3:  # the second request must use another tool
-                while i + 1 < len(pool) and _tool(pool[i + 1]) == _tool(pool[i]):
-                    pool.append(pool.pop(i + 1))
-            if i + take > len(pool):
-                raise ReplayBankError(f"could not make {n} distinct {split} qx tasks (made {len(out)})")
-            out.append(_make(level, pool[i:i + take]))
-            i += take
+            parts = [pool[i]]
+            i += 1
+            if level == 3:  # the second request: the next one that uses another tool
+                j = next((j for j in range(i, len(pool)) if _tool(pool[j]) != _tool(parts[0])), None)
+                if j is None:
+                    break
+                parts.append(pool.pop(j))
+            task = _make(level, parts)
+            if task.id not in seen:  # two requests with one call give one copy-level task
+                seen.add(task.id)
+                out.append(task)
+        if len(out) < n:
+            raise ReplayBankError(f"could not make {n} distinct {split} qx tasks (made {len(out)})")
         return out
 
 
