@@ -19,7 +19,7 @@ def test_import_and_help_stay_numpy_only():
 def test_help_lists_every_command(capsys):
     main([])
     text = capsys.readouterr().out
-    for command in ("demo", "inspect", "run", "config", "probe", "cl", "rl"):
+    for command in ("demo", "inspect", "run", "config", "probe", "cl", "rl", "store"):
         assert command in text
 
 
