@@ -133,6 +133,13 @@ def format_table(payload: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _shape(config: dict[str, Any]) -> str:
+    keys = ("epochs", "batch_size", "replay_batch_size", "buffer_size")
+    if not all(k in config for k in keys):
+        return ""
+    return " (epochs {}, batch {}, replay {}, buffer {})".format(*(config[k] for k in keys))
+
+
 def write_tune(out: str | Path, payload: dict[str, Any]) -> None:
     """Write ``tune.json`` (the payload) and ``tune.md`` (the table and how it was chosen) into ``out``."""
     path = Path(out)
@@ -143,7 +150,8 @@ def write_tune(out: str | Path, payload: dict[str, Any]) -> None:
         f"# Learning rate on a validation split: {payload['stream']} ({payload['scenario']}-incremental)\n\n"
         f"Validation split: {split['fraction']:.0%} of each class's training rows in every task "
         f"(numpy.random.default_rng({split['seed']})); the test split is not read. Protocol "
-        f"`{payload['config']['protocol']}`, seeds {payload['seeds']}. Cells: validation average accuracy "
+        f"`{payload['config']['protocol']}`{_shape(payload['config'])}, seeds {payload['seeds']}. "
+        "Cells: validation average accuracy "
         f"in %, mean ± sample std over seeds. Selected by `{payload['select_by']}`: "
         f"**lr {payload['selected_lr']:g}**.\n\n" + format_table(payload) + "\n"
     )
