@@ -34,7 +34,7 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ig
     p.add_argument("--epochs", type=int, default=None, help="epochs per task (multi-epoch protocol)")
     p.add_argument("--batch-size", type=int, default=None, help="stream minibatch (online/multi-epoch)")
     p.add_argument("--replay-batch-size", type=int, default=None, help="buffer minibatch (online/multi-epoch)")
-    p.add_argument("--lr", type=float, default=None, help="SGD learning rate (default 0.3, chosen with --tune lr)")
+    p.add_argument("--lr", type=float, default=None, help="SGD learning rate (default 0.3; --tune lr chooses it per stream and protocol, see docs/cl.md)")
     p.add_argument(
         "--tune", choices=["lr"], default=None,
         help="instead of a comparison, choose the learning rate on a validation split of the training data: "
