@@ -99,3 +99,12 @@ def test_docstring_examples_hold() -> None:
     result = doctest.testmod(metrics)
     assert result.attempted >= 6
     assert result.failed == 0
+
+
+def test_forgetting_is_negative_when_final_accuracy_beats_every_earlier_row() -> None:
+    # Task 0 is learned to 0.5 and ends at 0.9 (later training helped it): forgetting -0.4, as
+    # defined (best earlier minus final), not clipped at 0; BWT agrees in sign.
+    R = [[0.5, 0.0], [0.9, 0.8]]
+    np.testing.assert_allclose(forgetting_per_task(R), [-0.4])
+    assert forgetting(R) == pytest.approx(-0.4)
+    assert backward_transfer(R) == pytest.approx(0.4)

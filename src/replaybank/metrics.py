@@ -137,7 +137,9 @@ def forgetting_per_task(R: ArrayLike) -> NDArray[np.float64]:
     was trained. Avalanche's forgetting is first minus last, ``R[j, j] - R[T-1, j]``: the two agree
     when accuracy on ``j`` peaks right after learning it, and differ when later training first
     raises it (ours then reports the drop from that peak) or in online streams, where Avalanche has
-    no clean "first" value (Avalanche issue #1343). Ours is never negative.
+    no clean "first" value (Avalanche issue #1343). Both can be negative: ``f_j < 0`` when the
+    final accuracy on ``j`` is above every earlier row's (the task got easier or was relearned,
+    e.g. the rows of a joint baseline, which are separate models trained on more data).
 
     Args:
         R: ``T x T`` accuracy matrix, ``T >= 2``.
@@ -168,7 +170,7 @@ def forgetting(R: ArrayLike) -> float:
         R: ``T x T`` accuracy matrix, ``T >= 2``.
 
     Returns:
-        Mean forgetting, ``>= 0``.
+        Mean forgetting; negative when final accuracies exceed the earlier best.
 
     Raises:
         ReplayBankError (a ValueError): ``R`` is not square, has fewer than 2 tasks, or holds NaN/inf.

@@ -142,30 +142,88 @@ def test_er_beats_naive_on_split_digits() -> None:
     assert er - naive > 0.30
 
 
-@pytest.mark.parametrize(("n", "batch_size"), [(1151, 10), (800, 10), (23, 10), (7, 10), (10, 10), (65, 32)])
-def test_minibatches_cover_every_example_once_with_no_small_batch(n: int, batch_size: int) -> None:
+@pytest.mark.parametrize(("n", "batch_size"), [(1151, 10), (800, 10), (23, 10), (10, 10), (65, 32), (288, 10)])
+def test_minibatches_are_exactly_batch_size_and_drop_the_remainder(n: int, batch_size: int) -> None:
     order = torch.randperm(n, generator=torch.Generator().manual_seed(0))
     batches = minibatches(order, batch_size)
-    assert torch.equal(torch.sort(torch.cat(batches)).values, torch.arange(n))
-    sizes = [len(b) for b in batches]
-    assert min(sizes) >= min(n, batch_size)
-    assert max(sizes) - min(sizes) <= 1 or n < 2 * batch_size
+    assert [len(b) for b in batches] == [batch_size] * (n // batch_size)
+    kept = torch.cat(batches)
+    assert torch.equal(kept, order[: n - n % batch_size])  # in order, each once; the last n % b skipped
+    assert len(torch.unique(kept)) == len(kept)
 
 
-def test_runner_never_steps_on_a_tiny_remainder(tiny_stream) -> None:  # type: ignore[no-untyped-def]
-    """Every observe() gets at least batch_size rows (tasks here hold 24 rows; batch 5 -> 4 batches of 6)."""
-    sizes: list[int] = []
-    original = STRATEGIES["naive"]
+def test_minibatches_of_an_order_shorter_than_a_batch() -> None:
+    assert [b.tolist() for b in minibatches(torch.arange(7), 10)] == [list(range(7))]
+    assert minibatches(torch.arange(0), 10) == ()
+    with pytest.raises(ReplayBankError, match="batch_size must be >= 1"):
+        minibatches(torch.arange(5), 0)
+
+
+def _training_forward_sizes(name: str, stream, config):  # type: ignore[no-untyped-def]
+    """Run ``name`` and record, per observe() call, the row counts of each training forward pass."""
+    steps: list[list[int]] = []
+    original = STRATEGIES[name]
 
     class Spy(original):  # type: ignore[misc, valid-type]
         def observe(self, x: torch.Tensor, y: torch.Tensor) -> float:
-            sizes.append(len(x))
-            return super().observe(x, y)
+            sizes: list[int] = []
+            hook = self.model.register_forward_pre_hook(lambda _m, args: sizes.append(len(args[0])))
+            try:
+                return super().observe(x, y)
+            finally:
+                hook.remove()
+                steps.append(sizes)
 
-    STRATEGIES["naive"] = Spy
+    STRATEGIES[name] = Spy
     try:
-        run(tiny_stream, "naive", protocol_config("online", batch_size=5, buffer_size=8), seed=0)
+        run(stream, name, config, seed=0)
     finally:
-        STRATEGIES["naive"] = original
-    assert sizes and min(sizes) >= 5
-    assert sum(sizes) == sum(len(t.y_train) for t in tiny_stream.tasks)
+        STRATEGIES[name] = original
+    return steps
+
+
+def test_runner_steps_on_exactly_batch_size_rows(tiny_stream) -> None:  # type: ignore[no-untyped-def]
+    """Tasks here hold 24 rows; batch 5 -> 4 batches of exactly 5, the remaining 4 rows skipped."""
+    config = protocol_config("online", batch_size=5, buffer_size=8)
+    steps = _training_forward_sizes("naive", tiny_stream, config)
+    assert steps == [[5]] * sum(len(t.y_train) // 5 for t in tiny_stream.tasks)
+
+
+@pytest.mark.parametrize("name", ["er", "er-rr", "er-balanced"])
+def test_er_adds_exactly_the_replay_batch(name: str, tiny_stream) -> None:  # type: ignore[no-untyped-def]
+    config = protocol_config("online", batch_size=4, replay_batch_size=3, buffer_size=8)
+    steps = _training_forward_sizes(name, tiny_stream, config)
+    assert steps[0] == [4]  # the buffer is empty before the first step
+    assert steps[1:] == [[4 + 3]] * (len(steps) - 1)
+
+
+def test_der_protocol_is_batch_10_plus_replay_10() -> None:
+    stream = make_stream("split-digits", n_tasks=2)
+    for name in ("er", "er-rr"):
+        steps = _training_forward_sizes(name, stream, protocol_config("der", buffer_size=50))
+        assert steps[0] == [10] and set(map(tuple, steps[1:])) == {(20,)}, name
+    derpp = _training_forward_sizes("derpp", stream, protocol_config("der", buffer_size=50))
+    assert set(map(tuple, derpp[1:])) == {(10, 10, 10)}  # stream batch, logits draw, labels draw
+
+
+def test_er_with_replacement_fills_the_replay_batch_from_a_small_buffer(tiny_stream) -> None:  # type: ignore[no-untyped-def]
+    """A replay batch larger than what is stored: ER draws it with repeats, ER-RR replays all it holds."""
+    config = protocol_config("online", batch_size=2, replay_batch_size=5, buffer_size=8)
+    er = _training_forward_sizes("er", tiny_stream, config)
+    rr = _training_forward_sizes("er-rr", tiny_stream, config)
+    assert er[1:3] == [[2 + 5], [2 + 5]]
+    assert rr[1:3] == [[2 + 2], [2 + 4]] and rr[3] == [2 + 5]
+
+
+def test_er_rr_replays_every_stored_item_once_before_repeating(tiny_stream) -> None:  # type: ignore[no-untyped-def]
+    from replaybank.samplers import Reshuffled, Uniform
+
+    config = protocol_config("online", batch_size=4, replay_batch_size=4, buffer_size=8)
+    gen, rng = torch.Generator().manual_seed(0), np.random.default_rng(0)
+    rr = make_strategy("er-rr", tiny_stream, config, gen, rng)
+    er = make_strategy("er", tiny_stream, config, torch.Generator().manual_seed(0), np.random.default_rng(0))
+    assert isinstance(rr.buffer.sampler, Reshuffled) and isinstance(er.buffer.sampler, Uniform)  # type: ignore[attr-defined]
+    x, y = torch.from_numpy(tiny_stream.tasks[0].x_train[:8]), torch.from_numpy(tiny_stream.tasks[0].y_train[:8])
+    rr.buffer.extend({"x": x.numpy(), "y": y.numpy(), "row": np.arange(8)})  # type: ignore[attr-defined]
+    drawn = np.concatenate([rr.replay("row")[0].numpy() for _ in range(2)])  # type: ignore[attr-defined, index]
+    assert sorted(drawn.tolist()) == list(range(8))

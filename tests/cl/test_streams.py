@@ -9,6 +9,7 @@ from replaybank.cl.streams import (
     make_stream,
     permuted_stream,
     split_stream,
+    validation_stream,
 )
 from replaybank.errors import ReplayBankError
 
@@ -91,3 +92,51 @@ def test_bad_scenario_and_labels(make_arrays) -> None:  # type: ignore[no-untype
         split_stream(x, y, xt, yt, n_tasks=2, class_order=[0, 0, 1, 2])
     with pytest.raises(ReplayBankError, match="domain-incremental only"):
         make_stream("permuted-digits", scenario="class")
+
+
+def test_validation_split_comes_from_training_rows_only(make_arrays) -> None:  # type: ignore[no-untyped-def]
+    x, y, x_test, y_test = make_arrays(n_per_class=20)
+    stream = split_stream(x, y, x_test, y_test, n_tasks=2)
+    val = validation_stream(stream, fraction=0.25, seed=1)
+    assert val.name == "split/validation" and val.scenario == stream.scenario and val.n_classes == stream.n_classes
+    for task, vtask in zip(stream.tasks, val.tasks, strict=True):
+        train_rows = {r.tobytes() for r in task.x_train}
+        held = [r.tobytes() for r in vtask.x_test]
+        kept = [r.tobytes() for r in vtask.x_train]
+        assert set(held) <= train_rows and set(kept) <= train_rows  # nothing from the test split
+        assert not set(held) & set(kept)  # disjoint
+        assert len(held) + len(kept) == len(task.x_train)
+        for c in task.classes:  # stratified: round(20 * 0.25) = 5 of each class held out
+            assert int((vtask.y_test == c).sum()) == 5
+        assert vtask.classes == task.classes
+
+
+def test_validation_split_is_seeded(make_arrays) -> None:  # type: ignore[no-untyped-def]
+    stream = split_stream(*make_arrays(n_per_class=20), n_tasks=2)
+    a, b = validation_stream(stream, seed=1), validation_stream(stream, seed=1)
+    c = validation_stream(stream, seed=2)
+    np.testing.assert_array_equal(a.tasks[0].x_test, b.tasks[0].x_test)
+    assert not np.array_equal(a.tasks[0].x_test, c.tasks[0].x_test)
+
+
+def test_permuted_tasks_hold_out_the_same_rows(make_arrays) -> None:  # type: ignore[no-untyped-def]
+    stream = permuted_stream(*make_arrays(n_per_class=20), n_tasks=3, rng=np.random.default_rng(0))
+    val = validation_stream(stream)
+    first = {r.tobytes() for r in val.tasks[0].x_test}
+    unpermuted = {r.tobytes() for r in stream.tasks[0].x_train}
+    assert first <= unpermuted
+    for t in (1, 2):  # same labels in the same order: the same held-out rows, permuted
+        np.testing.assert_array_equal(val.tasks[t].y_test, val.tasks[0].y_test)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.0, -0.1, 1.5])
+def test_validation_fraction_must_be_a_proper_share(make_arrays, fraction: float) -> None:  # type: ignore[no-untyped-def]
+    stream = split_stream(*make_arrays(), n_tasks=2)
+    with pytest.raises(ReplayBankError, match="validation fraction must be in"):
+        validation_stream(stream, fraction=fraction)
+
+
+def test_validation_split_that_leaves_nothing_is_refused(make_arrays) -> None:  # type: ignore[no-untyped-def]
+    stream = split_stream(*make_arrays(n_per_class=2), n_tasks=2)  # round(2 * 0.2) = 0 held out
+    with pytest.raises(ReplayBankError, match="leaves 4 to train on and 0 to validate on"):
+        validation_stream(stream, fraction=0.2)

@@ -7,6 +7,7 @@ import time
 
 from replaybank.cl.config import PROTOCOLS, STRATEGY_NAMES, check_strategies, protocol_config
 from replaybank.cl.streams import SCENARIOS, STREAMS
+from replaybank.cl.tune import DEFAULT_LRS
 from replaybank.errors import ReplayBankError
 
 __all__ = ["add_subcommands", "run_cl"]
@@ -24,7 +25,8 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ig
     p.add_argument("--scenario", default=None, help=f"one of: {', '.join(SCENARIOS)} (default: the stream's)")
     p.add_argument("--tasks", type=int, default=5, help="number of tasks (default 5)")
     p.add_argument(
-        "--strategies", default="naive,joint,er,derpp", help=f"comma-separated, from: {','.join(STRATEGY_NAMES)}"
+        "--strategies", default=None,
+        help=f"comma-separated, from: {','.join(STRATEGY_NAMES)} (default naive,joint,er,derpp; with --tune naive,joint,er)",
     )
     p.add_argument("--buffer", type=int, default=200, help="replay buffer capacity (default 200)")
     p.add_argument("--seeds", type=int, default=3, help="number of seeds, run as 0..N-1 (default 3)")
@@ -32,14 +34,34 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ig
     p.add_argument("--epochs", type=int, default=None, help="epochs per task (multi-epoch protocol)")
     p.add_argument("--batch-size", type=int, default=None, help="stream minibatch (online/multi-epoch)")
     p.add_argument("--replay-batch-size", type=int, default=None, help="buffer minibatch (online/multi-epoch)")
-    p.add_argument("--lr", type=float, default=0.3, help="SGD learning rate (default 0.3, chosen on validation data)")
+    p.add_argument("--lr", type=float, default=None, help="SGD learning rate (default 0.3; --tune lr chooses it per stream and protocol, see docs/cl.md)")
+    p.add_argument(
+        "--tune", choices=["lr"], default=None,
+        help="instead of a comparison, choose the learning rate on a validation split of the training data: "
+        "run the --lrs grid, print a table, write DIR/tune.json and DIR/tune.md",
+    )
+    p.add_argument("--lrs", default=",".join(f"{v:g}" for v in DEFAULT_LRS), help="--tune lr: comma-separated grid")
+    p.add_argument("--select-by", default="joint", help="--tune lr: the strategy whose validation accuracy decides (default joint)")
+    p.add_argument("--val-fraction", type=float, default=0.2, help="--tune: share of each class's training rows held out (default 0.2)")
+    p.add_argument("--val-seed", type=int, default=1, help="--tune: seed of the validation split (default 1)")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(func=run_cl)
 
 
+def _lrs(text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ReplayBankError(f"--lrs must be comma-separated numbers, got {text!r}") from None
+
+
 def run_cl(args: argparse.Namespace) -> int:
     """Handler of ``replaybank cl``; validates everything before importing torch."""
-    names = check_strategies([s.strip() for s in args.strategies.split(",") if s.strip()])
+    default = "naive,joint,er" if args.tune else "naive,joint,er,derpp"
+    names = check_strategies([s.strip() for s in (args.strategies or default).split(",") if s.strip()])
+    if args.tune and args.lr is not None:
+        raise ReplayBankError("--lr and --tune lr exclude each other; give the grid with --lrs")
+    lrs = _lrs(args.lrs) if args.tune else []
     if args.stream not in STREAMS:
         raise ReplayBankError(f"unknown stream {args.stream!r}; valid streams: {', '.join(sorted(STREAMS))}")
     if args.seeds < 1:
@@ -52,7 +74,7 @@ def run_cl(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         replay_batch_size=args.replay_batch_size,
         buffer_size=args.buffer,
-        lr=args.lr,
+        lr=args.lr if args.lr is not None else 0.3,
     )
 
     import torch
@@ -65,6 +87,16 @@ def run_cl(args: argparse.Namespace) -> int:
     stream = make_stream(args.stream, scenario=args.scenario, n_tasks=args.tasks)
     seeds = list(range(args.seeds))
     start = time.perf_counter()
+    if args.tune:
+        from replaybank.cl.tune import format_table, tune_lr, write_tune
+
+        tuned = tune_lr(stream, names, config, lrs, seeds, select_by=args.select_by,
+                        fraction=args.val_fraction, split_seed=args.val_seed, log=True)
+        write_tune(args.out, tuned)
+        print(format_table(tuned))
+        print(f"selected lr {tuned['selected_lr']:g} (best mean validation average accuracy of {args.select_by}); "
+              f"wrote {args.out}/tune.json, tune.md ({time.perf_counter() - start:.0f} s)")
+        return 0
     runs = run_many(stream, names, config, seeds, log=True)
     payload = write_report(
         args.out, stream=stream.name, scenario=stream.scenario, n_tasks=len(stream), config=config,

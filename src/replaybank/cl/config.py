@@ -17,6 +17,7 @@ STRATEGY_NAMES: tuple[str, ...] = (
     "naive",
     "joint",
     "er",
+    "er-rr",
     "er-balanced",
     "derpp",
     "agem",

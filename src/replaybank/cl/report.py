@@ -116,8 +116,8 @@ def _markdown(payload: Mapping[str, Any]) -> str:
         f"seeds {payload['seeds']}; {payload['seconds']:.0f} s in all.",
         "",
         "Accuracies in %, mean ± sample std over seeds. Forgetting is the best earlier accuracy "
-        "minus the final one (Chaudhry et al. 2018); BWT is final minus just-learned "
-        "(Lopez-Paz & Ranzato 2017).",
+        "minus the final one (Chaudhry et al. 2018), negative when a task ends above its earlier best; "
+        "BWT is final minus just-learned (Lopez-Paz & Ranzato 2017).",
         "",
         "| strategy | average accuracy | forgetting | backward transfer | learning accuracy | "
         "gap closed (naive→joint) | Δ vs ER | s/run |",

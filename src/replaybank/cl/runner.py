@@ -22,6 +22,7 @@ import torch
 from replaybank.cl.config import TrainConfig, check_strategies
 from replaybank.cl.strategies import Strategy, make_strategy
 from replaybank.cl.streams import Stream
+from replaybank.errors import ReplayBankError
 
 __all__ = ["RunResult", "evaluate", "minibatches", "run", "run_many"]
 
@@ -52,19 +53,25 @@ def evaluate(model: torch.nn.Module, stream: Stream) -> np.ndarray:
 
 
 def minibatches(order: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, ...]:
-    """Split ``order`` into ``max(1, n // batch_size)`` near-equal minibatches.
+    """Cut ``order`` into ``len(order) // batch_size`` minibatches of exactly ``batch_size``.
 
-    The remainder of ``n / batch_size`` is spread over the first batches (``batch_size + 1``
-    items each) instead of forming a last, smaller batch: every example is still seen once per
-    epoch (and offered to the buffer), but no step is taken on a batch of one or two examples.
-    Such a step, with the plain SGD of the harness, can undo a task just before it is evaluated
-    (split-digits, joint, one epoch: 93% -> 13% after a final one-example batch).
+    The ``len(order) % batch_size`` examples left after the last full batch are skipped in this
+    pass, as ``DataLoader(drop_last=True)`` does; the runner reshuffles every epoch, so other
+    examples come last next time. A step on a last batch of one or two examples, with the plain
+    SGD of the harness, can undo a task just before it is evaluated (split-digits, joint, one
+    epoch: 93% -> 13% after a final one-example batch), and a batch of another size would break
+    the protocol's fixed batch. An order shorter than one batch is one batch of all of it.
 
     Example:
         >>> [len(b) for b in minibatches(torch.arange(23), 10)], [len(b) for b in minibatches(torch.arange(7), 10)]
-        ([12, 11], [7])
+        ([10, 10], [7])
     """
-    return order.tensor_split(max(1, len(order) // batch_size))
+    if batch_size < 1:
+        raise ReplayBankError(f"batch_size must be >= 1, got {batch_size}")
+    n = len(order)
+    if n < batch_size:
+        return (order,) if n else ()
+    return order[: n - n % batch_size].split(batch_size)
 
 
 def _seeds(seed: int) -> tuple[torch.Generator, torch.Generator, np.random.Generator]:

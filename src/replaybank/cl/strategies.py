@@ -10,8 +10,8 @@ A strategy is driven by the runner in one fixed order per task::
 and evaluated through ``strategy.model``. Training is the same in every scenario (cross-entropy
 over the full head); the scenario only changes evaluation (see ``streams``).
 
-Every strategy that stores data uses the core's :class:`replaybank.ReplayBuffer`: ``er``, ``derpp``
-and ``agem`` with :class:`~replaybank.admission.Reservoir` admission, ``er-balanced`` with
+Every strategy that stores data uses the core's :class:`replaybank.ReplayBuffer`: ``er``, ``er-rr``
+(replay without replacement), ``derpp`` and ``agem`` with :class:`~replaybank.admission.Reservoir` admission, ``er-balanced`` with
 :class:`~replaybank.admission.GroupBalanced` (one group per class). ``pseudo``, ``generative`` and
 ``lwf`` store no examples by design; ``joint`` keeps everything (the upper bound).
 """
@@ -107,33 +107,40 @@ class Joint(Naive):
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
-def _buffer(config: TrainConfig, rng: np.random.Generator, *, balanced: bool) -> Any:
+def _buffer(config: TrainConfig, rng: np.random.Generator, *, balanced: bool, reshuffled: bool = False) -> Any:
     from replaybank import ReplayBuffer
     from replaybank.admission import GroupBalanced, Reservoir
+    from replaybank.samplers import Reshuffled
 
     admission = GroupBalanced() if balanced else Reservoir()
-    return ReplayBuffer(config.buffer_size, admission=admission, seed=int(rng.integers(2**63 - 1)))
+    sampler = Reshuffled() if reshuffled else None  # None: the buffer's default, uniform with replacement
+    return ReplayBuffer(config.buffer_size, admission=admission, sampler=sampler, seed=int(rng.integers(2**63 - 1)))
 
 
 class ER(Naive):
     """Experience replay (Chaudhry et al. 2019, "On Tiny Episodic Memories"), reservoir buffer.
 
-    Each step concatenates the stream batch with ``replay_batch_size`` buffer items under one
-    cross-entropy, then offers the stream batch to the buffer.
+    Each step concatenates the stream batch with ``replay_batch_size`` buffer items, drawn
+    uniformly with replacement, under one cross-entropy, then offers the stream batch to the
+    buffer.
     """
 
     balanced = False
+    reshuffled = False
 
     def __init__(
         self, stream: Stream, config: TrainConfig, generator: torch.Generator, rng: np.random.Generator
     ) -> None:
         super().__init__(stream, config, generator, rng)
-        self.buffer = _buffer(config, rng, balanced=self.balanced)
+        self.buffer = _buffer(config, rng, balanced=self.balanced, reshuffled=self.reshuffled)
 
     def replay(self, *columns: str) -> list[torch.Tensor] | None:
         if len(self.buffer) == 0:
             return None
-        data = self.buffer.sample(self.config.replay_batch_size).data
+        n = self.config.replay_batch_size
+        if self.reshuffled:  # without replacement a draw cannot exceed what is stored
+            n = min(n, len(self.buffer))
+        data = self.buffer.sample(n).data
         return [torch.from_numpy(np.asarray(data[c])) for c in columns]
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -149,6 +156,18 @@ class ER(Naive):
         labels = y.numpy()
         groups = labels if self.balanced else None
         self.buffer.extend({"x": x.numpy(), "y": labels, **extra}, groups=groups)
+
+
+class ERReshuffled(ER):
+    """ER whose replay draws cycle through a shuffled buffer (random reshuffling, no replacement).
+
+    The buffer's :class:`~replaybank.samplers.Reshuffled` sampler serves every stored item once
+    per pass before any repeats, as Avalanche's replay data loader cycles through its buffer;
+    plain ``er`` draws with replacement. Until the buffer holds ``replay_batch_size`` items (never,
+    in the DER protocol, after the first step) a step replays all it holds.
+    """
+
+    reshuffled = True
 
 
 class ERBalanced(ER):
@@ -351,6 +370,7 @@ STRATEGIES: dict[str, StrategyFactory] = {
     "naive": Naive,
     "joint": Joint,
     "er": ER,
+    "er-rr": ERReshuffled,
     "er-balanced": ERBalanced,
     "derpp": DERpp,
     "agem": AGEM,

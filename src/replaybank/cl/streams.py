@@ -41,6 +41,7 @@ __all__ = [
     "make_stream",
     "permuted_stream",
     "split_stream",
+    "validation_stream",
 ]
 
 Scenario = Literal["class", "task", "domain"]
@@ -240,6 +241,50 @@ def permuted_stream(
         perm = np.arange(xtr.shape[1]) if t == 0 else rng.permutation(xtr.shape[1])
         tasks.append(Task(t, xtr[:, perm], ytr, xte[:, perm], yte, classes))
     return Stream(name, "domain", tuple(tasks), int(ytr.max()) + 1, xtr.shape[1])
+
+
+def validation_stream(stream: Stream, *, fraction: float = 0.2, seed: int = 1) -> Stream:
+    """The same stream with a validation split carved out of each task's *training* data.
+
+    For tuning (e.g. the learning rate) without looking at the test split: in every task a
+    stratified ``fraction`` of each class's training rows (``round(n_class * fraction)``, drawn
+    from ``numpy.random.default_rng(seed)``, fresh per task so permuted tasks hold out the same
+    rows) becomes that task's evaluation split, and the rest its training split. The test split is
+    never read.
+
+    Args:
+        stream: any stream.
+        fraction: share of each class's training rows held out, in ``(0, 1)``.
+        seed: seed of the held-out draw.
+
+    Returns:
+        A :class:`Stream` named ``"<name>/validation"``, same scenario, classes and head size,
+        whose ``x_test``/``y_test`` are the validation rows.
+
+    Raises:
+        ReplayBankError (a ValueError): ``fraction`` outside ``(0, 1)``, or a task whose
+            training or validation part would be empty.
+
+    Example:
+        >>> x = np.arange(40, dtype=np.float32).reshape(20, 2); y = np.repeat([0, 1, 2, 3], 5)
+        >>> v = validation_stream(split_stream(x, y, x[::5], y[::5], n_tasks=2), fraction=0.2)
+        >>> [(len(t.y_train), len(t.y_test)) for t in v.tasks], v.name
+        ([(8, 2), (8, 2)], 'split/validation')
+    """
+    if not 0 < fraction < 1:
+        raise ReplayBankError(f"validation fraction must be in (0, 1), got {fraction!r}")
+    tasks = []
+    for task in stream.tasks:
+        x_train, y_train, x_val, y_val = _stratified_split(
+            task.x_train, task.y_train, fraction, np.random.default_rng(seed)
+        )
+        if len(y_val) == 0 or len(y_train) == 0:
+            raise ReplayBankError(
+                f"task {task.index} has {len(task.y_train)} training rows; a validation fraction of "
+                f"{fraction} leaves {len(y_train)} to train on and {len(y_val)} to validate on"
+            )
+        tasks.append(Task(task.index, x_train, y_train, x_val, y_val, task.classes))
+    return Stream(f"{stream.name}/validation", stream.scenario, tuple(tasks), stream.n_classes, stream.input_dim)
 
 
 def _stratified_split(

