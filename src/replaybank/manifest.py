@@ -100,7 +100,7 @@ def build(kind: str, config: Any, where: str, **extra: Any) -> Any:
     fields(config, where, ("class", "params"))
     name = config["class"]
     registry = _REGISTRY[kind]
-    if name not in registry:
+    if not isinstance(name, str) or name not in registry:
         raise CorruptSaveError(
             f"{where}.class = {name!r}: expected one of {sorted(registry)}"
         )

@@ -161,9 +161,9 @@ def read(path: Path, where: str, sha256: str, nbytes: int, *, mmap: bool = False
         )
     dtype, shape, offset = _parse_header(head, size, where)
     count = int(np.prod(shape, dtype=np.int64))
-    if dtype.kind == "b":  # a bool byte other than 0 or 1 is not a value numpy can hold safely
-        data = np.memmap(path, np.uint8, mode="r", offset=offset) if mmap and count else buf[offset:]
-        if count and data.max() > 1:
+    if dtype.kind == "b" and count:  # a bool byte other than 0 or 1 is not a value numpy holds
+        data = np.memmap(path, np.uint8, mode="r", offset=offset) if mmap else buf[offset:]
+        if data.max() > 1:
             raise CorruptSaveError(f"{where}: {path} holds bool bytes other than 0 and 1")
     if mmap and count:
         return np.memmap(path, dtype=dtype, mode="c", offset=offset, shape=shape)

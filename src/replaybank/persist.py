@@ -277,9 +277,12 @@ def load(
     base = npyio.inside(root, m.version, f"{where}: version")
     on_disk = m.raw["storage"]["class"] == "MemmapStorage"
     # a MemmapStorage save maps its own saved files (copy-on-write) unless told otherwise
-    storage: ColumnarStorage = build(
-        "storage", m.raw["storage"], "storage", **({"directory": base / "columns"} if on_disk else {})
-    )
+    try:
+        storage: ColumnarStorage = build(
+            "storage", m.raw["storage"], "storage", **({"directory": base / "columns"} if on_disk else {})
+        )
+    except ReplayBankError as err:
+        raise CorruptSaveError(f"{where}: {err}") from None
     mapped = on_disk if mmap is None else bool(mmap)
     if directory is not None:
         storage, mapped = MemmapStorage(directory), False
@@ -297,6 +300,11 @@ def load(
             columns[name] = Ragged(read(rels[0]), read(rels[1]))
         else:
             columns[name] = read(rels[0], mmap=mapped)
+    for name, col in columns.items():  # before the capacity sizes any allocation
+        if not isinstance(col, Ragged) and (col.ndim == 0 or len(col) != m.capacity):
+            raise CorruptSaveError(
+                f"{where}: columns[{name!r}] has shape {col.shape}, expected {m.capacity} rows (the capacity)"
+            )
     state = _join(m.raw["state"], arrays)
     state.update(schema_version=STATE_SCHEMA, capacity=m.capacity, columns=columns)
     try:
