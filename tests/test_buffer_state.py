@@ -89,3 +89,19 @@ def test_other_numpy_bit_generators_are_restored():
     other.load_state_dict(buf.state_dict())
     assert isinstance(other._rng.bit_generator, np.random.Philox)
     assert np.array_equal(buf.sample(5).data["x"], other.sample(5).data["x"])
+
+
+def test_check_table_hook_can_refuse_and_everything_is_rolled_back():
+    class Picky(Reshuffled):
+        def check_table(self, table):
+            if table.arrivals > 35:
+                raise ReplayBankError(f"order ahead of the table ({table.arrivals})")
+
+    buf = ReplayBuffer(20, sampler=Picky(), seed=0)
+    buf.extend({"x": np.arange(30, dtype=np.float64), "y": np.arange(30) % 3})
+    buf.sample(7)
+    order = buf.sampler.order.copy()
+    with pytest.raises(ReplayBankError, match=r"sampler \(Picky\): order ahead of the table \(40\)"):
+        buf.load_state_dict(filled(n=40, seed=3).state_dict())
+    assert np.array_equal(buf.sampler.order, order) and buf.sampler.position == 7
+    assert len(buf) == 20 and buf._table.arrivals == 30

@@ -242,7 +242,7 @@ def test_object_arrays_are_refused_before_numpy_reads_them(tmp_path):
 @pytest.mark.parametrize(
     "arr, words",
     [
-        (np.zeros((63, 3), np.float32), ["columns['obs']", "63 rows"]),
+        (np.zeros((63, 3), np.float32), ["columns['obs']", "(63, 3)", "the capacity"]),
         (np.zeros((64, 4), np.float32), ["columns['obs']", "shape"]),
         (np.zeros((64, 3), np.float64), ["columns['obs']", "dtype"]),
         (np.zeros(64, dtype=[("a", "<f4"), ("b", "<f8")]), ["refused"]),

@@ -5,6 +5,11 @@ the moment the lock is released cannot change it. ``restore`` checks the whole s
 owns here, the slot table, the storage, and whatever the sampler and admission check in their own
 ``load_state_dict``) before the buffer is changed, and puts the sampler and admission back as they
 were if either refuses, so a refused state leaves the buffer exactly as it was.
+
+A sampler or admission policy may also define ``check_table(table)``: it is called after its
+``load_state_dict`` with the restored slot table (``SlotTable`` or ``RingTable``), to refuse state
+that disagrees with it (e.g. priority mass on empty slots, an arrival counter that differs), by
+raising ``ReplayBankError``.
 """
 
 from __future__ import annotations
@@ -71,21 +76,22 @@ def snapshot(buffer: ReplayBuffer, *, copy_columns: bool = True) -> dict[str, An
         }
 
 
-def _component(obj: Any, state: Any, where: str) -> None:
-    """``obj.load_state_dict(state)``, with whatever it raises turned into a ReplayBankError that
-    names ``where`` (until every component validates its own state, a KeyError or TypeError)."""
+def _call(fn: Any, arg: Any, where: str) -> None:
+    """``fn(arg)``, with whatever it raises turned into a ReplayBankError that names ``where``
+    (a component that does not validate its state yet raises KeyError, TypeError and the like)."""
     try:
-        obj.load_state_dict(state)
+        fn(arg)
     except ReplayBankError as err:
-        raise ReplayBankError(f"{where} ({type(obj).__name__}): {err}") from err
+        raise ReplayBankError(f"{where}: {err}") from err
     except KeyError as err:
-        raise ReplayBankError(
-            f"{where} ({type(obj).__name__}): missing key {err.args[0]!r}"
-        ) from err
+        raise ReplayBankError(f"{where}: missing key {err.args[0]!r}") from err
     except (ValueError, TypeError, IndexError, AttributeError, OverflowError) as err:
-        raise ReplayBankError(
-            f"{where} ({type(obj).__name__}): invalid state ({type(err).__name__}: {err})"
-        ) from err
+        raise ReplayBankError(f"{where}: invalid state ({type(err).__name__}: {err})") from err
+
+
+def _component(obj: Any, state: Any, where: str) -> None:
+    """``obj.load_state_dict(state)``, errors named as ``where (Class)``."""
+    _call(obj.load_state_dict, state, f"{where} ({type(obj).__name__})")
 
 
 def _check_counters(buffer: ReplayBuffer, arrivals: int) -> None:
@@ -139,11 +145,19 @@ def restore(buffer: ReplayBuffer, state: Any) -> None:
     elif state["columns"] != {}:
         raise ReplayBankError("columns: expected none (the spec is empty)")
     with buffer._lock:
-        before = snapshot(buffer, copy_columns=False)
+        before = {
+            "admission": copied(buffer.admission.state_dict()),
+            "sampler": copied(buffer.sampler.state_dict()),
+        }
         try:
             _component(buffer.admission, state["admission"], "admission")
             _check_counters(buffer, table.arrivals)
             _component(buffer.sampler, state["sampler"], "sampler")
+            for part in ("admission", "sampler"):  # optional: checks against the restored table
+                component = getattr(buffer, part)
+                check = getattr(component, "check_table", None)
+                if check is not None:
+                    _call(check, table, f"{part} ({type(component).__name__})")
             if spec:
                 buffer.storage.restore(buffer.capacity, spec, state["columns"], table.high)
         except BaseException:

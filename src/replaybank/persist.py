@@ -146,7 +146,7 @@ def _prepare(root: Path) -> None:
     if manifest.exists():
         try:
             ok = json.loads(manifest.read_bytes()).get("format") == FORMAT
-        except (ValueError, AttributeError, UnicodeDecodeError, RecursionError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             ok = False
         if not ok:
             raise ReplayBankError(
