@@ -228,6 +228,8 @@ def test_manifest_json_must_be_strict(tmp_path):
     refused(root, "not valid JSON")
     (root / "manifest.json").write_text(text[:-1] + ', "format": "replaybank-buffer"}')
     refused(root, "appears twice")
+    (root / "manifest.json").write_text(text.replace('"max_priority": 1.0', '"max_priority": 1e999'))
+    refused(root, "not valid JSON", "1e999")
     (root / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
     refused(root, "not valid JSON")
 

@@ -330,3 +330,27 @@ def test_save_refuses_what_load_could_not_read(tmp_path):
     with pytest.raises(ReplayBankError, match="sampler is Mine"):
         buf.save(tmp_path / "b")
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("admission", [None, Window(2)])
+def test_a_never_written_buffer_round_trips(tmp_path, admission):
+    buf = ReplayBuffer(16, sampler=Prioritized(), admission=admission, seed=0)
+    buf.save(tmp_path / "b")
+    loaded = ReplayBuffer.load(tmp_path / "b")
+    assert len(loaded) == 0 and loaded.spec is None
+    groups = {} if admission is None else {"groups": [0, 0, 1]}
+    for b in (buf, loaded):
+        b.extend({"x": np.arange(3.0)}, **groups)
+    np.testing.assert_array_equal(buf.sample(5).data["x"], loaded.sample(5).data["x"])
+
+
+def test_a_mapped_buffer_can_be_saved_over_its_own_save(tmp_path):
+    buf = filled()
+    buf.save(tmp_path / "b")
+    mapped = ReplayBuffer.load(tmp_path / "b", mmap=True)
+    for b in (buf, mapped):
+        b.extend({"obs": np.full((20, 3), 5, np.float32), "a": np.arange(100, 120)})
+    mapped.save(tmp_path / "b")  # the old version's files are unlinked while still mapped
+    again = ReplayBuffer.load(tmp_path / "b")
+    for _ in range(4):
+        np.testing.assert_array_equal(buf.sample(9).data["a"], again.sample(9).data["a"])

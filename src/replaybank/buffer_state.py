@@ -66,7 +66,7 @@ def snapshot(buffer: ReplayBuffer, *, copy_columns: bool = True) -> dict[str, An
             "schema_version": SCHEMA_VERSION,
             "capacity": buffer.capacity,
             "spec": {name: col.to_json() for name, col in spec.items()},
-            "rng": buffer._rng.bit_generator.state,
+            "rng": copied(buffer._rng.bit_generator.state),
             "table": copied(table.state_dict()),
             "sampler": copied(buffer.sampler.state_dict()),
             "admission": copied(buffer.admission.state_dict()),

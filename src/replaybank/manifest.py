@@ -3,7 +3,8 @@
 ``manifest.json`` is the one file a loader reads before anything else, so it is checked whole
 before any of it is used:
 
-* it is plain JSON (no ``NaN``/``Infinity``, no repeated keys) and at most 64 MiB;
+* it is plain JSON (no ``NaN``/``Infinity`` or overflowing numbers, no repeated keys), at most
+  64 MiB;
 * ``manifest_sha256`` is the sha256 of the rest of the manifest in canonical form (keys sorted,
   no spaces), so any change to it is caught, not just changes to the ``.npy`` files;
 * every key is known and present, with the type and range the schema says (``Manifest.parse``);
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -127,6 +129,13 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a float")
+    return value
+
+
 def references(tree: Any, where: str, found: dict[str, str], depth: int = 0) -> None:
     """Collect the ``{"__npy__": name}`` references of ``tree`` into ``found`` (name -> key),
     checking each is exactly that one key with a plain file name, referenced once."""
@@ -187,6 +196,7 @@ class Manifest:
                 path.read_bytes().decode("utf-8"),
                 object_pairs_hook=_strict_pairs,
                 parse_constant=_no_constants,
+                parse_float=_finite,
             )
         except (ValueError, UnicodeDecodeError, RecursionError) as err:
             raise CorruptSaveError(f"{path}: not valid JSON ({err})") from None
