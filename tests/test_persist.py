@@ -310,9 +310,8 @@ def test_unsafe_column_names_stay_inside_the_folders(tmp_path):
     buf = ReplayBuffer(8, storage=MemmapStorage(tmp_path / "live" / "deep"), seed=0)
     buf.extend({"../../escape": np.arange(3), "x.values": np.arange(3), "ok": np.arange(3)})
     assert not (tmp_path / "escape.npy").exists()
-    assert sorted(p.name for p in (tmp_path / "live" / "deep").iterdir()) == [
-        "col.0.npy", "col.2.npy", "ok.npy",
-    ]  # fmt: skip
+    files = sorted(p.name for p in (tmp_path / "live" / "deep").iterdir())
+    assert files == ["col.0.npy", "col.2.npy", "ok.npy"]
     buf.save(tmp_path / "b")
     assert not (tmp_path / "escape.npy").exists() and not (tmp_path / "b" / "escape.npy").exists()
     loaded = ReplayBuffer.load(tmp_path / "b")

@@ -46,9 +46,16 @@ VERSION_DIR = re.compile(r"v(\d{6})")
 ARRAY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 KEYS = (
-    "format", "schema_version", "version", "capacity", "storage", "sampler", "admission", "state",
+    "format",
+    "schema_version",
+    "version",
+    "capacity",
+    "storage",
+    "sampler",
+    "admission",
+    "state",
     "files",
-)  # fmt: skip
+)
 STATE_KEYS = ("spec", "rng", "table", "sampler", "admission")
 
 # The classes a save may name, with the constructor arguments recorded for each.
@@ -58,8 +65,15 @@ SAMPLERS: dict[str, tuple[str, ...]] = {
     "Prioritized": ("alpha", "beta", "eps", "branching"),
     "PrioritizedReshuffled": ("alpha", "beta", "eps", "branching"),
     "Trajectories": (
-        "length", "reverse", "priority", "alpha", "beta", "eps", "done_key", "reward_key",
-    ),  # fmt: skip
+        "length",
+        "reverse",
+        "priority",
+        "alpha",
+        "beta",
+        "eps",
+        "done_key",
+        "reward_key",
+    ),
 }
 ADMISSIONS: dict[str, tuple[str, ...]] = {
     "Fifo": (),

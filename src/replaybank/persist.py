@@ -40,7 +40,7 @@ import numpy as np
 
 from . import npyio
 from .buffer_state import SCHEMA_VERSION as STATE_SCHEMA
-from .buffer_state import snapshot
+from .buffer_state import holes, snapshot
 from .errors import CorruptSaveError, ReplayBankError
 from .manifest import (
     ARRAY_NAME,
@@ -221,8 +221,6 @@ def _write_version(
         state = snapshot(buffer, copy_columns=not on_disk)
         columns = state.pop("columns")
         if on_disk:
-            from .buffer_state import holes
-
             put_columns(columns, holes(buffer._table))
     if not on_disk:
         put_columns(columns, np.zeros(0, dtype=np.int64))
@@ -276,16 +274,15 @@ def load(
     where = str(m.path)
     base = npyio.inside(root, m.version, f"{where}: version")
     on_disk = m.raw["storage"]["class"] == "MemmapStorage"
-    # a MemmapStorage save maps its own saved files (copy-on-write) unless told otherwise
+    extra = {"directory": base / "columns"} if on_disk else {}
     try:
-        storage: ColumnarStorage = build(
-            "storage", m.raw["storage"], "storage", **({"directory": base / "columns"} if on_disk else {})
-        )
+        storage: ColumnarStorage = build("storage", m.raw["storage"], "storage", **extra)
     except ReplayBankError as err:
         raise CorruptSaveError(f"{where}: {err}") from None
+    # a MemmapStorage save maps its own saved files (copy-on-write) unless told otherwise
     mapped = on_disk if mmap is None else bool(mmap)
-    if directory is not None:
-        storage, mapped = MemmapStorage(directory), False
+    if directory is not None:  # mapped, then copied into the new files page by page
+        storage, mapped = MemmapStorage(directory), True
     elif on_disk and not mapped:
         storage = ColumnarStorage()
 
@@ -303,7 +300,8 @@ def load(
     for name, col in columns.items():  # before the capacity sizes any allocation
         if not isinstance(col, Ragged) and (col.ndim == 0 or len(col) != m.capacity):
             raise CorruptSaveError(
-                f"{where}: columns[{name!r}] has shape {col.shape}, expected {m.capacity} rows (the capacity)"
+                f"{where}: columns[{name!r}] has shape {col.shape}, "
+                f"expected {m.capacity} rows (the capacity)"
             )
     state = _join(m.raw["state"], arrays)
     state.update(schema_version=STATE_SCHEMA, capacity=m.capacity, columns=columns)
