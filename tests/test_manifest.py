@@ -335,3 +335,32 @@ def test_errors_are_value_errors(tmp_path):
     with pytest.raises(ValueError):
         ReplayBuffer.load(root)
     assert issubclass(CorruptSaveError, ReplayBankError)
+
+
+def test_pipes_and_files_in_place_of_folders_are_refused_without_blocking(tmp_path):
+    _, root = saved(tmp_path)
+    version = root / manifest(root)["version"]
+    os.remove(version / "columns" / "obs.npy")
+    os.mkfifo(version / "columns" / "obs.npy")  # opening it for reading would block forever
+    resign(root, lambda m: m["files"].__setitem__("columns/obs.npy", {"sha256": "0" * 64, "bytes": 0}))
+    refused(root, "obs.npy", "not a regular file")
+
+    _, root2 = saved(tmp_path, name="c")
+    v2 = root2 / manifest(root2)["version"]
+    shutil.rmtree(v2)
+    v2.write_bytes(b"not a folder")
+    refused(root2, "not a folder")
+
+
+def test_headers_with_absurd_shapes_are_refused(tmp_path):
+    _, root = saved(tmp_path)
+    path = root / manifest(root)["version"] / "columns" / "obs.npy"
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (281474976710656, 281474976710656, 0), }"
+    header = header.ljust(127 - 10) + b"\n"
+    data = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header
+    path.write_bytes(data)
+    import hashlib
+
+    entry = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    resign(root, lambda m: m["files"].__setitem__("columns/obs.npy", entry))
+    refused(root, "obs.npy")

@@ -8,8 +8,8 @@ Two kinds of mutation, drawn by hypothesis:
 * hostile edits (the manifest or a ``.npy`` file changed and every checksum rewritten to match,
   symbolic links to identical files): every load must raise a ``ReplayBankError`` or return a
   buffer that works: its batches hold stored ids, or sampling refuses with a ``ReplayBankError``.
-  For edits inside the sampler's and admission's own state only the load is held to this (their
-  ``load_state_dict`` checks their values; sampling is not run on such edits).
+  For edits inside the sampler's and admission's own state only the load is held to this unless
+  ``REPLAYBANK_FUZZ_STRICT=1`` (their ``load_state_dict`` checks their values).
 
 ``REPLAYBANK_FUZZ_EXAMPLES`` sets the number of examples (200 by default) and
 ``REPLAYBANK_FUZZ_REPORT`` a file to which the outcome counts are written as JSON.
@@ -46,6 +46,9 @@ from replaybank.manifest import digest
 from replaybank.ragged import Ragged
 
 EXAMPLES = int(os.environ.get("REPLAYBANK_FUZZ_EXAMPLES", "200"))
+# 1: also sample after hostile edits of sampler/admission state (needs those classes to check
+# their load_state_dict input; the default until they all do)
+STRICT = os.environ.get("REPLAYBANK_FUZZ_STRICT") == "1"
 OUTCOMES: collections.Counter = collections.Counter()
 ROUNDS, BATCH = 3, 6
 
@@ -307,6 +310,7 @@ def test_every_load_refuses_or_is_exact(saves, data):
         component_state = where.startswith(("state.sampler", "state.admission", "sampler", "admission"))
         if mode == "npy-signed":
             component_state = where.startswith("state/") and "table" not in where
+        component_state = component_state and not STRICT
         try:
             equal = len(buf) == size and same(draw(buf), expected)
         except ReplayBankError:

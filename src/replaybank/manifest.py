@@ -202,7 +202,7 @@ class Manifest:
         path = root / MANIFEST
         if not (root / MANIFEST).exists():
             raise ReplayBankError(f"{root} is not a saved replaybank buffer: {MANIFEST} not found")
-        inside(root, MANIFEST, str(path))  # no symlink
+        inside(root, MANIFEST, str(path))  # a regular file, not a symlink or a pipe
         if path.stat().st_size > MAX_MANIFEST_BYTES:
             raise CorruptSaveError(f"{path}: larger than {MAX_MANIFEST_BYTES} bytes")
         try:

@@ -84,23 +84,30 @@ def write(
     return digest.hexdigest(), len(header) + total * row_bytes
 
 
-def inside(root: Path, rel: str, where: str) -> Path:
-    """``root / rel`` after checking that it stays inside ``root`` and that no part of it below
-    ``root`` is a symbolic link (``rel`` uses ``/``; absolute paths and ``..`` are refused)."""
+def inside(root: Path, rel: str, where: str, *, folder: bool = False) -> Path:
+    """``root / rel`` after checking that it stays inside ``root``: ``rel`` (with ``/``) has no
+    absolute part or ``..``, every part below ``root`` is a plain folder (no symbolic link), and
+    the last is a regular file (``folder=False``; never a pipe or device) or a plain folder."""
     parts = rel.split("/")
     if rel.startswith("/") or any(p in ("", ".", "..") or "\\" in p for p in parts):
         raise CorruptSaveError(f"{where}: path {rel!r} leaves the save folder {root}")
     path = root
-    for part in parts:
+    for i, part in enumerate(parts):
         path = path / part
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
             raise CorruptSaveError(f"{where}: {path} is missing (the save is incomplete)") from None
+        except OSError as err:
+            raise CorruptSaveError(f"{where}: {path} cannot be read ({err})") from None
         if stat.S_ISLNK(mode):
             raise CorruptSaveError(
                 f"{where}: {path} is a symbolic link; a save holds only plain files and folders"
             )
+        want_folder = folder or i < len(parts) - 1
+        if not (stat.S_ISDIR(mode) if want_folder else stat.S_ISREG(mode)):
+            kind = "folder" if want_folder else "regular file"
+            raise CorruptSaveError(f"{where}: {path} is not a {kind}")
     if not path.resolve().is_relative_to(root.resolve()):
         raise CorruptSaveError(f"{where}: path {rel!r} leaves the save folder {root}")
     return path
@@ -120,7 +127,7 @@ def _parse_header(head: bytes, size: int, where: str) -> tuple[np.dtype, tuple[i
         raise CorruptSaveError(f"{where}: not a readable .npy file ({err!r})") from None
     if dtype.kind not in ARRAY_KINDS or dtype.fields is not None or dtype.subdtype is not None:
         raise CorruptSaveError(f"{where}: dtype {dtype} is refused (object, void and structured)")
-    if fortran or not all(isinstance(d, int) and d >= 0 for d in shape):
+    if fortran or not all(isinstance(d, int) and 0 <= d <= 2**48 for d in shape):
         raise CorruptSaveError(f"{where}: header shape {shape} / fortran_order {fortran} refused")
     offset = fp.tell()
     if offset + int(np.prod(shape, dtype=object)) * dtype.itemsize != size:
@@ -165,8 +172,11 @@ def read(path: Path, where: str, sha256: str, nbytes: int, *, mmap: bool = False
         data = np.memmap(path, np.uint8, mode="r", offset=offset) if mmap else buf[offset:]
         if data.max() > 1:
             raise CorruptSaveError(f"{where}: {path} holds bool bytes other than 0 and 1")
-    if mmap and count:
-        return np.memmap(path, dtype=dtype, mode="c", offset=offset, shape=shape)
-    if mmap:
-        return np.zeros(shape, dtype)
-    return buf[offset:].view(dtype).reshape(shape)
+    try:
+        if mmap and count:
+            return np.memmap(path, dtype=dtype, mode="c", offset=offset, shape=shape)
+        if mmap:
+            return np.zeros(shape, dtype)
+        return buf[offset:].view(dtype).reshape(shape)
+    except (ValueError, OverflowError, MemoryError) as err:  # e.g. (2**48, 2**48, 0)
+        raise CorruptSaveError(f"{where}: header shape {shape} cannot be built ({err})") from None

@@ -272,7 +272,7 @@ def load(
     root = Path(path)
     m = Manifest.read(root)
     where = str(m.path)
-    base = npyio.inside(root, m.version, f"{where}: version")
+    base = npyio.inside(root, m.version, f"{where}: version", folder=True)
     on_disk = m.raw["storage"]["class"] == "MemmapStorage"
     extra = {"directory": base / "columns"} if on_disk else {}
     try:
