@@ -133,7 +133,7 @@ def restore(buffer: ReplayBuffer, state: Any) -> None:
             f"spec is empty, but table.arrivals = {table.arrivals}: items were stored"
         )
     if spec:
-        buffer.sampler.check_spec(spec)
+        _call(buffer.sampler.check_spec, spec, "spec")
         ragged = [name for name, col in spec.items() if col.ragged]
         if ragged and not getattr(buffer.storage, "supports_ragged", False):
             raise ReplayBankError(
@@ -142,7 +142,7 @@ def restore(buffer: ReplayBuffer, state: Any) -> None:
             )
         full = not getattr(buffer.storage, "copy_on_restore", True)
         check_columns(buffer.capacity, spec, state["columns"], table.high, full=full)
-    elif state["columns"] != {}:
+    elif not isinstance(state["columns"], Mapping) or state["columns"]:
         raise ReplayBankError("columns: expected none (the spec is empty)")
     with buffer._lock:
         before = {
