@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .admission import Admission, Fifo
+from .buffer_state import SCHEMA_VERSION
 from .errors import InsufficientMemoryError, ReplayBankError
 from .ragged import Ragged
 from .samplers.base import Sampler, View
@@ -25,7 +26,7 @@ from .slots import RingTable, SlotTable
 from .spec import Spec, as_spec, check_batch, infer_spec
 from .storage import ColumnarStorage, Storage, available_memory
 
-SCHEMA_VERSION = 1
+__all__ = ["Batch", "ReplayBuffer", "SCHEMA_VERSION"]
 
 
 @dataclass
@@ -345,41 +346,28 @@ class ReplayBuffer:
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue exactly: data, slot table, sampler, admission, RNG."""
-        with self._lock:
-            spec = self.spec or {}
-            return {
-                "schema_version": SCHEMA_VERSION,
-                "capacity": self._capacity,
-                "spec": {name: col.to_json() for name, col in spec.items()},
-                "rng": self._rng.bit_generator.state,
-                "table": self._table.state_dict(),
-                "sampler": self.sampler.state_dict(),
-                "admission": self.admission.state_dict(),
-                "columns": self.storage.export(np.arange(self._table.high)) if spec else {},
-            }
+        """Everything needed to continue exactly: data, slot table, sampler, admission, RNG.
+
+        A consistent snapshot taken under the lock: every array is a copy, so later writes do
+        not change it. Fixed columns hold the rows of slots ``[0, table.high)``, zeros for empty
+        slots; ragged columns are ``Ragged`` rows of the same slots.
+        """
+        from .buffer_state import snapshot
+
+        return snapshot(self)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore a ``state_dict`` into a buffer built with the same capacity and components."""
-        from .spec import ColumnSpec
+        """Restore a ``state_dict`` into a buffer built with the same capacity and components.
 
-        if state.get("schema_version") != SCHEMA_VERSION:
-            raise ReplayBankError(
-                f"state schema_version {state.get('schema_version')!r} is not supported (expected {SCHEMA_VERSION})"
-            )
-        if int(state["capacity"]) != self._capacity:
-            raise ReplayBankError(
-                f"state is for capacity {state['capacity']}, this buffer has {self._capacity}"
-            )
-        with self._lock:
-            spec = {name: ColumnSpec.from_json(col) for name, col in state["spec"].items()}
-            self._table.load_state_dict(state["table"])
-            if spec:
-                slots = np.arange(self._table.high)  # ragged rows were exported for these slots
-                self.storage.restore(self._capacity, spec, dict(state["columns"]), slots)
-            self._rng.bit_generator.state = state["rng"]
-            self.admission.load_state_dict(state["admission"])
-            self.sampler.load_state_dict(state["sampler"])
+        Every part is checked before anything changes (see ``replaybank.buffer_state``).
+
+        Raises:
+            ReplayBankError: a missing, unknown or invalid key, named in the message; the buffer
+                is unchanged.
+        """
+        from .buffer_state import restore
+
+        restore(self, state)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the buffer to directory ``path`` atomically (see ``replaybank.persist``)."""
@@ -388,9 +376,28 @@ class ReplayBuffer:
         save(self, path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], *, mmap: bool = False) -> ReplayBuffer:
-        """Load a buffer written by ``save``; checksums are verified. With ``mmap=True`` fixed
-        columns are memory-mapped copy-on-write from the saved files instead of read into RAM."""
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        mmap: bool | None = None,
+        directory: str | os.PathLike[str] | None = None,
+    ) -> ReplayBuffer:
+        """Load a buffer written by ``save``, after checking every checksum and every field.
+
+        Args:
+            path: the directory ``save`` wrote.
+            mmap: map fixed columns copy-on-write from the saved files instead of reading them
+                into RAM (the save is never modified; pages written later become private
+                memory). ``None`` (default): map when the buffer was saved from a
+                ``MemmapStorage``, read otherwise.
+            directory: come back as ``MemmapStorage(directory)``: the columns are copied into
+                ``directory`` and mapped read-write there, like the buffer that was saved.
+
+        Raises:
+            CorruptSaveError: the save is incomplete, altered, or not a save this replaybank
+                wrote; the message names the file and key. See ``replaybank.persist``.
+        """
         from .persist import load
 
-        return load(path, mmap=mmap)
+        return load(path, mmap=mmap, directory=directory)

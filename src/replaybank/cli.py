@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=run_demo)
     inspect = sub.add_parser("inspect", help="describe a buffer saved with ReplayBuffer.save")
     inspect.add_argument("path", help="directory written by ReplayBuffer.save")
+    inspect.add_argument(
+        "--verify", action="store_true", help="also check every file's sha256 and the whole state"
+    )
     inspect.set_defaults(func=run_inspect)
     for name in FEATURES:
         try:
@@ -91,23 +94,23 @@ def run_demo(args: argparse.Namespace) -> int:
 def run_inspect(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .persist import read_manifest
+    from .persist import load, read_manifest
 
-    manifest = read_manifest(Path(args.path))
-    state = manifest["state"]
-    table = state["table"]  # a FIFO ring stores only its arrival count
-    size = table["size"] if "size" in table else min(table["arrivals"], manifest["capacity"])
-    print(f"{args.path}: {size:,} / {manifest['capacity']:,} items, version {manifest['version']}")
-    print(f"  sampler   {manifest['sampler']['class']} {json.dumps(manifest['sampler']['params'])}")
-    print(
-        f"  admission {manifest['admission']['class']} {json.dumps(manifest['admission']['params'])}"
-    )
-    print(f"  storage   {manifest['storage']}")
-    for name, col in state["spec"].items():
-        kind = "ragged " if col["ragged"] else ""
-        print(f"  column    {name}: {kind}{col['dtype']} {tuple(col['shape'])}")
-    total = sum(meta["bytes"] for meta in manifest["files"].values())
-    print(f"  files     {len(manifest['files'])} ({total / 2**20:.1f} MiB), sha256-checked on load")
+    m = read_manifest(Path(args.path))
+    raw = m.raw
+    print(f"{args.path}: {m.count():,} / {m.capacity:,} items, version {m.version}")
+    for kind in ("sampler", "admission", "storage"):
+        print(f"  {kind:<9} {raw[kind]['class']} {json.dumps(raw[kind]['params'])}")
+    for name, col in m.spec.items():
+        kind = "ragged " if col.ragged else ""
+        print(f"  column    {name}: {kind}{col.dtype.str} {col.shape}")
+    total = sum(nbytes for _, nbytes in m.files.values())
+    if args.verify:
+        load(args.path, mmap=True)
+        check = "every file and field verified (sha256, schema, consistency)"
+    else:
+        check = "manifest verified; --verify to check every file"
+    print(f"  files     {len(m.files)} ({total / 2**20:.1f} MiB), {check}")
     return 0
 
 

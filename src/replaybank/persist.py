@@ -3,101 +3,103 @@
 Layout of ``path/``::
 
     manifest.json            which version is current, the spec, component configs, the JSON
-                             part of the state, and a sha256 + size for every file
-    v000003/columns/*.npy    one file per column (memory-mappable), ragged as values + offsets
+                             part of the state, a sha256 + size for every file, and a sha256 of
+                             the manifest itself (see ``replaybank.manifest``)
+    v000003/columns/*.npy    one file per column (memory-mappable, ``capacity`` rows; rows of
+                             empty slots are zeros), ragged as values + offsets
     v000003/state/*.npy      the array parts of the sampler / admission / slot-table state
 
 Atomicity: a save writes a complete new ``vNNNNNN`` directory, fsyncs it, then replaces
 ``manifest.json`` with ``os.replace`` (atomic on POSIX) and only then deletes older versions. A crash
-at any point leaves a manifest that names a complete, checksummed version.
+at any point leaves a manifest that names a complete, checksummed version, or, for the first save
+to a path, no manifest and folders that the next save recognises and removes. A save that raises
+removes what it wrote. Saves within one process are serialised; do not save to one path from two
+processes at once.
+
+Consistency: the state is taken under the buffer's lock with every array copied (memory-mapped
+columns are written while the lock is held instead of copied), so writer threads running during
+``save()`` never make the saved table and columns disagree.
+
+Trust: ``load`` treats the folder as untrusted input; see ``replaybank.manifest`` and
+``replaybank.npyio`` for what is checked before anything is used.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import math
 import os
 import re
 import shutil
+import stat
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import admission as admission_mod
-from . import samplers as samplers_mod
+from . import npyio
+from .buffer_state import SCHEMA_VERSION as STATE_SCHEMA
+from .buffer_state import holes, snapshot
 from .errors import CorruptSaveError, ReplayBankError
-from .storage import ColumnarStorage, RaggedStorage
+from .manifest import (
+    ARRAY_NAME,
+    FORMAT,
+    MANIFEST,
+    MAX_DEPTH,
+    SCHEMA_VERSION,
+    VERSION_DIR,
+    Manifest,
+    build,
+    describe,
+    digest,
+)
+from .ragged import Ragged
+from .storage import ColumnarStorage, MemmapStorage, file_stems
 
 if TYPE_CHECKING:
     from .buffer import ReplayBuffer
 
-FORMAT = "replaybank-buffer"
-MANIFEST = "manifest.json"
-_VERSION_DIR = re.compile(r"^v(\d{6})$")
+__all__ = ["save", "load", "read_manifest", "FORMAT", "MANIFEST"]
+
+_SAVING = threading.Lock()
+_TMP = MANIFEST + ".tmp"
 
 
-def _config(obj: Any) -> dict[str, Any]:
-    """Constructor arguments of a sampler or admission policy, for rebuilding it on load."""
-    names = {
-        "Prioritized": ("alpha", "beta", "eps", "branching"),
-        "PrioritizedReshuffled": ("alpha", "beta", "eps", "branching"),
-        "Trajectories": (
-            "length",
-            "reverse",
-            "priority",
-            "alpha",
-            "beta",
-            "eps",
-            "done_key",
-            "reward_key",
-        ),
-        "Window": ("k",),
-    }.get(type(obj).__name__, ())
-    return {name: getattr(obj, name) for name in names}
-
-
-def _build(module: Any, kind: str, spec: dict[str, Any]) -> Any:
-    cls = getattr(module, spec["class"], None)
-    if cls is None:
-        raise CorruptSaveError(f"manifest names unknown {kind} {spec['class']!r}")
-    params = dict(spec["params"])
-    if spec["class"] == "Trajectories":
-        return cls(params.pop("length"), params.pop("reverse"), **params)
-    return cls(**params)
-
-
-def _split(tree: Any, prefix: str, arrays: dict[str, np.ndarray]) -> Any:
-    """Replace numpy arrays in a nested state by {"__npy__": name}, collecting them in ``arrays``."""
+def _split(tree: Any, where: str, arrays: dict[str, np.ndarray], depth: int = 0) -> Any:
+    """Replace numpy arrays in a nested state by ``{"__npy__": name}``, collecting them in
+    ``arrays``; refuse what a load would refuse (non-finite numbers, odd dtypes, deep nesting)."""
+    if depth > MAX_DEPTH:
+        raise ReplayBankError(f"cannot save: {where} is nested more than {MAX_DEPTH} levels deep")
     if isinstance(tree, np.ndarray):
-        name = re.sub(r"[^A-Za-z0-9_.-]", "_", prefix)
+        if tree.dtype.kind not in "biufc" or tree.dtype.fields is not None:
+            raise ReplayBankError(f"cannot save: {where} has dtype {tree.dtype}")
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", where.removeprefix("state."))[:180]
+        if name in arrays or not ARRAY_NAME.fullmatch(name):
+            name = f"{name}.{len(arrays)}".lstrip(".")
         arrays[name] = tree
         return {"__npy__": name}
     if isinstance(tree, dict):
-        return {str(k): _split(v, f"{prefix}.{k}", arrays) for k, v in tree.items()}
+        if "__npy__" in tree:
+            raise ReplayBankError(f"cannot save: {where} has a key '__npy__', which is reserved")
+        return {str(k): _split(v, f"{where}.{k}", arrays, depth + 1) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
-        return [_split(v, f"{prefix}.{i}", arrays) for i, v in enumerate(tree)]
+        return [_split(v, f"{where}.{i}", arrays, depth + 1) for i, v in enumerate(tree)]
     if isinstance(tree, np.generic):
-        return tree.item()
+        tree = tree.item()
+    if isinstance(tree, float) and not math.isfinite(tree):
+        raise ReplayBankError(f"cannot save: {where} = {tree} is not a finite number")
     return tree
 
 
-def _join(tree: Any, load: Any) -> Any:
+def _join(tree: Any, arrays: dict[str, np.ndarray]) -> Any:
     if isinstance(tree, dict):
-        if set(tree) == {"__npy__"}:
-            return load(tree["__npy__"])
-        return {k: _join(v, load) for k, v in tree.items()}
+        if "__npy__" in tree:
+            return arrays[tree["__npy__"]]
+        return {k: _join(v, arrays) for k, v in tree.items()}
     if isinstance(tree, list):
-        return [_join(v, load) for v in tree]
+        return [_join(v, arrays) for v in tree]
     return tree
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -108,125 +110,212 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _versions(path: Path) -> list[int]:
-    return sorted(int(m.group(1)) for p in path.iterdir() if (m := _VERSION_DIR.match(p.name)))
+def _versions(root: Path) -> list[int]:
+    return sorted(int(m.group(1)) for p in root.iterdir() if (m := VERSION_DIR.fullmatch(p.name)))
 
 
-def save(buffer: ReplayBuffer, path: str | os.PathLike[str]) -> None:
-    root = Path(path)
+def _is_dir(path: Path) -> bool:
+    return stat.S_ISDIR(os.lstat(path).st_mode)
+
+
+def _leftover(entry: Path) -> bool:
+    """Is ``entry`` something an interrupted save leaves behind: a stale ``manifest.json.tmp``, or
+    a version folder holding nothing but ``columns/`` and ``state/`` folders of ``.npy`` files?"""
+    if entry.name == _TMP:
+        return stat.S_ISREG(os.lstat(entry).st_mode)
+    if not VERSION_DIR.fullmatch(entry.name) or not _is_dir(entry):
+        return False
+    for sub in entry.iterdir():
+        if sub.name not in ("columns", "state") or not _is_dir(sub):
+            return False
+        for file in sub.iterdir():
+            if not file.name.endswith(".npy") or not stat.S_ISREG(os.lstat(file).st_mode):
+                return False
+    return True
+
+
+def _prepare(root: Path) -> None:
+    """Make ``root`` ready for a new version: refuse folders that are not replaybank saves, and
+    remove what an interrupted first save left (the folder then has no manifest)."""
     if root.exists() and not root.is_dir():
         raise ReplayBankError(f"cannot save to {root}: it exists and is not a directory")
-    if root.is_dir() and any(root.iterdir()) and not (root / MANIFEST).exists():
+    if not root.exists():
+        root.mkdir(parents=True)
+        return
+    manifest = root / MANIFEST
+    if manifest.exists():
+        try:
+            ok = json.loads(manifest.read_bytes()).get("format") == FORMAT
+        except (OSError, ValueError, AttributeError, RecursionError):
+            ok = False
+        if not ok:
+            raise ReplayBankError(
+                f"refusing to save into {root}: its {MANIFEST} is not a replaybank manifest; "
+                "choose another path or delete it"
+            )
+        return
+    entries = list(root.iterdir())
+    if not all(_leftover(e) for e in entries):
         raise ReplayBankError(
             f"refusing to save into {root}: it is a non-empty directory that is not a replaybank save"
         )
-    root.mkdir(parents=True, exist_ok=True)
-    number = (_versions(root) or [0])[-1] + 1
-    version = f"v{number:06d}"
-    staging = root / version
-    if staging.exists():  # left by a crashed save; never referenced by the manifest
-        shutil.rmtree(staging)
+    for entry in entries:  # an interrupted first save: nothing in it was ever loadable
+        if entry.name == _TMP:
+            entry.unlink()
+        else:
+            shutil.rmtree(entry)
+
+
+def save(buffer: ReplayBuffer, path: str | os.PathLike[str]) -> None:
+    """Write ``buffer`` to directory ``path`` atomically (see the module doc).
+
+    Raises:
+        ReplayBankError: ``path`` is a file or a folder that is not a replaybank save, or the
+            buffer holds something a save cannot represent (a user-defined sampler class, a
+            non-finite number in its state). Nothing is changed at ``path`` then.
+    """
+    root = Path(path)
+    configs = {
+        "storage": describe("storage", buffer.storage),
+        "sampler": describe("sampler", buffer.sampler),
+        "admission": describe("admission", buffer.admission),
+    }
+    with _SAVING:
+        _prepare(root)
+        number = (_versions(root) or [0])[-1] + 1
+        version = f"v{number:06d}"
+        staging = root / version
+        try:
+            _write_version(buffer, root, staging, version, configs)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            (root / _TMP).unlink(missing_ok=True)
+            raise
+        for old in _versions(root):
+            if old != number and _is_dir(root / f"v{old:06d}"):
+                shutil.rmtree(root / f"v{old:06d}", ignore_errors=True)
+
+
+def _write_version(
+    buffer: ReplayBuffer, root: Path, staging: Path, version: str, configs: dict[str, Any]
+) -> None:
     (staging / "columns").mkdir(parents=True)
     (staging / "state").mkdir()
-
-    state = buffer.state_dict()
-    columns = state.pop("columns")
-    arrays: dict[str, np.ndarray] = {}
-    json_state = _split(state, "buffer", arrays)
     files: dict[str, dict[str, Any]] = {}
-    for folder, items in (("columns", columns), ("state", arrays)):
-        for name, arr in items.items():
-            rel = f"{folder}/{name}.npy"
-            target = staging / rel
-            with open(target, "wb") as f:
-                np.save(f, np.ascontiguousarray(arr), allow_pickle=False)
-                f.flush()
-                os.fsync(f.fileno())
-            files[rel] = {"sha256": _sha256(target), "bytes": target.stat().st_size}
-    _fsync_dir(staging / "columns")
-    _fsync_dir(staging / "state")
-    _fsync_dir(staging)
 
-    manifest = {
+    def put(rel: str, arr: np.ndarray, **kw: Any) -> None:
+        sha, nbytes = npyio.write(staging / rel, arr, **kw)
+        files[rel] = {"sha256": sha, "bytes": nbytes}
+
+    def put_columns(columns: dict[str, Any], holes: np.ndarray) -> None:
+        stems = file_stems(columns)
+        for name, col in columns.items():
+            if isinstance(col, Ragged):
+                put(f"columns/{stems[name]}.values.npy", col.values)
+                put(f"columns/{stems[name]}.offsets.npy", col.offsets)
+            else:  # rows [0, high), padded with zero rows to the capacity
+                put(f"columns/{stems[name]}.npy", col, rows=buffer.capacity, holes=holes)
+
+    on_disk = isinstance(buffer.storage, MemmapStorage)  # too big to copy: write under the lock
+    with buffer._lock:
+        state = snapshot(buffer, copy_columns=not on_disk)
+        columns = state.pop("columns")
+        if on_disk:
+            put_columns(columns, holes(buffer._table))
+    if not on_disk:
+        put_columns(columns, np.zeros(0, dtype=np.int64))
+    del state["schema_version"], state["capacity"]  # top-level fields of the manifest
+    arrays: dict[str, np.ndarray] = {}
+    json_state = _split(state, "state", arrays)
+    for name, arr in arrays.items():
+        put(f"state/{name}.npy", arr)
+    for folder in ("columns", "state", ""):
+        _fsync_dir(staging / folder)
+    manifest: dict[str, Any] = {
         "format": FORMAT,
-        "schema_version": state["schema_version"],
+        "schema_version": SCHEMA_VERSION,
         "version": version,
         "capacity": buffer.capacity,
-        "storage": type(buffer.storage).__name__,
-        "sampler": {"class": type(buffer.sampler).__name__, "params": _config(buffer.sampler)},
-        "admission": {
-            "class": type(buffer.admission).__name__,
-            "params": _config(buffer.admission),
-        },
+        **{kind: _split(config, kind, {}) for kind, config in configs.items()},
         "state": json_state,
-        "columns": sorted(columns),
         "files": files,
     }
-    tmp = root / (MANIFEST + ".tmp")
+    manifest["manifest_sha256"] = digest(manifest)
+    tmp = root / _TMP
     with open(tmp, "w") as f:
-        json.dump(manifest, f, indent=1)
+        json.dump(manifest, f, indent=1, allow_nan=False)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, root / MANIFEST)
     _fsync_dir(root)
-    for old in _versions(root):
-        if old != number:
-            shutil.rmtree(root / f"v{old:06d}", ignore_errors=True)
 
 
-def read_manifest(root: Path) -> dict[str, Any]:
-    path = root / MANIFEST
-    if not path.exists():
-        raise ReplayBankError(f"{root} is not a saved replaybank buffer: {MANIFEST} not found")
-    try:
-        manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CorruptSaveError(f"{path}: not valid JSON ({err})") from err
-    if manifest.get("format") != FORMAT:
-        raise CorruptSaveError(f"{path}: format is {manifest.get('format')!r}, expected {FORMAT!r}")
-    return manifest
+def read_manifest(root: str | os.PathLike[str]) -> Manifest:
+    """The checked manifest of the save at ``root`` (files are not hashed; ``load`` does that)."""
+    return Manifest.read(Path(root))
 
 
-def load(path: str | os.PathLike[str], *, mmap: bool = False) -> ReplayBuffer:
-    from .buffer import SCHEMA_VERSION, ReplayBuffer
+def load(
+    path: str | os.PathLike[str],
+    *,
+    mmap: bool | None = None,
+    directory: str | os.PathLike[str] | None = None,
+) -> ReplayBuffer:
+    """Load a save; see ``ReplayBuffer.load`` for the arguments.
+
+    Every check (manifest schema and checksum, path confinement, each file's size, sha256 and
+    header, the state against the spec and capacity) runs before the buffer is returned; any
+    failure is a ``CorruptSaveError`` naming the file and key.
+    """
+    from .buffer import ReplayBuffer
 
     root = Path(path)
-    manifest = read_manifest(root)
-    if manifest.get("schema_version") != SCHEMA_VERSION:
-        raise CorruptSaveError(
-            f"{root / MANIFEST}: schema_version {manifest.get('schema_version')!r} is not supported "
-            f"by this replaybank (expects {SCHEMA_VERSION})"
-        )
-    base = root / manifest["version"]
-    for rel, meta in manifest["files"].items():
-        file = base / rel
-        if not file.exists():
-            raise CorruptSaveError(f"{file}: missing (the save is incomplete)")
-        if file.stat().st_size != meta["bytes"]:
+    m = Manifest.read(root)
+    where = str(m.path)
+    base = npyio.inside(root, m.version, f"{where}: version", folder=True)
+    on_disk = m.raw["storage"]["class"] == "MemmapStorage"
+    extra = {"directory": base / "columns"} if on_disk else {}
+    try:
+        storage: ColumnarStorage = build("storage", m.raw["storage"], "storage", **extra)
+    except ReplayBankError as err:
+        raise CorruptSaveError(f"{where}: {err}") from None
+    # a MemmapStorage save maps its own saved files (copy-on-write) unless told otherwise
+    mapped = on_disk if mmap is None else bool(mmap)
+    if directory is not None:  # mapped, then copied into the new files page by page
+        storage, mapped = MemmapStorage(directory), True
+    elif on_disk and not mapped:
+        storage = ColumnarStorage()
+
+    def read(rel: str, *, mmap: bool = False) -> np.ndarray:
+        file = npyio.inside(base, rel, f"{where}: files[{rel!r}]")
+        return npyio.read(file, f"{where}: files[{rel!r}]", *m.files[rel], mmap=mmap)
+
+    arrays = {name: read(rel) for name, rel in m.arrays.items()}
+    columns: dict[str, Any] = {}
+    for name, rels in m.columns.items():
+        if len(rels) == 2:
+            columns[name] = Ragged(read(rels[0]), read(rels[1]))
+        else:
+            columns[name] = read(rels[0], mmap=mapped)
+    for name, col in columns.items():  # before the capacity sizes any allocation
+        if not isinstance(col, Ragged) and (col.ndim == 0 or len(col) != m.capacity):
             raise CorruptSaveError(
-                f"{file}: {file.stat().st_size} bytes, manifest says {meta['bytes']} (truncated?)"
+                f"{where}: columns[{name!r}] has shape {col.shape}, "
+                f"expected {m.capacity} rows (the capacity)"
             )
-        if _sha256(file) != meta["sha256"]:
-            raise CorruptSaveError(f"{file}: checksum mismatch, the file was altered or corrupted")
-
-    def load_array(rel: str, mode: Literal["c"] | None = None) -> np.ndarray:
-        try:
-            return np.asanyarray(np.load(base / rel, allow_pickle=False, mmap_mode=mode))
-        except ValueError as err:
-            raise CorruptSaveError(f"{base / rel}: not a readable .npy file ({err})") from err
-
-    state = _join(manifest["state"], lambda name: load_array(f"state/{name}.npy"))
-    state["columns"] = {
-        name: load_array(f"columns/{name}.npy", "c" if mmap else None)
-        for name in manifest["columns"]
-    }
-    storage = RaggedStorage() if manifest["storage"] == "RaggedStorage" else ColumnarStorage()
-    buffer = ReplayBuffer(
-        int(manifest["capacity"]),
-        sampler=_build(samplers_mod, "sampler", manifest["sampler"]),
-        admission=_build(admission_mod, "admission", manifest["admission"]),
-        storage=storage,
-    )
-    storage.copy_on_restore = not mmap
-    buffer.load_state_dict(state)
+    state = _join(m.raw["state"], arrays)
+    state.update(schema_version=STATE_SCHEMA, capacity=m.capacity, columns=columns)
+    try:
+        sampler = build("sampler", m.raw["sampler"], "sampler")
+        admission = build("admission", m.raw["admission"], "admission")
+        buffer = ReplayBuffer(m.capacity, sampler=sampler, admission=admission, storage=storage)
+    except ReplayBankError as err:
+        if isinstance(err, MemoryError):  # a real save too big for this machine
+            raise
+        raise CorruptSaveError(f"{where}: {err}") from None
+    storage.copy_on_restore = directory is not None  # else adopt the arrays just read or mapped
+    try:
+        buffer.load_state_dict(state)
+    except ReplayBankError as err:
+        raise CorruptSaveError(f"{where}: state.{err}") from None
     return buffer

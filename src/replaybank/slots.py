@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ReplayBankError
+from .schema import array, fields, integer
 
 
 class _Ids:
@@ -56,6 +57,11 @@ class _Ids:
 
     def ids_of(self, slots: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    @property
+    def max_arrivals(self) -> int:
+        """The most arrivals whose ids still fit in int64."""
+        return (2**63 - 1) >> self.shift
 
 
 class SlotTable(_Ids):
@@ -97,10 +103,31 @@ class SlotTable(_Ids):
         return {"ids": self.ids, "size": self.size, "high": self.high, "arrivals": self.arrivals}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.ids[:] = np.asarray(state["ids"])
-        self.size = int(state["size"])
-        self.high = int(state["high"])
-        self.arrivals = int(state["arrivals"])
+        """Restore ``state_dict`` output after checking it is a table this buffer could have made:
+        every id is -1 or encodes its own slot and an arrival before ``arrivals``, no arrival
+        twice, ``size`` counts the ids, no id at or above ``high``. Raises ``ReplayBankError``
+        naming the key; nothing changes unless every check passes."""
+        fields(state, "table", ("ids", "size", "high", "arrivals"))
+        ids = array(state["ids"], "table.ids", np.int64, (self.capacity,))
+        arrivals = integer(state["arrivals"], "table.arrivals", 0, self.max_arrivals)
+        size = integer(state["size"], "table.size", 0, min(self.capacity, arrivals))
+        high = integer(state["high"], "table.high", size, self.capacity)
+        live = ids >= 0
+        slot = np.arange(self.capacity, dtype=np.int64)
+        bad = (ids < -1) | (live & (((ids & self.mask) != slot) | ((ids >> self.shift) >= arrivals)))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ReplayBankError(
+                f"table.ids[{i}] = {int(ids[i])}: not an id of slot {i} issued before arrival {arrivals}"
+            )
+        if int(live.sum()) != size:
+            raise ReplayBankError(f"table.size = {size}, but table.ids holds {int(live.sum())} ids")
+        if live[high:].any():
+            raise ReplayBankError(f"table.high = {high}, but slot {high + int(np.argmax(live[high:]))} holds an id")
+        if len(np.unique(ids[live] >> self.shift)) != size:
+            raise ReplayBankError("table.ids: two slots hold items of the same arrival")
+        self.ids[:] = ids
+        self.size, self.high, self.arrivals = size, high, arrivals
         self._occupied = None
 
 
@@ -145,4 +172,6 @@ class RingTable(_Ids):
         return {"arrivals": self.arrivals}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.fill(np.zeros(0, np.int64), np.zeros(0, np.int64), int(state["arrivals"]))
+        fields(state, "table", ("arrivals",))
+        arrivals = integer(state["arrivals"], "table.arrivals", 0, self.max_arrivals)
+        self.fill(np.zeros(0, np.int64), np.zeros(0, np.int64), arrivals)

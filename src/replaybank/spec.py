@@ -28,9 +28,21 @@ class ColumnSpec:
         return {"shape": list(self.shape), "dtype": self.dtype.str, "ragged": self.ragged}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ColumnSpec:
+    def from_json(cls, data: Any, where: str = "spec") -> ColumnSpec:
+        """Rebuild from ``to_json`` output, validating every field (this reads saved files).
+
+        Raises:
+            ReplayBankError: a missing or unknown key, a shape that is not a list of non-negative
+                integers, a dtype that is not plain numeric, bool or fixed-width text, or a
+                ``ragged`` that is not a bool; the message starts with ``where`` and the key.
+        """
+        from .schema import boolean, fields, text
+
+        fields(data, where, ("shape", "dtype", "ragged"))
         return cls(
-            tuple(int(d) for d in data["shape"]), np.dtype(data["dtype"]), bool(data["ragged"])
+            check_shape(data["shape"], f"{where}.shape"),
+            check_dtype(text(data["dtype"], f"{where}.dtype"), f"{where}.dtype"),
+            boolean(data["ragged"], f"{where}.ragged"),
         )
 
     @property
@@ -41,6 +53,52 @@ class ColumnSpec:
 
 Spec = dict[str, ColumnSpec]
 
+MAX_ITEM_ELEMENTS = 2**40  # per item of a column: far above any real use
+
+
+def check_dtype(dtype: Any, where: str) -> np.dtype[Any]:
+    """A column dtype: bool, integer, float, complex, or fixed-width bytes/str, never object,
+    void or structured (those could hide pickled or unchecked data).
+
+    >>> check_dtype("<f4", "spec.obs.dtype")
+    dtype('float32')
+    >>> check_dtype("|O", "spec.obs.dtype")
+    Traceback (most recent call last):
+    ...
+    replaybank.errors.ReplayBankError: spec.obs.dtype = '|O': columns hold bool, integer, float, complex or fixed-width bytes/str values; object, void and structured dtypes are refused
+    """
+    try:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError) as err:
+        raise ReplayBankError(f"{where} = {dtype!r}: not a numpy dtype ({err})") from err
+    if (
+        dt.kind not in "biufcSU"
+        or dt.fields is not None
+        or dt.subdtype is not None
+        or dt.itemsize == 0
+    ):
+        raise ReplayBankError(
+            f"{where} = {dtype!r}: columns hold bool, integer, float, complex or fixed-width bytes/str "
+            "values; object, void and structured dtypes are refused"
+        )
+    return dt
+
+
+def check_shape(shape: Any, where: str) -> tuple[int, ...]:
+    """A per-item shape: a list or tuple of at most 32 non-negative integers."""
+    if not isinstance(shape, (list, tuple)) or len(shape) > 32:
+        raise ReplayBankError(
+            f"{where} = {shape!r}: expected a list of at most 32 non-negative integers"
+        )
+    dims = []
+    for d in shape:
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 0:
+            raise ReplayBankError(f"{where} = {shape!r}: dimension {d!r} is not a non-negative integer")
+        dims.append(int(d))
+    if int(np.prod(dims, dtype=object)) > MAX_ITEM_ELEMENTS:
+        raise ReplayBankError(f"{where} = {shape!r}: an item of this shape would exceed 2**40 elements")
+    return tuple(dims)
+
 
 def as_spec(raw: Mapping[str, Any]) -> Spec:
     """Normalise a user spec: values may be ``ColumnSpec`` or ``(shape, dtype)`` tuples.
@@ -48,18 +106,26 @@ def as_spec(raw: Mapping[str, Any]) -> Spec:
     >>> as_spec({"obs": ((4,), "float32")})["obs"]
     ColumnSpec(shape=(4,), dtype=dtype('float32'), ragged=False)
     """
+    if not isinstance(raw, Mapping):
+        raise ReplayBankError(f"spec must be a mapping of column name -> (shape, dtype), got {raw!r}")
     spec: Spec = {}
     for name, value in raw.items():
+        if not isinstance(name, str):
+            raise ReplayBankError(f"spec: column names must be strings, got {name!r}")
         if isinstance(value, ColumnSpec):
-            spec[name] = value
-            continue
+            value = (value.shape, value.dtype, value.ragged)
         if not (isinstance(value, tuple) and len(value) in (2, 3)):
             raise ReplayBankError(
                 f"spec for column {name!r} must be a ColumnSpec or (shape, dtype[, ragged]), got {value!r}"
             )
-        shape, dtype = value[0], value[1]
-        ragged = bool(value[2]) if len(value) == 3 else False
-        spec[name] = ColumnSpec(tuple(int(d) for d in shape), np.dtype(dtype), ragged)
+        ragged = value[2] if len(value) == 3 else False
+        if not isinstance(ragged, (bool, np.bool_)):
+            raise ReplayBankError(f"spec for column {name!r}: ragged must be True or False, got {ragged!r}")
+        spec[name] = ColumnSpec(
+            check_shape(value[0], f"spec[{name!r}] shape"),
+            check_dtype(value[1], f"spec[{name!r}] dtype"),
+            bool(ragged),
+        )
     if not spec:
         raise ReplayBankError("spec must name at least one column")
     return spec

@@ -7,7 +7,9 @@ an item goes to is the admission policy's job; which slots to read is the sample
 from __future__ import annotations
 
 import os
+import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -37,11 +39,11 @@ class Storage(Protocol):
     @property
     def nbytes(self) -> int: ...
 
-    def export(self, slots: np.ndarray) -> dict[str, np.ndarray]: ...
+    def export(
+        self, high: int, holes: np.ndarray, *, copy: bool = True
+    ) -> dict[str, np.ndarray | Ragged]: ...
 
-    def restore(
-        self, capacity: int, spec: Spec, arrays: dict[str, np.ndarray], slots: np.ndarray
-    ) -> None: ...
+    def restore(self, capacity: int, spec: Spec, columns: dict[str, Any], high: int) -> None: ...
 
 
 def available_memory() -> int | None:
@@ -62,6 +64,24 @@ def _fixed_bytes(capacity: int, spec: Spec) -> dict[str, int]:
 
 def _describe(sizes: dict[str, int]) -> str:
     return ", ".join(f"{name}={n / 2**20:.1f} MiB" for name, n in sizes.items())
+
+
+_SAFE_STEM = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def file_stems(names: Iterable[str]) -> dict[str, str]:
+    """File name stem per column: the name itself when it is short and plain (letters, digits,
+    ``_``, ``-``), else ``col.<i>`` (``i`` = rank of the name in sorted order). Stems are unique,
+    never contain a path separator, and a plain stem never contains a dot, so ``<stem>.npy``,
+    ``<stem>.values.npy`` and ``<stem>.offsets.npy`` never collide across columns.
+
+    >>> file_stems(["obs", "../../etc", "a b"])
+    {'../../etc': 'col.0', 'a b': 'col.1', 'obs': 'obs'}
+    """
+    return {
+        name: name if _SAFE_STEM.fullmatch(name) else f"col.{i}"
+        for i, name in enumerate(sorted(names))
+    }
 
 
 class _RaggedColumn:
@@ -112,8 +132,11 @@ class _RaggedColumn:
         self.starts[live] = packed.offsets[:-1]
         self.used = len(packed.values)
 
-    def gather(self, slots: np.ndarray) -> Ragged:
+    def gather(self, slots: np.ndarray, holes: np.ndarray | None = None) -> Ragged:
+        """The rows of ``slots``; positions listed in ``holes`` come back empty."""
         lengths = self.lengths[slots]
+        if holes is not None and len(holes):
+            lengths[holes] = 0
         offsets = np.zeros(len(slots) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         # index of every element: its row's start plus its position inside the row
@@ -137,6 +160,10 @@ class ColumnarStorage:
     supports_ragged = False
 
     def __init__(self, *, check_memory: bool = True) -> None:
+        if not isinstance(check_memory, bool):
+            raise ReplayBankError(
+                f"{type(self).__name__}(check_memory={check_memory!r}): expected True or False"
+            )
         self.spec: Spec | None = None
         self.check_memory = check_memory
         # restore() copies saved arrays into fresh memory; False adopts them as they are (used to
@@ -171,7 +198,9 @@ class ColumnarStorage:
             )
 
     def _array(self, name: str, capacity: int, col: ColumnSpec) -> np.ndarray:
-        return np.empty((capacity, *col.shape), dtype=col.dtype)
+        # zeros, not empty: a slot never written holds zeros, never bytes of freed memory (calloc
+        # maps zero pages lazily, so this costs nothing until a page is written)
+        return np.zeros((capacity, *col.shape), dtype=col.dtype)
 
     def write(self, slots: np.ndarray | slice, rows: dict[str, Any]) -> None:
         """Write ``rows`` into ``slots`` (unique indices, or a slice for a consecutive run)."""
@@ -209,37 +238,78 @@ class ColumnarStorage:
             r.nbytes for r in self._ragged.values()
         )
 
-    def export(self, slots: np.ndarray) -> dict[str, np.ndarray]:
-        """Arrays to persist for the given slots (all slots, in order, for fixed columns)."""
-        out = dict(self._fixed)
+    def export(
+        self, high: int, holes: np.ndarray, *, copy: bool = True
+    ) -> dict[str, np.ndarray | Ragged]:
+        """What to persist of slots ``[0, high)``, where ``holes`` lists the empty ones among them.
+
+        Fixed columns: rows ``[0, high)``; with ``copy=True`` a copy with the holes zeroed, with
+        ``copy=False`` a view of the live arrays (the caller holds the buffer's lock while reading
+        it and clears the holes itself). Ragged columns: ``Ragged`` rows, empty for holes.
+        """
+        out: dict[str, np.ndarray | Ragged] = {}
+        for name, arr in self._fixed.items():
+            rows = arr[:high]
+            if copy:
+                rows = np.array(rows)
+                rows[holes] = 0
+            out[name] = rows
+        slots = np.arange(high, dtype=np.int64)
         for name, rag in self._ragged.items():
-            packed = rag.gather(slots)
-            out[f"{name}.values"] = packed.values
-            out[f"{name}.offsets"] = packed.offsets
+            out[name] = rag.gather(slots, holes)
         return out
 
-    def restore(
-        self, capacity: int, spec: Spec, arrays: dict[str, np.ndarray], slots: np.ndarray
-    ) -> None:
-        """Rebuild from ``export(slots)`` output."""
-        for name, col in spec.items():
-            if not col.ragged and arrays[name].shape != (capacity, *col.shape):
-                raise ReplayBankError(
-                    f"saved column {name!r} has shape {arrays[name].shape}, expected {(capacity, *col.shape)}"
-                )
+    def restore(self, capacity: int, spec: Spec, columns: dict[str, Any], high: int) -> None:
+        """Rebuild from ``export(high, ...)`` output after checking it fits ``spec`` and
+        ``capacity``: every column present, no other; fixed columns with ``high`` to ``capacity``
+        rows of exactly the spec's dtype and item shape; ragged columns with ``high`` rows whose
+        offsets run from 0 to the number of values, never decreasing. Raises ``ReplayBankError``
+        naming the column; nothing changes unless every check passes.
+
+        With ``copy_on_restore = False`` fixed columns (which must then have ``capacity`` rows,
+        e.g. memory-mapped saved files) are adopted as they are instead of copied.
+        """
+        check_columns(capacity, spec, columns, high, full=not self.copy_on_restore)
         if self.copy_on_restore:
             self.allocate(capacity, spec)
-            for name in self._fixed:
-                self._fixed[name][...] = arrays[name]
+            for name, arr in self._fixed.items():
+                rows = columns[name]
+                arr[: len(rows)] = rows
         else:
             self.spec = dict(spec)
-            self._fixed = {name: arrays[name] for name, col in spec.items() if not col.ragged}
+            self._fixed = {name: columns[name] for name, col in spec.items() if not col.ragged}
             self._ragged = {
                 name: _RaggedColumn(capacity, col) for name, col in spec.items() if col.ragged
             }
+        slots = np.arange(high, dtype=np.int64)
         for name, rag in self._ragged.items():
-            packed = Ragged(arrays[f"{name}.values"], arrays[f"{name}.offsets"])
-            rag.write(slots, packed.to_list())
+            rag.write(slots, columns[name].to_list())
+
+
+def check_columns(capacity: int, spec: Spec, columns: Any, high: int, *, full: bool) -> None:
+    """Raise ``ReplayBankError`` unless ``columns`` is what ``restore`` accepts (see there);
+    ``full``: fixed columns must have exactly ``capacity`` rows."""
+    from .schema import array, fields
+
+    fields(columns, "columns", list(spec))
+    for name, col in spec.items():
+        where = f"columns[{name!r}]"
+        value = columns[name]
+        if not col.ragged:
+            rows = array(value, where, col.dtype, (None, *col.shape))
+            if not (capacity if full else high) <= len(rows) <= capacity:
+                need = f"{capacity} (the capacity)" if full else f"{high} to {capacity}"
+                raise ReplayBankError(f"{where}: {len(rows)} rows, expected {need}")
+            continue
+        if not isinstance(value, Ragged):
+            raise ReplayBankError(f"{where}: expected Ragged rows, got {type(value).__name__}")
+        array(value.values, f"{where}.values", col.dtype, (None, *col.shape))
+        offsets = array(value.offsets, f"{where}.offsets", np.int64, (high + 1,))
+        if offsets[0] != 0 or offsets[-1] != len(value.values) or (np.diff(offsets) < 0).any():
+            raise ReplayBankError(
+                f"{where}.offsets: must run from 0 to {len(value.values)} (the number of values) "
+                "without decreasing"
+            )
 
 
 class RaggedStorage(ColumnarStorage):
@@ -259,8 +329,16 @@ class MemmapStorage(ColumnarStorage):
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
+        if not isinstance(directory, (str, os.PathLike)) or not str(directory):
+            raise ReplayBankError(
+                f"MemmapStorage(directory={directory!r}): expected a directory path (str or Path)"
+            )
         super().__init__(check_memory=False)
         self.directory = Path(directory)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ReplayBankError(
+                f"MemmapStorage(directory={str(directory)!r}): exists and is not a directory"
+            )
 
     def _check(self, sizes: dict[str, int]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -272,8 +350,12 @@ class MemmapStorage(ColumnarStorage):
                 f"has {free:,} bytes free; lower the capacity or choose another directory"
             )
 
+    def allocate(self, capacity: int, spec: Spec) -> None:
+        self._stems = file_stems(spec)
+        super().allocate(capacity, spec)
+
     def _array(self, name: str, capacity: int, col: ColumnSpec) -> np.ndarray:
-        path = self.directory / f"{name}.npy"
+        path = self.directory / f"{self._stems[name]}.npy"
         return np.lib.format.open_memmap(
             path, mode="w+", dtype=col.dtype, shape=(capacity, *col.shape)
         )
