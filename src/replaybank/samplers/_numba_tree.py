@@ -109,9 +109,11 @@ def _rebuild(tree: np.ndarray, offsets: np.ndarray, k: int) -> None:
 
 @numba.njit(cache=True, nogil=True)
 def _weights(tree: np.ndarray, slots: np.ndarray, low: float, beta: float) -> np.ndarray:
+    # a weight below float32's smallest normal number is rounded up to it, never to 0
+    tiny = np.float32(1.1754944e-38)
     out = np.empty(len(slots), dtype=np.float32)
     for i in range(len(slots)):
-        out[i] = (tree[2 * slots[i]] / low) ** -beta
+        out[i] = max(np.float32((tree[2 * slots[i]] / low) ** -beta), tiny)
     return out
 
 
@@ -126,26 +128,27 @@ def _masked_draws(
     base: np.ndarray,
     anchor: np.ndarray,
     accumulated: float,
-    stamp: np.ndarray,
-    call: int,
 ) -> np.ndarray:
-    """RR-M draws: stratified first tries, independent redraws (from ``u[n:]``) for draws that
-    land on an item ahead of its expected count or already taken in this batch."""
+    """RR-M draws: a stratified first try, then up to ``rounds`` independent redraws (from
+    ``u[n:]``) while the draw lands on an item whose count is above its expected count. A draw
+    whose tries all failed is -1 (the caller finishes it exactly); accepted draws are counted."""
     n = len(u) // (rounds + 1)
     total = 0.0
     for v in tree[2 * offsets[-2] :: 2]:
         total += v
-    out = np.empty(n, dtype=np.int64)
+    out = np.full(n, -1, dtype=np.int64)
     for i in range(n):
         slot = _walk(tree, offsets, k, (i + u[i]) * (total / n))
-        for r in range(rounds):
-            expected = base[slot] + tree[2 * slot] * (accumulated - anchor[slot])
-            if stamp[slot] != call and count[slot] <= expected:
+        r = 0
+        while count[slot] > base[slot] + tree[2 * slot] * (accumulated - anchor[slot]):
+            if r == rounds:
+                slot = -1
                 break
             slot = _walk(tree, offsets, k, u[n + i * rounds + r] * total)
-        stamp[slot] = call
-        count[slot] += 1.0
-        out[i] = slot
+            r += 1
+        if slot >= 0:
+            count[slot] += 1.0
+            out[i] = slot
     return out
 
 
@@ -210,11 +213,9 @@ class NumbaPairTree:
         base: np.ndarray,
         anchor: np.ndarray,
         accumulated: float,
-        stamp: np.ndarray,
-        call: int,
     ) -> np.ndarray:
-        """RR-M draws for ``PrioritizedReshuffled`` (see its docstring); updates count and stamp."""
-        args = (u, rounds, count, base, anchor, accumulated, stamp, call)
+        """RR-M draws for ``PrioritizedReshuffled`` (see its docstring); updates count."""
+        args = (u, rounds, count, base, anchor, accumulated)
         return _masked_draws(self.tree, self.offsets, self.k, *args)  # type: ignore[no-any-return]
 
 

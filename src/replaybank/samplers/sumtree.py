@@ -125,7 +125,10 @@ class PairedTrees:
 
     def weights(self, slots: np.ndarray, beta: float) -> np.ndarray:
         """``(P(i) / min_k P(k)) ** -beta``: importance weights scaled so the largest possible is 1."""
-        return ((self.sum.leaves[slots] / self.min.root) ** -beta).astype(np.float32)
+        with np.errstate(over="ignore"):
+            weights = ((self.sum.leaves[slots] / self.min.root) ** -beta).astype(np.float32)
+        # a weight below float32's smallest normal number is rounded up to it, never to 0
+        return np.maximum(weights, np.finfo(np.float32).tiny)
 
     def stratified(self, u: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray]:
         n = len(u)
