@@ -115,3 +115,29 @@ def test_whole_episodes_after_partial_overwrite_return_the_stored_tail():
     buf.extend(episodes([8, 8]))  # the first 4 steps of episode 0 are gone
     rows = {tuple(r.tolist()) for r in buf.sample(50).data["t"]}
     assert rows == {(4, 5, 6, 7), tuple(range(8, 16))}
+
+
+@pytest.mark.parametrize("kernels", ["numba", "numpy"])
+def test_priority_weights_are_normalised_like_prioritized(kernels, monkeypatch):
+    # Weights are (N_e * P(e))^-beta over the largest weight ANY episode could get, as Prioritized
+    # does, not over the batch maximum: a batch without the rarest episode has weights below 1.
+    monkeypatch.setenv("REPLAYBANK_KERNELS", kernels)
+    alpha, beta = 1.0, 0.5
+    sampler = Trajectories(2, priority="td", alpha=alpha, beta=beta, eps=0.0)
+    buf = ReplayBuffer(100, sampler=sampler, seed=0)
+    ids = buf.extend(episodes([4, 4, 4]), priorities=np.ones(12))
+    buf.update_priorities(ids[:4], np.full(4, 0.01))  # episode 0 is rarely drawn
+    buf.update_priorities(ids[8:], np.full(4, 9.0))
+    P = np.array([0.01, 1.0, 9.0]) ** alpha
+    P /= P.sum()
+    w = (3 * P) ** -beta
+    expected = w / w.max()
+    saw_batch_without_rarest = False
+    for _ in range(50):
+        b = buf.sample(4)
+        episode = b.data["t"][:, 0] // 4
+        np.testing.assert_allclose(b.weights, expected[episode], rtol=1e-5)
+        if not (episode == 0).any():
+            saw_batch_without_rarest = True
+            assert b.weights.max() < 0.2  # the batch maximum is not rescaled to 1
+    assert saw_batch_without_rarest
