@@ -40,12 +40,12 @@ def test_rrm_is_exact_under_skewed_priorities(kernels, monkeypatch):
     over = counts[low].sum() / expected[low].sum() - 1
     assert abs(over) < 0.01, over
     # the guarantee: no item is ever more than one draw ahead of its expected count
-    assert ahead <= 1.0 + 1e-9, ahead
+    assert ahead <= 1.0 + 1e-5, ahead  # (counts are compared with a 1e-6 tolerance)
     # and no item lags far behind either (plain PER lags/leads by up to ~70 draws here)
     assert np.abs(counts - expected).max() < 10, np.abs(counts - expected).max()
-    # duplicates only where an item is owed them: no more than plain PER has (13.6 per batch)
+    # duplicates only where an item is owed them: fewer than plain PER has
     _, _, per_counts, per_ahead, per_dups = run(Prioritized(alpha=1.0, eps=0.0))
-    assert dups <= per_dups * 1.02, (dups, per_dups)
+    assert dups < per_dups, (dups, per_dups)  # measured 12.93 vs 13.57
     assert per_ahead > 20  # the with-replacement baseline really is that noisy
 
 
@@ -60,7 +60,7 @@ def test_rrm_bound_survives_priority_updates_and_overwrites(kernels, monkeypatch
         b = buf.sample(32)
         count = sampler.count[sampler.trees.leaves > 0]
         expected = sampler._expected(np.flatnonzero(sampler.trees.leaves > 0))
-        assert (count <= expected + 1 + 1e-9).all()
+        assert (count <= expected + 1 + 1e-5).all()
         assert buf.contains(b.ids).all() and (b.weights > 0).all() and (b.weights <= 1).all()
         buf.update_priorities(b.ids, rng.lognormal(0, 2, 32))
         if step % 10 == 0:  # overwrite some items, some with zero priority

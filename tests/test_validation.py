@@ -344,3 +344,18 @@ def test_bad_state_values_are_refused_before_anything_changes(name, key, value, 
     for k, v in before.items():
         if isinstance(v, np.ndarray):
             np.testing.assert_array_equal(np.asarray(after[k]), v)
+
+
+@pytest.mark.parametrize(
+    ("capacity", "k", "first", "second"),
+    [(1, 2, [0, 0, 0, 0, 1], [0, 0, 0, 0, 1, 1, 1, 1, 2]), (3, 1, [0, 0, 1], [2, 2, 3])],
+)
+def test_window_evicting_items_of_the_same_call_keeps_the_books(capacity, k, first, second):
+    # found by the fuzz test: items evicted with their group inside the call that wrote them were
+    # still stored, and a slot freed twice in one call was counted twice (len() went negative)
+    buf = ReplayBuffer(capacity, admission=Window(k))
+    buf.extend({"t": np.arange(len(first))}, groups=np.array(first))
+    ids = buf.extend({"t": np.arange(len(second))}, groups=np.array(second))
+    stored = buf.contains(ids)
+    assert len(buf) == stored.sum() == sum(len(s) for s in buf.admission.members.slots.values())
+    assert set(np.array(second)[stored].tolist()) <= set(buf.admission.order)

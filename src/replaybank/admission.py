@@ -302,6 +302,7 @@ class Window:
             raise ReplayBankError("Window is not bound to a buffer")
         slots = np.full(n, -1, dtype=np.int64)
         evicted: list[int] = []
+        placed: dict[int, int] = {}  # slot -> the item of this call that holds it now
         for i, g in enumerate(groups.tolist()):
             if g not in self.order:
                 self.order.append(g)
@@ -311,6 +312,8 @@ class Window:
                         self._release(members, slot)
                         self.free.append(slot)
                         evicted.append(slot)
+                        if slot in placed:  # an item of this call, evicted with its group
+                            slots[placed.pop(slot)] = -1
             if self.free:
                 slot = self.free.pop()
             else:
@@ -326,7 +329,9 @@ class Window:
             self.queue.append((self.clock, slot))
             self.clock += 1
             slots[i] = slot
-        return Placement(slots, np.asarray(evicted, dtype=np.int64))
+            placed[slot] = i
+        # a slot freed, refilled and freed again in one call is evicted once
+        return Placement(slots, np.unique(np.asarray(evicted, dtype=np.int64)))
 
     def state_dict(self) -> dict[str, Any]:
         live = [(s, slot) for s, slot in self.queue if self.stamp[slot] == s]

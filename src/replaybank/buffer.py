@@ -98,6 +98,8 @@ class ReplayBuffer:
         if not (isinstance(cast, str) and cast in ("checked", "unsafe")):
             raise InvalidArgumentError(f"ReplayBuffer(cast={cast!r}): expected 'checked' or 'unsafe'")
         self._cast: Cast = cast
+        self._row_spec: Spec | None = None  # the spec _row_nbytes was computed for
+        self._row_nbytes = 0
         self.sampler: Sampler = sampler if sampler is not None else Uniform()
         self.admission: Admission = admission if admission is not None else Fifo()
         self.storage: Storage = storage if storage is not None else ColumnarStorage()
@@ -343,9 +345,15 @@ class ReplayBuffer:
 
     def _check_batch_memory(self, batch_size: int) -> None:
         """Refuse a batch whose arrays would not fit in memory, before numpy tries."""
-        steps = getattr(self.sampler, "length", None) or 1  # trajectory slices: steps per row
-        row = sum(col.item_nbytes for col in (self.spec or {}).values()) * steps + 8 * steps + 8 + 4
+        spec = self.spec
+        if spec is not self._row_spec:  # per-row bytes, computed once per spec
+            steps = getattr(self.sampler, "length", None) or 1  # trajectory slices: steps per row
+            self._row_nbytes = (sum(c.item_nbytes for c in (spec or {}).values()) + 8) * steps + 12
+            self._row_spec = spec
+        row = self._row_nbytes
         need = batch_size * row
+        if need < 1 << 28:  # reading /proc/meminfo costs more than a small batch: skip it
+            return
         have = available_memory()
         if have is not None and need > have:
             raise InsufficientMemoryError(

@@ -101,6 +101,26 @@ def _update(
 
 
 @numba.njit(cache=True, nogil=True)
+def _update_pair(
+    tree: np.ndarray,
+    offsets: np.ndarray,
+    k: int,
+    index: np.ndarray,
+    sums: np.ndarray,
+    mins: np.ndarray,
+) -> None:
+    """Set the sum and the min of leaves separately (a zero min is +inf: not in the min tree)."""
+    node = index.copy()
+    for i in range(len(index)):
+        tree[2 * node[i]] = sums[i]
+        tree[2 * node[i] + 1] = mins[i] if mins[i] > 0.0 else np.inf
+    for level in range(1, len(offsets) - 1):
+        for i in range(len(index)):
+            node[i] //= k
+            _refresh(tree, offsets, k, level, node[i])
+
+
+@numba.njit(cache=True, nogil=True)
 def _rebuild(tree: np.ndarray, offsets: np.ndarray, k: int) -> None:
     for level in range(1, len(offsets) - 1):
         for parent in range((offsets[level] - offsets[level - 1]) // k):
@@ -118,37 +138,35 @@ def _weights(tree: np.ndarray, slots: np.ndarray, low: float, beta: float) -> np
 
 
 @numba.njit(cache=True, nogil=True)
-def _masked_draws(
-    tree: np.ndarray,
-    offsets: np.ndarray,
-    k: int,
-    u: np.ndarray,
-    rounds: int,
-    count: np.ndarray,
-    base: np.ndarray,
-    anchor: np.ndarray,
-    accumulated: float,
-) -> np.ndarray:
-    """RR-M draws: a stratified first try, then up to ``rounds`` independent redraws (from
-    ``u[n:]``) while the draw lands on an item whose count is above its expected count. A draw
-    whose tries all failed is -1 (the caller finishes it exactly); accepted draws are counted."""
-    n = len(u) // (rounds + 1)
-    total = 0.0
-    for v in tree[2 * offsets[-2] :: 2]:
-        total += v
-    out = np.full(n, -1, dtype=np.int64)
-    for i in range(n):
-        slot = _walk(tree, offsets, k, (i + u[i]) * (total / n))
-        r = 0
-        while count[slot] > base[slot] + tree[2 * slot] * (accumulated - anchor[slot]):
-            if r == rounds:
-                slot = -1
-                break
-            slot = _walk(tree, offsets, k, u[n + i * rounds + r] * total)
-            r += 1
-        if slot >= 0:
-            count[slot] += 1.0
-            out[i] = slot
+def _below(tree: np.ndarray, offsets: np.ndarray, k: int, capacity: int, limit: float) -> np.ndarray:
+    """Leaves whose min value is <= ``limit`` (zero leaves count as +inf, so never), found by
+    descending only into subtrees whose min is <= limit: O(found * depth * k)."""
+    top = len(offsets) - 2
+    stack_level = np.empty(k * (top + 1), dtype=np.int64)
+    stack_node = np.empty(k * (top + 1), dtype=np.int64)
+    depth = 0
+    for j in range(k):
+        if tree[2 * (offsets[top] + j) + 1] <= limit:
+            stack_level[depth] = top
+            stack_node[depth] = j
+            depth += 1
+    found = []
+    while depth:
+        depth -= 1
+        level = stack_level[depth]
+        node = stack_node[depth]
+        if level == 0:
+            if node < capacity:
+                found.append(node)
+            continue
+        for j in range(node * k, node * k + k):
+            if tree[2 * (offsets[level - 1] + j) + 1] <= limit:
+                stack_level[depth] = level - 1
+                stack_node[depth] = j
+                depth += 1
+    out = np.empty(len(found), dtype=np.int64)
+    for i in range(len(found)):
+        out[i] = found[i]
     return out
 
 
@@ -188,6 +206,12 @@ class NumbaPairTree:
             self.tree, self.offsets, self.k, index, np.ascontiguousarray(values, dtype=np.float64)
         )
 
+    def update_pair(self, index: np.ndarray, sums: np.ndarray, mins: np.ndarray) -> None:
+        """Set the sum-tree and min-tree leaves to different values (zero min = not in it)."""
+        index = np.ascontiguousarray(index, dtype=np.int64)
+        sums = np.ascontiguousarray(sums, dtype=np.float64)
+        _update_pair(self.tree, self.offsets, self.k, index, sums, np.ascontiguousarray(mins, dtype=np.float64))
+
     def load(self, values: np.ndarray) -> None:
         self.tree[: 2 * self.capacity : 2] = values
         self.tree[1 : 2 * self.capacity : 2] = np.where(values > 0, values, np.inf)
@@ -205,18 +229,9 @@ class NumbaPairTree:
         slots = self.find((np.arange(n) + u) * (self.total / n))
         return slots, _weights(self.tree, slots, self.minimum, beta)
 
-    def masked_draws(
-        self,
-        u: np.ndarray,
-        rounds: int,
-        count: np.ndarray,
-        base: np.ndarray,
-        anchor: np.ndarray,
-        accumulated: float,
-    ) -> np.ndarray:
-        """RR-M draws for ``PrioritizedReshuffled`` (see its docstring); updates count."""
-        args = (u, rounds, count, base, anchor, accumulated)
-        return _masked_draws(self.tree, self.offsets, self.k, *args)  # type: ignore[no-any-return]
+    def below(self, limit: float) -> np.ndarray:
+        """Leaves holding a positive value <= ``limit``, in no particular order."""
+        return _below(self.tree, self.offsets, self.k, self.capacity, float(limit))  # type: ignore[no-any-return]
 
 
 def _level_offsets(capacity: int, k: int) -> np.ndarray:

@@ -213,19 +213,20 @@ class PrioritizedReshuffled(Prioritized):
     * expected count: ``E_i`` accrues ``batch_size * P_t(i)`` at every sample call ``t`` (computed
       lazily: a global accumulator of ``batch_size / total_mass`` times the item's scaled priority,
       re-anchored whenever that priority changes);
-    * masking: an item is eligible for a draw only while its draw count ``C_i <= E_i``. Each draw is
-      taken from ``P`` restricted to the eligible items: tried first in slice ``j`` of the mass
-      (stratified), then redrawn from the whole mass while it lands on a masked item; after 8
-      redraws the draw is taken exactly from the masked distribution (one pass over the slots).
-      If no stored item is eligible (possible only after evictions or priorities set to zero),
-      the accumulator advances to the first moment one becomes eligible, as if calls had passed.
+    * masking: an item is eligible for a draw only while its draw count ``C_i <= E_i``. Draws come
+      from ``P`` restricted to the eligible items, kept in a second sum tree: stratified over its
+      mass, and a draw that would take an item past ``E_i + 1`` is redrawn from the tree with
+      that item masked. A masked item returns to the tree at the call where ``E_i`` reaches
+      ``C_i`` (a min tree over those moments finds them). If no stored item is eligible (possible
+      only after evictions or priorities set to zero), the accumulator advances to the first
+      such moment, as if calls had passed.
 
     Guarantee (tested): at every moment ``C_i <= E_i + 1`` for every item, so no item is ever
     drawn more than one draw ahead of its expected count; with a fixed set of items and
     priorities ``sum_i C_i = sum_i E_i`` after each call, so each item's long-run frequency is
     exactly ``P(i)``. An item whose expected count grows by more than one per call (``batch_size
     * P(i) > 1``) is drawn several times in one batch, as plain PER would; otherwise a batch holds
-    an item at most once unless it is catching up on draws it is owed.
+    an item twice only while it is catching up on draws it is owed.
 
     With uniform priorities this is an epoch-like scheme: once drawn, an item waits about
     ``N / batch_size`` calls before it can be drawn again. Importance weights are those of
@@ -234,9 +235,11 @@ class PrioritizedReshuffled(Prioritized):
     their long-run share).
     """
 
-    bytes_per_slot = 17 + 24  # trees plus count, base and anchor
+    bytes_per_slot = 17 + 24 + 18  # trees, count/base/anchor, the mask tree
 
-    rounds = 8
+    # Counts are integers and expected counts reals: "C <= E" is taken as C <= E + TOL, and a
+    # masked item's due time aims at E = C - TOL / 2, so rounding never flips a decision back.
+    TOL = 1e-6
 
     def bind(self, capacity: int) -> None:
         super().bind(capacity)
@@ -245,6 +248,10 @@ class PrioritizedReshuffled(Prioritized):
         self.anchor = np.zeros(capacity)  # value of the accumulator at the anchor
         self.accumulated = 0.0  # sum over calls of batch_size / total_mass
         self.calls = 0
+        # The mask tree: its sum leaves hold the scaled priority of eligible items (what draws
+        # come from), its min leaves the due time of masked ones (the accumulator value at which
+        # E reaches C). The kernels' default branching: its updates are the hot part here.
+        self.mask = make_pair(capacity)
 
     def _expected(self, slots: np.ndarray) -> np.ndarray:
         return self.base[slots] + self.trees.leaves[slots] * (self.accumulated - self.anchor[slots])
@@ -253,6 +260,22 @@ class PrioritizedReshuffled(Prioritized):
         self.base[slots] = self._expected(slots)
         self.anchor[slots] = self.accumulated
 
+    def _due(self, slots: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore"):  # a masked item with priority 0 is due never (inf)
+            return self.anchor[slots] + (
+                self.count[slots] - self.TOL / 2 - self.base[slots]
+            ) / self.trees.leaves[slots]
+
+    def _sync(self, slots: np.ndarray, only_masked: bool = False) -> None:
+        """Put ``slots`` in the mask tree's sum (eligible) or, if ahead of their expected count,
+        in its min (due times); ``only_masked`` skips the ones that are still eligible."""
+        masked = self.count[slots] > self._expected(slots) + self.TOL
+        if only_masked:
+            slots, masked = slots[masked], masked[masked]
+        if len(slots):
+            sums = np.where(masked, 0.0, self.trees.leaves[slots])
+            self.mask.update_pair(slots, sums, np.where(masked, self._due(slots), 0.0))
+
     def on_write(
         self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View
     ) -> None:
@@ -260,10 +283,16 @@ class PrioritizedReshuffled(Prioritized):
         self.count[slots] = 0.0
         self.base[slots] = 0.0
         self.anchor[slots] = self.accumulated
+        self._sync(slots)
+
+    def on_evict(self, slots: np.ndarray) -> None:
+        super().on_evict(slots)
+        self.mask.update_pair(slots, np.zeros(len(slots)), np.zeros(len(slots)))
 
     def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         self._reanchor(slots)
         super().update_priorities(slots, priorities)
+        self._sync(slots)  # repeated slots get the same values: harmless
 
     def sample(
         self, batch_size: int, view: View, rng: np.random.Generator
@@ -272,34 +301,30 @@ class PrioritizedReshuffled(Prioritized):
         self._check_mass()
         self.accumulated += batch_size / self.trees.total
         self.calls += 1
-        if hasattr(self.trees, "masked_draws"):  # compiled: one pass, each draw retried in place
-            u = rng.random(batch_size * (self.rounds + 1))
-            slots = self.trees.masked_draws(
-                u, self.rounds, self.count, self.base, self.anchor, self.accumulated
-            )
-        else:
-            slots = self._draws(batch_size, rng)
-        missing = slots < 0
-        if missing.any():
-            slots[missing] = self._exact_draws(int(missing.sum()), rng)
+        self._unmask()
+        found: list[np.ndarray] = []
+        need, stratified = batch_size, True
+        while need:
+            total = self.mask.total
+            if not total > 0:  # nothing eligible: let time pass until something is
+                self.accumulated = max(self.accumulated, self.mask.minimum)
+                self._unmask()
+                continue
+            u = rng.random(need)
+            mass = (np.arange(need) + u) * (total / need) if stratified else u * total
+            candidates = self.mask.find(mass)
+            stratified = False
+            ok = self._accept(candidates)
+            found.append(candidates[ok])
+            need -= int(ok.sum())
+            self._sync(candidates, only_masked=True)  # items now ahead of E leave the draw
+        slots = found[0] if len(found) == 1 else np.concatenate(found)
         return slots, self.trees.weights(slots, self.beta)
 
-    def _draws(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """The numpy twin of ``masked_draws``: stratified first tries, then up to ``rounds``
-        independent redraws; -1 where every try landed on a masked item."""
-        total = self.trees.total
-        out = np.full(n, -1, dtype=np.int64)
-        todo = np.arange(n)
-        candidates = self.trees.find((todo + rng.random(n)) * (total / n))
-        for r in range(self.rounds + 1):
-            if r:
-                candidates = self.trees.find(rng.random(len(todo)) * total)
-            ok = self._accept(candidates)
-            out[todo[ok]] = candidates[ok]
-            todo = todo[~ok]
-            if not len(todo):
-                break
-        return out
+    def _unmask(self) -> None:
+        back = self.mask.below(self.accumulated)
+        if len(back):
+            self.mask.update_pair(back, self.trees.leaves[back], np.zeros(len(back)))
 
     def _accept(self, candidates: np.ndarray) -> np.ndarray:
         """Accept candidate draws in order, each while its item's count is <= its expected count
@@ -311,33 +336,9 @@ class PrioritizedReshuffled(Prioritized):
         first[1:] = ranked[1:] != ranked[:-1]
         rank = index - np.maximum.accumulate(np.where(first, index, 0))
         ok = np.empty(len(candidates), dtype=bool)
-        ok[order] = self.count[ranked] + rank <= self._expected(ranked)
+        ok[order] = self.count[ranked] + rank <= self._expected(ranked) + self.TOL
         np.add.at(self.count, candidates[ok], 1.0)
         return ok
-
-    def _exact_draws(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` draws from ``P`` restricted to the eligible items, by one cumulative sum over the
-        slots (the rare case where rejection kept landing on masked items)."""
-        leaves = np.array(self.trees.leaves)
-        found: list[np.ndarray] = []
-        while n:
-            expected = self.base + leaves * (self.accumulated - self.anchor)
-            cumulative = np.cumsum(np.where(self.count <= expected, leaves, 0.0))
-            if not cumulative[-1] > 0:
-                self._wait(leaves)
-                continue
-            candidates = np.searchsorted(cumulative, rng.random(n) * cumulative[-1], side="right")
-            ok = self._accept(candidates)
-            found.append(candidates[ok])
-            n -= int(ok.sum())
-        return np.concatenate(found)
-
-    def _wait(self, leaves: np.ndarray) -> None:
-        """No stored item is eligible: advance the accumulator to when the first one becomes so."""
-        live = leaves > 0
-        due = self.anchor[live] + (self.count[live] - self.base[live]) / leaves[live]
-        first = float(due.min())
-        self.accumulated = max(self.accumulated, first + 1e-9 * abs(first) + 1e-300)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
@@ -364,3 +365,7 @@ class PrioritizedReshuffled(Prioritized):
             raise InvalidStateError(f"{who} state['count']: draw counts must be whole numbers")
         self.count[:], self.base[:], self.anchor[:] = count, base, anchor
         self.accumulated, self.calls = accumulated, calls
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._sync(np.arange(self.capacity))

@@ -148,7 +148,7 @@ class Trajectories(SamplerBase):
                 raise InvalidArgumentError(
                     f"column {self.done_key!r}[{i}] = {done[i]!r}: episode ends must be True/False (or 0/1)"
                 )
-        if self.priority == "return":
+        if self.priority == "return" and len(done):
             reward = np.asarray(rows[self.reward_key], dtype=np.float64)
             ok = (np.abs(reward) <= self.value_limit).reshape(len(reward), -1).all(axis=1)
             if not ok.all():
