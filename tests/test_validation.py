@@ -348,14 +348,51 @@ def test_bad_state_values_are_refused_before_anything_changes(name, key, value, 
 
 @pytest.mark.parametrize(
     ("capacity", "k", "first", "second"),
-    [(1, 2, [0, 0, 0, 0, 1], [0, 0, 0, 0, 1, 1, 1, 1, 2]), (3, 1, [0, 0, 1], [2, 2, 3])],
+    [
+        (1, 2, [0, 0, 0, 0, 1], [0, 0, 0, 0, 1, 1, 1, 1, 2]),
+        (3, 1, [0, 0, 1], [2, 2, 3]),
+        (14, 1, [], (np.arange(29) // 4).tolist()),
+    ],
 )
 def test_window_evicting_items_of_the_same_call_keeps_the_books(capacity, k, first, second):
     # found by the fuzz test: items evicted with their group inside the call that wrote them were
     # still stored, and a slot freed twice in one call was counted twice (len() went negative)
     buf = ReplayBuffer(capacity, admission=Window(k))
-    buf.extend({"t": np.arange(len(first))}, groups=np.array(first))
+    buf.extend({"t": np.arange(len(first))}, groups=np.array(first, dtype=np.int64))
     ids = buf.extend({"t": np.arange(len(second))}, groups=np.array(second))
     stored = buf.contains(ids)
     assert len(buf) == stored.sum() == sum(len(s) for s in buf.admission.members.slots.values())
     assert set(np.array(second)[stored].tolist()) <= set(buf.admission.order)
+
+
+def test_capacity_and_id_space_are_bounded():
+    with pytest.raises(InvalidArgumentError, match="capacity"):
+        ReplayBuffer(10**20)
+    buf = ReplayBuffer(2**40)  # the largest; only the bookkeeping of FIFO + Uniform is allocated
+    buf._table.arrivals = (1 << (63 - buf._table.shift)) - 2  # as if 8 million items had come
+    with pytest.raises(InvalidArgumentError, match="can issue"):
+        buf.extend({"x": np.arange(3)})
+
+
+def test_numbers_and_strings_never_cast_into_each_other():
+    # found by the fuzz test: a float went into a string column (numpy calls that same_kind)
+    buf = ReplayBuffer(8)
+    buf.extend({"s": np.array(["x", "y"])})
+    with pytest.raises(InvalidTypeError, match="column 's'"):
+        buf.add(s=-0.5)
+    with pytest.raises(InvalidTypeError, match="column 's'"):
+        buf.extend({"s": np.array([1, 2])})
+    with pytest.raises(InvalidArgumentError, match="column 's'.*would change"):
+        buf.extend({"s": np.array(["long"])})
+    buf.add(s="z")
+    assert len(buf) == 3
+
+
+def test_trajectories_need_numeric_done_and_reward_columns():
+    for data, words in (
+        ({"t": np.arange(2), "done": np.array(["a", "b"])}, "'done'"),
+        ({"t": np.arange(2), "done": np.zeros(2, bool), "reward": np.array(["x", "y"])}, "'reward'"),
+    ):
+        buf = ReplayBuffer(8, sampler=Trajectories(1, priority="return"))
+        with pytest.raises(ReplayBankError, match=words):
+            buf.extend(data)

@@ -328,6 +328,8 @@ class Window:
             self.stamp[slot] = self.clock
             self.queue.append((self.clock, slot))
             self.clock += 1
+            if slot in placed:  # an earlier item of this call held it: that one is gone
+                slots[placed[slot]] = -1
             slots[i] = slot
             placed[slot] = i
         # a slot freed, refilled and freed again in one call is evicted once

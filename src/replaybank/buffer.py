@@ -31,6 +31,7 @@ from .spec import Cast, Spec, as_spec, cast_to, check_batch, infer_spec
 from .storage import ColumnarStorage, Storage, available_memory
 
 SCHEMA_VERSION = 1
+MAX_CAPACITY = 1 << 40  # ids are (arrival << bits(capacity)) | slot in 63 bits
 
 
 @dataclass
@@ -95,6 +96,10 @@ class ReplayBuffer:
         cast: Cast = "checked",
     ) -> None:
         self._capacity = _positive_int(capacity, "capacity")
+        if self._capacity > MAX_CAPACITY:
+            raise InvalidArgumentError(
+                f"capacity={capacity:,} is above {MAX_CAPACITY:,} (2**40), the most slots an item id can address"
+            )
         if not (isinstance(cast, str) and cast in ("checked", "unsafe")):
             raise InvalidArgumentError(f"ReplayBuffer(cast={cast!r}): expected 'checked' or 'unsafe'")
         self._cast: Cast = cast
@@ -188,6 +193,7 @@ class ReplayBuffer:
             self._check_rows(rows)
             prio = self._check_priorities(priorities, n)
             grp = self._check_groups(groups, n)
+            self._check_id_space(n)
             if n == 0:
                 return np.zeros(0, dtype=np.int64)
             if self.spec is None:
@@ -237,6 +243,7 @@ class ReplayBuffer:
         rows = {k: v[None] for k, v in values.items()} if self.sampler.needs_rows else {}
         self._check_rows(rows)
         with self._lock:
+            self._check_id_space(1)
             slot = place_one()
             arrival = self._table.arrivals
             self.storage.write_one(slot, values)
@@ -255,6 +262,15 @@ class ReplayBuffer:
                 "use a Prioritized sampler or drop priorities="
             )
         return check_priorities(priorities, n, limit=getattr(self.sampler, "priority_limit", np.inf))
+
+    def _check_id_space(self, n: int) -> None:
+        """Ids hold the arrival number above the slot bits; refuse the write that would overflow."""
+        limit = 1 << (63 - self._table.shift)
+        if self._table.arrivals + n >= limit:
+            raise InvalidArgumentError(
+                f"this buffer has issued {self._table.arrivals:,} ids and can issue {limit:,} with capacity "
+                f"{self._capacity:,}; save what you need into a new buffer"
+            )
 
     def _check_rows(self, rows: dict[str, Any]) -> None:
         """Let the sampler refuse row values before anything is stored (e.g. ``done=0.5``)."""

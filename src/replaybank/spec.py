@@ -203,15 +203,16 @@ def cast_to(arr: np.ndarray, dtype: np.dtype[Any], where: str, cast: Cast = "che
                 return arr.astype(dtype)
         except (ValueError, TypeError) as err:
             raise InvalidTypeError(f"{where}: dtype {arr.dtype} cannot be stored as {dtype} ({err})") from None
-    if arr.size == 0:
-        return arr.astype(dtype)
-    integers = arr.dtype.kind in "biu" and dtype.kind in "iu"  # any int -> int whose values fit
-    if not (integers or np.can_cast(arr.dtype, dtype, casting="same_kind")) or arr.dtype.kind == "O":
+    src, dst = arr.dtype.kind, dtype.kind
+    integers = src in "biu" and dst in "iu"  # any int -> int whose values fit
+    floats = (src in "biuf" and dst == "f") or (src in "biufc" and dst == "c")
+    same_kind = src == dst and src not in "Ob"  # strings, bytes, dates: values must round-trip
+    if not (integers or floats or same_kind):
         raise InvalidTypeError(
             f"{where}: dtype {arr.dtype} cannot be stored as {dtype} without changing meaning; "
             f"convert it explicitly (e.g. arr.astype({dtype.name!r}))"
         )
-    if np.can_cast(arr.dtype, dtype, casting="safe"):
+    if arr.size == 0 or np.can_cast(arr.dtype, dtype, casting="safe"):
         return arr.astype(dtype)
     if integers:
         info = np.iinfo(dtype)
@@ -222,7 +223,7 @@ def cast_to(arr: np.ndarray, dtype: np.dtype[Any], where: str, cast: Cast = "che
         return arr.astype(dtype)
     with np.errstate(over="ignore", invalid="ignore"):
         out = arr.astype(dtype)
-    if dtype.kind in "fc":
+    if floats:
         if np.isinf(out).any():  # only finite values that overflowed: +-inf stays +-inf
             grew = np.isinf(out) & ~np.isinf(arr)
             if grew.any():
@@ -230,7 +231,7 @@ def cast_to(arr: np.ndarray, dtype: np.dtype[Any], where: str, cast: Cast = "che
                 limit = np.finfo(dtype).max
                 return _refuse(arr, i, where, f"overflows {dtype} (largest {limit:.6g}) to inf")
         return out
-    same = out.astype(arr.dtype) == arr  # strings, dates: the value must come back unchanged
+    same = out.astype(arr.dtype) == arr
     if not same.all():
         return _refuse(arr, int(np.argmin(same)), where, f"would change when stored as {dtype}")
     return out

@@ -139,35 +139,22 @@ def _weights(tree: np.ndarray, slots: np.ndarray, low: float, beta: float) -> np
 
 @numba.njit(cache=True, nogil=True)
 def _below(tree: np.ndarray, offsets: np.ndarray, k: int, capacity: int, limit: float) -> np.ndarray:
-    """Leaves whose min value is <= ``limit`` (zero leaves count as +inf, so never), found by
-    descending only into subtrees whose min is <= limit: O(found * depth * k)."""
+    """Leaves whose min value is <= ``limit`` (zero leaves count as +inf, so never). Descends
+    level by level, only into subtrees whose min is <= limit, keeping the whole frontier of a level
+    together so that its cache misses overlap (as ``_find`` does)."""
     top = len(offsets) - 2
-    stack_level = np.empty(k * (top + 1), dtype=np.int64)
-    stack_node = np.empty(k * (top + 1), dtype=np.int64)
-    depth = 0
-    for j in range(k):
-        if tree[2 * (offsets[top] + j) + 1] <= limit:
-            stack_level[depth] = top
-            stack_node[depth] = j
-            depth += 1
-    found = []
-    while depth:
-        depth -= 1
-        level = stack_level[depth]
-        node = stack_node[depth]
-        if level == 0:
-            if node < capacity:
-                found.append(node)
-            continue
-        for j in range(node * k, node * k + k):
-            if tree[2 * (offsets[level - 1] + j) + 1] <= limit:
-                stack_level[depth] = level - 1
-                stack_node[depth] = j
-                depth += 1
-    out = np.empty(len(found), dtype=np.int64)
-    for i in range(len(found)):
-        out[i] = found[i]
-    return out
+    frontier = np.zeros(1, dtype=np.int64)  # the root; its children are the top level
+    for level in range(top, -1, -1):
+        nxt = np.empty(len(frontier) * k, dtype=np.int64)
+        n = 0
+        for i in range(len(frontier)):
+            first = frontier[i] * k
+            for j in range(first, first + k):
+                if tree[2 * (offsets[level] + j) + 1] <= limit:
+                    nxt[n] = j
+                    n += 1
+        frontier = nxt[:n]
+    return frontier[frontier < capacity]
 
 
 class NumbaPairTree:

@@ -101,18 +101,23 @@ class Trajectories(SamplerBase):
 
     def bind(self, capacity: int) -> None:
         self.capacity = capacity
+        # Per-episode arrays are indexed by episode % n_keys. The stored episodes and the open one
+        # are at most capacity + 1 consecutive numbers, so with capacity + 1 keys a key is reused
+        # only once its old episode is entirely overwritten (with capacity keys, capacity stored
+        # one-step episodes lost the oldest when the next one opened).
+        self.n_keys = n = capacity + 1
         self.episode = np.zeros(capacity, dtype=np.int64)  # episode number of each slot's step
-        self.ep_start = np.zeros(capacity, dtype=np.int64)  # arrival of an episode's first step
-        self.ep_len = np.zeros(capacity, dtype=np.int64)  # steps written to the episode so far
+        self.ep_start = np.zeros(n, dtype=np.int64)  # arrival of an episode's first step
+        self.ep_len = np.zeros(n, dtype=np.int64)  # steps written to the episode so far
         self.current = 0  # episode the next step belongs to
         self.next_arrival = 0
         self.accept = 1.0  # running acceptance rate of uniform start draws
         if self.priority is not None:
             self.step_value = np.zeros(capacity)  # per-step priority or reward
-            self.ep_value = np.zeros(capacity)  # sum of step_value over the episode's stored steps
-            self.ep_stored = np.zeros(capacity, dtype=np.int64)
-            self.tree = make_pair(capacity)  # sum to draw episodes, min to normalise weights
-        self.leaf_limit = leaf_limit(capacity)
+            self.ep_value = np.zeros(n)  # sum of step_value over the episode's stored steps
+            self.ep_stored = np.zeros(n, dtype=np.int64)
+            self.tree = make_pair(n)  # sum to draw episodes, min to normalise weights
+        self.leaf_limit = leaf_limit(n)
         # a step's priority (or reward) is at most this, so episode sums stay finite
         self.value_limit = float(np.finfo(np.float64).max) / max(capacity, 1) / 2
         if self.priority == "td":
@@ -126,14 +131,18 @@ class Trajectories(SamplerBase):
                 )
 
     def check_spec(self, spec: Spec) -> None:
-        if self.done_key not in spec or spec[self.done_key].shape != ():
+        done = spec.get(self.done_key)
+        if done is None or done.shape != () or done.ragged or done.dtype.kind not in "biuf":
             raise ReplayBankError(
-                f"Trajectories needs a scalar {self.done_key!r} column marking episode ends "
-                f"(or pass done_key=); columns are {sorted(spec)}"
+                f"Trajectories needs a scalar boolean (or 0/1) {self.done_key!r} column marking episode "
+                f"ends (or pass done_key=); columns are {sorted(spec)}"
             )
-        if self.priority == "return" and self.reward_key not in spec:
+        reward = spec.get(self.reward_key)
+        numeric = reward is not None and not reward.ragged and reward.dtype.kind in "biuf"
+        if self.priority == "return" and not numeric:
             raise ReplayBankError(
-                f"Trajectories(priority='return') needs a {self.reward_key!r} column (or pass reward_key=)"
+                f"Trajectories(priority='return') needs a numeric {self.reward_key!r} column (or pass "
+                "reward_key=)"
             )
 
     def check_rows(self, rows: dict[str, Any]) -> None:
@@ -169,16 +178,16 @@ class Trajectories(SamplerBase):
         if first_arrival != self.next_arrival:
             # One extend larger than the capacity: its head was overwritten inside the call and
             # every older step with it, so the kept steps start a fresh episode.
-            if self.ep_len[self.current % self.capacity]:
+            if self.ep_len[self.current % self.n_keys]:
                 self.current += 1
-            self.ep_len[self.current % self.capacity] = 0
+            self.ep_len[self.current % self.n_keys] = 0
         done = np.asarray(rows[self.done_key], dtype=bool)
         if self.priority is not None:
             self._forget(slots, view)
         episode = self.current + np.concatenate(([0], np.cumsum(done[:-1])))
-        keys = episode % self.capacity
+        keys = episode % self.n_keys
         starts = np.flatnonzero(
-            np.concatenate(([self.ep_len[self.current % self.capacity] == 0], done[:-1]))
+            np.concatenate(([self.ep_len[self.current % self.n_keys] == 0], done[:-1]))
         )
         self.ep_start[keys[starts]] = first_arrival + starts
         self.ep_len[keys[starts]] = 0
@@ -190,7 +199,7 @@ class Trajectories(SamplerBase):
         self.episode[slots] = episode
         self.current = int(episode[-1] + done[-1])
         if done[-1]:
-            self.ep_len[self.current % self.capacity] = 0
+            self.ep_len[self.current % self.n_keys] = 0
         self.next_arrival = first_arrival + n
         if self.priority is not None:
             if self.priority == "td":
@@ -207,10 +216,12 @@ class Trajectories(SamplerBase):
             self._refresh(uniq)
 
     def _forget(self, slots: np.ndarray, view: View) -> None:
-        """Remove the steps about to be overwritten from their episodes' priority sums."""
-        old = slots[view.table.ids_of(slots) >= 0]
+        """Remove the steps being overwritten from their episodes' priority sums. The table
+        already holds the new ids, so "held a step before" comes from the arrival count: a FIFO
+        ring has filled slots [0, min(arrivals, capacity))."""
+        old = slots[slots < min(self.next_arrival, self.capacity)]
         if len(old):
-            keys = self.episode[old] % self.capacity
+            keys = self.episode[old] % self.n_keys
             np.subtract.at(self.ep_value, keys, self.step_value[old])
             np.subtract.at(self.ep_stored, keys, 1)
             self._refresh(np.unique(keys))
@@ -231,7 +242,7 @@ class Trajectories(SamplerBase):
             super().update_priorities(slots, priorities)
             return
         slots, priorities = last_wins(slots, priorities)
-        keys = self.episode[slots] % self.capacity
+        keys = self.episode[slots] % self.n_keys
         np.add.at(self.ep_value, keys, priorities - self.step_value[slots])
         self.step_value[slots] = priorities
         if len(priorities):
@@ -241,7 +252,7 @@ class Trajectories(SamplerBase):
     # -- sampling -------------------------------------------------------------------------------
     def _valid(self, starts: np.ndarray, view: View) -> np.ndarray:
         arrival = view.table.ids_of(starts) >> view.table.shift
-        key = self.episode[starts] % self.capacity
+        key = self.episode[starts] % self.n_keys
         if self.length is None:  # whole episodes: a start is an episode's oldest stored step
             oldest = view.next_arrival - view.table.size
             return arrival == np.maximum(self.ep_start[key], oldest)
@@ -265,7 +276,7 @@ class Trajectories(SamplerBase):
 
     def _episodes(self, starts: np.ndarray, view: View) -> Ragged:
         """The stored steps of each start's episode, as ragged rows of slots."""
-        key = self.episode[starts] % self.capacity
+        key = self.episode[starts] % self.n_keys
         first = view.table.ids_of(starts) >> view.table.shift
         lengths = self.ep_start[key] + self.ep_len[key] - first
         offsets = np.zeros(len(starts) + 1, dtype=np.int64)
@@ -342,15 +353,17 @@ class Trajectories(SamplerBase):
             InvalidStateError: a missing or unknown key, or a value of the wrong type, shape or
                 range.
         """
-        who, cap = "Trajectories", (self.capacity,)
+        who, cap, keys_shape = "Trajectories", (self.capacity,), (self.n_keys,)
         keys = ("episode", "ep_start", "ep_len", "current", "next_arrival", "accept", "max_priority")
         extra = ("step_value", "ep_value", "ep_stored") if self.priority is not None else ()
         check_state_keys(state, who, keys + extra)
         next_arrival = state_number(state, "next_arrival", who, integer=True, low=0)
         current = state_number(state, "current", who, integer=True, low=0, high=max(next_arrival, 0))
         episode = state_array(state, "episode", who, shape=cap, integer=True, low=0, high=current)
-        ep_start = state_array(state, "ep_start", who, shape=cap, integer=True, low=0, high=next_arrival)
-        ep_len = state_array(state, "ep_len", who, shape=cap, integer=True, low=0, high=self.capacity)
+        ep_start = state_array(
+            state, "ep_start", who, shape=keys_shape, integer=True, low=0, high=next_arrival
+        )
+        ep_len = state_array(state, "ep_len", who, shape=keys_shape, integer=True, low=0)
         accept = state_number(state, "accept", who, low=0.0, high=1.0)
         limit = getattr(self, "priority_limit", np.finfo(np.float64).max)
         max_priority = state_number(state, "max_priority", who, low=0.0, high=limit)
@@ -358,10 +371,10 @@ class Trajectories(SamplerBase):
             span = self.value_limit * self.capacity
             low = 0.0 if self.priority == "td" else -self.value_limit
             step_value = state_array(state, "step_value", who, shape=cap, low=low, high=self.value_limit)
-            ep_value = state_array(state, "ep_value", who, shape=cap, low=-span, high=span)
-            # a stale episode key may hold a negative count until it is reused
-            n = self.capacity
-            ep_stored = state_array(state, "ep_stored", who, shape=cap, integer=True, low=-n, high=n)
+            ep_value = state_array(state, "ep_value", who, shape=keys_shape, low=-span, high=span)
+            ep_stored = state_array(
+                state, "ep_stored", who, shape=keys_shape, integer=True, low=0, high=self.capacity
+            )
         self.episode[:], self.ep_start[:], self.ep_len[:] = episode, ep_start, ep_len
         self.current, self.next_arrival = current, next_arrival
         self.accept, self.max_priority = accept, max_priority
@@ -369,4 +382,4 @@ class Trajectories(SamplerBase):
             self.step_value[:] = step_value
             self.ep_value[:] = ep_value
             self.ep_stored[:] = ep_stored
-            self._refresh(np.arange(self.capacity))
+            self._refresh(np.arange(self.n_keys))
