@@ -6,6 +6,8 @@ write is checked against it before anything is stored, so a bad batch never half
 
 from __future__ import annotations
 
+import warnings
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -199,7 +201,8 @@ def cast_to(arr: np.ndarray, dtype: np.dtype[Any], where: str, cast: Cast = "che
         return arr
     if cast == "unsafe":
         try:
-            with np.errstate(over="ignore", invalid="ignore"):
+            with np.errstate(over="ignore", invalid="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", np.exceptions.ComplexWarning)  # asked for
                 return arr.astype(dtype)
         except (ValueError, TypeError) as err:
             raise InvalidTypeError(f"{where}: dtype {arr.dtype} cannot be stored as {dtype} ({err})") from None
