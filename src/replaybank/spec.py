@@ -7,7 +7,6 @@ write is checked against it before anything is stored, so a bad batch never half
 from __future__ import annotations
 
 import warnings
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
