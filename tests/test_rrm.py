@@ -88,3 +88,24 @@ def test_rrm_weights_are_the_importance_weights_of_p():
     P = priorities / priorities.sum()
     w = (50 * P) ** -0.5
     np.testing.assert_allclose(b.weights, (w / w.max())[b.data["i"]], rtol=1e-5)
+
+
+@pytest.mark.parametrize("kernels", ["numba", "numpy"])
+def test_rrm_with_nothing_eligible_lets_time_pass(kernels, monkeypatch):
+    # Every stored item ahead of its expected count (reachable when the items that were owed
+    # draws are evicted or set to priority 0): the accumulator advances to the first moment an
+    # item is owed a draw, as if calls had passed, and the bound still holds.
+    monkeypatch.setenv("REPLAYBANK_KERNELS", kernels)
+    sampler = PrioritizedReshuffled(alpha=1.0, eps=0.0)
+    buf = ReplayBuffer(4, sampler=sampler, seed=0)
+    buf.extend({"i": np.arange(4)}, priorities=[1.0, 2.0, 3.0, 4.0])
+    sampler.count[:] = [5.0, 5.0, 5.0, 50.0]  # far ahead of E = 0
+    sampler._sync(np.arange(4))
+    assert sampler.mask.total == 0
+    before = sampler.accumulated
+    b = buf.sample(3)
+    assert len(b) == 3 and buf.contains(b.ids).all()
+    assert sampler.accumulated > before + 1  # time passed: more than one call's worth
+    assert 3 not in b.data["i"]  # the item furthest ahead is still waiting
+    drawn = np.unique(b.data["i"])  # (the others keep the counts set above)
+    assert (sampler.count[drawn] <= sampler._expected(drawn) + 1 + 1e-5).all()

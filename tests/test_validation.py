@@ -396,3 +396,8 @@ def test_trajectories_need_numeric_done_and_reward_columns():
         buf = ReplayBuffer(8, sampler=Trajectories(1, priority="return"))
         with pytest.raises(ReplayBankError, match=words):
             buf.extend(data)
+
+
+def test_trajectory_length_must_fit_the_capacity():
+    with pytest.raises(InvalidArgumentError, match="length=50"):
+        ReplayBuffer(40, sampler=Trajectories(50))

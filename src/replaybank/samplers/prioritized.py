@@ -307,7 +307,10 @@ class PrioritizedReshuffled(Prioritized):
         while need:
             total = self.mask.total
             if not total > 0:  # nothing eligible: let time pass until something is
-                self.accumulated = max(self.accumulated, self.mask.minimum)
+                due = self.mask.minimum
+                if not np.isfinite(due):  # every item is masked with priority 0: cannot happen
+                    raise ReplayBankError("PrioritizedReshuffled: no stored item can be drawn")
+                self.accumulated = max(self.accumulated, due)
                 self._unmask()
                 continue
             u = rng.random(need)

@@ -100,6 +100,11 @@ class Trajectories(SamplerBase):
         self._beta = check_real(value, "Trajectories", "beta", low=0.0)
 
     def bind(self, capacity: int) -> None:
+        if self.length is not None and self.length > capacity:
+            raise InvalidArgumentError(
+                f"Trajectories(length={self.length}): slices longer than the buffer's capacity "
+                f"{capacity} can never be stored; lower length"
+            )
         self.capacity = capacity
         # Per-episode arrays are indexed by episode % n_keys. The stored episodes and the open one
         # are at most capacity + 1 consecutive numbers, so with capacity + 1 keys a key is reused
