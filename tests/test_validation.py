@@ -391,7 +391,10 @@ def test_numbers_and_strings_never_cast_into_each_other():
 def test_trajectories_need_numeric_done_and_reward_columns():
     for data, words in (
         ({"t": np.arange(2), "done": np.array(["a", "b"])}, "'done'"),
-        ({"t": np.arange(2), "done": np.zeros(2, bool), "reward": np.array(["x", "y"])}, "'reward'"),
+        (
+            {"t": np.arange(2), "done": np.zeros(2, bool), "reward": np.array(["x", "y"])},
+            "'reward'",
+        ),
     ):
         buf = ReplayBuffer(8, sampler=Trajectories(1, priority="return"))
         with pytest.raises(ReplayBankError, match=words):
@@ -401,3 +404,12 @@ def test_trajectories_need_numeric_done_and_reward_columns():
 def test_trajectory_length_must_fit_the_capacity():
     with pytest.raises(InvalidArgumentError, match="length=50"):
         ReplayBuffer(40, sampler=Trajectories(50))
+
+
+@pytest.mark.parametrize(
+    ("seed", "error"),
+    [(-1, InvalidArgumentError), ("a", InvalidTypeError), (1.5, InvalidTypeError)],
+)
+def test_seed_is_checked(seed, error):
+    with pytest.raises(error, match="seed"):
+        ReplayBuffer(4, seed=seed)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .admission import Admission, Fifo
+from .checks import check_int
 from .errors import (
     InsufficientMemoryError,
     InvalidArgumentError,
@@ -115,6 +116,8 @@ class ReplayBuffer:
                 f"(got {type(self.admission).__name__})"
             )
         self._check_bookkeeping_memory()
+        if seed is not None:
+            check_int(seed, "ReplayBuffer", "seed", low=0)
         self._rng = np.random.default_rng(seed)
         ring = self.admission.keeps_time_order
         self._table: SlotTable | RingTable = (
