@@ -146,3 +146,31 @@ def test_duplicate_indices_in_one_pair_update_last_wins(impl):
     t.update(np.arange(16), np.ones(16))
     t.update(np.array([3, 3, 3, 7]), np.array([9.0, 7.0, 5.0, 0.0]))
     assert t.total == 16 - 2 + 5 and t.minimum == 1.0
+
+
+@pytest.mark.parametrize("kernels", ["numba", "numpy"])
+@pytest.mark.parametrize("branching", [2, 8, 32])
+def test_update_pair_and_below_match_brute_force(kernels, branching, monkeypatch):
+    # RR-M's mask tree: sums of eligible items to draw from, mins of masked items' due times
+    monkeypatch.setenv("REPLAYBANK_KERNELS", kernels)
+    from replaybank.samplers.sumtree import make_pair
+
+    rng = np.random.default_rng(branching)
+    capacity = 1000
+    tree = make_pair(capacity, branching=branching)
+    sums, mins = np.zeros(capacity), np.zeros(capacity)
+    for _ in range(20):
+        index = rng.integers(0, capacity, 64)
+        s = np.where(rng.random(64) < 0.5, rng.random(64), 0.0)
+        m = np.where(s == 0, rng.random(64) * 100, 0.0)
+        tree.update_pair(index, s, m)
+        last = len(index) - 1 - np.unique(index[::-1], return_index=True)[1]
+        sums[index[last]], mins[index[last]] = s[last], m[last]
+        np.testing.assert_allclose(tree.total, sums.sum())
+        positive = mins[mins > 0]
+        assert tree.minimum == (positive.min() if len(positive) else np.inf)
+        for limit in (0.0, 5.0, 50.0, 1e9):
+            expected = np.flatnonzero((mins > 0) & (mins <= limit))
+            assert sorted(tree.below(limit).tolist()) == expected.tolist()
+        draws = tree.find(rng.random(200) * tree.total)
+        assert (sums[draws] > 0).all()

@@ -8,12 +8,14 @@ placed in order, so a later item may take the slot an earlier one just got (it t
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import ReplayBankError
+from .checks import check_int, check_state_keys, state_array, state_number
+from .errors import InvalidStateError, ReplayBankError
 
 
 @dataclass
@@ -68,7 +70,8 @@ class Fifo:
         return {"count": self.count}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.count = int(state["count"])
+        check_state_keys(state, "Fifo", ("count",))
+        self.count = state_number(state, "count", "Fifo", integer=True, low=0)
 
 
 class Reservoir:
@@ -100,7 +103,8 @@ class Reservoir:
         return {"seen": self.seen}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.seen = int(state["seen"])
+        check_state_keys(state, "Reservoir", ("seen",))
+        self.seen = state_number(state, "seen", "Reservoir", integer=True, low=0)
 
 
 class _Members:
@@ -134,12 +138,32 @@ class _Members:
         # The list order matters: random picks index into it, so exact resume needs it verbatim.
         return {str(g): np.asarray(s, dtype=np.int64) for g, s in self.slots.items()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    @staticmethod
+    def check_state(state: Any, who: str, capacity: int) -> dict[int, np.ndarray]:
+        """Group -> member slots, checked: integer group keys, slots in range, no slot twice."""
+        if not isinstance(state, Mapping):
+            raise InvalidStateError(f"{who} state['members']: expected a mapping, got {type(state).__name__}")
+        members: dict[int, np.ndarray] = {}
+        for key in state:
+            try:
+                group = int(key)
+            except (TypeError, ValueError):
+                raise InvalidStateError(f"{who} state['members']: group key {key!r} is not an integer") from None
+            n = len(np.asarray(state[key]).reshape(-1))
+            members[group] = state_array(
+                state, key, f"{who} members", shape=(n,), integer=True, low=0, high=capacity - 1
+            )
+        every = np.concatenate([np.zeros(0, np.int64), *members.values()])
+        if len(np.unique(every)) != len(every):
+            raise InvalidStateError(f"{who} state['members']: a slot is listed twice")
+        return members
+
+    def load_state_dict(self, state: dict[int, np.ndarray]) -> None:
         self.group_of[:] = -1
         self.slots = {}
         for group, slots in state.items():
-            for slot in np.asarray(slots).tolist():
-                self.add(int(slot), int(group))
+            for slot in slots.tolist():
+                self.add(int(slot), group)
 
 
 def _check_groups(groups: np.ndarray | None, who: str) -> np.ndarray:
@@ -214,11 +238,28 @@ class GroupBalanced:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.size = int(state["size"])
-        self.seen = {int(g): int(c) for g, c in state["seen"].items()}
+        who = "GroupBalanced"
         if self.members is None:
             raise ReplayBankError("GroupBalanced is not bound to a buffer")
-        self.members.load_state_dict(state["members"])
+        check_state_keys(state, who, ("size", "seen", "members"))
+        size = state_number(state, "size", who, integer=True, low=0, high=self.capacity)
+        if not isinstance(state["seen"], Mapping):
+            raise InvalidStateError(f"{who} state['seen']: expected a mapping of group -> items seen")
+        seen = {}
+        for key in state["seen"]:
+            try:
+                group = int(key)
+            except (TypeError, ValueError):
+                raise InvalidStateError(f"{who} state['seen']: group key {key!r} is not an integer") from None
+            seen[group] = state_number(state["seen"], key, f"{who} seen", integer=True, low=0)
+        members = _Members.check_state(state["members"], who, self.capacity)
+        stored = sum(len(m) for m in members.values())
+        if stored != size or any(len(m) > seen.get(g, 0) for g, m in members.items()):
+            raise InvalidStateError(
+                f"{who} state: {stored} member slots for size {size}, or a group holding more items than it has seen"
+            )
+        self.size, self.seen = size, seen
+        self.members.load_state_dict(members)
 
 
 class Window:
@@ -235,11 +276,7 @@ class Window:
     keeps_time_order = False
 
     def __init__(self, k: int) -> None:
-        if not isinstance(k, (int, np.integer)) or k <= 0:
-            raise ReplayBankError(
-                f"Window(k={k!r}): k must be a positive integer (the groups to keep)"
-            )
-        self.k = int(k)
+        self.k = check_int(k, "Window", "k", low=1)  # the groups to keep
         self.capacity = 0
         self.order: deque[int] = deque()  # group ids present, by first arrival
         self.free: list[int] = []
@@ -265,6 +302,7 @@ class Window:
             raise ReplayBankError("Window is not bound to a buffer")
         slots = np.full(n, -1, dtype=np.int64)
         evicted: list[int] = []
+        placed: dict[int, int] = {}  # slot -> the item of this call that holds it now
         for i, g in enumerate(groups.tolist()):
             if g not in self.order:
                 self.order.append(g)
@@ -274,6 +312,8 @@ class Window:
                         self._release(members, slot)
                         self.free.append(slot)
                         evicted.append(slot)
+                        if slot in placed:  # an item of this call, evicted with its group
+                            slots[placed.pop(slot)] = -1
             if self.free:
                 slot = self.free.pop()
             else:
@@ -288,8 +328,12 @@ class Window:
             self.stamp[slot] = self.clock
             self.queue.append((self.clock, slot))
             self.clock += 1
+            if slot in placed:  # an earlier item of this call held it: that one is gone
+                slots[placed[slot]] = -1
             slots[i] = slot
-        return Placement(slots, np.asarray(evicted, dtype=np.int64))
+            placed[slot] = i
+        # a slot freed, refilled and freed again in one call is evicted once
+        return Placement(slots, np.unique(np.asarray(evicted, dtype=np.int64)))
 
     def state_dict(self) -> dict[str, Any]:
         live = [(s, slot) for s, slot in self.queue if self.stamp[slot] == s]
@@ -302,15 +346,39 @@ class Window:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.order = deque(int(g) for g in state["order"])
-        self.free = [int(s) for s in state["free"]]
-        self.clock = int(state["clock"])
-        self.stamp[:] = -1
-        self.queue = deque()
+        who = "Window"
         members = self.members
         if members is None:
             raise ReplayBankError("Window is not bound to a buffer")
-        members.load_state_dict(state["members"])
-        for stamp, slot in np.asarray(state["queue"]).reshape(-1, 2).tolist():
+        check_state_keys(state, who, ("order", "free", "queue", "clock", "members"))
+        clock = state_number(state, "clock", who, integer=True, low=0)
+        n_order = len(np.asarray(state["order"]).reshape(-1))
+        order = state_array(state, "order", who, shape=(n_order,), integer=True).tolist()
+        n_free = len(np.asarray(state["free"]).reshape(-1))
+        free = state_array(state, "free", who, shape=(n_free,), integer=True, low=0, high=self.capacity - 1)
+        n_queue = np.asarray(state["queue"]).size // 2
+        queue = state_array(state, "queue", who, shape=(n_queue, 2), integer=True, low=0)
+        groups = _Members.check_state(state["members"], who, self.capacity)
+        live = np.concatenate([np.zeros(0, np.int64), *groups.values()])
+        if (
+            len(set(order)) != len(order)
+            or len(order) > self.k
+            or not {g for g, m in groups.items() if len(m)} <= set(order)
+            or len(np.unique(np.concatenate([free, live]))) != len(free) + len(live)
+            or len(free) + len(live) != self.capacity
+            or sorted(queue[:, 1].tolist()) != sorted(live.tolist())
+            or (len(queue) and (queue[:, 0].max() >= clock or (np.diff(queue[:, 0]) <= 0).any()))
+        ):
+            raise InvalidStateError(
+                f"{who} state: order, free slots, queue and members disagree (each slot must be free or held "
+                f"by one of at most k={self.k} groups, and queued once with a stamp below clock={clock})"
+            )
+        self.order = deque(order)
+        self.free = free.tolist()
+        self.clock = clock
+        self.stamp[:] = -1
+        self.queue = deque()
+        members.load_state_dict(groups)
+        for stamp, slot in queue.tolist():
             self.stamp[slot] = stamp
             self.queue.append((stamp, slot))

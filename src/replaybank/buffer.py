@@ -17,16 +17,24 @@ import numpy as np
 
 from .admission import Admission, Fifo
 from .buffer_state import SCHEMA_VERSION
-from .errors import InsufficientMemoryError, ReplayBankError
+from .checks import check_int
+from .errors import (
+    InsufficientMemoryError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    ReplayBankError,
+)
 from .ragged import Ragged
 from .samplers.base import Sampler, View
 from .samplers.prioritized import check_priorities
 from .samplers.uniform import Uniform
 from .slots import RingTable, SlotTable
-from .spec import Spec, as_spec, check_batch, infer_spec
+from .spec import Cast, Spec, as_spec, cast_to, check_batch, infer_spec
 from .storage import ColumnarStorage, Storage, available_memory
 
 __all__ = ["Batch", "ReplayBuffer", "SCHEMA_VERSION"]
+
+MAX_CAPACITY = 1 << 40  # ids are (arrival << bits(capacity)) | slot in 63 bits
 
 
 @dataclass
@@ -47,8 +55,10 @@ class Batch:
 
 
 def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ReplayBankError(f"{name} must be a positive integer, got {value!r}")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise InvalidTypeError(f"{name} must be a positive integer, got {value!r}")
+    if value <= 0:
+        raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
 
 
@@ -61,8 +71,13 @@ class ReplayBuffer:
         admission: which slot a new item takes (default ``Fifo()``); see ``replaybank.admission``.
         storage: where items live (default ``ColumnarStorage()``, in memory); ``MemmapStorage``
             for on-disk buffers, ``RaggedStorage`` for variable-length rows.
-        seed: seed of the buffer's random generator (all randomness comes from it).
+        seed: a non-negative int seeding the buffer's generator, or a ``numpy.random.Generator``
+            to use as it is (all randomness comes from it).
         spec: optional ``{name: (shape, dtype)}``; otherwise inferred from the first ``extend``.
+        cast: how values of another dtype than their column's are stored. ``"checked"``
+            (default): converted within their kind only if every value survives (300 into int8,
+            1e40 into float32 or 2**64-1 into int64 are refused, naming the column);
+            ``"unsafe"``: numpy's ``astype``, values may wrap or overflow.
 
     Sampler, admission and storage instances belong to one buffer. ``extend``, ``add``,
     ``sample`` and ``update_priorities`` may be called from several threads.
@@ -80,10 +95,20 @@ class ReplayBuffer:
         sampler: Sampler | None = None,
         admission: Admission | None = None,
         storage: Storage | None = None,
-        seed: int | None = None,
+        seed: int | np.random.Generator | None = None,
         spec: Mapping[str, Any] | None = None,
+        cast: Cast = "checked",
     ) -> None:
         self._capacity = _positive_int(capacity, "capacity")
+        if self._capacity > MAX_CAPACITY:
+            raise InvalidArgumentError(
+                f"capacity={capacity:,} is above {MAX_CAPACITY:,} (2**40), the most slots an item id can address"
+            )
+        if not (isinstance(cast, str) and cast in ("checked", "unsafe")):
+            raise InvalidArgumentError(f"ReplayBuffer(cast={cast!r}): expected 'checked' or 'unsafe'")
+        self._cast: Cast = cast
+        self._row_spec: Spec | None = None  # the spec _row_nbytes was computed for
+        self._row_nbytes = 0
         self.sampler: Sampler = sampler if sampler is not None else Uniform()
         self.admission: Admission = admission if admission is not None else Fifo()
         self.storage: Storage = storage if storage is not None else ColumnarStorage()
@@ -94,6 +119,8 @@ class ReplayBuffer:
                 f"(got {type(self.admission).__name__})"
             )
         self._check_bookkeeping_memory()
+        if seed is not None and not isinstance(seed, np.random.Generator):
+            check_int(seed, "ReplayBuffer", "seed", low=0)
         self._rng = np.random.default_rng(seed)
         ring = self.admission.keeps_time_order
         self._table: SlotTable | RingTable = (
@@ -167,10 +194,12 @@ class ReplayBuffer:
             spec = self.spec
             if spec is None:
                 spec = infer_spec(columns, ragged=getattr(self.storage, "supports_ragged", False))
-            n, rows = check_batch(spec, columns)
+            n, rows = check_batch(spec, columns, self._cast)
             self.sampler.check_spec(spec)
+            self._check_rows(rows)
             prio = self._check_priorities(priorities, n)
             grp = self._check_groups(groups, n)
+            self._check_id_space(n)
             if n == 0:
                 return np.zeros(0, dtype=np.int64)
             if self.spec is None:
@@ -210,20 +239,23 @@ class ReplayBuffer:
                 key = (name, value.dtype)
                 ok = self._castable.get(key)
                 if ok is None:
-                    ok = self._castable[key] = bool(
+                    ok = self._castable[key] = self._cast == "unsafe" or bool(
                         np.can_cast(value.dtype, col.dtype, casting="same_kind")
                     )
                 if not ok:
                     return None
+                value = cast_to(value, col.dtype, f"column {name!r}", self._cast)
             values[name] = value
+        rows = {k: v[None] for k, v in values.items()} if self.sampler.needs_rows else {}
+        self._check_rows(rows)
         with self._lock:
+            self._check_id_space(1)
             slot = place_one()
             arrival = self._table.arrivals
             self.storage.write_one(slot, values)
             index = np.array([slot], dtype=np.int64)
             item_id = (arrival << self._table.shift) | slot
             self._table.fill(index, np.array([item_id]), arrival + 1)
-            rows = {k: v[None] for k, v in values.items()} if self.sampler.needs_rows else {}
             self.sampler.on_write(index, rows, None, self._view)
             return item_id
 
@@ -235,7 +267,22 @@ class ReplayBuffer:
                 f"priorities were given but {type(self.sampler).__name__} sampling ignores them; "
                 "use a Prioritized sampler or drop priorities="
             )
-        return check_priorities(priorities, n)
+        return check_priorities(priorities, n, limit=getattr(self.sampler, "priority_limit", np.inf))
+
+    def _check_id_space(self, n: int) -> None:
+        """Ids hold the arrival number above the slot bits; refuse the write that would overflow."""
+        limit = 1 << (63 - self._table.shift)
+        if self._table.arrivals + n >= limit:
+            raise InvalidArgumentError(
+                f"this buffer has issued {self._table.arrivals:,} ids and can issue {limit:,} with capacity "
+                f"{self._capacity:,}; save what you need into a new buffer"
+            )
+
+    def _check_rows(self, rows: dict[str, Any]) -> None:
+        """Let the sampler refuse row values before anything is stored (e.g. ``done=0.5``)."""
+        check = getattr(self.sampler, "check_rows", None)
+        if check is not None and rows:
+            check(rows)
 
     def _check_groups(self, groups: Any, n: int) -> np.ndarray | None:
         if groups is None:
@@ -249,14 +296,17 @@ class ReplayBuffer:
                 f"groups were given but {type(self.admission).__name__} admission ignores them; "
                 "use GroupBalanced or Window, or drop groups="
             )
-        g = np.asarray(groups)
+        try:
+            g = np.asarray(groups)
+        except (ValueError, TypeError) as err:
+            raise InvalidTypeError(f"groups: expected {n} integers (one per item) ({err})") from None
         if g.ndim == 0:
             g = np.full(n, g)
         if g.shape != (n,) or g.dtype.kind not in "iu":
-            raise ReplayBankError(
+            raise InvalidArgumentError(
                 f"groups: expected {n} integers (one per item), got shape {g.shape} dtype {g.dtype}"
             )
-        return g.astype(np.int64, copy=False)
+        return cast_to(g, np.dtype(np.int64), "groups")
 
     def _write(
         self, n: int, rows: dict[str, Any], prio: np.ndarray | None, groups: np.ndarray | None
@@ -303,6 +353,7 @@ class ReplayBuffer:
                 sampler that never repeats an item within a batch.
         """
         batch_size = _positive_int(batch_size, "batch_size")
+        self._check_batch_memory(batch_size)
         with self._lock:
             slots, weights = self.sampler.sample(batch_size, self._view, self._rng)
             if isinstance(slots, Ragged):  # whole episodes: every column comes back ragged
@@ -314,6 +365,24 @@ class ReplayBuffer:
                 return Batch(data, Ragged(self._table.ids_of(slots.values), slots.offsets), weights)
             return Batch(self.storage.read(slots), self._table.ids_of(slots), weights)
 
+    def _check_batch_memory(self, batch_size: int) -> None:
+        """Refuse a batch whose arrays would not fit in memory, before numpy tries."""
+        spec = self.spec
+        if spec is not self._row_spec:  # per-row bytes, computed once per spec
+            steps = getattr(self.sampler, "length", None) or 1  # trajectory slices: steps per row
+            self._row_nbytes = (sum(c.item_nbytes for c in (spec or {}).values()) + 8) * steps + 12
+            self._row_spec = spec
+        row = self._row_nbytes
+        need = batch_size * row
+        if need < 1 << 28:  # reading /proc/meminfo costs more than a small batch: skip it
+            return
+        have = available_memory()
+        if have is not None and need > have:
+            raise InsufficientMemoryError(
+                f"batch_size={batch_size:,} would need {need:,} bytes ({row:,} per row) but only {have:,} "
+                "bytes are available; lower batch_size"
+            )
+
     def update_priorities(self, ids: Any, priorities: Any) -> int:
         """Set new priorities for sampled items (e.g. |TD error|).
 
@@ -321,8 +390,14 @@ class ReplayBuffer:
         were applied. Raises ``ReplayBankError`` for ids this buffer never issued, for priorities
         that are NaN, infinite or negative, or when the sampler has no priorities.
         """
-        ids = np.asarray(ids.values if isinstance(ids, Ragged) else ids)
-        p = check_priorities(priorities, ids.size)
+        try:
+            ids = np.asarray(ids.values if isinstance(ids, Ragged) else ids)
+        except (ValueError, TypeError) as err:
+            raise InvalidTypeError(f"update_priorities: ids must be integers ({err})") from None
+        if ids.dtype.kind not in "iu":
+            raise InvalidTypeError(f"update_priorities: ids must be integers, got dtype {ids.dtype}")
+        limit = getattr(self.sampler, "priority_limit", np.inf)
+        p = check_priorities(priorities, ids.size, limit=limit)
         with self._lock:
             slots, live = self._table.slots_of(ids)
             # repeated ids are passed on in order: samplers apply them so the last one wins

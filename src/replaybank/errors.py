@@ -21,3 +21,17 @@ class CorruptSaveError(ReplayBankError):
 
 class EmptyBufferError(ReplayBankError):
     """Sampling was asked of a buffer that holds no items."""
+
+
+class InvalidArgumentError(ReplayBankError):
+    """An argument's value is refused: out of range, not finite, or it would change when stored."""
+
+
+class InvalidTypeError(InvalidArgumentError, TypeError):
+    """An argument has the wrong type (a bool or float where an integer is meant, a string where a
+    number is meant); also a ``TypeError`` so either ``except`` catches it."""
+
+
+class InvalidStateError(ReplayBankError):
+    """A state dict (from ``state_dict`` or a saved buffer) has unknown, missing or inconsistent
+    entries: wrong types, shapes, ranges, non-finite numbers."""

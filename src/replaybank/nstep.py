@@ -2,9 +2,36 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from .errors import ReplayBankError
+from .checks import check_int, check_real
+from .errors import InvalidArgumentError, InvalidTypeError
+
+
+def _column(values: Any, name: str, length: int | None) -> np.ndarray:
+    """A 1-D array of real numbers (finite for rewards), named in every error."""
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError) as err:
+        raise InvalidTypeError(f"nstep_returns({name}=...): not an array of numbers ({err})") from None
+    if arr.dtype.kind not in "biuf":
+        raise InvalidTypeError(f"nstep_returns({name}=...): expected real numbers, got dtype {arr.dtype}")
+    if arr.ndim != 1 or (length is not None and len(arr) != length):
+        want = "(T,)" if length is None else f"({length},) like rewards"
+        raise InvalidArgumentError(f"nstep_returns({name}=...): shape {arr.shape}, expected {want}")
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        raise InvalidArgumentError(f"nstep_returns({name}=...): holds NaN or infinite values")
+    return arr.astype(np.float64, copy=False)
+
+
+def _flags(values: Any, name: str, length: int) -> np.ndarray:
+    """Episode-end flags: booleans, or numbers that are exactly 0 or 1 (0.5 is not an end)."""
+    arr = _column(values, name, length)
+    if ((arr != 0) & (arr != 1)).any():
+        raise InvalidArgumentError(f"nstep_returns({name}=...): flags must be True/False or 0/1")
+    return arr.astype(bool)
 
 
 def nstep_returns(
@@ -39,16 +66,12 @@ def nstep_returns(
     >>> g, disc, idx
     (array([1.5, 1. , 1.5, 1. ]), array([0.  , 0.  , 0.25, 0.5 ]), array([1, 1, 3, 3]))
     """
-    rewards = np.asarray(rewards, dtype=np.float64)
-    dones = np.asarray(dones, dtype=bool)
+    gamma = check_real(gamma, "nstep_returns", "gamma", low=0.0, high=1.0)
+    n = check_int(n, "nstep_returns", "n", low=1)
+    rewards = _column(rewards, "rewards", None)
     T = len(rewards)
-    if dones.shape != (T,):
-        raise ReplayBankError(f"dones has shape {dones.shape}, expected ({T},) like rewards")
-    if not 0.0 <= gamma <= 1.0:
-        raise ReplayBankError(f"gamma={gamma!r} must lie in [0, 1]")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ReplayBankError(f"n={n!r} must be a positive integer")
-    cut = dones.copy() if truncated is None else dones | np.asarray(truncated, dtype=bool)
+    dones = _flags(dones, "dones", T)
+    cut = dones.copy() if truncated is None else dones | _flags(truncated, "truncated", T)
     if T:
         cut[-1] = True
     # next cut at or after each t, scanned from the end: a vectorised "index of next True"

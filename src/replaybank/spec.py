@@ -6,13 +6,14 @@ write is checked against it before anything is stored, so a bad batch never half
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from .errors import ReplayBankError
+from .errors import InvalidArgumentError, InvalidTypeError, ReplayBankError
 
 
 @dataclass(frozen=True)
@@ -152,12 +153,12 @@ def infer_spec(columns: Mapping[str, Any], *, ragged: bool) -> Spec:
     spec: Spec = {}
     for name, value in columns.items():
         if ragged and is_ragged_input(value):
-            first = np.asarray(value[0])
+            first = _as_array(value[0], f"ragged column {name!r}, row 0")
             if first.ndim == 0:
                 raise ReplayBankError(f"ragged column {name!r}: rows must be arrays, got a scalar")
             spec[name] = ColumnSpec(first.shape[1:], first.dtype, ragged=True)
             continue
-        arr = np.asarray(value)
+        arr = _as_array(value, f"column {name!r}")
         if arr.ndim == 0:
             raise ReplayBankError(
                 f"column {name!r}: expected a batch (leading axis = items), got a scalar; use add() for one item"
@@ -173,23 +174,36 @@ def infer_spec(columns: Mapping[str, Any], *, ragged: bool) -> Spec:
     return spec
 
 
-def check_batch(spec: Spec, columns: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+Cast = Literal["checked", "unsafe"]
+
+
+def check_batch(
+    spec: Spec, columns: Mapping[str, Any], cast: Cast = "checked"
+) -> tuple[int, dict[str, Any]]:
     """Validate one ``extend`` batch against ``spec`` and return ``(n_items, coerced columns)``.
 
-    Fixed columns become arrays of the spec's dtype (casting only within a kind, e.g. float64 to
-    float32, never float to int); ragged columns become lists of arrays. Nothing is stored here,
-    so a failure leaves the buffer untouched.
+    Fixed columns become arrays of the spec's dtype, ragged columns lists of arrays. With
+    ``cast="checked"`` (the default) a value is converted only within its kind (int to int, float
+    to float, int or bool to float, bool to int) and only if it survives: integers must fit the
+    column's range, finite floats must stay finite (rounding to the nearest float32 is kept), so
+    300 never becomes 44 in an int8 column nor 1e40 inf in a float32 one. ``cast="unsafe"`` is
+    numpy's ``astype``: any conversion, values may wrap or overflow. Nothing is stored here, so a
+    failure leaves the buffer untouched.
+
+    Raises:
+        InvalidTypeError: a column that cannot be stored as its dtype (float into int, strings).
+        InvalidArgumentError: unknown, missing or mis-shaped columns, or a value that would change.
     """
     from .ragged import Ragged
 
     missing = sorted(set(spec) - set(columns))
     unknown = sorted(set(columns) - set(spec))
     if unknown:
-        raise ReplayBankError(
+        raise InvalidArgumentError(
             f"unknown column(s) {unknown}; this buffer's columns are {sorted(spec)}"
         )
     if missing:
-        raise ReplayBankError(
+        raise InvalidArgumentError(
             f"missing column(s) {missing}; every extend must give all of {sorted(spec)}"
         )
     out: dict[str, Any] = {}
@@ -200,39 +214,101 @@ def check_batch(spec: Spec, columns: Mapping[str, Any]) -> tuple[int, dict[str, 
             rows = value.to_list() if isinstance(value, Ragged) else list(value)
             arrays = []
             for i, row in enumerate(rows):
-                arr = np.asarray(row)
+                arr = _as_array(row, f"ragged column {name!r}, row {i}")
                 if arr.ndim < 1 or arr.shape[1:] != col.shape:
-                    raise ReplayBankError(
+                    raise InvalidArgumentError(
                         f"ragged column {name!r}, row {i}: shape {arr.shape} does not fit (length, *{col.shape})"
                     )
-                arrays.append(_cast(arr, col.dtype, name))
+                arrays.append(cast_to(arr, col.dtype, f"ragged column {name!r}, row {i}", cast))
             value_n = len(arrays)
             out[name] = arrays
         else:
-            arr = np.asarray(value)
+            arr = _as_array(value, f"column {name!r}")
             if arr.shape[1:] != col.shape or arr.ndim != len(col.shape) + 1:
-                raise ReplayBankError(
+                raise InvalidArgumentError(
                     f"column {name!r}: got shape {arr.shape}, expected (n, {', '.join(map(str, col.shape))})"
                     if col.shape
                     else f"column {name!r}: got shape {arr.shape}, expected (n,)"
                 )
-            out[name] = _cast(arr, col.dtype, name)
+            out[name] = cast_to(arr, col.dtype, f"column {name!r}", cast)
             value_n = arr.shape[0]
         if n is None:
             n = value_n
         elif value_n != n:
-            raise ReplayBankError(
+            raise InvalidArgumentError(
                 f"column {name!r} has {value_n} rows but an earlier column has {n}; all columns need the same count"
             )
     return int(n or 0), out
 
 
-def _cast(arr: np.ndarray, dtype: np.dtype[Any], name: str) -> np.ndarray:
+def _as_array(value: Any, where: str) -> np.ndarray:
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as err:  # ragged nested lists, unconvertible objects
+        raise InvalidTypeError(
+            f"{where}: could not form a fixed-shape array ({err}); rows of different lengths "
+            "need RaggedStorage"
+        ) from None
+
+
+def cast_to(arr: np.ndarray, dtype: np.dtype[Any], where: str, cast: Cast = "checked") -> np.ndarray:
+    """``arr`` as ``dtype``; with ``cast="checked"`` only when every value survives (see
+    ``check_batch``). Costs nothing when the dtypes already match.
+
+    >>> cast_to(np.array([1, 2]), np.dtype(np.int8), "column 'a'")
+    array([1, 2], dtype=int8)
+    >>> cast_to(np.array([300]), np.dtype(np.int8), "column 'a'")
+    Traceback (most recent call last):
+    ...
+    replaybank.errors.InvalidArgumentError: column 'a'[0] = 300 does not fit int8 (range -128..127); pass cast="unsafe" to ReplayBuffer to store it anyway (it would change)
+    """
     if arr.dtype == dtype:
         return arr
-    if arr.size == 0 or np.can_cast(arr.dtype, dtype, casting="same_kind"):
-        return arr.astype(dtype, copy=False)
-    raise ReplayBankError(
-        f"column {name!r}: dtype {arr.dtype} cannot be stored as {dtype} without changing meaning; "
-        f"convert it explicitly (e.g. arr.astype({dtype.name!r}))"
+    if cast == "unsafe":
+        try:
+            with np.errstate(over="ignore", invalid="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", np.exceptions.ComplexWarning)  # asked for
+                return arr.astype(dtype)
+        except (ValueError, TypeError) as err:
+            raise InvalidTypeError(f"{where}: dtype {arr.dtype} cannot be stored as {dtype} ({err})") from None
+    src, dst = arr.dtype.kind, dtype.kind
+    integers = src in "biu" and dst in "iu"  # any int -> int whose values fit
+    floats = (src in "biuf" and dst == "f") or (src in "biufc" and dst == "c")
+    same_kind = src == dst and src not in "Ob"  # strings, bytes, dates: values must round-trip
+    if not (integers or floats or same_kind):
+        raise InvalidTypeError(
+            f"{where}: dtype {arr.dtype} cannot be stored as {dtype} without changing meaning; "
+            f"convert it explicitly (e.g. arr.astype({dtype.name!r}))"
+        )
+    if arr.size == 0 or np.can_cast(arr.dtype, dtype, casting="safe"):
+        return arr.astype(dtype)
+    if integers:
+        info = np.iinfo(dtype)
+        low, high = arr.min(), arr.max()
+        if int(low) < info.min or int(high) > info.max:
+            i = int(np.argmax((arr < info.min) | (arr > info.max)))
+            return _refuse(arr, i, where, f"does not fit {dtype} (range {info.min}..{info.max})")
+        return arr.astype(dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = arr.astype(dtype)
+    if floats:
+        if np.isinf(out).any():  # only finite values that overflowed: +-inf stays +-inf
+            grew = np.isinf(out) & ~np.isinf(arr)
+            if grew.any():
+                i = int(np.argmax(grew))
+                limit = np.finfo(dtype).max
+                return _refuse(arr, i, where, f"overflows {dtype} (largest {limit:.6g}) to inf")
+        return out
+    same = out.astype(arr.dtype) == arr
+    if not same.all():
+        return _refuse(arr, int(np.argmin(same)), where, f"would change when stored as {dtype}")
+    return out
+
+
+def _refuse(arr: np.ndarray, flat: int, where: str, why: str) -> np.ndarray:
+    index = np.unravel_index(flat, arr.shape) if arr.ndim else ()
+    at = "" if arr.ndim == 0 else str(list(index)) if arr.ndim > 1 else f"[{index[0]}]"
+    raise InvalidArgumentError(
+        f"{where}{at} = {arr[index].item()!r} {why}; pass cast=\"unsafe\" to ReplayBuffer to store it anyway "
+        "(it would change)"
     )

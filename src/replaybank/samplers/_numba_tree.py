@@ -101,6 +101,26 @@ def _update(
 
 
 @numba.njit(cache=True, nogil=True)
+def _update_pair(
+    tree: np.ndarray,
+    offsets: np.ndarray,
+    k: int,
+    index: np.ndarray,
+    sums: np.ndarray,
+    mins: np.ndarray,
+) -> None:
+    """Set the sum and the min of leaves separately (a zero min is +inf: not in the min tree)."""
+    node = index.copy()
+    for i in range(len(index)):
+        tree[2 * node[i]] = sums[i]
+        tree[2 * node[i] + 1] = mins[i] if mins[i] > 0.0 else np.inf
+    for level in range(1, len(offsets) - 1):
+        for i in range(len(index)):
+            node[i] //= k
+            _refresh(tree, offsets, k, level, node[i])
+
+
+@numba.njit(cache=True, nogil=True)
 def _rebuild(tree: np.ndarray, offsets: np.ndarray, k: int) -> None:
     for level in range(1, len(offsets) - 1):
         for parent in range((offsets[level] - offsets[level - 1]) // k):
@@ -109,44 +129,32 @@ def _rebuild(tree: np.ndarray, offsets: np.ndarray, k: int) -> None:
 
 @numba.njit(cache=True, nogil=True)
 def _weights(tree: np.ndarray, slots: np.ndarray, low: float, beta: float) -> np.ndarray:
+    # a weight below float32's smallest normal number is rounded up to it, never to 0
+    tiny = np.float32(1.1754944e-38)
     out = np.empty(len(slots), dtype=np.float32)
     for i in range(len(slots)):
-        out[i] = (tree[2 * slots[i]] / low) ** -beta
+        out[i] = max(np.float32((tree[2 * slots[i]] / low) ** -beta), tiny)
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def _masked_draws(
-    tree: np.ndarray,
-    offsets: np.ndarray,
-    k: int,
-    u: np.ndarray,
-    rounds: int,
-    count: np.ndarray,
-    base: np.ndarray,
-    anchor: np.ndarray,
-    accumulated: float,
-    stamp: np.ndarray,
-    call: int,
-) -> np.ndarray:
-    """RR-M draws: stratified first tries, independent redraws (from ``u[n:]``) for draws that
-    land on an item ahead of its expected count or already taken in this batch."""
-    n = len(u) // (rounds + 1)
-    total = 0.0
-    for v in tree[2 * offsets[-2] :: 2]:
-        total += v
-    out = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        slot = _walk(tree, offsets, k, (i + u[i]) * (total / n))
-        for r in range(rounds):
-            expected = base[slot] + tree[2 * slot] * (accumulated - anchor[slot])
-            if stamp[slot] != call and count[slot] <= expected:
-                break
-            slot = _walk(tree, offsets, k, u[n + i * rounds + r] * total)
-        stamp[slot] = call
-        count[slot] += 1.0
-        out[i] = slot
-    return out
+def _below(tree: np.ndarray, offsets: np.ndarray, k: int, capacity: int, limit: float) -> np.ndarray:
+    """Leaves whose min value is <= ``limit`` (zero leaves count as +inf, so never). Descends
+    level by level, only into subtrees whose min is <= limit, keeping the whole frontier of a level
+    together so that its cache misses overlap (as ``_find`` does)."""
+    top = len(offsets) - 2
+    frontier = np.zeros(1, dtype=np.int64)  # the root; its children are the top level
+    for level in range(top, -1, -1):
+        nxt = np.empty(len(frontier) * k, dtype=np.int64)
+        n = 0
+        for i in range(len(frontier)):
+            first = frontier[i] * k
+            for j in range(first, first + k):
+                if tree[2 * (offsets[level] + j) + 1] <= limit:
+                    nxt[n] = j
+                    n += 1
+        frontier = nxt[:n]
+    return frontier[frontier < capacity]
 
 
 class NumbaPairTree:
@@ -185,6 +193,12 @@ class NumbaPairTree:
             self.tree, self.offsets, self.k, index, np.ascontiguousarray(values, dtype=np.float64)
         )
 
+    def update_pair(self, index: np.ndarray, sums: np.ndarray, mins: np.ndarray) -> None:
+        """Set the sum-tree and min-tree leaves to different values (zero min = not in it)."""
+        index = np.ascontiguousarray(index, dtype=np.int64)
+        sums = np.ascontiguousarray(sums, dtype=np.float64)
+        _update_pair(self.tree, self.offsets, self.k, index, sums, np.ascontiguousarray(mins, dtype=np.float64))
+
     def load(self, values: np.ndarray) -> None:
         self.tree[: 2 * self.capacity : 2] = values
         self.tree[1 : 2 * self.capacity : 2] = np.where(values > 0, values, np.inf)
@@ -202,20 +216,9 @@ class NumbaPairTree:
         slots = self.find((np.arange(n) + u) * (self.total / n))
         return slots, _weights(self.tree, slots, self.minimum, beta)
 
-    def masked_draws(
-        self,
-        u: np.ndarray,
-        rounds: int,
-        count: np.ndarray,
-        base: np.ndarray,
-        anchor: np.ndarray,
-        accumulated: float,
-        stamp: np.ndarray,
-        call: int,
-    ) -> np.ndarray:
-        """RR-M draws for ``PrioritizedReshuffled`` (see its docstring); updates count and stamp."""
-        args = (u, rounds, count, base, anchor, accumulated, stamp, call)
-        return _masked_draws(self.tree, self.offsets, self.k, *args)  # type: ignore[no-any-return]
+    def below(self, limit: float) -> np.ndarray:
+        """Leaves holding a positive value <= ``limit``, in no particular order."""
+        return _below(self.tree, self.offsets, self.k, self.capacity, float(limit))  # type: ignore[no-any-return]
 
 
 def _level_offsets(capacity: int, k: int) -> np.ndarray:

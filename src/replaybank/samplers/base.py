@@ -7,6 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..checks import check_state_keys
 from ..errors import EmptyBufferError, ReplayBankError
 from ..ragged import Ragged
 from ..slots import RingTable, SlotTable
@@ -88,7 +89,7 @@ class SamplerBase:
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        return None
+        check_state_keys(state, type(self).__name__, ())
 
 
 def check_can_sample(batch_size: int, view: View, can_repeat: bool, who: str) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import check_state_keys, state_array, state_number
 from .base import SamplerBase, View, check_can_sample
 
 
@@ -61,6 +62,10 @@ class Reshuffled(SamplerBase):
         return {"order": self.order, "position": self.position, "epoch": self.epoch}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.order = np.asarray(state["order"], dtype=np.int64)
-        self.position = int(state["position"])
-        self.epoch = int(state["epoch"])
+        who = "Reshuffled"
+        check_state_keys(state, who, ("order", "position", "epoch"))
+        n = len(np.asarray(state["order"]).reshape(-1))
+        order = state_array(state, "order", who, shape=(n,), integer=True, low=0, high=self.capacity - 1)
+        position = state_number(state, "position", who, integer=True, low=0, high=n)
+        self.epoch = state_number(state, "epoch", who, integer=True, low=0)
+        self.order, self.position = order, position

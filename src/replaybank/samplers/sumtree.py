@@ -114,6 +114,11 @@ class PairedTrees:
         self.sum.update(index, values)
         self.min.update(index, np.where(values > 0, values, np.inf))
 
+    def update_pair(self, index: np.ndarray, sums: np.ndarray, mins: np.ndarray) -> None:
+        """Set the sum-tree and min-tree leaves to different values (zero min = not in it)."""
+        self.sum.update(index, sums)
+        self.min.update(index, np.where(mins > 0, mins, np.inf))
+
     def load(self, values: np.ndarray) -> None:
         self.sum.leaves[:] = values
         self.min.leaves[:] = np.where(values > 0, values, np.inf)
@@ -123,9 +128,23 @@ class PairedTrees:
     def find(self, mass: np.ndarray) -> np.ndarray:
         return self.sum.find(mass)
 
+    def below(self, limit: float) -> np.ndarray:
+        """Leaves holding a positive value <= ``limit``, found level by level through the min tree."""
+        levels, k = self.min.levels, self.min.k
+        node = np.zeros(1, dtype=np.int64)
+        if not levels[-1][0] <= limit:
+            return node[:0]
+        for level in reversed(levels[:-1]):
+            children = (node[:, None] * k + np.arange(k)).ravel()
+            node = children[level[children] <= limit]
+        return node[node < self.min.capacity]
+
     def weights(self, slots: np.ndarray, beta: float) -> np.ndarray:
         """``(P(i) / min_k P(k)) ** -beta``: importance weights scaled so the largest possible is 1."""
-        return ((self.sum.leaves[slots] / self.min.root) ** -beta).astype(np.float32)
+        with np.errstate(over="ignore"):
+            weights = ((self.sum.leaves[slots] / self.min.root) ** -beta).astype(np.float32)
+        # a weight below float32's smallest normal number is rounded up to it, never to 0
+        return np.maximum(weights, np.finfo(np.float32).tiny)
 
     def stratified(self, u: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray]:
         n = len(u)
