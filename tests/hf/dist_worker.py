@@ -42,7 +42,17 @@ def main(out: str) -> None:
     # 3. the batch sampler and the HF dataset with rank="auto"
     sampler = [list(b) for b in MixedBatchSampler(N_DOMAIN, N_REHEARSAL, RATIO, **kw)]
     hf = [[r["source"], r["x"]] for r in mix(domain, rehearsal, RATIO, rank="auto", **kw)]
-    mine = {"rank": dist.get_rank(), "full": full, "resumed": resumed, "sampler": sampler, "hf": hf}
+    # 4. what Trainer does: the whole stream (rank=None) through accelerate's prepared loader,
+    #    which by default for iterable datasets has rank 0 read and dispatch each rank its block
+    from accelerate import Accelerator
+
+    acc = Accelerator(cpu=True)
+    dl = acc.prepare(torch.utils.data.DataLoader(mix(domain, rehearsal, RATIO, **kw), batch_size=BATCH))
+    via_acc = [[int(s), int(x)] for b in dl for s, x in zip(b["source"], b["x"], strict=True)]
+    mine = {
+        "rank": dist.get_rank(), "full": full, "resumed": resumed, "sampler": sampler, "hf": hf,
+        "accelerate": via_acc,
+    }  # fmt: skip
     gathered: list[object] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, mine)
     if dist.get_rank() == 0:
