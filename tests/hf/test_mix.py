@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -189,6 +190,22 @@ def test_torch_dataset_and_sampler_resume():
     s3 = MixedBatchSampler(len(DOM), len(REH), 0.3, **kw)
     s3.load_state_dict(json.loads(json.dumps(s2.state_dict())))
     assert first + list(s3) == batches
+
+
+def test_dataloader_workers(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from replaybank.hf.torch import MixedBatchSampler, MixedIterableDataset, TaggedConcat
+
+    kw = {"batch_size": 4, "seed": 0, "epochs": 1, "world_size": 1}
+    sampler = MixedBatchSampler(len(DOM), len(REH), 0.25, **kw)
+    loader = torch.utils.data.DataLoader(TaggedConcat(DOM, REH), batch_sampler=sampler, num_workers=2,
+                                         collate_fn=lambda rows: [r["x"] for r in rows])
+    assert [x for b in loader for x in b] == [r["x"] for r in mix(DOM, REH, 0.25, **kw)]
+    ds = MixedIterableDataset(DOM, REH, 0.25, **kw)
+    # as seen from inside worker 0 of 2 (a real failing worker pool takes seconds to shut down)
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: SimpleNamespace(num_workers=2, id=0))
+    with pytest.raises(MixError, match="cannot be split over 2 DataLoader workers"):
+        next(iter(ds))
 
 
 def test_world_and_rank_from_the_environment(monkeypatch):
