@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> Any:
         seed=args.seed,
         report_to=[],
         use_cpu=not __import__("torch").cuda.is_available(),
+        # Under torchrun each rank pads its own batch; accelerate's default for iterable datasets
+        # (rank 0 reads and dispatches) would need every rank's batch padded to one shape.
+        accelerator_config={"dispatch_batches": False},
     )
     trainer = Trainer(
         model=model,

@@ -6,6 +6,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,14 +58,18 @@ def setup(tmp_path_factory):
     return root, vocab["#"]
 
 
-def _run(root: Path, out: str, steps: int, **extra: str):
+def _argv(root: Path, out: str, steps: int, **extra: str) -> list[str]:
     argv = ["--model", str(root / "model"), "--domain", str(root / "domain.jsonl"),
             "--rehearsal", str(root / "general.jsonl"), "--ratio", "0.25", "--batch-size", "4",
             "--max-steps", str(steps), "--output-dir", str(root / out), "--learning-rate", "1e-2",
             "--lora-rank", "4"]  # fmt: skip
     for key, value in extra.items():
         argv += [f"--{key.replace('_', '-')}", value]
-    return _load_example().main(argv)
+    return argv
+
+
+def _run(root: Path, out: str, steps: int, **extra: str):
+    return _load_example().main(_argv(root, out, steps, **extra))
 
 
 def test_example_trains_with_the_quota_and_resumes_exactly(setup, monkeypatch):
@@ -101,3 +109,34 @@ def test_resume_check_can_fail(setup, monkeypatch):
     resumed = _run(root, "control", 4, resume=str(root / "control" / "checkpoint-2"))
     again = [h["loss"] for h in resumed.state.log_history if "loss" in h and h["step"] > 2]
     assert again != pytest.approx(losses[2:], rel=1e-5)
+
+
+def test_example_under_torchrun_on_two_ranks(setup):
+    """The unchanged example on 2 CPU ranks (gloo): each rank trains on its part of every global
+    batch, 1 rehearsal row of 4 per rank, and together they read the single-process global stream."""
+    from replaybank.hf import mix
+
+    root, _ = setup
+    out = root / "ddp"
+    out.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+           str(port), str(Path(__file__).with_name("trainer_ddp_worker.py")), str(out), "--",
+           *_argv(root, "ddp-run", 3)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["world"] for r in ranks] == [2, 2] and [r["steps"] for r in ranks] == [3, 3]
+    per_step = list(zip(ranks[0]["seen"], ranks[1]["seen"], strict=False))
+    assert len(per_step) >= 3
+    for a, b in per_step:
+        assert [sum(p.startswith("#") for p in part) for part in (a, b)] == [1, 1]
+    got = [p for a, b in per_step for p in a + b]
+    rows = [json.loads(line) for line in (root / "domain.jsonl").read_text().splitlines()]
+    general = [json.loads(line) for line in (root / "general.jsonl").read_text().splitlines()]
+    stream = mix(rows, general, 0.25, batch_size=4, seed=0, world_size=2)
+    want = [r["prompt"] for _, r in zip(range(len(got)), stream, strict=False)]
+    assert got == want
