@@ -49,9 +49,18 @@ def main(out: str) -> None:
     acc = Accelerator(cpu=True)
     dl = acc.prepare(torch.utils.data.DataLoader(mix(domain, rehearsal, RATIO, **kw), batch_size=BATCH))
     via_acc = [[int(s), int(x)] for b in dl for s, x in zip(b["source"], b["x"], strict=True)]
+    # 5. Trainer with dispatch_batches=False: every rank reads the stream and keeps its block
+    from accelerate.data_loader import prepare_data_loader
+
+    dl = prepare_data_loader(
+        torch.utils.data.DataLoader(mix(domain, rehearsal, RATIO, **kw), batch_size=BATCH),
+        num_processes=dist.get_world_size(), process_index=dist.get_rank(),
+        put_on_device=False, dispatch_batches=False,
+    )  # fmt: skip
+    sharded = [[int(s), int(x)] for b in dl for s, x in zip(b["source"], b["x"], strict=True)]
     mine = {
         "rank": dist.get_rank(), "full": full, "resumed": resumed, "sampler": sampler, "hf": hf,
-        "accelerate": via_acc,
+        "accelerate": via_acc, "sharded": sharded,
     }  # fmt: skip
     gathered: list[object] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, mine)

@@ -123,6 +123,7 @@ def test_sampler_and_hf_dataset_give_each_rank_the_same_part(gathered):
     for d in gathered:
         assert d["hf"] == d["full"]
         assert d["accelerate"] == d["full"]  # the global stream, split by accelerate as Trainer does
+        assert d["sharded"] == d["full"]  # ... and with dispatch_batches=False
         flat = [i for b in d["sampler"] for i in b]
         as_rows = [[int(i >= W.N_DOMAIN), i if i < W.N_DOMAIN else 1000 + i - W.N_DOMAIN] for i in flat]
         assert as_rows == d["full"]
