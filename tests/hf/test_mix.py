@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -260,6 +261,20 @@ def test_wrong_column_type_is_named():
         mix([1, 2, 3], REH, 0.1, batch_size=1, seed=0)
 
 
+def test_a_later_row_missing_a_column_is_named_when_read():
+    reh = [dict(r) for r in REH]
+    del reh[3]["ids"]  # only row 0 is checked up front for a list of dicts
+    ds = mix(DOM, reh, 0.5, batch_size=4, seed=0, epochs=1, world_size=1)
+    with pytest.raises(MixError, match="rehearsal row 3 has no column 'ids'"):
+        list(ds)
+
+
+def test_slice_larger_than_the_pool_warns_and_draws_with_replacement():
+    with pytest.warns(UserWarning, match="fewer than rehearsal_rows_per_epoch=20"):
+        out = list(mix(DOM, REH, 0.25, batch_size=4, seed=0, rows_per_epoch=20, epochs=1, world_size=1))
+    assert {r["x"] for r in out if r["source"] == 1} <= {r["x"] for r in REH}
+
+
 def test_int32_and_int64_token_ids_mix():
     reh = datasets.Dataset.from_list(REH).cast_column("ids", datasets.List(datasets.Value("int32")))
     dom = datasets.Dataset.from_list(DOM)
@@ -288,6 +303,14 @@ def test_other_bad_inputs():
         mix(DOM, REH, 0.1, batch_size=60, seed=0, world_size=1)
     with pytest.raises(MixError, match="streaming"):
         mix(datasets.Dataset.from_list(DOM).to_iterable_dataset(), REH, 0.1, batch_size=2, seed=0)
+    with pytest.raises(MixError, match="the rehearsal source is a streaming"):
+        mix(DOM, datasets.Dataset.from_list(REH).to_iterable_dataset(), 0.1, batch_size=2, seed=0)
+    if importlib.util.find_spec("torch") is not None:
+        from replaybank.hf.torch import MixedIterableDataset
+
+        with pytest.raises(MixError, match="the rehearsal source is a streaming"):
+            MixedIterableDataset(DOM, datasets.Dataset.from_list(REH).to_iterable_dataset(), 0.1,
+                                 batch_size=2, seed=0)
     with pytest.raises(MixNotBuiltError, match="tokens") as err:
         mix(DOM, REH, 0.1, batch_size=2, seed=0, mix_by="tokens")
     assert isinstance(err.value, NotImplementedError) and isinstance(err.value, ReplayBankError)

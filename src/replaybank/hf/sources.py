@@ -133,6 +133,18 @@ class Source:
         return out
 
 
+def rehearsal_source(data: Any) -> Source | None:
+    """The rehearsal :class:`Source`, or ``None`` when there is none (``None``, an empty list).
+
+    An empty HF dataset gives a source of 0 rows (its columns are still known).
+    """
+    if data is None:
+        return None
+    if isinstance(data, Sequence) and not isinstance(data, (str, bytes)) and len(data) == 0:
+        return None
+    return Source(data, "rehearsal")
+
+
 def check_columns(
     domain: Source,
     rehearsal: Source | None,

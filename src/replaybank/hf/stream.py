@@ -23,7 +23,7 @@ from replaybank.hf.plan import (
     per_rank_batch,
     resolve_world,
 )
-from replaybank.hf.sources import Source, check_columns
+from replaybank.hf.sources import Source, check_columns, rehearsal_source
 
 ROW_COLUMN = "_replaybank_row"
 
@@ -182,8 +182,7 @@ def mix(
         world, the_rank = resolve_world(world_size, rank)
     per_rank = per_rank_batch(batch_size, global_batch_size, world)
     dom = Source(domain, "domain")
-    empty = rehearsal is None or (not _is_hf(rehearsal) and _len_or_none(rehearsal) == 0)
-    reh = None if empty else Source(rehearsal, "rehearsal")
+    reh = rehearsal_source(rehearsal)
     cols = check_columns(dom, reh, columns, source_column)
     n_reh = 0 if reh is None else len(reh)
     kwargs = {
@@ -227,14 +226,3 @@ def mix(
         remove_columns=[ROW_COLUMN],
         features=features,
     )
-
-
-def _is_hf(obj: Any) -> bool:
-    return type(obj).__module__.startswith("datasets")
-
-
-def _len_or_none(obj: Any) -> int | None:
-    try:
-        return len(obj)
-    except TypeError:
-        return None

@@ -32,7 +32,7 @@ from replaybank.hf.plan import (
     per_rank_batch,
     resolve_world,
 )
-from replaybank.hf.sources import Source, check_columns
+from replaybank.hf.sources import Source, check_columns, rehearsal_source
 
 
 def _plan(
@@ -108,8 +108,8 @@ class MixedIterableDataset(torch.utils.data.IterableDataset):
         source_column: str = "source",
     ) -> None:
         self._domain = Source(domain, "domain")
-        n_reh = 0 if rehearsal is None else len(rehearsal)
-        self._rehearsal = None if n_reh == 0 else Source(rehearsal, "rehearsal")
+        self._rehearsal = rehearsal_source(rehearsal)
+        n_reh = 0 if self._rehearsal is None else len(self._rehearsal)
         self._plan, self.rank = _plan(
             len(self._domain), n_reh, ratio, batch_size, global_batch_size, seed,
             rows_per_epoch, epochs, world_size, rank, mix_by,
