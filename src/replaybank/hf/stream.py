@@ -136,8 +136,8 @@ def mix(
     dataset needs, the whole run is ``Trainer``'s epoch 0 and that skip count is right.
     ``ds.state_dict()`` / ``ds.load_state_dict()`` (datasets' own, also used by torchdata's
     ``StatefulDataLoader``) record how many examples were yielded; resuming regenerates the
-    index pairs up to that point, which is cheap (no row is read before the resume point: rows
-    are read by the ``.map`` stage, which restarts at the batch in progress).
+    index pairs up to that point, which is cheap: rows are read by the ``.map`` stage, which
+    restarts at the batch in progress, so no row of an earlier batch is read again.
 
     Args:
         domain: the task rows: ``datasets.Dataset`` or a sequence of row dicts. It defines the
