@@ -16,7 +16,7 @@ import torch.distributed as dist
 from replaybank.hf import mix
 from replaybank.hf.torch import MixedBatchSampler, MixedIterableDataset
 
-N_DOMAIN, N_REHEARSAL, RATIO, BATCH, SEED, EPOCHS, RESUME_AT = 53, 11, 0.15, 4, 7, 2, 19
+N_DOMAIN, N_REHEARSAL, RATIO, BATCH, SEED, EPOCHS, RESUME_AT = 53, 11, 0.15, 4, 7, 2, 31
 
 
 def rows() -> tuple[list[dict[str, int]], list[dict[str, int]]]:
