@@ -1,0 +1,228 @@
+"""``mix``: domain rows and rehearsal rows as one HF ``datasets.IterableDataset`` with exact quotas.
+
+How it is built: a generator yields only ``(source, row index)`` pairs in the order of
+:class:`~replaybank.hf.plan.MixPlan`; a batched ``.map`` then reads the rows, one global batch
+per call (one Arrow ``take`` per source for a HF dataset). Keeping the generator index-only is
+what makes resuming cheap (see :func:`mix`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from replaybank.hf.plan import (
+    DOMAIN,
+    REHEARSAL,
+    MixBy,
+    MixPlan,
+    check_mix_by,
+    check_ratio,
+    per_rank_batch,
+    resolve_world,
+)
+from replaybank.hf.sources import Source, check_columns, rehearsal_source
+
+ROW_COLUMN = "_replaybank_row"
+
+
+def _index_stream(
+    n_domain: int,
+    n_rehearsal: int,
+    ratio: float,
+    batch_size: int,
+    seed: int,
+    world_size: int,
+    rows_per_epoch: int | None,
+    epochs: int | None,
+    rank: int,
+    source_column: str,
+) -> Iterator[dict[str, int]]:
+    # Module-level and fed only scalars: datasets hashes the generator and its kwargs.
+    plan = MixPlan(
+        n_domain,
+        n_rehearsal,
+        ratio,
+        batch_size=batch_size,
+        seed=seed,
+        world_size=world_size,
+        rows_per_epoch=rows_per_epoch,
+        epochs=epochs,
+    )
+    for batch in plan:
+        if rank < 0:
+            source, index = batch.source, batch.index
+        else:
+            source, index = batch.part(rank, batch_size)
+        for s, i in zip(source.tolist(), index.tolist(), strict=True):
+            yield {source_column: s, ROW_COLUMN: i}
+
+
+class _Fetch:
+    """The batched map that turns ``(source, row index)`` pairs into the sources' rows."""
+
+    def __init__(
+        self, domain: Source, rehearsal: Source | None, columns: list[str], source_column: str
+    ) -> None:
+        self.sources = (domain, rehearsal)
+        self.columns = columns
+        self.source_column = source_column
+
+    def __call__(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        source = np.asarray(batch[self.source_column], dtype=np.int64)
+        index = np.asarray(batch[ROW_COLUMN], dtype=np.int64)
+        out: dict[str, list[Any]] = {c: [None] * source.size for c in self.columns}
+        for s in (DOMAIN, REHEARSAL):
+            src = self.sources[s]
+            where = np.flatnonzero(source == s)
+            if where.size == 0 or src is None:
+                continue
+            got = src.take(index[where], self.columns)
+            for c in self.columns:
+                col = out[c]
+                for p, v in zip(where.tolist(), got[c], strict=True):
+                    col[p] = v
+        return out
+
+
+def mix(
+    domain: Any,
+    rehearsal: Any,
+    ratio: float,
+    *,
+    batch_size: int | None = None,
+    seed: int,
+    mix_by: MixBy = "rows",
+    rows_per_epoch: int | None = None,
+    global_batch_size: int | None = None,
+    world_size: int | Literal["auto"] = "auto",
+    rank: int | Literal["auto"] | None = None,
+    epochs: int | None = None,
+    columns: Sequence[str] | None = None,
+    source_column: str = "source",
+) -> Any:
+    """Domain and rehearsal rows as a ``datasets.IterableDataset`` with an exact quota per batch.
+
+    Every ``batch_size * world_size`` consecutive rows (one global batch: the rows all ranks take
+    one step on) hold ``round(ratio * global batch)`` rehearsal rows by replaybank's one mixing
+    rule (:func:`replaybank.mixing.next_quota`: largest remainder, fractional credit carried, so
+    over many batches the share is exactly ``ratio``). Each epoch is a fresh seeded permutation of
+    the domain rows; rehearsal rows are cycled (``rows_per_epoch=None``: the whole pool, a fresh
+    seeded permutation per pass) or drawn from each epoch's seeded slice of ``rows_per_epoch``
+    pool rows (the reference's virtual epochs, the same slice as the main job). Each row carries
+    ``source_column``: 0 for domain, 1 for rehearsal (for a loss that weights or regularises
+    rehearsal rows). An epoch's last domain rows that cannot fill one more global batch are left
+    out of that epoch, so batch boundaries never shift (another permutation next epoch).
+
+    **Ranks.** With ``rank=None`` (the default) the stream holds every rank's rows, global batch
+    after global batch, rank-major: rows ``[r*batch_size, (r+1)*batch_size)`` of each global
+    batch are rank r's. That is the layout ``Trainer`` / ``accelerate`` expect of an iterable
+    dataset: with ``dispatch_batches`` (their default for iterable datasets) rank 0 reads
+    ``world_size`` batches and sends rank r the r-th; without it ``IterableDatasetShard`` gives each
+    rank the same block. So each rank trains on its part of a global batch that holds the exact
+    quota (the rehearsal rows are also spread evenly over the ranks), no row twice, none dropped.
+    ``rank=k`` / ``"auto"`` yields only that rank's part (for your own loop; see also
+    :mod:`replaybank.hf.torch`). ``world_size="auto"`` reads torch.distributed when initialised,
+    else ``WORLD_SIZE``; under ``accelerate`` with ``split_batches=True`` pass
+    ``global_batch_size`` (the per-device batch there is the global one).
+
+    **Resuming.** The order is a pure function of the arguments, so:
+    ``Trainer`` never calls ``state_dict`` on a train dataset; on ``resume_from_checkpoint`` it
+    re-iterates and skips ``global_step * gradient_accumulation_steps`` batches
+    (``accelerate.skip_first_batches``), which reproduces the uninterrupted order exactly. The
+    stream is endless by default (``epochs=None``) so that, with the ``max_steps`` an iterable
+    dataset needs, the whole run is ``Trainer``'s epoch 0 and that skip count is right.
+    ``ds.state_dict()`` / ``ds.load_state_dict()`` (datasets' own, also used by torchdata's
+    ``StatefulDataLoader``) record how many examples were yielded; resuming regenerates the
+    index pairs up to that point, which is cheap: rows are read by the ``.map`` stage, which
+    restarts at the batch in progress, so no row of an earlier batch is read again.
+
+    Args:
+        domain: the task rows: ``datasets.Dataset`` or a sequence of row dicts. It defines the
+            epoch.
+        rehearsal: the rehearsal pool (same kinds; ``None`` or empty only with ``ratio=0``).
+        ratio: rehearsal share of every global batch, in ``[0, 1)``.
+        batch_size: rows per rank per step (``per_device_train_batch_size``).
+        seed: seed of every permutation and slice.
+        mix_by: ``"rows"``; ``"tokens"`` is not built yet (raises).
+        rows_per_epoch: size of each epoch's seeded rehearsal slice, or ``None`` to cycle the pool.
+        global_batch_size: instead of ``batch_size``: rows per step over all ranks.
+        world_size: number of ranks, or ``"auto"``.
+        rank: ``None`` for every rank's rows (Trainer, accelerate), else one rank's part.
+        epochs: stop after this many epochs; ``None`` for an endless stream.
+        columns: data columns to keep (default: all of the domain's); both sources need them.
+        source_column: name of the 0/1 source column added to every row.
+
+    Returns:
+        A ``datasets.IterableDataset`` of dict rows, ``n_shards == 1``.
+
+    Raises:
+        MixError: (a ``ValueError``) on a ratio outside ``[0, 1)``, a rehearsal source with no
+            rows, a missing column or one whose type differs between the sources (named), a world
+            size that does not divide ``global_batch_size``, a batch size < 1 or a bad rank,
+            before any row is read.
+        MixNotBuiltError: for ``mix_by="tokens"``.
+
+    Example:
+        >>> domain = [{"text": f"task {i}"} for i in range(6)]
+        >>> general = [{"text": f"general {i}"} for i in range(4)]
+        >>> ds = mix(domain, general, 0.25, batch_size=4, seed=0, epochs=1, world_size=1)
+        >>> [row["source"] for row in ds]
+        [0, 0, 0, 1, 0, 0, 0, 1]
+    """
+    import datasets
+
+    check_mix_by(mix_by)
+    ratio = check_ratio(ratio)
+    if rank is None:
+        world, the_rank = resolve_world(world_size, 0)[0], -1
+    else:
+        world, the_rank = resolve_world(world_size, rank)
+    per_rank = per_rank_batch(batch_size, global_batch_size, world)
+    dom = Source(domain, "domain")
+    reh = rehearsal_source(rehearsal)
+    cols = check_columns(dom, reh, columns, source_column)
+    n_reh = 0 if reh is None else len(reh)
+    kwargs = {
+        "n_domain": len(dom),
+        "n_rehearsal": n_reh,
+        "ratio": ratio,
+        "batch_size": per_rank,
+        "seed": seed,
+        "world_size": world,
+        "rows_per_epoch": rows_per_epoch,
+        "epochs": epochs,
+        "rank": the_rank,
+        "source_column": source_column,
+    }
+    # Build the plan once here so that every bad input is reported now, not at the first row.
+    MixPlan(
+        len(dom),
+        n_reh,
+        ratio,
+        batch_size=per_rank,
+        seed=seed,
+        world_size=world,
+        rows_per_epoch=rows_per_epoch,
+        epochs=epochs,
+    )
+    index_features = datasets.Features(
+        {source_column: datasets.Value("int8"), ROW_COLUMN: datasets.Value("int64")}
+    )
+    ds = datasets.IterableDataset.from_generator(
+        _index_stream, features=index_features, gen_kwargs=kwargs
+    )
+    features = None
+    if dom.is_hf and (reh is None or reh.is_hf):
+        features = datasets.Features(
+            {**{c: dom.data.features[c] for c in cols}, source_column: datasets.Value("int8")}
+        )
+    return ds.map(
+        _Fetch(dom, reh, cols, source_column),
+        batched=True,
+        batch_size=per_rank * (world if the_rank < 0 else 1),
+        remove_columns=[ROW_COLUMN],
+        features=features,
+    )

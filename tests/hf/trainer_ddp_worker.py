@@ -1,0 +1,41 @@
+"""One rank of examples/hf_trainer_rehearsal.py under torchrun, recording the rows it trains on.
+
+Run by tests/hf/test_example_trainer.py as ``torchrun --nproc-per-node 2 trainer_ddp_worker.py
+OUT_DIR -- EXAMPLE_ARGS...``; writes OUT_DIR/rank{RANK}.json with the prompt of every row the
+collator received, the world size Trainer saw and the number of steps taken.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import transformers
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "hf_trainer_rehearsal.py"
+
+
+def main(out_dir: str, argv: list[str]) -> None:
+    seen: list[list[str]] = []
+    collate = transformers.DataCollatorForSeq2Seq.__call__
+
+    def recording(self, features, return_tensors=None):  # type: ignore[no-untyped-def]
+        tokens = [self.tokenizer.convert_ids_to_tokens(f["input_ids"]) for f in features]
+        seen.append(["".join(t).split("\n")[0] for t in tokens])
+        return collate(self, features, return_tensors)
+
+    transformers.DataCollatorForSeq2Seq.__call__ = recording
+    spec = importlib.util.spec_from_file_location("hf_trainer_rehearsal", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    trainer = example.main(argv)
+    result = {"seen": seen, "world": trainer.args.world_size, "steps": trainer.state.global_step}
+    Path(out_dir, f"rank{os.environ['RANK']}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[3:])
