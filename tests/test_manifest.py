@@ -185,6 +185,12 @@ def test_every_state_array_is_checksummed(tmp_path):
         (lambda m: m["sampler"]["params"].__setitem__("beta", -3), ["sampler.params"]),
         (lambda m: m["sampler"]["params"].pop("alpha"), ["sampler.params.alpha", "missing"]),
         (lambda m: m["sampler"]["params"].__setitem__("gamma", 1), ["sampler.params.gamma"]),
+        # would hang (1) or corrupt memory (-2) in the sum tree's constructor
+        (lambda m: m["sampler"]["params"].__setitem__("branching", 1), ["params.branching = 1"]),
+        (lambda m: m["sampler"]["params"].__setitem__("branching", -2), ["params.branching = -2"]),
+        (lambda m: m["sampler"]["params"].__setitem__("branching", 2.5), ["params.branching"]),
+        (lambda m: m["sampler"]["params"].__setitem__("alpha", "0.6"), ["params.alpha"]),
+        (lambda m: m["sampler"]["params"].__setitem__("alpha", True), ["params.alpha"]),
         (lambda m: m["sampler"].__setitem__("class", "View"), ["sampler.class"]),
         (lambda m: m["admission"].__setitem__("class", "Placement"), ["admission.class"]),
         (lambda m: m["storage"].__setitem__("class", "Path"), ["storage.class"]),

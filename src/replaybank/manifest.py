@@ -32,7 +32,7 @@ from . import admission as admission_mod
 from . import samplers as samplers_mod
 from . import storage as storage_mod
 from .errors import CorruptSaveError, ReplayBankError
-from .schema import fields, integer, mapping, text
+from .schema import boolean, fields, integer, mapping, real, text
 from .spec import ColumnSpec
 from .storage import file_stems
 
@@ -86,6 +86,35 @@ STORAGES: dict[str, tuple[str, ...]] = {
     "RaggedStorage": ("check_memory",),
     "MemmapStorage": (),
 }
+
+def _optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
+    return lambda value, where: None if value is None else check(value, where)
+
+
+def _choice(*options: Any) -> Callable[[Any, str], Any]:
+    def check(value: Any, where: str) -> Any:
+        if value not in options or isinstance(value, bool) != isinstance(options[0], bool):
+            raise ReplayBankError(f"{where} = {value!r}: expected one of {list(options)}")
+        return value
+
+    return check
+
+
+# The type (and, where a bad value would hang or crash the constructor, the range) of every
+# recorded parameter; the constructors check their own ranges on top.
+PARAMS: dict[str, Callable[[Any, str], Any]] = {
+    "alpha": real,
+    "beta": real,
+    "eps": real,
+    "branching": lambda value, where: integer(value, where, 2, 1 << 16),
+    "length": _optional(lambda value, where: integer(value, where, 1)),
+    "reverse": boolean,
+    "priority": _choice(None, "td", "return"),
+    "done_key": text,
+    "reward_key": text,
+    "k": lambda value, where: integer(value, where, 1),
+    "check_memory": boolean,
+}
 _MODULES = {"sampler": samplers_mod, "admission": admission_mod, "storage": storage_mod}
 _REGISTRY = {"sampler": SAMPLERS, "admission": ADMISSIONS, "storage": STORAGES}
 
@@ -121,6 +150,8 @@ def build(kind: str, config: Any, where: str, **extra: Any) -> Any:
             f"{where}.class = {name!r}: expected one of {sorted(registry)}"
         )
     params = dict(fields(config["params"], f"{where}.params", registry[name]))
+    for key, value in params.items():
+        PARAMS[key](value, f"{where}.params.{key}")
     cls: Callable[..., Any] = getattr(_MODULES[kind], name)
     try:
         if name == "Trajectories":

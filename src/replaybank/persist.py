@@ -55,6 +55,7 @@ from .manifest import (
     digest,
 )
 from .ragged import Ragged
+from .spec import check_dtype
 from .storage import ColumnarStorage, MemmapStorage, file_stems
 
 if TYPE_CHECKING:
@@ -172,9 +173,15 @@ def save(buffer: ReplayBuffer, path: str | os.PathLike[str]) -> None:
     Raises:
         ReplayBankError: ``path`` is a file or a folder that is not a replaybank save, or the
             buffer holds something a save cannot represent (a user-defined sampler class, a
-            non-finite number in its state). Nothing is changed at ``path`` then.
+            column dtype a load refuses, a non-finite number in its state). Nothing is changed
+            at ``path`` then.
     """
     root = Path(path)
+    for name, col in (buffer.spec or {}).items():  # what a load would refuse, refused now
+        try:
+            check_dtype(col.dtype, f"column {name!r} dtype")
+        except ReplayBankError as err:
+            raise ReplayBankError(f"cannot save: {err}") from None
     configs = {
         "storage": describe("storage", buffer.storage),
         "sampler": describe("sampler", buffer.sampler),
