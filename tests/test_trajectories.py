@@ -177,3 +177,16 @@ def test_td_episode_sums_match_the_stored_steps(big):
             assert (s.ep_stored[keys] == counts).all()
             sums = [s.step_value[live][s.episode[live] == e].sum() for e in episodes]
             np.testing.assert_allclose(s.ep_value[keys], sums, atol=1e-9)
+
+
+def test_td_sums_rounding_below_zero_weigh_zero_not_nan():
+    # ep_value is kept by adding and subtracting priorities; it can round to -1e-17 (found by
+    # the fuzz test as a NaN warning). (-1e-17) ** alpha is NaN; the weight must be 0.
+    buf = ReplayBuffer(8, sampler=Trajectories(1, priority="td", alpha=0.5, eps=0.0), seed=0)
+    buf.extend(episodes([3, 2]), priorities=[0.1, 0.2, 0.3, 1.0, 1.0])
+    s = buf.sampler
+    s.ep_value[0] = -1e-17
+    with np.errstate(invalid="raise"):
+        s._refresh(np.array([0]))
+    assert s.tree.leaves[0] == 0.0 and np.isfinite(s.tree.total)
+    assert (buf.sample(16).data["t"][:, 0] >= 3).all()

@@ -234,7 +234,8 @@ class Trajectories(SamplerBase):
     def _refresh(self, keys: np.ndarray) -> None:
         stored = self.ep_stored[keys]
         if self.priority == "td":
-            value = self.ep_value[keys] / np.maximum(stored, 1)
+            # a sum of >= 0 priorities after subtractions can round to -1e-17: that is 0
+            value = np.maximum(self.ep_value[keys] / np.maximum(stored, 1), 0.0)
         else:
             value = np.maximum(self.ep_value[keys], 0.0)
         with np.errstate(over="ignore"):
