@@ -19,6 +19,16 @@ from replaybank.llm.eval.generate import (
 torch = pytest.importorskip("torch")
 
 
+class ScriptedCache:
+    """Per-row script and step; supports dropping finished rows like a transformers Cache."""
+
+    def __init__(self, rows: list[list[int]]) -> None:
+        self.rows, self.step, self.batch_sizes = rows, 0, [len(rows)]
+
+    def batch_select_indices(self, indices: Any) -> None:
+        self.rows = [self.rows[int(i)] for i in indices]
+
+
 class ScriptedLM(torch.nn.Module):  # type: ignore[misc]
     """A causal-LM stand-in that emits a fixed token script per row (chosen by prompt length)."""
 
@@ -30,12 +40,15 @@ class ScriptedLM(torch.nn.Module):  # type: ignore[misc]
     def forward(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any, use_cache: bool, logits_to_keep: int) -> Any:
         self.calls += 1
         if cache is None:  # prefill: pick each row's script by its real (unpadded) length
-            cache = {"rows": [self.scripts[int(n)] for n in attention_mask.sum(-1)], "step": 0}
+            cache = ScriptedCache([self.scripts[int(n)] for n in attention_mask.sum(-1)])
         else:
-            cache = {**cache, "step": cache["step"] + 1}
+            cache.step += 1
+            cache.batch_sizes.append(input_ids.shape[0])
+        assert input_ids.shape[0] == len(cache.rows) == attention_mask.shape[0] == position_ids.shape[0]
+        self.cache = cache
         logits = torch.zeros(input_ids.shape[0], 1, self.vocab)
-        for r, script in enumerate(cache["rows"]):
-            logits[r, 0, script[min(cache["step"], len(script) - 1)]] = 1.0
+        for r, script in enumerate(cache.rows):
+            logits[r, 0, script[min(cache.step, len(script) - 1)]] = 1.0
         return SimpleNamespace(logits=logits, cache=cache)
 
 
@@ -65,6 +78,7 @@ def test_stops_each_row_at_end_of_turn_and_flags_truncation(smol_tok: Any) -> No
     assert [g.truncated for g in out] == [True, False]
     assert [g.n_tokens for g in out] == [5, 3]
     assert model.calls == 5
+    assert model.cache.batch_sizes == [2, 2, 2, 1, 1]  # the stopped row left the batch
 
 
 def test_batch_ends_when_every_row_stopped(smol_tok: Any) -> None:
@@ -110,3 +124,24 @@ def test_fingerprint_tracks_weights_and_base_context(tiny_model_dir: Any) -> Non
     assert model_fingerprint(a) != model_fingerprint(b)
     with base_model_context(a):  # a plain model: nothing to disable
         pass
+
+
+def test_peft_model_generates_with_adapter_and_base_context_turns_it_off(tiny_model_dir: Any, smol_tok: Any) -> None:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    prompts = ["Hi", "What is the capital of France?"]
+    plain = generate_detailed(base, smol_tok, prompts, max_new_tokens=5)
+    peft = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                          LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"], init_lora_weights=False))
+    with torch.no_grad():  # a strong adapter, so its answers differ from the base's
+        for name, p in peft.named_parameters():
+            if "lora_" in name:
+                p.mul_(30.0)
+    tuned = generate_detailed(peft, smol_tok, prompts, max_new_tokens=5)
+    with base_model_context(peft):
+        off = generate_detailed(peft, smol_tok, prompts, max_new_tokens=5)
+    assert off == plain
+    assert tuned != plain
+    assert model_fingerprint(peft) == model_fingerprint(base)  # the fingerprint is of the base weights

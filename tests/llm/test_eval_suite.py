@@ -97,8 +97,12 @@ def test_suite_file_empty_missing_and_not_utf8(tmp_path: Path) -> None:
 def test_check_no_overlap_names_the_source_and_item() -> None:
     items = [SuiteItem("k9", "conversation", "Why is the sky blue?", {"type": "agreement"})]
     check_no_overlap(items, ["Why is the sea blue?", "The sky is blue."], "pool.txt")
-    with pytest.raises(SuiteOverlapError, match=r"pool\.txt: text 1 contains evaluation-suite item k9"):
+    with pytest.raises(SuiteOverlapError, match=r"pool\.txt: text 1 overlaps evaluation-suite item k9"):
         check_no_overlap(items, ["unrelated", "Q:  WHY is the sky\nblue? A: light"], "pool.txt")
+    arith = [SuiteItem("a3", "arithmetic", "What is 4 + 7? Answer with the number.", {"type": "number", "value": 11})]
+    with pytest.raises(SuiteOverlapError, match="item a3"):  # a shortened copy of the item overlaps too
+        check_no_overlap(arith, ["What is 4 + 7?"], "pool.txt")
+    check_no_overlap(arith, ["What is 4 + 70?", "4 + 7", "What"], "pool.txt")  # short fragments do not
 
 
 class FakeModel:
@@ -188,3 +192,21 @@ def test_general_text_rows_are_plain_lm_rows(smol_tok: Any) -> None:
     assert len(ids) <= 64 and (ids == labels).all()
     assert not any("python" in p.lower() for p in general_text_paragraphs())
 
+
+
+def test_tiny_model_end_to_end_base_agrees_with_itself(tmp_path: Path, tiny_model_dir: Any, smol_tok: Any) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    items = load_suite()
+    picked = [i for i in items if i.check["type"] in ("agreement", "numbered_list")][:6] + [
+        i for i in items if i.family == "arithmetic"][:2]
+    small = [SuiteItem(i.id, i.family, i.prompt, i.check, 6) for i in picked]  # 6 tokens each: fast
+    suite = prepare_suite(model, smol_tok, small, cache_dir=tmp_path, desc=None)
+    assert set(suite.dropped) <= {i.id for i in small if i.family == "arithmetic"}
+    again = evaluate_suite(model, smol_tok, suite)
+    # Greedy decoding is deterministic and independent of batch composition: the base model
+    # evaluated against its own cached answers agrees everywhere and scores what it scored.
+    assert again["families"] == suite.base["families"]
+    assert all(o["score"] == 1.0 for o in again["items"] if o["check"] == "agreement")
+    assert again["leakage"] == suite.base["leakage"] == 0.0

@@ -10,8 +10,9 @@ seed, pool and settings reads them back instead of generating.
 
 Filters, in order (each dropped answer is counted under its reason):
 
-- ``overlap``: the prompt or the answer contains an evaluation-suite prompt (``exclude``); a pool
-  *prompt* that overlaps raises instead, naming the pool file;
+- ``overlap``: the answer overlaps an evaluation-suite prompt (``exclude``; see
+  :func:`~replaybank.llm.eval.suite.overlaps`); a pool *prompt* that overlaps raises instead,
+  naming the pool file;
 - ``truncated``: the answer hit ``max_new_tokens`` before the end of its turn;
 - ``empty``: no word in the answer;
 - ``repetition``: degenerate text, i.e. some word 4-gram occurs 3 or more times, or fewer than
@@ -35,7 +36,6 @@ from typing import Any
 import numpy as np
 
 from replaybank.errors import ReplayBankError
-from replaybank.llm.corpus import normalise
 from replaybank.llm.eval.checkers import looks_like_tool_call, words
 from replaybank.llm.eval.generate import (
     Generation,
@@ -43,6 +43,7 @@ from replaybank.llm.eval.generate import (
     generate_detailed,
     model_fingerprint,
 )
+from replaybank.llm.eval.suite import overlap_key, overlaps
 
 BUILTIN = "builtin"
 CACHE_SCHEMA = 1
@@ -129,8 +130,8 @@ def degenerate(text: str) -> bool:
 
 
 def _reject(prompt: str, gen: Generation, excluded: list[str]) -> str | None:
-    low = normalise(gen.text).lower()
-    if any(e in low for e in excluded):
+    low = overlap_key(gen.text)
+    if any(overlaps(low, e) for e in excluded):
         return "overlap"
     if gen.truncated:
         return "truncated"
@@ -191,10 +192,10 @@ def synthesize(
     if n_rows < 1:
         raise SelfSynthError(f"n_rows must be >= 1, got {n_rows}")
     pool, path = load_prompt_pool(prompts)
-    excluded = [normalise(e).lower() for e in exclude if normalise(e)]
+    excluded = [overlap_key(e) for e in exclude if overlap_key(e)]
     for p in pool:
-        low = normalise(p).lower()
-        hit = next((e for e in excluded if e in low), None)
+        low = overlap_key(p)
+        hit = next((e for e in excluded if overlaps(low, e)), None)
         if hit is not None:
             raise SelfSynthError(
                 f"{path}: prompt {p!r} overlaps the evaluation suite ({hit!r}); remove it from the prompt pool"

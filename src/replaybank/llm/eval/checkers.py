@@ -1,25 +1,23 @@
 """Deterministic checkers for generated answers.
 
 A checker spec is a JSON object with a ``type`` and its parameters; :func:`check` returns a score
-in ``[0, 1]`` (all checkers but ``agreement`` score 0 or 1). The types:
+in ``[0, 1]`` (every checker scores 0 or 1). Words are runs of letters and digits. The types:
 
-========================  =============================================================  ========
-type                      passes when                                                    params
-========================  =============================================================  ========
-``one_word``              the answer is one word (trailing punctuation ignored)          --
-``max_words``             at most ``n`` words                                            ``n``
-``numbered_list``         at least ``min_items`` lines ``1.`` ``2.`` ... in order          ``min_items``
-``bullet_list``           at least ``min_items`` lines starting ``-``, ``*`` or ``•``      ``min_items``
-``json_keys``             a JSON object (bare or fenced) holding every key of ``keys``    ``keys``
-``all_caps``              letters present and none lowercase                             --
-``contains``              contains any of ``any`` (case-insensitive)                     ``any``
-``agreement``             token F1 with the base model's own answer >= ``threshold``     ``threshold``
-``list``                  at least ``min_items`` list lines, numbered or bulleted         ``min_items``
-``number``                the first number in the answer that is not in the prompt is     ``value``
-                          ``value`` (so "17 + 25 = 42" passes and "17 + 25 = 32" fails)
-``code``                  the extracted code parses (``ast.parse``); with ``test``,      ``test``
-                          code + test exit 0 in a subprocess within ``timeout`` s         ``timeout``
-========================  =============================================================  ========
+- ``one_word``: the answer is one word (punctuation ignored).
+- ``max_words`` (``n``): between 1 and ``n`` words.
+- ``numbered_list`` (``min_items``, default 2): lines ``1.`` ``2.`` ... in order, at least ``min_items``.
+- ``bullet_list`` (``min_items``): at least ``min_items`` lines starting with ``-``, ``*`` or ``•``.
+- ``list`` (``min_items``): either of the two (small models number lists asked for as bullets).
+- ``json_keys`` (``keys``): the first JSON object in the answer (bare or fenced) has every key.
+- ``all_caps``: letters present, none lowercase.
+- ``contains`` (``any``): the answer contains one of the strings, case-insensitively.
+- ``agreement`` (``threshold``, default 0.5): bag-of-words F1 with the base model's own greedy
+  answer (SQuAD-style token F1) is at least ``threshold``.
+- ``number`` (``value``): the first number in the answer that does not occur in the prompt equals
+  ``value`` ("17 + 25 = 42" passes, "17 + 25 = 32" fails, a truncated tail after it is ignored).
+- ``code`` (``test``, ``timeout`` default 5 s): the first fenced code block (a ``python`` one
+  preferred; the whole answer when there is no fence) parses with ``ast.parse``; with ``test``,
+  code + test must exit 0.
 
 Code is never executed in this process: :func:`run_python` writes it to a temporary folder and
 runs ``python -I`` there with a time limit (and, on POSIX, a memory limit).

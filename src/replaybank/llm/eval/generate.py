@@ -142,32 +142,38 @@ def generate(
 
 def _greedy(model: Any, ids: Any, att: Any, max_new_tokens: int, stops: list[int], pad_id: int) -> list[list[int]]:
     # A plain KV-cached greedy loop: no sampling settings are inherited from the model's
-    # generation_config, and the loop ends once every row has produced a stop token.
+    # generation_config. Rows that reached a stop token leave the batch (their cache rows are
+    # dropped), so the rest decode at the cost of the rows still running; the loop ends when
+    # every row has stopped.
     import torch
 
     stop = torch.tensor(stops, device=ids.device)
+    out: list[list[int]] = [[] for _ in range(ids.shape[0])]
+    alive = torch.arange(ids.shape[0], device=ids.device)  # original row of each running row
     done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
-    pos = (att.cumsum(-1) - 1).clamp(min=0)
-    generated: list[Any] = []
-    past = None
-    step_ids, step_pos = ids, pos
+    step_ids, step_pos = ids, (att.cumsum(-1) - 1).clamp(min=0)
+    cache = None
     for _ in range(max_new_tokens):
         res = model(
-            input_ids=step_ids, attention_mask=att, position_ids=step_pos, cache=past,
+            input_ids=step_ids, attention_mask=att, position_ids=step_pos, cache=cache,
             use_cache=True, logits_to_keep=1,
         )
-        past = res.cache
+        cache = res.cache
         nxt = res.logits[:, -1].argmax(-1)
-        nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
-        generated.append(nxt)
+        for row, tok, finished in zip(alive.tolist(), nxt.tolist(), done.tolist(), strict=True):
+            if not finished:
+                out[row].append(int(tok))
         done = done | torch.isin(nxt, stop)
         if bool(done.all()):
             break
-        step_ids = nxt[:, None]
+        step_ids = torch.where(done, torch.full_like(nxt, pad_id), nxt)[:, None]
         step_pos = step_pos[:, -1:] + 1
         att = torch.cat([att, torch.ones_like(att[:, :1])], dim=1)
-    table = torch.stack(generated, dim=1).tolist()
-    return [list(map(int, row)) for row in table]
+        if bool(done.any()) and hasattr(cache, "batch_select_indices"):
+            keep = (~done).nonzero().squeeze(1)
+            cache.batch_select_indices(keep)
+            alive, done, att, step_ids, step_pos = alive[keep], done[keep], att[keep], step_ids[keep], step_pos[keep]
+    return out
 
 
 def _finish(tokenizer: Any, new: list[int], stops: list[int]) -> Generation:
@@ -179,7 +185,11 @@ def _finish(tokenizer: Any, new: list[int], stops: list[int]) -> Generation:
 
 
 def model_fingerprint(model: Any) -> str:
-    """SHA-256 of a model's config and a strided sample of every parameter (cheap, content-based)."""
+    """SHA-256 of a model's config and a strided sample of every base parameter (cheap, content-based).
+
+    LoRA weights are left out and PEFT's ``base_layer`` names mapped back, so a PEFT model has the
+    fingerprint of its base model (the one ``disable_adapter()`` runs).
+    """
     import torch
 
     h = hashlib.sha256()
@@ -193,7 +203,7 @@ def model_fingerprint(model: Any) -> str:
                 continue
             flat = p.detach().reshape(-1)
             sample = flat[:: max(1, flat.numel() // 4096)].float().cpu().numpy()
-            h.update(f"{name}:{tuple(p.shape)}".encode())
+            h.update(f"{name.replace('.base_layer', '')}:{tuple(p.shape)}".encode())
             h.update(sample.tobytes())
     return h.hexdigest()
 

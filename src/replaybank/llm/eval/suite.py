@@ -38,7 +38,7 @@ from replaybank.llm.eval.generate import base_model_context, generate_detailed, 
 Family = Literal["conversation", "arithmetic", "code"]
 FAMILIES: tuple[Family, ...] = ("conversation", "arithmetic", "code")
 BUILTIN = "builtin"
-FAMILY_MAX_NEW_TOKENS: dict[str, int] = {"conversation": 48, "arithmetic": 24, "code": 96}
+FAMILY_MAX_NEW_TOKENS: dict[str, int] = {"conversation": 48, "arithmetic": 32, "code": 64}
 """Generation budget per family; an item's ``max_new_tokens`` overrides it."""
 CACHE_SCHEMA = 1
 
@@ -301,12 +301,35 @@ def _write_cache(path: Path, obj: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _suite_prompts(suite: Suite | Sequence[SuiteItem]) -> list[SuiteItem]:
-    return list(suite.items if isinstance(suite, Suite) else suite)
+MIN_OVERLAP_CHARS = 12
+"""A training text this short or shorter only overlaps an item by containing its whole prompt."""
+
+
+def overlap_key(text: str) -> str:
+    """The form overlap is checked in: whitespace collapsed, lower case."""
+    return normalise(text).lower()
+
+
+def overlaps(text_key: str, prompt_key: str) -> bool:
+    """Whether a training text and a suite prompt (both :func:`overlap_key`) overlap: the text
+    contains the prompt, or the prompt contains the whole text (of more than 12 characters, so a
+    shortened copy of an item, "What is 4 + 7?" for "What is 4 + 7? Answer with the number.",
+    counts too).
+
+    Example:
+        >>> overlaps("what is 4 + 7?", "what is 4 + 7? answer with the number.")
+        True
+        >>> overlaps("what is 4 + 70?", "what is 4 + 7? answer with the number.")
+        False
+    """
+    if not prompt_key or not text_key:
+        return False
+    return prompt_key in text_key or (len(text_key) > MIN_OVERLAP_CHARS and text_key in prompt_key)
 
 
 def check_no_overlap(suite: Suite | Sequence[SuiteItem], texts: Iterable[str], where: str) -> None:
-    """Raise when any of ``texts`` contains a suite prompt (whitespace and case ignored).
+    """Raise when any of ``texts`` overlaps a suite prompt (see :func:`overlaps`; whitespace and
+    case ignored).
 
     Args:
         suite: a :class:`Suite` or its items.
@@ -322,15 +345,16 @@ def check_no_overlap(suite: Suite | Sequence[SuiteItem], texts: Iterable[str], w
         >>> check_no_overlap(items, ["Q: why is the  sky blue? A: ..."], "pool.txt")
         Traceback (most recent call last):
         ...
-        replaybank.llm.eval.suite.SuiteOverlapError: pool.txt: text 0 contains evaluation-suite item c1 ('Why is the sky blue?'); remove it from the training data or the suite
+        replaybank.llm.eval.suite.SuiteOverlapError: pool.txt: text 0 overlaps evaluation-suite item c1 ('Why is the sky blue?'); remove it from the training data or the suite
     """
-    prompts = [(normalise(i.prompt).lower(), i) for i in _suite_prompts(suite)]
+    items = list(suite.items if isinstance(suite, Suite) else suite)
+    prompts = [(overlap_key(i.prompt), i) for i in items]
     for k, text in enumerate(texts):
-        low = normalise(text).lower()
+        key = overlap_key(text)
         for prompt, item in prompts:
-            if prompt and prompt in low:
+            if overlaps(key, prompt):
                 raise SuiteOverlapError(
-                    f"{where}: text {k} contains evaluation-suite item {item.id} ({item.prompt!r}); "
+                    f"{where}: text {k} overlaps evaluation-suite item {item.id} ({item.prompt!r}); "
                     "remove it from the training data or the suite"
                 )
 
