@@ -11,7 +11,7 @@ def test_defaults_are_the_embedded_experiment():
     assert cfg.training.base_model == "SmolLM2-135M-Instruct"
     assert cfg.training.mixing_ratio == 0.1
     assert cfg.training.rehearsal_dataset == "python-docs"
-    assert cfg.evaluation.arms == ["base", "naive", "rehearsal"]
+    assert cfg.evaluation.arms == ["base", "naive", "rehearsal-corpus", "rehearsal-self", "rehearsal-self-kl"]
 
 
 def test_reference_keys_accepted(tmp_path):
