@@ -7,7 +7,8 @@ model's answers are generated once, into a fresh temporary cache, and timed), th
 ``evaluate_suite`` passes of the base model over the kept items (the figure an arm pays per
 evaluation), and one ``synthesize`` call per seed for ``--selfsynth-rows`` rows (fresh cache;
 then a second, cached call). Prints a table and writes ``benchmarks/results/llm_suite.json``
-with per-family base scores, suite sizes, seconds per pass and self-synthesis yield.
+with per-family base scores, suite sizes, seconds per pass (wall, and CPU time of this process and
+its children: on a shared machine wall time measures the neighbours too) and self-synthesis yield.
 """
 
 from __future__ import annotations
@@ -23,6 +24,14 @@ from pathlib import Path
 for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[var] = "1"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the code checks run in subprocesses)."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def main() -> None:
@@ -44,35 +53,42 @@ def main() -> None:
     items = load_suite()
     out: dict = {"machine": platform.processor() or platform.machine(), "torch_threads": 1, "items": len(items)}
     with tempfile.TemporaryDirectory() as tmp:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         suite = prepare_suite(model, tok, items, cache_dir=Path(tmp), desc="base answers")
         out["prepare_seconds"] = round(time.perf_counter() - t0, 1)
+        out["prepare_cpu_seconds"] = round(cpu_seconds() - c0, 1)
         out["kept"], out["dropped"] = len(suite.items), suite.dropped
         out["base"] = {k: v for k, v in suite.base.items() if k != "items"}
-        passes = []
+        passes, cpu = [], []
         for p in range(args.passes):
+            c0 = cpu_seconds()
             res = evaluate_suite(model, tok, suite, desc=f"pass {p + 1}")
             passes.append(res["seconds"])
-        out["seconds_per_pass"] = passes
+            cpu.append(round(cpu_seconds() - c0, 1))
+        out["seconds_per_pass"], out["cpu_seconds_per_pass"] = passes, cpu
         out["repeat_identical"] = res["families"] == suite.base["families"] and res["leakage"] == suite.base["leakage"]
         exclude = [i.prompt for i in items]
         synth = []
         for seed in range(args.seeds):
+            c0 = cpu_seconds()
             rows, manifest = synthesize(model, tok, seed=seed, n_rows=args.selfsynth_rows, cache_dir=Path(tmp), exclude=exclude)
+            manifest["cpu_seconds"] = round(cpu_seconds() - c0, 1)
             t1 = time.perf_counter()
             synthesize(model, tok, seed=seed, n_rows=args.selfsynth_rows, cache_dir=Path(tmp), exclude=exclude)
             manifest = {k: v for k, v in manifest.items() if k not in ("cache", "model", "prompts")}
             synth.append({**manifest, "cached_call_seconds": round(time.perf_counter() - t1, 3),
                           "examples": rows[:3]})
         out["selfsynth"] = synth
-    print(f"suite: {len(items)} items, {out['kept']} kept; base answers generated in {out['prepare_seconds']} s")
+    print(f"suite: {len(items)} items, {out['kept']} kept; base answers generated in "
+          f"{out['prepare_seconds']} s ({out['prepare_cpu_seconds']} CPU s)")
     print(f"{'family':<14}{'n':>5}{'base score':>12}")
     for fam, score in out["base"]["families"].items():
         print(f"{fam:<14}{out['base']['n'][fam]:>5}{score:>12.3f}")
     print(f"{'leakage':<14}{'':>5}{out['base']['leakage']:>12.3f}")
-    print("seconds per evaluate_suite pass (1 thread):", passes)
+    print("evaluate_suite pass (1 torch thread): wall seconds", passes, "CPU seconds", cpu)
     for s in synth:
-        print(f"self-synthesis seed {s['seed']}: kept {s['kept']} of {s['generated']} generated in {s['seconds']} s;"
+        print(f"self-synthesis seed {s['seed']}: kept {s['kept']} of {s['generated']} generated in {s['seconds']} s "
+              f"({s['cpu_seconds']} CPU s);"
               f" dropped {s['dropped']}; cached call {s['cached_call_seconds']} s")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n", "utf-8")

@@ -145,3 +145,22 @@ def test_peft_model_generates_with_adapter_and_base_context_turns_it_off(tiny_mo
     assert off == plain
     assert tuned != plain
     assert model_fingerprint(peft) == model_fingerprint(base)  # the fingerprint is of the base weights
+
+
+def test_sampling_is_seeded_and_user_turn_prefix(tiny_model_dir: Any, smol_tok: Any) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from replaybank.llm.eval.generate import user_turn_prefix
+
+    prefix = user_turn_prefix(smol_tok)
+    assert prefix.endswith("<|im_start|>user\n") and "<|im_start|>assistant" not in prefix
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    a = generate_detailed(model, smol_tok, [prefix] * 4, max_new_tokens=8, rendered=True, temperature=1.0, seed=3)
+    b = generate_detailed(model, smol_tok, [prefix] * 4, max_new_tokens=8, rendered=True, temperature=1.0, seed=3)
+    c = generate_detailed(model, smol_tok, [prefix] * 4, max_new_tokens=8, rendered=True, temperature=1.0, seed=4)
+    assert a == b and a != c
+    assert len({g.text for g in a}) > 1  # rows of one batch draw independently
+    greedy = generate_detailed(model, smol_tok, [prefix] * 2, max_new_tokens=8, rendered=True)
+    assert greedy[0] == greedy[1]
+    with pytest.raises(GenerationError, match="temperature must be >= 0"):
+        generate(model, smol_tok, ["x"], max_new_tokens=2, temperature=-1.0)

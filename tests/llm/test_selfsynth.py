@@ -10,10 +10,10 @@ import pytest
 from replaybank.errors import ReplayBankError
 from replaybank.llm.data.selfsynth import (
     SelfSynthError,
-    degenerate,
     load_prompt_pool,
     synthesize,
 )
+from replaybank.llm.eval.checkers import degenerate
 from replaybank.llm.eval.generate import Generation
 
 
@@ -168,3 +168,49 @@ def test_tiny_random_model_yields_nothing_usable(tmp_path: Path, tiny_model_dir:
     with pytest.raises(SelfSynthError, match=r"pool\.txt yielded no usable row: 2 answers generated, all filtered \(truncated 2\)"):
         synthesize(model, smol_tok, seed=0, n_rows=2, cache_dir=tmp_path, prompts=str(pool), max_new_tokens=4, desc=None)
     assert not list(tmp_path.glob("selfsynth-*.json"))  # a failure is not cached
+
+
+class FakeWriter(FakeGen):
+    """Writes Magpie requests (rendered=True calls) from a list, answers the rest like FakeGen."""
+
+    def __init__(self, requests: list[Generation]) -> None:
+        super().__init__()
+        self.requests = requests
+        self.sampling: list[dict[str, Any]] = []
+
+    def __call__(self, model: Any, tok: Any, prompts: list[str], **kw: Any) -> list[Generation]:
+        if kw.get("rendered"):
+            self.sampling.append({"prefix": prompts[0], "n": len(prompts), **kw})
+            return self.requests[: len(prompts)]
+        return super().__call__(model, tok, prompts, **kw)
+
+
+def test_magpie_prompts_are_written_filtered_and_answered(tmp_path: Path, smol_tok: Any) -> None:
+    requests = [
+        Generation("How do I repot a cactus without getting hurt?", False, 12),
+        Generation("How do I repot a cactus without getting hurt?", False, 12),  # duplicate
+        Generation("Tell me about the history of the violin in Italy and", True, 48),  # truncated
+        Generation("Hi", False, 2),  # short
+        Generation("Quick: why is the sky blue?", False, 8),  # overlaps the suite
+        Generation("<<qx sky.cast; at=OSLO; day=+1>>", False, 14),  # tool call
+        Generation("What should I pack for a rainy weekend in the mountains?", False, 14),
+    ] + [Generation(f"Name a good book about topic number {i}.", False, 10) for i in range(9)]
+    gen = FakeWriter(requests)
+    rows, manifest = synthesize(object(), smol_tok, seed=5, n_rows=3, cache_dir=tmp_path, prompts="magpie",
+                                exclude=["Why is the sky blue?"], model_id="m", generate_fn=gen, desc=None)
+    assert gen.sampling[0]["prefix"].endswith("<|im_start|>user\n") and gen.sampling[0]["n"] == 16
+    assert gen.sampling[0]["temperature"] > 0 and gen.sampling[0]["seed"] == 5
+    assert manifest["magpie"] == {"written": 16, "kept": 11, "dropped": {
+        "truncated": 1, "short": 1, "repetition": 0, "tool_call": 1, "overlap": 1, "duplicate": 1}}
+    assert manifest["prompts"] == "magpie" and len(rows) == 3
+    written = {g.text for g in requests}
+    assert all(r["prompt"] in written and "sky" not in r["prompt"] for r in rows)
+
+
+def test_builtin_plus_magpie_pool(tmp_path: Path, smol_tok: Any) -> None:
+    gen = FakeWriter([Generation("How do I repot a cactus without getting hurt?", False, 12)] * 16)
+    pool = pool_file(tmp_path, ["Why do cats purr?"])
+    rows, manifest = synthesize(object(), smol_tok, seed=0, n_rows=5, cache_dir=tmp_path, prompts=f"{pool}+magpie",
+                                model_id="m", generate_fn=gen, desc=None)
+    assert sorted(r["prompt"] for r in rows) == ["How do I repot a cactus without getting hurt?", "Why do cats purr?"]
+    assert manifest["prompts"] == f"{pool} + magpie" and manifest["pool_size"] == 2 and manifest["short"]

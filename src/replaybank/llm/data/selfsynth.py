@@ -4,7 +4,8 @@ The idea of Self-Synthesized Rehearsal (SSR) and self-distillation fine-tuning (
 carry the behaviour to keep are best written by the model that has it. The base model (a PEFT
 model's adapter is disabled, so no second copy is held) answers prompts drawn with a seed from a
 pool: the shipped ``selfsynth_prompts.txt`` (about 200 general requests: questions, instructions,
-formatting constraints, small sums, short Python tasks) or a user file. Answers are greedy and
+formatting constraints, small sums, short Python tasks), a user file, and/or Magpie-style requests
+the model writes itself (:mod:`replaybank.llm.data.magpie`). Answers are greedy and
 filtered; the kept rows and a manifest are cached on disk, so a second call with the same model,
 seed, pool and settings reads them back instead of generating.
 
@@ -15,8 +16,8 @@ Filters, in order (each dropped answer is counted under its reason):
   naming the pool file;
 - ``truncated``: the answer hit ``max_new_tokens`` before the end of its turn;
 - ``empty``: no word in the answer;
-- ``repetition``: degenerate text, i.e. some word 4-gram occurs 3 or more times, or fewer than
-  half of the word 3-grams are distinct (answers of at least 12 words);
+- ``repetition``: degenerate text (:func:`~replaybank.llm.eval.checkers.degenerate`: a line or a
+  word 4-gram 3+ times, or under half of the word 3-grams distinct);
 - ``tool_call``: the answer looks like a tool call (so rehearsal never teaches tool syntax).
 """
 
@@ -25,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from replaybank.errors import ReplayBankError
-from replaybank.llm.eval.checkers import looks_like_tool_call, words
+from replaybank.llm.data.magpie import write_prompts
+from replaybank.llm.eval.checkers import degenerate, looks_like_tool_call, words
 from replaybank.llm.eval.generate import (
     Generation,
     base_model_context,
@@ -46,6 +47,7 @@ from replaybank.llm.eval.generate import (
 from replaybank.llm.eval.suite import overlap_key, overlaps
 
 BUILTIN = "builtin"
+MAGPIE = "magpie"
 CACHE_SCHEMA = 1
 FILTERS = ("overlap", "truncated", "empty", "repetition", "tool_call")
 
@@ -103,32 +105,6 @@ def load_prompt_pool(source: str = BUILTIN) -> tuple[list[str], Path]:
     return prompts, path
 
 
-def degenerate(text: str) -> bool:
-    """Whether ``text`` repeats itself: a line 3+ times (list markers ignored), a word 4-gram 3+
-    times, or under half distinct word 3-grams (numbers ignored, so "1. x 2. x 3. x" repeats).
-
-    Example:
-        >>> degenerate("1. Beach towel 2. Beach towel and blanket 3. Beach towel and blanket 4. Beach towel and blanket")
-        True
-        >>> degenerate("Bread needs flour, water, salt and yeast; a long cool rise gives it flavour.")
-        False
-    """
-    lines = Counter(
-        " ".join(words(ln)) for ln in (re.sub(r"^\s*(?:\d+[.)]|[-*•])\s*", "", x) for x in text.splitlines())
-    )
-    lines.pop("", None)
-    if lines and max(lines.values()) >= 3:
-        return True
-    w = [x for x in words(text) if not x.isdigit()]
-    fours = Counter(tuple(w[i : i + 4]) for i in range(len(w) - 3))
-    if fours and max(fours.values()) >= 3:
-        return True
-    if len(w) >= 12:
-        threes = [tuple(w[i : i + 3]) for i in range(len(w) - 2)]
-        return len(set(threes)) < 0.5 * len(threes)
-    return False
-
-
 def _reject(prompt: str, gen: Generation, excluded: list[str]) -> str | None:
     low = overlap_key(gen.text)
     if any(overlaps(low, e) for e in excluded):
@@ -172,7 +148,10 @@ def synthesize(
         n_rows: rows wanted.
         cache_dir: folder of ``selfsynth-<key>.json``; the key hashes the model, seed, pool,
             ``n_rows``, ``max_new_tokens``, the excluded prompts and the chat template.
-        prompts: ``"builtin"`` or a pool file (see :func:`load_prompt_pool`).
+        prompts: ``"builtin"`` or a pool file (see :func:`load_prompt_pool`); ``"magpie"`` for
+            requests the base model writes itself (:mod:`replaybank.llm.data.magpie`,
+            ``max(2 * n_rows, batch_size)`` sampled with ``seed``), or ``"builtin+magpie"`` /
+            ``"<file>+magpie"`` for both.
         exclude: evaluation prompts that must never be rehearsed (the suite's prompts).
         batch_size, max_new_tokens: generation settings.
         model_id: identifies the model in the cache key; default: a fingerprint of its weights.
@@ -182,7 +161,7 @@ def synthesize(
 
     Returns:
         ``(rows, manifest)``: rows are ``{"prompt", "response"}``; the manifest holds the model id,
-        seed, pool path and SHA-256, counts (``generated``, ``kept``, ``dropped`` by filter),
+        seed, prompt source and SHA-256 of the pool, Magpie counts (or None), counts (``generated``, ``kept``, ``dropped`` by filter),
         ``seconds`` of generation and ``cached`` (True when read back).
 
     Raises:
@@ -191,7 +170,9 @@ def synthesize(
     """
     if n_rows < 1:
         raise SelfSynthError(f"n_rows must be >= 1, got {n_rows}")
-    pool, path = load_prompt_pool(prompts)
+    source, magpie = _source(prompts)
+    pool, path = load_prompt_pool(source) if source is not None else ([], None)
+    where = " + ".join(([str(path)] if path is not None else []) + ([MAGPIE] if magpie else []))
     excluded = [overlap_key(e) for e in exclude if overlap_key(e)]
     for p in pool:
         low = overlap_key(p)
@@ -205,7 +186,7 @@ def synthesize(
     key_src = json.dumps({
         "schema": CACHE_SCHEMA, "model": ident, "seed": seed, "pool": pool_sha, "n_rows": n_rows,
         "max_new_tokens": max_new_tokens, "exclude": hashlib.sha256("\n".join(sorted(excluded)).encode()).hexdigest(),
-        "template": str(getattr(tokenizer, "chat_template", "")),
+        "template": str(getattr(tokenizer, "chat_template", "")), "magpie": magpie,
     }, sort_keys=True)
     cache = Path(cache_dir) / f"selfsynth-{hashlib.sha256(key_src.encode()).hexdigest()[:16]}.json"
     cached = _read_cache(cache)
@@ -218,7 +199,21 @@ def synthesize(
     dropped: Counter[str] = Counter()
     generated = 0
     t0 = time.perf_counter()
+    magpie_counts: dict[str, Any] | None = None
     with base_model_context(model):
+        if magpie:
+            written, magpie_counts = write_prompts(
+                model, tokenizer, n=max(2 * n_rows, batch_size), seed=seed, exclude_keys=excluded,
+                batch_size=batch_size, generate_fn=generate_fn, desc=None if desc is None else f"{desc}: prompts",
+            )
+            known = set(pool)
+            pool = pool + [p for p in written if p not in known]
+            order = np.random.default_rng(seed).permutation(len(pool))
+            if not pool:
+                raise SelfSynthError(
+                    f"Magpie-style prompt writing kept none of {magpie_counts['written']} requests "
+                    f"(dropped: {magpie_counts['dropped']}); use a prompt pool file"
+                )
         while len(rows) < n_rows and generated < len(pool):
             # Ask for a little more than is missing: about a quarter of answers are filtered out.
             want = min(len(pool) - generated, max(batch_size, int(np.ceil((n_rows - len(rows)) * 1.4))))
@@ -234,18 +229,27 @@ def synthesize(
     seconds = time.perf_counter() - t0
     if not rows:
         raise SelfSynthError(
-            f"self-synthesis from {path} yielded no usable row: {generated} answers generated, all "
+            f"self-synthesis from {where} yielded no usable row: {generated} answers generated, all "
             f"filtered ({', '.join(f'{k} {v}' for k, v in sorted(dropped.items()))}); try a larger "
             "max_new_tokens or another prompt pool"
         )
     manifest = {
-        "model": ident, "seed": seed, "prompts": str(path), "prompts_sha256": pool_sha,
+        "model": ident, "seed": seed, "prompts": where, "prompts_sha256": pool_sha, "magpie": magpie_counts,
         "pool_size": len(pool), "n_rows": n_rows, "max_new_tokens": max_new_tokens,
         "generated": generated, "kept": len(rows), "short": len(rows) < n_rows,
         "dropped": {k: dropped.get(k, 0) for k in FILTERS}, "seconds": round(seconds, 2),
     }
     _write_cache(cache, {"schema": CACHE_SCHEMA, "manifest": manifest, "rows": rows})
     return rows, {**manifest, "cached": False, "cache": str(cache)}
+
+
+def _source(prompts: str) -> tuple[str | None, bool]:
+    # "builtin", a file, "magpie", or either of the first two + "+magpie".
+    if prompts == MAGPIE:
+        return None, True
+    if prompts.endswith("+" + MAGPIE):
+        return prompts[: -len(MAGPIE) - 1], True
+    return prompts, False
 
 
 def _read_cache(path: Path) -> tuple[list[dict[str, str]], dict[str, Any]] | None:

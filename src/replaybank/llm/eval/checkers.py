@@ -113,6 +113,32 @@ def numbers(text: str) -> list[float]:
     return out
 
 
+def degenerate(text: str) -> bool:
+    """Whether ``text`` repeats itself: a line 3+ times (list markers ignored), a word 4-gram 3+
+    times, or under half distinct word 3-grams (numbers ignored, so "1. x 2. x 3. x" repeats).
+
+    Example:
+        >>> degenerate("1. Beach towel 2. Beach towel and blanket 3. Beach towel and blanket 4. Beach towel and blanket")
+        True
+        >>> degenerate("Bread needs flour, water, salt and yeast; a long cool rise gives it flavour.")
+        False
+    """
+    lines = Counter(
+        " ".join(words(ln)) for ln in (re.sub(r"^\s*(?:\d+[.)]|[-*•])\s*", "", x) for x in text.splitlines())
+    )
+    lines.pop("", None)
+    if lines and max(lines.values()) >= 3:
+        return True
+    w = [x for x in words(text) if not x.isdigit()]
+    fours = Counter(tuple(w[i : i + 4]) for i in range(len(w) - 3))
+    if fours and max(fours.values()) >= 3:
+        return True
+    if len(w) >= 12:
+        threes = [tuple(w[i : i + 3]) for i in range(len(w) - 2)]
+        return len(set(threes)) < 0.5 * len(threes)
+    return False
+
+
 def extract_code(text: str) -> str:
     """The first fenced code block (a Python one preferred), else the whole text."""
     blocks = _FENCE.findall(text)

@@ -57,6 +57,16 @@ def render_prompt(tokenizer: Any, prompt: str) -> str:
     return _render(tokenizer, [{"role": "user", "content": prompt}], add_generation_prompt=True)
 
 
+def user_turn_prefix(tokenizer: Any) -> str:
+    """The chat template's text up to where a user message begins (Magpie-style prompt writing:
+    the model continues it with a request of its own, up to its end-of-turn token)."""
+    marker = "\x00REPLAYBANK-USER\x00"
+    text = _render(tokenizer, [{"role": "user", "content": marker}], add_generation_prompt=False)
+    if marker not in text:
+        raise GenerationError("the chat template drops the user message; cannot find where a user turn starts")
+    return text[: text.index(marker)]
+
+
 def generate_detailed(
     model: Any,
     tokenizer: Any,
@@ -65,6 +75,9 @@ def generate_detailed(
     max_new_tokens: int = 64,
     batch_size: int = 16,
     desc: str | None = None,
+    rendered: bool = False,
+    temperature: float = 0.0,
+    seed: int = 0,
 ) -> list[Generation]:
     """Greedy answers to ``prompts`` (one user turn each), in the order given.
 
@@ -75,15 +88,22 @@ def generate_detailed(
         max_new_tokens: the most tokens generated per answer.
         batch_size: rows per batch (batches hold prompts of similar length).
         desc: label of a tqdm progress bar over prompts; no bar when None.
+        rendered: the prompts are already text in the chat format (generation continues them as
+            they are), e.g. the start of a user turn for Magpie-style prompt writing.
+        temperature: 0 for greedy decoding; above 0, tokens are sampled from the softmax at this
+            temperature with a ``torch.Generator`` seeded with ``seed``.
+        seed: seed of the sampler (ignored when greedy).
 
     Returns:
         One :class:`Generation` per prompt.
 
     Raises:
-        GenerationError: on ``max_new_tokens < 1`` or ``batch_size < 1``.
+        GenerationError: on ``max_new_tokens < 1``, ``batch_size < 1`` or ``temperature < 0``.
     """
     import torch
 
+    if temperature < 0:
+        raise GenerationError(f"temperature must be >= 0, got {temperature}")
     if max_new_tokens < 1:
         raise GenerationError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if batch_size < 1:
@@ -92,12 +112,12 @@ def generate_detailed(
         return []
     stops = stop_token_ids(tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
-    encoded = [
-        tokenizer(render_prompt(tokenizer, p), add_special_tokens=False)["input_ids"] for p in prompts
-    ]
+    texts = list(prompts) if rendered else [render_prompt(tokenizer, p) for p in prompts]
+    encoded = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
     out: list[Generation | None] = [None] * len(prompts)
     device = next(model.parameters()).device
+    sampler = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
     was_training = model.training
     model.eval()
     bar = _progress(len(prompts), desc)
@@ -112,7 +132,7 @@ def generate_detailed(
                     row = encoded[i]
                     ids[r, width - len(row) :] = torch.tensor(row, dtype=torch.long)
                     att[r, width - len(row) :] = 1
-                new = _greedy(model, ids.to(device), att.to(device), max_new_tokens, stops, pad_id)
+                new = _decode(model, ids.to(device), att.to(device), max_new_tokens, stops, pad_id, temperature, sampler)
                 for r, i in enumerate(idx):
                     out[i] = _finish(tokenizer, new[r], stops)
                 if bar is not None:
@@ -132,16 +152,23 @@ def generate(
     max_new_tokens: int = 64,
     batch_size: int = 16,
     desc: str | None = None,
+    rendered: bool = False,
+    temperature: float = 0.0,
+    seed: int = 0,
 ) -> list[str]:
     """The texts of :func:`generate_detailed` (same arguments)."""
     gens = generate_detailed(
-        model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, desc=desc
+        model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, desc=desc,
+        rendered=rendered, temperature=temperature, seed=seed,
     )
     return [g.text for g in gens]
 
 
-def _greedy(model: Any, ids: Any, att: Any, max_new_tokens: int, stops: list[int], pad_id: int) -> list[list[int]]:
-    # A plain KV-cached greedy loop: no sampling settings are inherited from the model's
+def _decode(
+    model: Any, ids: Any, att: Any, max_new_tokens: int, stops: list[int], pad_id: int,
+    temperature: float, sampler: Any,
+) -> list[list[int]]:
+    # A plain KV-cached decoding loop: no sampling settings are inherited from the model's
     # generation_config. Rows that reached a stop token leave the batch (their cache rows are
     # dropped), so the rest decode at the cost of the rows still running; the loop ends when
     # every row has stopped.
@@ -159,7 +186,11 @@ def _greedy(model: Any, ids: Any, att: Any, max_new_tokens: int, stops: list[int
             use_cache=True, logits_to_keep=1,
         )
         cache = res.cache
-        nxt = res.logits[:, -1].argmax(-1)
+        logits = res.logits[:, -1].float()
+        if temperature > 0:
+            nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=sampler).squeeze(1)
+        else:
+            nxt = logits.argmax(-1)
         for row, tok, finished in zip(alive.tolist(), nxt.tolist(), done.tolist(), strict=True):
             if not finished:
                 out[row].append(int(tok))

@@ -33,7 +33,12 @@ from typing import Any, Literal
 from replaybank.errors import ReplayBankError
 from replaybank.llm.corpus import normalise
 from replaybank.llm.eval.checkers import CheckError, check, looks_like_tool_call, validate_spec
-from replaybank.llm.eval.generate import base_model_context, generate_detailed, model_fingerprint
+from replaybank.llm.eval.generate import (
+    Generation,
+    base_model_context,
+    generate_detailed,
+    model_fingerprint,
+)
 
 Family = Literal["conversation", "arithmetic", "code"]
 FAMILIES: tuple[Family, ...] = ("conversation", "arithmetic", "code")
@@ -191,31 +196,26 @@ def prepare_suite(
     key = hashlib.sha256(f"{CACHE_SCHEMA}:{fingerprint}:{digest}:{settings}".encode()).hexdigest()[:16]
     cache = Path(cache_dir) / f"suite-{key}.json"
     answers = _read_cache(cache, fingerprint, digest)
-    t0 = time.perf_counter()
+    cached = answers is not None
     if answers is None:
+        t0 = time.perf_counter()
         with base_model_context(base_model):
-            outcome = _answer(base_model, tokenizer, items, batch_size=batch_size, desc=desc)
-        answers = {o["id"]: o["answer"] for o in outcome}
-        generated_s = time.perf_counter() - t0
+            gens = _generate(base_model, tokenizer, items, batch_size=batch_size, desc=desc)
+        answers = {k: g.text for k, g in gens.items()}
         _write_cache(cache, {"schema": CACHE_SCHEMA, "model": fingerprint, "items_sha256": digest,
-                             "seconds": round(generated_s, 2), "answers": answers})
-    by_id = {i.id: i for i in items}
-    dropped = [
-        i.id for i in items
-        if i.family == "arithmetic" and check(i.check, answers[i.id], prompt=i.prompt)[0] < 1.0
-    ]
+                             "seconds": round(time.perf_counter() - t0, 2), "answers": answers})
+    outcomes = [_score(i, answers[i.id], answers[i.id], truncated=None) for i in items]
+    dropped = [o["id"] for o in outcomes if o["family"] == "arithmetic" and o["score"] < 1.0]
     kept = [i for i in items if i.id not in set(dropped)]
     if not kept:
         raise SuiteError("no suite item left: the base model fails every arithmetic item and there are no others")
-    base_answers = {i.id: answers[i.id] for i in kept}
-    outcomes = [_score(by_id[i.id], answers[i.id], base_answers[i.id], truncated=None) for i in kept]
-    base = _summarise(outcomes, base_scores=None)
+    base = _summarise([o for o in outcomes if o["id"] not in set(dropped)], base_scores=None)
     manifest = {
-        "cache": str(cache), "model": fingerprint, "items_sha256": digest, "items": len(items),
-        "kept": len(kept), "dropped": len(dropped),
-        "n": base["n"], "max_new_tokens": FAMILY_MAX_NEW_TOKENS,
-        "agreement": "token F1 >= 0.5 with the base answer",
+        "cache": str(cache), "cached": cached, "model": fingerprint, "items_sha256": digest,
+        "items": len(items), "kept": len(kept), "dropped": len(dropped), "n": base["n"],
+        "max_new_tokens": FAMILY_MAX_NEW_TOKENS, "agreement": "token F1 >= 0.5 with the base answer",
     }
+    base_answers = {i.id: answers[i.id] for i in kept}
     return Suite(kept, base_answers, base, dropped, manifest)
 
 
@@ -229,31 +229,25 @@ def evaluate_suite(model: Any, tokenizer: Any, suite: Suite, *, batch_size: int 
         Families with no item are left out.
     """
     t0 = time.perf_counter()
-    outcomes = _answer(model, tokenizer, suite.items, batch_size=batch_size, desc=desc, base_answers=suite.base_answers)
+    gens = _generate(model, tokenizer, suite.items, batch_size=batch_size, desc=desc)
+    outcomes = [
+        _score(i, gens[i.id].text, suite.base_answers[i.id], truncated=gens[i.id].truncated) for i in suite.items
+    ]
     result = _summarise(outcomes, base_scores=suite.base["families"])
     result["seconds"] = round(time.perf_counter() - t0, 2)
     return result
 
 
-def _answer(
-    model: Any, tokenizer: Any, items: Sequence[SuiteItem], *, batch_size: int, desc: str | None,
-    base_answers: dict[str, str] | None = None,
-) -> list[dict[str, Any]]:
-    # One generation call per budget, so short-answer families do not pay for long ones.
-    gens: dict[str, Any] = {}
-    budgets = sorted({i.budget for i in items})
-    for budget in budgets:
+def _generate(model: Any, tokenizer: Any, items: Sequence[SuiteItem], *, batch_size: int, desc: str | None) -> dict[str, Generation]:
+    # One generation call per budget, so short-answer items do not pay for long ones.
+    gens: dict[str, Generation] = {}
+    for budget in sorted({i.budget for i in items}):
         group = [i for i in items if i.budget == budget]
         label = None if desc is None else f"{desc} ({budget} tokens)"
         out = generate_detailed(model, tokenizer, [i.prompt for i in group], max_new_tokens=budget,
                                 batch_size=batch_size, desc=label)
         gens.update({i.id: g for i, g in zip(group, out, strict=True)})
-    outcomes = []
-    for item in items:
-        g = gens[item.id]
-        base = base_answers.get(item.id) if base_answers is not None else g.text
-        outcomes.append(_score(item, g.text, base, truncated=g.truncated))
-    return outcomes
+    return gens
 
 
 def _score(item: SuiteItem, answer: str, base_answer: str | None, truncated: bool | None) -> dict[str, Any]:
