@@ -214,3 +214,14 @@ def test_builtin_plus_magpie_pool(tmp_path: Path, smol_tok: Any) -> None:
                                 model_id="m", generate_fn=gen, desc=None)
     assert sorted(r["prompt"] for r in rows) == ["How do I repot a cactus without getting hurt?", "Why do cats purr?"]
     assert manifest["prompts"] == f"{pool} + magpie" and manifest["pool_size"] == 2 and manifest["short"]
+
+
+def test_rounds_adapt_to_the_yield(tmp_path: Path) -> None:
+    prompts = [f"Question number {i}?" for i in range(200)]
+    # Only every fourth answer is usable: the first round (sized for a 50% yield) falls short,
+    # the next ones are sized from the yield measured so far.
+    gen = FakeGen({p: Generation("cut off", True, 96) for i, p in enumerate(prompts) if i % 4})
+    rows, manifest = run(tmp_path, pool_file(tmp_path, prompts), gen, n_rows=20)
+    assert manifest["kept"] == 20 and not manifest["short"]
+    assert 60 <= manifest["generated"] <= 120  # about n_rows / yield = 80 (seeded draw), not the pool of 200
+    assert manifest["dropped"]["truncated"] == manifest["generated"] - sum(1 for p in gen.prompts if prompts.index(p) % 4 == 0)

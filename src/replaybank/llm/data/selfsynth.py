@@ -215,8 +215,10 @@ def synthesize(
                     f"(dropped: {magpie_counts['dropped']}); use a prompt pool file"
                 )
         while len(rows) < n_rows and generated < len(pool):
-            # Ask for a little more than is missing: about a quarter of answers are filtered out.
-            want = min(len(pool) - generated, max(batch_size, int(np.ceil((n_rows - len(rows)) * 1.4))))
+            # Ask for what is missing over the yield so far (SmolLM2 keeps about half of its
+            # answers at 96 tokens; the rest run longer), so most calls need one round.
+            rate = max(0.2, len(rows) / generated) if generated else 0.5
+            want = min(len(pool) - generated, max(batch_size, int(np.ceil((n_rows - len(rows)) / rate * 1.1))))
             batch = [pool[int(i)] for i in order[generated : generated + want]]
             outs = gen(model, tokenizer, batch, max_new_tokens=max_new_tokens, batch_size=batch_size, desc=desc)
             generated += len(batch)

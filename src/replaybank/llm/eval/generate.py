@@ -1,8 +1,11 @@
 """Batched greedy generation for chat models, stopped at the end of the assistant turn.
 
 Prompts are rendered with the tokenizer's chat template (generation prompt added), sorted by
-length and left-padded into batches, decoded greedily with a KV cache, and stopped per row at the
-end-of-turn marker (``<|im_end|>`` for SmolLM2) or EOS; a batch ends as soon as every row stopped.
+length and left-padded into batches, decoded greedily with a KV cache (or sampled with a seeded
+generator, for Magpie-style prompt writing), and stopped per row at the end-of-turn marker
+(``<|im_end|>`` for SmolLM2) or EOS. A row that stopped leaves the batch (its KV-cache rows are
+dropped), and the batch ends when every row has stopped. Answers are the same as one prompt at a
+time (tested), only faster.
 """
 
 from __future__ import annotations
