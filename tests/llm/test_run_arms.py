@@ -126,3 +126,14 @@ def test_cli_seeds_and_force_flags(tiny_model_dir, tmp_path, capsys):
     assert "pass --force to replace it" in capsys.readouterr().err
     assert cli.main(["run", str(conf), "--out", str(out), "--max-steps", "1", "--force"]) == 0
     assert cli.main(["run", str(conf), "--out", str(out), "--seeds", "0"]) == 2
+
+
+def test_seeds_in_worker_processes_match_the_sequential_run(tiny_model_dir, tmp_path):
+    from replaybank.llm.run import run_experiment
+
+    cfg = _cfg(tiny_model_dir, arms=["base", "naive"], probe_sources=False)
+    seq = run_experiment(cfg, tmp_path / "seq", log=lambda m: None, max_steps=1, seeds=2)
+    par = run_experiment(cfg, tmp_path / "par", log=lambda m: None, max_steps=1, seeds=2, jobs=2)
+    for arm in ("base", "naive"):
+        for key in ("general_loss", "domain_loss", "leakage"):
+            assert par["arms"][arm]["summary"][key]["values"] == pytest.approx(seq["arms"][arm]["summary"][key]["values"], rel=1e-5)

@@ -28,6 +28,7 @@ def add_subcommands(subparsers: Any) -> None:
     run.add_argument("--max-steps", type=int, default=None, help="cap optimizer steps per arm (smoke tests)")
     run.add_argument("--seeds", type=int, default=None, help="run every arm over N seeds and report mean and std (default: [evaluation] seeds)")
     run.add_argument("--force", action="store_true", help="replace the output folder of an earlier run (never done without it)")
+    run.add_argument("--jobs", type=int, default=1, help="run the seeds in this many processes (each loads the model)")
     run.set_defaults(func=cmd_run)
 
     cfg = subparsers.add_parser("config", help="print the effective config, defaults included")
@@ -42,6 +43,8 @@ def add_subcommands(subparsers: Any) -> None:
     probe.add_argument("config", nargs="?", help="TOML config (default: the embedded default)")
     probe.add_argument("--pairs", type=int, default=None, help="batch pairs (default: [evaluation] probe_pairs)")
     probe.add_argument("--adapter", help="a saved adapter folder to probe instead of a fresh LoRA")
+    probe.add_argument("--source", choices=["corpus", "self"], default="corpus",
+                       help="rehearsal rows to compare with: the corpus, or the base model's own answers (self)")
     probe.add_argument("--json", action="store_true", help="print the result as JSON")
     probe.set_defaults(func=cmd_probe)
 
@@ -75,7 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         metrics = run_experiment(
             cfg, Path(args.out) if args.out else None,
             log=lambda m: print(m, file=sys.stderr, flush=True), max_steps=args.max_steps,
-            seeds=args.seeds, force=args.force,
+            seeds=args.seeds, force=args.force, jobs=args.jobs,
         )
     except ReplayBankError as exc:  # every bad-input error of the package (config, data, model, suite, output)
         return _fail(exc)
@@ -86,14 +89,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from replaybank.llm.corpus import CorpusError
-    from replaybank.llm.model import ModelError
+    from replaybank.errors import ReplayBankError
     from replaybank.llm.run_probe import run_probe
 
     try:
         cfg = load_config(args.config)
-        report = run_probe(cfg, pairs=args.pairs, adapter=args.adapter, log=lambda m: print(m, file=sys.stderr, flush=True))
-    except (ConfigError, CorpusError, ModelError) as exc:
+        report = run_probe(cfg, pairs=args.pairs, adapter=args.adapter, source=args.source,
+                           log=lambda m: print(m, file=sys.stderr, flush=True))
+    except ReplayBankError as exc:
         return _fail(exc)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.summary())
     return 0

@@ -128,7 +128,7 @@ def with_seed(cfg: Config, seed: int) -> Config:
 
 def run_experiment(
     cfg: Config, out: Path | None = None, log: Log = print, max_steps: int | None = None,
-    *, seeds: int | None = None, force: bool = False,
+    *, seeds: int | None = None, force: bool = False, jobs: int = 1,
 ) -> dict[str, Any]:
     """Run every configured arm over every seed and write the report; returns the metrics dict.
 
@@ -139,6 +139,7 @@ def run_experiment(
         max_steps: optional cap on optimizer steps per arm and generation (smoke tests).
         seeds: number of seeds (default ``[evaluation] seeds``); seed ``k`` is ``training.seed + k``.
         force: replace an earlier run's output folder (and discard leftovers of another config).
+        jobs: run seeds in this many worker processes (each loads the model; one torch thread each).
 
     Raises:
         ConfigError, CorpusError, ModelError, SuiteError, OutputError: bad input, before any
@@ -146,8 +147,8 @@ def run_experiment(
     """
     import torch
 
-    from replaybank.llm.eval.suite import general_text_rows, load_suite, prepare_suite
-    from replaybank.llm.model import cache_dir, check_target_modules, load_model
+    from replaybank.llm.eval.suite import general_text_rows, load_suite
+    from replaybank.llm.model import check_target_modules, load_model
 
     wall0 = time.perf_counter()
     load_start = _loadavg()
@@ -158,10 +159,7 @@ def run_experiment(
     n_seeds = seeds if seeds is not None else cfg.evaluation.seeds
     if n_seeds < 1:
         raise OutputError(f"--seeds {n_seeds}: need at least one seed")
-    t, ev = cfg.training, cfg.evaluation
-    specs = cfg.arm_specs()
-    trained = [a for a in ev.arms if a != "base"]
-    uses_self = any("self" in specs[a].source for a in trained)
+    t = cfg.training
     items = load_suite(cfg.data.suite)  # bad suite files fail before the model loads
     torch.set_num_threads(resolve_threads(t.num_threads, load_start))
     device = pick_device(t.device)
@@ -170,7 +168,6 @@ def run_experiment(
     t0 = time.perf_counter()
     base_model, tokenizer = load_model(t.base_model, device, log)
     check_target_modules(base_model, list(t.lora_target_modules))
-    pad_id = int(tokenizer.pad_token_id)
     timings["model_load"] = time.perf_counter() - t0
 
     general_text = general_text_rows(tokenizer, t.max_seq_length)
@@ -180,52 +177,20 @@ def run_experiment(
     probes: dict[str, Any] = {}
     manifests: list[dict[str, Any]] = []
     suites: list[dict[str, Any]] = []
-    for k in range(n_seeds):
-        seed = t.seed + k
-        label = f"seed{seed}"
-        scfg = with_seed(cfg, seed)
-        t0 = time.perf_counter()
-        suite = prepare_suite(
-            base_model, tokenizer, sample_suite(items, ev.suite_per_family, seed), cache_dir=cache_dir() / "suite",
-            batch_size=ev.generation_batch_size, desc=f"suite {label}: base answers",
-        )
-        log(f"suite {label}: {len(suite.items)} items kept of {len(items)} ({suite.base['n']}); "
-            f"base leakage {suite.base['leakage']:.3f}")
-        timings[f"suite_{label}"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        data = prepare(scfg, tokenizer)
-        share, how = scfg.effective_mixing_ratio(len(data.domain_generations[0]))
-        _check_overlaps(items, data)
-        self_rows, self_manifest = (
-            _self_rows(base_model, tokenizer, scfg, items, log) if uses_self else (None, None)
-        )
-        timings[f"data_{label}"] = time.perf_counter() - t0
-        log(
-            f"{label}: {len(data.rehearsal_pool)} corpus passages, {len(self_rows) if self_rows else 0} self rows, "
-            f"domain train {data.manifest['domain_train_rows']}, eval {[len(r) for r in data.domain_eval_records]}; "
-            f"corpus share {share:.4f} ({how})"
-        )
-        ctx = EvalContext(tokenizer, pad_id, data, suite, general_text, ev.max_new_tokens, ev.generation_batch_size, self_rows)
-        t0 = time.perf_counter()
-        arms: dict[str, dict[str, Any]] = {"base": _measure_base(base_model, ctx, label)}
-        ctx.baseline = arms["base"]["matrix_row"]
-        timings[f"base_{label}"] = time.perf_counter() - t0
-        if k == 0 and ev.probe_sources and trained:
-            t0 = time.perf_counter()
-            probes = _probe_sources(base_model, ctx, cfg, log)
-            timings["probe"] = time.perf_counter() - t0
-        for arm in trained:
-            spec = specs[arm]
-            ratio = share if spec.source and arm not in cfg.arms else spec.ratio
-            t0 = time.perf_counter()
-            arms[arm] = train_arm(arm, spec, ratio, base_model, ctx, scfg, partial=partial, log=log,
-                                  max_steps=max_steps, seed_label=label)
-            timings[f"{arm}_{label}"] = time.perf_counter() - t0
-            log(f"{arm} {label}: " + ", ".join(f"{key} {v:.3f}" for key, v in flatten(arms[arm]).items()))
-        _write_seed(partial, label, arms)
-        per_seed.append(arms)
-        manifests.append({"seed": seed, "share": share, "how": how, "data": data.manifest, "self": self_manifest})
-        suites.append({"seed": seed, **suite.manifest, "ids": [i.id for i in suite.items], "dropped_ids": suite.dropped})
+    n_jobs = min(max(1, jobs), n_seeds)
+    if n_jobs > 1:
+        results = _parallel_seeds(cfg, n_seeds, n_jobs, partial, log, max_steps)
+    else:
+        results = [
+            run_seed(cfg, k, base_model, tokenizer, items, general_text, partial=partial, log=log, max_steps=max_steps)
+            for k in range(n_seeds)
+        ]
+    for k, res in enumerate(results):
+        per_seed.append(res["arms"])
+        manifests.append(res["manifest"])
+        suites.append(res["suite"])
+        probes = res["probes"] if k == 0 else probes
+        timings.update(res["timings"])
 
     agg = aggregate([{a: flatten(r) for a, r in arms.items()} for arms in per_seed])
     metrics = build_metrics(cfg, per_seed, agg, probes, manifests, suites)
@@ -246,6 +211,112 @@ def run_experiment(
     partial.rename(out)
     log(f"wrote {out / 'report.md'}, {out / 'metrics.json'} and plots in {metrics['wall_seconds']:.1f} s")
     return metrics
+
+
+def run_seed(
+    cfg: Config, k: int, base_model: Any, tokenizer: Any, items: list[Any], general_text: TokenRows, *,
+    partial: Path, log: Log, max_steps: int | None,
+) -> dict[str, Any]:
+    """Seed ``training.seed + k``: suite sample, data, self rows, base, (probe), every trained arm.
+
+    A seed already finished in ``partial`` (``seeds/seed<N>.json`` of an interrupted run with the
+    same config) is read back instead of rerun.
+
+    Returns:
+        ``{"arms", "manifest", "suite", "probes", "timings"}``.
+    """
+    from replaybank.llm.eval.suite import prepare_suite
+    from replaybank.llm.model import cache_dir
+
+    t, ev = cfg.training, cfg.evaluation
+    seed = t.seed + k
+    label = f"seed{seed}"
+    done = partial / "seeds" / f"{label}.json"
+    if done.is_file():
+        log(f"{label}: finished in an earlier, interrupted run; read back from {done}")
+        return dict(json.loads(done.read_text(encoding="utf-8")))
+    specs = cfg.arm_specs()
+    trained = [a for a in ev.arms if a != "base"]
+    scfg = with_seed(cfg, seed)
+    timings: dict[str, float] = {}
+    pad_id = int(tokenizer.pad_token_id)
+    t0 = time.perf_counter()
+    suite = prepare_suite(
+        base_model, tokenizer, sample_suite(items, ev.suite_per_family, seed), cache_dir=cache_dir() / "suite",
+        batch_size=ev.generation_batch_size, desc=f"suite {label}: base answers",
+    )
+    log(f"suite {label}: {len(suite.items)} items kept of {len(items)} ({suite.base['n']}); "
+        f"base leakage {suite.base['leakage']:.3f}")
+    timings[f"suite_{label}"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    data = prepare(scfg, tokenizer)
+    share, how = scfg.effective_mixing_ratio(len(data.domain_generations[0]))
+    _check_overlaps(items, data)
+    uses_self = any("self" in specs[a].source for a in trained)
+    self_rows, self_manifest = _self_rows(base_model, tokenizer, scfg, items, log) if uses_self else (None, None)
+    timings[f"data_{label}"] = time.perf_counter() - t0
+    log(
+        f"{label}: {len(data.rehearsal_pool)} corpus passages, {len(self_rows) if self_rows else 0} self rows, "
+        f"domain train {data.manifest['domain_train_rows']}, eval {[len(r) for r in data.domain_eval_records]}; "
+        f"corpus share {share:.4f} ({how})"
+    )
+    ctx = EvalContext(tokenizer, pad_id, data, suite, general_text, ev.max_new_tokens, ev.generation_batch_size, self_rows)
+    t0 = time.perf_counter()
+    arms: dict[str, dict[str, Any]] = {"base": _measure_base(base_model, ctx, label)}
+    ctx.baseline = arms["base"]["matrix_row"]
+    timings[f"base_{label}"] = time.perf_counter() - t0
+    probes: dict[str, Any] = {}
+    if k == 0 and ev.probe_sources and trained:
+        t0 = time.perf_counter()
+        probes = _probe_sources(base_model, ctx, scfg, log)
+        timings["probe"] = time.perf_counter() - t0
+    for arm in trained:
+        spec = specs[arm]
+        ratio = share if spec.source and arm not in cfg.arms else spec.ratio
+        t0 = time.perf_counter()
+        arms[arm] = train_arm(arm, spec, ratio, base_model, ctx, scfg, partial=partial, log=log,
+                              max_steps=max_steps, seed_label=label)
+        timings[f"{arm}_{label}"] = time.perf_counter() - t0
+        log(f"{arm} {label}: " + ", ".join(f"{key} {v:.3f}" for key, v in flatten(arms[arm]).items()))
+    result = {
+        "arms": arms,
+        "manifest": {"seed": seed, "share": share, "how": how, "data": data.manifest, "self": self_manifest},
+        "suite": {"seed": seed, **suite.manifest, "ids": [i.id for i in suite.items], "dropped_ids": suite.dropped},
+        "probes": probes,
+        "timings": timings,
+    }
+    _write_seed(partial, label, result)
+    return result
+
+
+def _parallel_seeds(cfg: Config, n_seeds: int, jobs: int, partial: Path, log: Log, max_steps: int | None) -> list[dict[str, Any]]:
+    """Seeds in ``jobs`` worker processes (spawned; each loads the model, one torch thread)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    log(f"running {n_seeds} seeds in {jobs} processes")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_seed_worker, cfg, k, partial, max_steps) for k in range(n_seeds)]
+        return [f.result() for f in futures]
+
+
+def _seed_worker(cfg: Config, k: int, partial: Path, max_steps: int | None) -> dict[str, Any]:
+    import sys
+
+    import torch
+
+    from replaybank.llm.eval.suite import general_text_rows, load_suite
+    from replaybank.llm.model import load_model
+
+    torch.set_num_threads(1)
+
+    def log(message: str) -> None:
+        print(f"[seed {cfg.training.seed + k}] {message}", file=sys.stderr, flush=True)
+
+    model, tokenizer = load_model(cfg.training.base_model, pick_device(cfg.training.device), log)
+    items = load_suite(cfg.data.suite)
+    general_text = general_text_rows(tokenizer, cfg.training.max_seq_length)
+    return run_seed(cfg, k, model, tokenizer, items, general_text, partial=partial, log=log, max_steps=max_steps)
 
 
 def sample_suite(items: list[Any], per_family: int, seed: int) -> list[Any]:
@@ -312,7 +383,7 @@ def _self_rows(model: Any, tokenizer: Any, cfg: Config, suite: list[Any], log: L
     t, d = cfg.training, cfg.data
     rows, manifest = synthesize(
         model, tokenizer, seed=t.seed, n_rows=d.self_rows, cache_dir=cache_dir() / "selfsynth",
-        prompts=d.self_prompts, exclude=[i.prompt for i in suite],
+        prompts=d.self_prompts, exclude=[i.prompt for i in suite], batch_size=cfg.evaluation.generation_batch_size,
     )
     if not rows:
         raise ReplayBankError(
@@ -343,11 +414,13 @@ def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> 
     return {name: rep.to_dict() for name, rep in reports.items()}
 
 
-def _write_seed(partial: Path, label: str, arms: dict[str, dict[str, Any]]) -> None:
-    """Per-seed details: every measurement, and every generated answer, in ``seeds/<label>.json``."""
+def _write_seed(partial: Path, label: str, result: dict[str, Any]) -> None:
+    """Per-seed details (every measurement and generated answer) in ``seeds/<label>.json``, atomically."""
     folder = partial / "seeds"
     folder.mkdir(exist_ok=True)
-    (folder / f"{label}.json").write_text(json.dumps(arms, indent=1, sort_keys=True, default=str), encoding="utf-8")
+    tmp = folder / f".{label}.json.tmp"
+    tmp.write_text(json.dumps(result, indent=1, sort_keys=True, default=str), encoding="utf-8")
+    os.replace(tmp, folder / f"{label}.json")
 
 
 def _loadavg() -> float | None:

@@ -12,12 +12,22 @@ from replaybank.llm.probe import InterferenceReport, interference
 from replaybank.llm.rows import TokenRows
 
 
-def run_probe(cfg: Config, pairs: int | None = None, adapter: str | None = None, log: Callable[[str], None] = print) -> InterferenceReport:
+def run_probe(
+    cfg: Config, pairs: int | None = None, adapter: str | None = None, log: Callable[[str], None] = print,
+    source: str = "corpus",
+) -> InterferenceReport:
     """Gradients of domain vs rehearsal batches on the adapter's parameters.
 
     With ``adapter`` the saved adapter is loaded (trainable); otherwise a fresh LoRA is added
-    (seeded; its B matrices start at zero, so the gradient lives on B only).
+    (seeded; its B matrices start at zero, so the gradient lives on B only). ``source`` picks the
+    rehearsal rows: ``corpus`` (the rehearsal corpus) or ``self`` (the base model's own answers,
+    synthesized as in ``replaybank run`` and cached): the gradient of the behaviour to keep.
+
+    Raises:
+        ValueError: an unknown ``source``.
     """
+    if source not in ("corpus", "self"):
+        raise ValueError(f"--source {source!r}: expected corpus or self")
     import torch
 
     from replaybank.llm.data_prep import prepare
@@ -30,6 +40,12 @@ def run_probe(cfg: Config, pairs: int | None = None, adapter: str | None = None,
 
     torch.set_num_threads(resolve_threads(t.num_threads, _loadavg()))
     model, tokenizer = load_model(t.base_model, pick_device(t.device), log)
+    self_rows = None
+    if source == "self":
+        from replaybank.llm.eval.suite import load_suite
+        from replaybank.llm.run import _self_rows
+
+        self_rows, _ = _self_rows(model, tokenizer, cfg, load_suite(cfg.data.suite), log)
     if adapter:
         from peft import PeftModel
 
@@ -40,12 +56,12 @@ def run_probe(cfg: Config, pairs: int | None = None, adapter: str | None = None,
     n_pairs = pairs or cfg.evaluation.probe_pairs
     rng = np.random.default_rng(t.seed)
     domain = data.domain_generations[0]
-    pool = data.rehearsal_pool
+    pool = self_rows if self_rows is not None else data.rehearsal_pool
     size = max(1, t.batch_size)
     d_batches = [domain.rows(rng.choice(len(domain), min(size, len(domain)), replace=False)) for _ in range(n_pairs)]
     r_batches = [pool.rows(rng.choice(len(pool), min(size, len(pool)), replace=False)) for _ in range(n_pairs)]
     pad_id: Any = tokenizer.pad_token_id
-    log(f"probing {n_pairs} batch pairs of {size} rows")
+    log(f"probing {n_pairs} batch pairs of {size} rows (domain vs {source})")
     return interference(model, int(pad_id), d_batches, r_batches)
 
 
