@@ -1,12 +1,12 @@
 """Cost and base-model scores of the general-capability suite, and self-synthesis yield.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/llm_suite.py [--passes 2] [--selfsynth-rows 40]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/llm_suite.py [--passes 2] [--selfsynth-rows 40] [--seeds 1] [--magpie]
 
 Loads SmolLM2-135M-Instruct on the CPU with one torch thread, prepares the shipped suite (the base
 model's answers are generated once, into a fresh temporary cache, and timed), then times
 ``evaluate_suite`` passes of the base model over the kept items (the figure an arm pays per
 evaluation), and one ``synthesize`` call per seed for ``--selfsynth-rows`` rows (fresh cache;
-then a second, cached call). Prints a table and writes ``benchmarks/results/llm_suite.json``
+then a second, cached call; ``--magpie`` adds one call with Magpie-style requests). Prints a table and writes ``benchmarks/results/llm_suite.json``
 with per-family base scores, suite sizes, seconds per pass (wall, and CPU time of this process and
 its children: on a shared machine wall time measures the neighbours too) and self-synthesis yield.
 """
@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=2, help="timed evaluate_suite passes")
     parser.add_argument("--selfsynth-rows", type=int, default=40, help="rows per self-synthesis call")
     parser.add_argument("--seeds", type=int, default=1, help="self-synthesis seeds")
+    parser.add_argument("--magpie", action="store_true", help="also one seed with prompts='magpie'")
     parser.add_argument("--out", default="benchmarks/results/llm_suite.json")
     args = parser.parse_args()
 
@@ -69,13 +70,17 @@ def main() -> None:
         out["repeat_identical"] = res["families"] == suite.base["families"] and res["leakage"] == suite.base["leakage"]
         exclude = [i.prompt for i in items]
         synth = []
-        for seed in range(args.seeds):
+        sources = [("builtin", seed) for seed in range(args.seeds)] + [("magpie", 0)] * args.magpie
+        for source, seed in sources:
             c0 = cpu_seconds()
-            rows, manifest = synthesize(model, tok, seed=seed, n_rows=args.selfsynth_rows, cache_dir=Path(tmp), exclude=exclude)
+            rows, manifest = synthesize(model, tok, seed=seed, n_rows=args.selfsynth_rows, cache_dir=Path(tmp),
+                                        exclude=exclude, prompts=source)
             manifest["cpu_seconds"] = round(cpu_seconds() - c0, 1)
             t1 = time.perf_counter()
-            synthesize(model, tok, seed=seed, n_rows=args.selfsynth_rows, cache_dir=Path(tmp), exclude=exclude)
-            manifest = {k: v for k, v in manifest.items() if k not in ("cache", "model", "prompts")}
+            synthesize(model, tok, seed=seed, n_rows=args.selfsynth_rows, cache_dir=Path(tmp), exclude=exclude,
+                       prompts=source)
+            manifest = {k: v for k, v in manifest.items() if k not in ("cache", "model")}
+            manifest["prompts"] = source
             synth.append({**manifest, "cached_call_seconds": round(time.perf_counter() - t1, 3),
                           "examples": rows[:3]})
         out["selfsynth"] = synth
@@ -87,9 +92,10 @@ def main() -> None:
     print(f"{'leakage':<14}{'':>5}{out['base']['leakage']:>12.3f}")
     print("evaluate_suite pass (1 torch thread): wall seconds", passes, "CPU seconds", cpu)
     for s in synth:
-        print(f"self-synthesis seed {s['seed']}: kept {s['kept']} of {s['generated']} generated in {s['seconds']} s "
-              f"({s['cpu_seconds']} CPU s);"
-              f" dropped {s['dropped']}; cached call {s['cached_call_seconds']} s")
+        magpie = f" Magpie requests {s['magpie']};" if s["magpie"] else ""
+        print(f"self-synthesis ({s['prompts']}) seed {s['seed']}: kept {s['kept']} of {s['generated']} generated"
+              f" in {s['seconds']} s ({s['cpu_seconds']} CPU s);{magpie} dropped {s['dropped']};"
+              f" cached call {s['cached_call_seconds']} s")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n", "utf-8")
 

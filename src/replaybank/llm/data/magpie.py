@@ -11,6 +11,13 @@ chats (Magpie, Xu et al. 2024). Requests are filtered before use:
 - ``tool_call``: looks like a tool call;
 - ``overlap``: overlaps an evaluation-suite prompt;
 - ``duplicate``: a request already written.
+
+SmolLM2-135M writes plausible but open-ended requests ("I'm planning to launch a new business...")
+whose answers mostly run past the default 96-token answer budget: in
+``benchmarks/results/llm_suite.json`` 38 of 40 requests passed these filters but only 4 of their 38
+answers ended within 96 tokens (the shipped pool kept 20 of 44). Hence the shipped pool is the
+default and Magpie an option (``prompts="builtin+magpie"`` adds variety; raise ``max_new_tokens``
+to keep more of its answers).
 """
 
 from __future__ import annotations
