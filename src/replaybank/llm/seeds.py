@@ -25,7 +25,7 @@ def aggregate(per_seed: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict
 
     Example:
         >>> agg = aggregate([{"naive": {"leakage": 0.5}}, {"naive": {"leakage": 0.7}}, {"naive": {"leakage": 0.9}}])
-        >>> agg["naive"]["leakage"]["mean"], round(agg["naive"]["leakage"]["std"], 6), agg["naive"]["leakage"]["n"]
+        >>> round(agg["naive"]["leakage"]["mean"], 6), round(agg["naive"]["leakage"]["std"], 6), agg["naive"]["leakage"]["n"]
         (0.7, 0.2, 3)
         >>> aggregate([{"base": {"x": 1.0}}])["base"]["x"]["std"] is None
         True
