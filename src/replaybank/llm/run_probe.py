@@ -43,9 +43,9 @@ def run_probe(
     self_rows = None
     if source == "self":
         from replaybank.llm.eval.suite import load_suite
-        from replaybank.llm.run import _self_rows
+        from replaybank.llm.seed import synthesize_rows
 
-        self_rows, _ = _self_rows(model, tokenizer, cfg, load_suite(cfg.data.suite), log)
+        self_rows, _ = synthesize_rows(model, tokenizer, cfg, load_suite(cfg.data.suite), log)
     if adapter:
         from peft import PeftModel
 
