@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -140,6 +140,52 @@ def largest_remainder(total: int, shares: Shares) -> np.ndarray:
     if total == 0:
         return np.zeros(len(shares), dtype=np.int64)
     return next_quota(total, shares)[0]
+
+
+MixBy = Literal["rows", "tokens"]
+
+
+def row_shares(shares: Shares, mix_by: MixBy = "rows", tokens_per_row: Shares | None = None) -> np.ndarray:
+    """Row shares that give each source ``shares`` of the rows, or of the labelled tokens.
+
+    With ``mix_by="rows"`` the shares are returned normalised. With ``mix_by="tokens"`` a target
+    share of *labelled tokens* (which is the share of the token-mean loss) becomes a share of rows
+    by dividing by each source's mean labelled tokens per row: ``r_i = (s_i / t_i) / sum_j s_j / t_j``.
+    Fed to :func:`next_quota` / :class:`Mixer`, whose quotas hold the row shares exactly (credit
+    carried), the expected labelled-token share of every source is then its target.
+
+    Args:
+        shares: target share per source (non-negative, normalised to sum to 1).
+        mix_by: ``"rows"`` or ``"tokens"``.
+        tokens_per_row: mean labelled tokens per row of each source (needed for ``"tokens"``).
+
+    Returns:
+        float64 row shares summing to 1.
+
+    Raises:
+        ValueError: on bad shares, an unknown ``mix_by``, or missing / non-positive token counts
+            for a source with a positive share.
+
+    Example:
+        >>> row_shares([0.9, 0.1], "tokens", tokens_per_row=[20.0, 80.0]).round(4).tolist()
+        [0.973, 0.027]
+        >>> row_shares([3, 1]).tolist()
+        [0.75, 0.25]
+    """
+    p = _check_shares(shares)
+    if mix_by == "rows":
+        return p
+    if mix_by != "tokens":
+        raise ValueError(f"mix_by must be 'rows' or 'tokens', got {mix_by!r}")
+    if tokens_per_row is None:
+        raise ValueError("mix_by='tokens' needs tokens_per_row (mean labelled tokens per row of each source)")
+    t = np.asarray(tokens_per_row, dtype=np.float64)
+    if t.shape != p.shape:
+        raise ValueError(f"tokens_per_row has {t.size} entries for {p.size} sources")
+    if np.any(~np.isfinite(t)) or np.any((p > 0) & (t <= 0)):
+        raise ValueError(f"tokens_per_row must be finite and > 0 for every source with a share, got {t.tolist()}")
+    w = np.where(p > 0, p / np.where(t > 0, t, 1.0), 0.0)
+    return w / w.sum()
 
 
 @dataclass(frozen=True)

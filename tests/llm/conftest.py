@@ -31,6 +31,14 @@ class CharTokenizer:
 
 
 @pytest.fixture
+def isolated_cache(tmp_path: Any, monkeypatch: Any) -> Any:
+    """Point $REPLAYBANK_CACHE (suite answers, self-synthesized rows) at a fresh folder for one test."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("REPLAYBANK_CACHE", str(folder))
+    return folder
+
+
+@pytest.fixture
 def char_tok() -> CharTokenizer:
     return CharTokenizer()
 

@@ -14,7 +14,7 @@ from replaybank.errors import ReplayBankError
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
 
-from replaybank.llm.train import (  # noqa: E402
+from replaybank.llm.train.loop import (  # noqa: E402
     CHECKPOINT_SCHEMA_VERSION,
     TrainLog,
     _load_checkpoint,

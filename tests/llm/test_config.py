@@ -13,7 +13,7 @@ def test_defaults_are_the_embedded_experiment():
     assert cfg.training.base_model == "SmolLM2-135M-Instruct"
     assert cfg.training.mixing_ratio == 0.1
     assert cfg.training.rehearsal_dataset == "python-docs"
-    assert cfg.evaluation.arms == ["base", "naive", "rehearsal"]
+    assert cfg.evaluation.arms == ["base", "naive", "rehearsal-corpus", "rehearsal-self", "rehearsal-self-kl"]
 
 
 def test_reference_keys_accepted(tmp_path):
@@ -139,7 +139,8 @@ def test_non_finite_float_from_a_toml_file(tmp_path):
         ({"training": {"rehearsal_prompt_chars": 500, "rehearsal_max_chars": 400}},
          r"rehearsal_prompt_chars = 500 is not below \[training\] rehearsal_max_chars = 400"),
         ({"training": {"rehearsal_prompt_chars": 400}}, r"rehearsal_prompt_chars = 400 is not below"),
-        ({"training": {"mixing_ratio": 0.0}}, r"mixing_ratio = 0 makes the rehearsal arm the naive arm"),
+        ({"training": {"mixing_ratio": 0.0}}, r"mixing_ratio = 0 makes the rehearsal arm .rehearsal-corpus. the naive arm"),
+        ({"arms": {"x": {"source": "self", "ratio": 0.0}}}, r"\[arms.x\] has sources \[.self.\] but ratio = 0"),
     ],
 )
 def test_out_of_range_and_inconsistent_values_are_refused(data, match):

@@ -12,12 +12,18 @@ from replaybank.llm.corpus import CorpusError
 from replaybank.llm.model import ModelError
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(isolated_cache):
+    """Suite answers of the tiny model go to a per-test cache, never the user's."""
+
+
 def _cfg(model_dir, out, **training):
     return Config.from_dict({
         "training": {"base_model": str(model_dir), "batch_size": 5, "learning_rate": 5e-3, "lora_rank": 4,
                      "rehearsal_rows_per_epoch": 20, "mixing_ratio": 0.1, "num_threads": 1, **training},
         "data": {"domain_train_rows": 20, "domain_eval_rows": 5, "general_eval_rows": 4},
-        "evaluation": {"eval_points": 2},
+        "evaluation": {"eval_points": 2, "arms": ["base", "naive", "rehearsal"], "suite_per_family": 2,
+                       "max_new_tokens": 6, "probe_pairs": 1},
         "output": {"out_dir": str(out)},
     })
 
@@ -27,7 +33,7 @@ def test_tiny_run_writes_complete_report(tiny_model_dir, tmp_path):
 
     out = tmp_path / "run"
     metrics = run_experiment(_cfg(tiny_model_dir, out), log=lambda m: None)
-    assert sorted(p.name for p in out.iterdir()) == ["adapters", "losses.png", "metrics.json", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["adapters", "behaviour.png", "losses.png", "metrics.json", "report.md", "seeds"]
     assert not (tmp_path / "run.partial").exists()
     saved = json.loads((out / "metrics.json").read_text())
     assert saved["arms"].keys() == {"base", "naive", "rehearsal"}
@@ -43,7 +49,7 @@ def test_tiny_run_writes_complete_report(tiny_model_dir, tmp_path):
     naive = saved["arms"]["naive"]["generations"][0]["train"]["steps"]
     assert all(s["rehearsal_rows"] == 0 for s in naive)
     assert len(saved["arms"]["naive"]["curve"]) == 2
-    adapter = out / "adapters" / "rehearsal" / "gen0"
+    adapter = out / "adapters" / "rehearsal" / "seed0" / "gen0"
     assert (adapter / "adapter_config.json").is_file()
     assert json.loads((adapter / "replaybank.json").read_text())["config"]["training"]["lora_rank"] == 4
     assert "| naive |" in (out / "report.md").read_text()
@@ -56,14 +62,15 @@ def test_generations_window(tiny_model_dir, tmp_path):
         "orchestration": {"num_generations": 3, "training_window_size": 2},
         "training": {"base_model": str(tiny_model_dir), "batch_size": 5, "lora_rank": 2, "num_threads": 1},
         "data": {"domain_train_rows": 10, "domain_eval_rows": 3, "general_eval_rows": 3},
-        "evaluation": {"arms": ["naive"], "eval_points": 1},
+        "evaluation": {"arms": ["naive"], "eval_points": 1, "suite_per_family": 1, "max_new_tokens": 4},
         "output": {"save_adapters": False},
     })
     metrics = run_experiment(cfg, tmp_path / "gens", log=lambda m: None)
     gens = metrics["arms"]["naive"]["generations"]
     assert [g["lineage"] for g in gens] == [[0], [0, 1], [1, 2]]
     assert [g["domain_rows"] for g in gens] == [10, 20, 20]
-    assert "base" not in metrics["arms"]
+    # one accuracy-matrix row per generation, one column per generation's held-out domain set
+    assert len(metrics["arms"]["naive"]["matrix"]["R_mean"]) == 3
 
 
 def test_resume_sees_same_data_order(tiny_model_dir, tmp_path):
@@ -120,13 +127,14 @@ def test_bad_domain_data_and_interrupted_run_leaves_nothing_complete(tiny_model_
     cfg = Config.from_dict({
         "training": {"base_model": str(tiny_model_dir), "num_threads": 1},
         "data": {"domain_train": [str(bad)], "domain_eval": str(bad)},
+        "evaluation": {"arms": ["base", "naive"], "suite_per_family": 1},
     })
     with pytest.raises(CorpusError, match=r"dom.jsonl:2: a domain line needs prompt\+response"):
         run_experiment(cfg, tmp_path / "out", log=lambda m: None)
     assert not (tmp_path / "out").exists()
 
     def boom(message):
-        if message.startswith("naive gen 0:"):
+        if message.startswith("naive seed0 gen 0:"):
             raise KeyboardInterrupt
     with pytest.raises(KeyboardInterrupt):
         run_experiment(_cfg(tiny_model_dir, tmp_path / "out2"), log=boom)

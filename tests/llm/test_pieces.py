@@ -98,7 +98,7 @@ def test_doctests():
     import replaybank.llm.report as report
     import replaybank.llm.rows as rows
     import replaybank.llm.run as run
-    import replaybank.llm.train as train
+    import replaybank.llm.train.kl as train
 
     for module in (config, corpus, generations, probe, report, rows, run, train):
         assert doctest.testmod(module).failed == 0, module.__name__

@@ -19,13 +19,16 @@ def add_subcommands(subparsers: Any) -> None:
     """Add ``run``, ``config`` and ``probe`` to the top-level ``replaybank`` parser."""
     run = subparsers.add_parser(
         "run",
-        help="continual LoRA fine-tuning with a rehearsal buffer: base / naive / rehearsal arms",
+        help="continual LoRA fine-tuning with rehearsal: base / naive / corpus / self / self+KL arms, over seeds",
         description="Run the experiment of CONFIG (default: the embedded SmolLM2 tool-API experiment) "
-        "and write report.md, metrics.json and losses.png.",
+        "and write report.md, metrics.json, behaviour.png and losses.png.",
     )
     run.add_argument("config", nargs="?", help="TOML config (default: the embedded default experiment)")
     run.add_argument("--out", help="output folder (default: [output] out_dir)")
     run.add_argument("--max-steps", type=int, default=None, help="cap optimizer steps per arm (smoke tests)")
+    run.add_argument("--seeds", type=int, default=None, help="run every arm over N seeds and report mean and std (default: [evaluation] seeds)")
+    run.add_argument("--force", action="store_true", help="replace the output folder of an earlier run (never done without it)")
+    run.add_argument("--jobs", type=int, default=1, help="run the seeds in this many processes (each loads the model)")
     run.set_defaults(func=cmd_run)
 
     cfg = subparsers.add_parser(
@@ -48,6 +51,8 @@ def add_subcommands(subparsers: Any) -> None:
     probe.add_argument("config", nargs="?", help="TOML config (default: the embedded default)")
     probe.add_argument("--pairs", type=int, default=None, help="batch pairs (default: [evaluation] probe_pairs)")
     probe.add_argument("--adapter", help="a saved adapter folder to probe instead of a fresh LoRA")
+    probe.add_argument("--source", choices=["corpus", "self"], default="corpus",
+                       help="rehearsal rows to compare with: the corpus, or the base model's own answers (self)")
     probe.add_argument("--json", action="store_true", help="print the result as JSON")
     probe.set_defaults(func=cmd_probe)
 
@@ -73,32 +78,37 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from replaybank.llm.corpus import CorpusError
-    from replaybank.llm.model import ModelError
-    from replaybank.llm.run import OutputError, run_experiment
+    from replaybank.errors import ReplayBankError
+    from replaybank.llm.run import run_experiment
 
+    if args.seeds is not None and args.seeds < 1:
+        return _fail(ValueError(f"--seeds {args.seeds}: need at least 1"))
     try:
         cfg = load_config(args.config)
+        check_sources(cfg)  # missing files and models fail here, before the model loads
         metrics = run_experiment(
             cfg, Path(args.out) if args.out else None,
             log=lambda m: print(m, file=sys.stderr, flush=True), max_steps=args.max_steps,
+            seeds=args.seeds, force=args.force, jobs=args.jobs,
         )
-    except (ConfigError, CorpusError, ModelError, OutputError) as exc:
+    except ReplayBankError as exc:  # every bad-input error of the package (config, data, model, suite, output)
         return _fail(exc)
-    summary = {arm: {k: round(v[k], 4) for k in ("general_loss", "domain_loss", "probe_score")} for arm, v in metrics["arms"].items()}
-    print(json.dumps({"arms": summary, "effect": metrics["effect"], "wall_seconds": metrics["wall_seconds"]}, indent=2))
+    keys = ("general_loss", "domain_loss", "probe_score", "leakage", "retention_conversation", "domain_exact_match")
+    summary = {arm: {k: round(v[k], 4) for k in keys if isinstance(v.get(k), float)} for arm, v in metrics["arms"].items()}
+    print(json.dumps({"arms": summary, "targets": metrics["targets"], "wall_seconds": metrics["wall_seconds"]}, indent=2))
     return 0
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from replaybank.llm.corpus import CorpusError
-    from replaybank.llm.model import ModelError
+    from replaybank.errors import ReplayBankError
     from replaybank.llm.run_probe import run_probe
 
     try:
         cfg = load_config(args.config)
-        report = run_probe(cfg, pairs=args.pairs, adapter=args.adapter, log=lambda m: print(m, file=sys.stderr, flush=True))
-    except (ConfigError, CorpusError, ModelError) as exc:
+        check_sources(cfg)
+        report = run_probe(cfg, pairs=args.pairs, adapter=args.adapter, source=args.source,
+                           log=lambda m: print(m, file=sys.stderr, flush=True))
+    except ReplayBankError as exc:
         return _fail(exc)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.summary())
     return 0

@@ -35,6 +35,11 @@ from replaybank.errors import ReplayBankError
 Lineage = Literal["window", "all", "best"]
 Arm = Literal["base", "naive", "rehearsal"]
 Device = Literal["auto", "cpu", "cuda"]
+MixBy = Literal["rows", "tokens"]
+KLOn = Literal["rehearsal", "all"]
+ARM_SOURCES = ("corpus", "self", "replay")
+BUILTIN_AGENDA = "builtin:agenda"
+DEFAULT_ARMS = ["base", "naive", "rehearsal-corpus", "rehearsal-self", "rehearsal-self-kl"]
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 BUILTIN_TOOLAPI = "builtin:toolapi"
 BUILTIN_PROBE = "builtin"
@@ -68,10 +73,11 @@ class Training:
     learning_rate: float = _f(2e-3, "AdamW learning rate", gt=0)
     weight_decay: float = _f(0.0, "AdamW weight decay", min=0)
     num_train_epochs: int = _f(1, "passes over the domain data", min=1, max=10_000)
-    batch_size: int = _f(10, "rows per micro-batch (the mixing quota applies to each)", min=1, max=65_536)
+    batch_size: int = _f(8, "rows per micro-batch (the mixing quota applies to each)", min=1, max=65_536)
     gradient_accumulation_steps: int = _f(1, "micro-batches per optimizer step", min=1, max=65_536)
     max_grad_norm: float = _f(1.0, "gradient clipping norm (0 = off)", min=0)
     mixing_ratio: float = _f(0.1, "share of every batch taken from the rehearsal corpus, in [0, 1)", min=0, lt=1)
+    mix_by: MixBy = _f("rows", "what the rehearsal share is a share of: rows of every batch, or labelled tokens (= of the loss)")
     rehearsal_dataset: str = _f("python-docs", "python-docs (embedded), a .txt/.jsonl/.parquet file or folder, or a locally cached HF dataset", nonempty=True)
     rehearsal_split: str = _f("train", "split of an HF dataset", nonempty=True)
     rehearsal_text_field: str = _f("text", "JSONL field / Parquet column holding the text", nonempty=True)
@@ -89,25 +95,45 @@ class Training:
 @dataclass
 class Data:
     domain_train: list[str] = _f([BUILTIN_TOOLAPI], "domain training data, one file or folder per generation (JSONL prompt/response or messages, or text); builtin:toolapi = the embedded fictional tool API", nonempty=True)
-    domain_eval: str = _f(BUILTIN_TOOLAPI, "held-out domain data (same formats)", nonempty=True)
-    domain_train_rows: int = _f(160, "rows generated per generation for builtin:toolapi", min=1, max=10_000_000)
-    domain_eval_rows: int = _f(24, "held-out domain rows (cap for files; count for builtin)", min=1, max=10_000_000)
+    domain_eval: list[str] = _f([BUILTIN_TOOLAPI], "held-out domain data (same formats), one for all generations or one per generation", nonempty=True)
+    domain_train_rows: int = _f(120, "rows generated per generation for builtin:toolapi", min=1, max=10_000_000)
+    domain_eval_rows: int = _f(16, "held-out domain rows (cap for files; count for builtin)", min=1, max=10_000_000)
     general_eval: str = _f("", "held-out general text; empty = hold out whole documents of the rehearsal corpus")
     general_eval_rows: int = _f(16, "held-out general passages", min=1, max=10_000_000)
     probe: str = _f(BUILTIN_PROBE, "general-skill probe: builtin, or a JSONL file of {prompt, answer}", nonempty=True)
+    suite: str = _f("builtin", "general-capability suite (conversation, leakage, arithmetic, code): builtin or a JSONL file", nonempty=True)
+    self_prompts: str = _f("builtin", "prompt pool the base model answers for self-synthesized rehearsal: builtin or a JSONL/text file", nonempty=True)
+    self_rows: int = _f(32, "self-synthesized rehearsal rows generated (once per seed, cached)", min=1, max=1_000_000)
 
 
 @dataclass
 class Evaluation:
-    arms: list[str] = _f(["base", "naive", "rehearsal"], "arms to run: base, naive (domain only), rehearsal (with the mix)", nonempty=True)
-    eval_points: int = _f(2, "held-out evaluations per trained arm, evenly spaced, the last at the end", min=1, max=10_000)
-    probe_pairs: int = _f(4, "batch pairs for `replaybank probe`", min=1, max=100_000)
+    arms: list[str] = _f(DEFAULT_ARMS, "arms to run: base, naive, rehearsal(-corpus), rehearsal-self, rehearsal-replay, rehearsal-self-kl, or any [arms.NAME]", nonempty=True)
+    eval_points: int = _f(1, "held-out loss evaluations per trained arm and generation, evenly spaced, the last at the end", min=1, max=10_000)
+    probe_pairs: int = _f(2, "batch pairs for the interference probe (`replaybank probe`, and per source inside `replaybank run`)", min=1, max=100_000)
+    suite_per_family: int = _f(8, "suite items evaluated per family and seed (a seeded sample; 0 = every item)", min=0, max=1_000_000)
+    seeds: int = _f(1, "seeds per arm (training.seed, +1, ...); the report gives mean and std", min=1, max=1_000)
+    max_new_tokens: int = _f(48, "generation budget per suite / domain item (stops at end of turn)", min=1, max=65_536)
+    generation_batch_size: int = _f(64, "prompts generated together (left-padded; on CPU, 64 ran 2.4x faster than 16)", min=1, max=65_536)
+    probe_sources: bool = _f(True, "run the interference probe per rehearsal source inside `replaybank run`")
 
 
 @dataclass
 class Output:
     out_dir: str = _f("runs/default", "where report.md, metrics.json, the plot and adapters go", nonempty=True)
     save_adapters: bool = _f(True, "save each trained adapter with its config and data manifest")
+
+
+@dataclass
+class ArmSpec:
+    """A trained arm: which rehearsal sources, how much, mixed how, with or without KL to base."""
+
+    source: list[str] = _f([], "rehearsal sources: corpus, self, replay (empty = naive)")
+    ratio: float = _f(0.1, "total rehearsal share of every batch, split evenly over the sources, in [0, 1)", min=0, lt=1)
+    mix_by: MixBy = _f("rows", "rows: share of the rows; tokens: share of the labelled tokens (the loss)")
+    kl_to_base: float = _f(0.0, "weight of the KL(base || adapted) term (0 = off)", min=0)
+    kl_temperature: float = _f(1.0, "temperature of both distributions in the KL term", gt=0)
+    kl_on: KLOn = _f("rehearsal", "KL positions: rehearsal completions, or also the prompts of domain rows (all)")
 
 
 SECTIONS: dict[str, type] = {
@@ -128,6 +154,7 @@ class Config:
     data: Data = field(default_factory=Data)
     evaluation: Evaluation = field(default_factory=Evaluation)
     output: Output = field(default_factory=Output)
+    arms: dict[str, ArmSpec] = field(default_factory=dict)
     source: str = "<defaults>"
     explicit: frozenset[str] = frozenset()
 
@@ -155,7 +182,7 @@ class Config:
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{p}: invalid TOML ({exc})") from None
         cfg = cls.from_dict(data, source=str(p))
-        if not cfg.explicit:  # a zero-byte or comments-only file is far more often a mistake than a choice
+        if not cfg.explicit and not cfg.arms:  # a zero-byte or comments-only file is far more often a mistake than a choice
             raise ConfigError(_empty_file_message(p))
         return cfg
 
@@ -168,6 +195,8 @@ class Config:
         """
         sections: dict[str, Any] = {}
         explicit: set[str] = set()
+        data = dict(data)
+        declared = _parse_arms(data.pop("arms", {}), source)
         for name, values in data.items():
             if name not in SECTIONS:
                 raise ConfigError(f"{source}: unknown section [{name}]{_did_you_mean(name, SECTIONS)}")
@@ -186,8 +215,11 @@ class Config:
                 kwargs[key] = _check_value(source, name, key, value, hints[key], known[key].metadata)
                 explicit.add(f"{name}.{key}")
             sections[name] = klass(**kwargs)
-        cfg = cls(**sections, source=source, explicit=frozenset(explicit))
+        if declared and "evaluation.arms" not in explicit:
+            sections["evaluation"].arms = sections["evaluation"].arms + [a for a in declared if a not in sections["evaluation"].arms]
+        cfg = cls(**sections, arms=declared, source=source, explicit=frozenset(explicit))
         cfg._cross_check()
+        cfg._check_arms()
         return cfg
 
     def _cross_check(self) -> None:
@@ -195,10 +227,10 @@ class Config:
         if not self.evaluation.arms:
             raise ConfigError(f"{where}: [evaluation] arms is empty; expected one or more of base, naive, rehearsal")
         for arm in self.evaluation.arms:
-            if arm not in get_args(Arm):
+            if arm not in self.arm_specs() and arm != "base":
                 raise ConfigError(
-                    f"{where}: [evaluation] arms contains {arm!r}; expected some of base, naive, rehearsal"
-                    f"{_did_you_mean(arm, get_args(Arm))}"
+                    f"{where}: [evaluation] arms contains {arm!r}; expected base, a built-in arm or an [arms.NAME] table"
+                    f"{_did_you_mean(arm, ['base', *self.arm_specs()])}"
                 )
         if len(set(self.evaluation.arms)) != len(self.evaluation.arms):
             raise ConfigError(f"{where}: [evaluation] arms = {self.evaluation.arms!r} lists an arm twice; list each once")
@@ -210,10 +242,13 @@ class Config:
                 "passage and the completion only repeat it; expected rehearsal_prompt_chars < rehearsal_max_chars"
             )
         converts = "training.rehearsal_rows_per_epoch" in self.explicit and "training.mixing_ratio" not in self.explicit
-        if "rehearsal" in self.evaluation.arms and t.mixing_ratio == 0 and not converts:
+        specs = self.arm_specs()
+        zero = [a for a in self.evaluation.arms if a in specs and specs[a].source and specs[a].ratio == 0]
+        if zero and not converts:
+            knob = "[training] mixing_ratio = 0" if zero[0] not in self.arms else f"[arms.{zero[0]}] ratio = 0"
             raise ConfigError(
-                f"{where}: [training] mixing_ratio = 0 makes the rehearsal arm the naive arm again; "
-                "expected mixing_ratio > 0, or drop 'rehearsal' from [evaluation] arms"
+                f"{where}: {knob} makes the rehearsal arm {zero[0]!r} the naive arm again; "
+                f"expected a share > 0, or drop {zero[0]!r} from [evaluation] arms"
             )
         if not self.training.lora_target_modules:
             raise ConfigError(f"{where}: [training] lora_target_modules is empty; name at least one module")
@@ -225,6 +260,43 @@ class Config:
                 f"{where}: [data] domain_train has {n_files} entries but [orchestration] "
                 f"num_generations = {n_gen}; give one file or folder per generation"
             )
+
+    def _check_arms(self) -> None:
+        where = self.source
+        if len(set(self.evaluation.arms)) != len(self.evaluation.arms):
+            raise ConfigError(f"{where}: [evaluation] arms lists an arm twice: {self.evaluation.arms}")
+        if self.data.domain_eval and len(self.data.domain_eval) not in (1, self.orchestration.num_generations):
+            raise ConfigError(
+                f"{where}: [data] domain_eval has {len(self.data.domain_eval)} entries but [orchestration] "
+                f"num_generations = {self.orchestration.num_generations}; give one for all or one per generation"
+            )
+        if not self.data.domain_eval:
+            raise ConfigError(f"{where}: [data] domain_eval is empty; give one file (or builtin) for all generations")
+
+    def arm_specs(self) -> dict[str, ArmSpec]:
+        """Every arm this config can run by name: the built-in ones, then ``[arms.NAME]`` tables.
+
+        Built-in rehearsal arms take ``[training] mixing_ratio`` and ``mix_by``; ``rehearsal`` is the
+        historical name of ``rehearsal-corpus``. A table with a built-in name replaces it.
+
+        Example:
+            >>> specs = Config().arm_specs()
+            >>> specs["rehearsal-self"].source, specs["rehearsal-self"].ratio, specs["naive"].source
+            (['self'], 0.1, [])
+        """
+        t = self.training
+        def arm(source: list[str], kl: float = 0.0) -> ArmSpec:
+            return ArmSpec(source=source, ratio=t.mixing_ratio if source else 0.0, mix_by=t.mix_by, kl_to_base=kl)
+
+        builtin = {
+            "naive": arm([]),
+            "rehearsal": arm(["corpus"]),
+            "rehearsal-corpus": arm(["corpus"]),
+            "rehearsal-self": arm(["self"]),
+            "rehearsal-replay": arm(["replay"]),
+            "rehearsal-self-kl": arm(["self"], kl=1.0),
+        }
+        return {**builtin, **self.arms}
 
     def effective_mixing_ratio(self, n_domain_rows: int) -> tuple[float, str]:
         """The share of every batch given to rehearsal, and how it was decided.
@@ -242,8 +314,11 @@ class Config:
         return t.mixing_ratio, "mixing_ratio"
 
     def to_dict(self) -> dict[str, Any]:
-        """``{section: {key: value}}`` for every key, defaults included."""
-        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        """``{section: {key: value}}`` for every key, defaults included; declared ``[arms.NAME]`` tables too."""
+        out = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        if self.arms:
+            out["arms"] = {name: dataclasses.asdict(spec) for name, spec in self.arms.items()}
+        return out
 
     def to_toml(self, with_help: bool = True) -> str:
         """The effective config as TOML, each key with its help as a comment."""
@@ -255,7 +330,49 @@ class Config:
                 value = _toml_value(getattr(section, f.name))
                 comment = f"  # {f.metadata['help']}" if with_help else ""
                 lines.append(f"{f.name} = {value}{comment}")
+        for arm, spec in self.arms.items():
+            lines.append(f"\n[arms.{json.dumps(arm)}]")
+            for f in fields(ArmSpec):
+                comment = f"  # {f.metadata['help']}" if with_help else ""
+                lines.append(f"{f.name} = {_toml_value(getattr(spec, f.name))}{comment}")
         return "\n".join(lines) + "\n"
+
+
+def _parse_arms(raw: Any, source: str) -> dict[str, ArmSpec]:
+    """``[arms.NAME]`` tables -> :class:`ArmSpec` per name, each key checked like any other."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: [arms] must hold tables [arms.NAME], got {raw!r}")
+    hints = get_type_hints(ArmSpec)
+    known = {f.name: f for f in fields(ArmSpec)}
+    out: dict[str, ArmSpec] = {}
+    for name, values in raw.items():
+        if name == "base":
+            raise ConfigError(f"{source}: [arms.base] cannot be declared; base is the untouched model")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: [arms.{name}] must be a table, got {values!r}")
+        kwargs = {}
+        for key, value in values.items():
+            if key not in known:
+                raise ConfigError(f"{source}: unknown key [arms.{name}] {key}{_did_you_mean(key, known)}")
+            kwargs[key] = _check_value(source, f"arms.{name}", key, value, hints[key], known[key].metadata)
+        spec = ArmSpec(**kwargs)
+        for src in spec.source:
+            if src not in ARM_SOURCES:
+                raise ConfigError(
+                    f"{source}: [arms.{name}] source contains {src!r}; expected some of "
+                    f"{', '.join(ARM_SOURCES)}{_did_you_mean(src, ARM_SOURCES)}"
+                )
+        if len(set(spec.source)) != len(spec.source):
+            raise ConfigError(f"{source}: [arms.{name}] source lists a source twice: {spec.source}")
+        if spec.source and spec.ratio == 0:
+            raise ConfigError(f"{source}: [arms.{name}] has sources {spec.source} but ratio = 0; give a ratio in (0, 1)")
+        if spec.kl_to_base > 0 and not spec.source and spec.kl_on == "rehearsal":
+            raise ConfigError(
+                f"{source}: [arms.{name}] kl_to_base = {spec.kl_to_base} applies to rehearsal rows, but the arm has "
+                "no source; add a source or set kl_on = \"all\""
+            )
+        out[name] = spec
+    return out
 
 
 def _toml_value(value: Any) -> str:
@@ -367,19 +484,23 @@ def check_sources(cfg: Config) -> None:
         _check_corpus(t.rehearsal_dataset, "a .txt/.md/.jsonl/.parquet file or a folder of them, "
                       f"{PYTHON_DOCS!r}, or an HF dataset in the local cache"),
         *(_check_domain(v) for v in d.domain_train),
-        _check_domain(d.domain_eval),
+        *(_check_domain(v) for v in d.domain_eval),
         _check_corpus(d.general_eval, f"empty (hold out part of the rehearsal corpus), {PYTHON_DOCS!r}, "
                       "or a .txt/.md/.jsonl/.parquet file or folder") if d.general_eval else None,
         _check_probe(d.probe),
+        _check_builtin_or_file(d.suite, "a JSONL file of suite items"),
+        _check_builtin_or_file(d.self_prompts, "a JSONL or text file of prompts"),
         _check_out_dir(cfg.output.out_dir),
     ]
     keys = [
         ("training", "base_model", t.base_model),
         ("training", "rehearsal_dataset", t.rehearsal_dataset),
         *(("data", "domain_train", v) for v in d.domain_train),
-        ("data", "domain_eval", d.domain_eval),
+        *(("data", "domain_eval", v) for v in d.domain_eval),
         ("data", "general_eval", d.general_eval),
         ("data", "probe", d.probe),
+        ("data", "suite", d.suite),
+        ("data", "self_prompts", d.self_prompts),
         ("output", "out_dir", cfg.output.out_dir),
     ]
     lines = [
@@ -410,15 +531,24 @@ def _folder(path: Path, suffixes: tuple[str, ...], expected: str) -> str | None:
 
 
 def _check_domain(value: str) -> str | None:
-    if value == BUILTIN_TOOLAPI:
+    if value in (BUILTIN_TOOLAPI, BUILTIN_AGENDA):
         return None
-    expected = f"{BUILTIN_TOOLAPI!r}, or a .jsonl/.txt/.md file or a folder of them"
+    expected = f"{BUILTIN_TOOLAPI!r}, {BUILTIN_AGENDA!r}, or a .jsonl/.txt/.md file or a folder of them"
     path = Path(value).expanduser()
     if path.is_dir():
         return _folder(path, _DOMAIN_SUFFIXES, expected)
     if path.is_file():
         return _readable_file(path, _DOMAIN_SUFFIXES, expected)
     return f"no such file or folder{_where(path)}; expected {expected}"
+
+
+def _check_builtin_or_file(value: str, expected: str) -> str | None:
+    if value == "builtin":
+        return None
+    path = Path(value).expanduser()
+    if not path.is_file():
+        return f"no such file{_where(path)}; expected 'builtin' or {expected}"
+    return None if os.access(path, os.R_OK) else "file is not readable (permissions)"
 
 
 def _check_probe(value: str) -> str | None:

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from replaybank.llm.config import BUILTIN_PROBE, BUILTIN_TOOLAPI, Config
+from replaybank.llm import agenda, toolapi
+from replaybank.llm.config import BUILTIN_AGENDA, BUILTIN_PROBE, BUILTIN_TOOLAPI, Config
 from replaybank.llm.corpus import (
     Corpus,
     CorpusError,
@@ -32,7 +33,6 @@ from replaybank.llm.rows import (
     encode_text,
     token_rows,
 )
-from replaybank.llm.toolapi import generate_examples
 
 DomainRecord = dict[str, Any]  # {"prompt", "response"} | {"messages"} | {"text"}
 
@@ -47,6 +47,17 @@ class Prepared:
     domain_eval: TokenRows
     probe: list[ProbeItem]
     manifest: dict[str, Any] = field(default_factory=dict)
+    domain_evals: list[TokenRows] = field(default_factory=list)
+    """Held-out rows of each generation's domain (the same object repeated when one is shared)."""
+    domain_eval_records: list[list[DomainRecord]] = field(default_factory=list)
+    """The raw held-out records per generation, for generated-accuracy evaluation."""
+    domain_train_records: list[list[DomainRecord]] = field(default_factory=list)
+    rehearsal_texts: list[str] = field(default_factory=list)
+    """The corpus passages of the rehearsal pool (for overlap checks against the suite)."""
+
+
+BUILTINS = {BUILTIN_TOOLAPI: toolapi.generate_examples, BUILTIN_AGENDA: agenda.generate_examples}
+"""Built-in domain generators: ``builtin:toolapi`` (the qx tool API), ``builtin:agenda`` (``@agenda{...}``)."""
 
 
 def load_domain(source: str, n_builtin: int, seed: int, exclude: set[str] | None = None) -> tuple[list[DomainRecord], dict[str, Any]]:
@@ -59,10 +70,10 @@ def load_domain(source: str, n_builtin: int, seed: int, exclude: set[str] | None
         CorpusError: missing file, malformed line (``file:line``), a line with none of the
             accepted fields, or no records at all.
     """
-    if source == BUILTIN_TOOLAPI:
-        recs: list[DomainRecord] = list(generate_examples(n_builtin, seed=seed, exclude=exclude))
+    if source in BUILTINS:
+        recs: list[DomainRecord] = list(BUILTINS[source](n_builtin, seed, exclude))
         digest = hashlib.sha256(repr(recs).encode()).hexdigest()
-        return recs, {"source": f"{BUILTIN_TOOLAPI} (seed {seed})", "rows": len(recs), "sha256": digest}
+        return recs, {"source": f"{source} (seed {seed})", "rows": len(recs), "sha256": digest}
     path = Path(source).expanduser()
     if not path.exists():
         raise CorpusError(f"{path}: domain data not found")
@@ -164,16 +175,23 @@ def prepare(cfg: Config, tokenizer: Any) -> Prepared:
             for x in texts
         ])
 
-    eval_records, eval_manifest = load_domain(d.domain_eval, d.domain_eval_rows, seed=t.seed + 10_000)
-    eval_records = eval_records[: d.domain_eval_rows]
-    held_prompts = {r["prompt"] for r in eval_records if "prompt" in r}
-    generations, gen_manifest = [], []
     n_gen = cfg.orchestration.num_generations
+    eval_sets: dict[str, tuple[list[DomainRecord], dict[str, Any], TokenRows]] = {}
+    for k, source in enumerate(d.domain_eval):
+        if source not in eval_sets:
+            recs, man = load_domain(source, d.domain_eval_rows, seed=t.seed + 10_000 + 100 * k)
+            recs = recs[: d.domain_eval_rows]
+            eval_sets[source] = (recs, {**man, "rows": len(recs)}, encode_domain(tokenizer, recs, t.max_seq_length))
+    eval_of = [d.domain_eval[g] if len(d.domain_eval) > 1 else d.domain_eval[0] for g in range(n_gen)]
+    held_prompts = {r["prompt"] for recs, _, _ in eval_sets.values() for r in recs if "prompt" in r}
+    eval_records, eval_manifest, _ = eval_sets[eval_of[0]]
+    generations, gen_manifest, train_records = [], [], []
     for g in range(n_gen):
         source = d.domain_train[g] if len(d.domain_train) > 1 else d.domain_train[0]
         recs, man = load_domain(source, d.domain_train_rows, seed=t.seed + 1 + g, exclude=held_prompts)
         generations.append(encode_domain(tokenizer, recs, t.max_seq_length))
         gen_manifest.append({"generation": g, **man})
+        train_records.append(recs)
     probe = load_probe(d.probe)
     manifest = {
         "general_corpus": general.manifest,
@@ -187,9 +205,14 @@ def prepare(cfg: Config, tokenizer: Any) -> Prepared:
         "domain_train_rows": [len(g) for g in generations],
         "domain_eval": eval_manifest,
         "domain_eval_rows": len(eval_records),
+        "domain_evals": [{"generation": g, **eval_sets[src][1]} for g, src in enumerate(eval_of)],
         "probe_items": len(probe),
     }
     return Prepared(
         rehearsal_rows(pool_texts), rehearsal_rows(held_texts), generations,
-        encode_domain(tokenizer, eval_records, t.max_seq_length), probe, manifest,
+        eval_sets[eval_of[0]][2], probe, manifest,
+        domain_evals=[eval_sets[src][2] for src in eval_of],
+        domain_eval_records=[eval_sets[src][0] for src in eval_of],
+        domain_train_records=train_records,
+        rehearsal_texts=pool_texts,
     )

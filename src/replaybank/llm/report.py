@@ -1,18 +1,24 @@
-"""Writing the run's results: ``metrics.json``, ``report.md`` and ``losses.png``.
+"""Assembling and writing the run's results: ``metrics.json``, ``report.md``, two plots.
 
-:func:`effect` is the pure summary of the three arms (rise of the held-out general loss, its ratio
-between arms, the domain-loss gap); the writers only format what they are given.
+:func:`effect` is the pure summary of the historical three arms (rise of the held-out general
+loss, its ratio between arms, the domain-loss gap); :func:`build_metrics` assembles every arm over
+seeds (means, spreads, measured loss shares, the accuracy matrix, the probe side by side with the
+measured forgetting, the targets); :mod:`replaybank.llm.report_write` only formats what it is given.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-METRICS_SCHEMA_VERSION = 1
+import numpy as np
+
+METRICS_SCHEMA_VERSION = 2
 PLOT_NAME = "losses.png"
+BEHAVIOUR_PLOT = "behaviour.png"
+COMPAT_KEYS = ("general_loss", "domain_loss", "probe_score", "probe_logprob")
+SOURCE_LOSS = {"corpus": "docs_loss", "self": "self_loss"}
 
 
 def effect(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -56,108 +62,125 @@ def effect(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def build_metrics(
+    cfg: Any, per_seed: list[dict[str, dict[str, Any]]], agg: dict[str, dict[str, dict[str, Any]]],
+    probes: dict[str, Any], manifests: list[dict[str, Any]], suites: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The ``metrics.json`` dict (schema in docs/llm.md) from every seed's arms and their aggregate."""
+    from replaybank.llm.seeds import check_targets
+
+    specs = cfg.arm_specs()
+    first = per_seed[0]
+    arms: dict[str, Any] = {}
+    for name in first:
+        summary = agg[name]
+        entry: dict[str, Any] = {key: v["mean"] for key, v in summary.items()}
+        entry["std"] = {key: v["std"] for key, v in summary.items()}
+        entry["summary"] = summary
+        if name != "base":
+            spec = specs[name]
+            entry["spec"] = dict(spec.__dict__)
+            entry["share"] = float(np.mean([seed[name]["share"] for seed in per_seed]))
+            entry["loss_share"] = _mean_shares([seed[name]["loss_share"] for seed in per_seed])
+            for key in ("curve", "generations", "train_total"):
+                entry[key] = first[name][key]
+        entry["matrix"] = {
+            "R_mean": np.mean([seed[name]["matrix"]["R"] for seed in per_seed], axis=0).round(4).tolist(),
+            "per_seed": [seed[name]["matrix"] for seed in per_seed],
+        }
+        arms[name] = entry
+    if "rehearsal" not in arms and "rehearsal-corpus" in arms:
+        alias = arms["rehearsal-corpus"]
+        arms["rehearsal"] = {**{k: alias[k] for k in COMPAT_KEYS if k in alias}, "share": alias["share"], "alias_of": "rehearsal-corpus"}
+    rehearsal_arms = [a for a in first if a not in ("base", "naive")]
+    corpus_arm = next((a for a in ("rehearsal-corpus", "rehearsal") if a in first), None)
+    return {
+        "arms": arms,
+        "effect": effect({k: v for k, v in arms.items() if k in ("base", "naive", "rehearsal")}),
+        "targets": check_targets(agg, rehearsal_arms),
+        "probe": {"fresh_lora": probes, "comparison": probe_vs_forgetting(probes, agg, specs)},
+        "mixing": _compat_mixing(first.get(corpus_arm) if corpus_arm else None, manifests[0], cfg),
+        "data": manifests[0]["data"],
+        "data_per_seed": manifests,
+        "suite": suites,
+        "config": cfg.to_dict(),
+        "config_source": cfg.source,
+    }
+
+
+def _mean_shares(shares: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for kind in ("rows", "label_tokens"):
+        keys = sorted({k for s in shares for k in s.get(kind, {})})
+        out[kind] = {k: round(float(np.mean([s[kind].get(k, 0.0) for s in shares])), 4) for k in keys}
+    return out
+
+
+def probe_vs_forgetting(probes: dict[str, Any], agg: dict[str, dict[str, dict[str, Any]]], specs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per rehearsal source: the probe's prediction next to the forgetting measured on that source's rows.
+
+    The measured forgetting of a source is the rise of the naive arm's loss on that source's rows
+    over the base model's (held-out documents for ``corpus``, the self-synthesized rows for
+    ``self``), and what the arm rehearsing only that source left of it.
+
+    Example:
+        >>> agg = {"base": {"docs_loss": {"mean": 1.7}}, "naive": {"docs_loss": {"mean": 2.9}},
+        ...        "rc": {"docs_loss": {"mean": 1.6}}}
+        >>> class S: source, kl_to_base = ["corpus"], 0.0
+        >>> out = probe_vs_forgetting({"corpus": {"cosine_mean": 0.09, "alpha_suggested": 0.0, "rehearsal_needed": False}},
+        ...                           agg, {"rc": S()})
+        >>> out[0]["naive_loss_rise"], out[0]["rehearsal_arm"], out[0]["rehearsal_loss_rise"]
+        (1.2, 'rc', -0.1)
+    """
+    out = []
+    for source, rep in probes.items():
+        key = SOURCE_LOSS.get(source)
+        row: dict[str, Any] = {
+            "source": source, "cosine_mean": rep["cosine_mean"], "cosine_std": rep.get("cosine_std"),
+            "alpha_suggested": rep["alpha_suggested"], "predicts_forgetting": rep["rehearsal_needed"],
+            "loss": key,
+        }
+        base = agg.get("base", {}).get(key or "", {}).get("mean")
+        naive = agg.get("naive", {}).get(key or "", {}).get("mean")
+        if base is not None and naive is not None:
+            row["naive_loss_rise"] = round(naive - base, 4)
+        arm = next((a for a, s in specs.items() if a in agg and list(s.source) == [source] and not s.kl_to_base), None)
+        if arm is not None and base is not None and key in agg[arm]:
+            row["rehearsal_arm"] = arm
+            row["rehearsal_loss_rise"] = round(agg[arm][key]["mean"] - base, 4)
+        out.append(row)
+    return out
+
+
+def _compat_mixing(arm: dict[str, Any] | None, manifest: dict[str, Any], cfg: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "share": manifest["share"], "how": manifest["how"], "batch_size": cfg.training.batch_size,
+        "mix_by": cfg.training.mix_by,
+        "semantics": "fixed quota of every micro-batch (largest remainder, credit carried); "
+                     "mix_by=tokens converts the target share of labelled tokens into row quotas",
+    }
+    if arm:
+        steps = [s for gen in arm["generations"] for s in gen["train"]["steps"]]
+        rows = sum(s["rows"] for s in steps)
+        tokens = sum(s["tokens"] for s in steps)
+        out["rows_per_batch"] = sorted({s["rehearsal_rows"] for s in steps})
+        out["measured_row_share"] = sum(s["rehearsal_rows"] for s in steps) / rows if rows else None
+        out["rehearsal_tokens"] = sum(s["rehearsal_tokens"] for s in steps)
+        out["measured_token_share"] = out["rehearsal_tokens"] / tokens if tokens else None
+        out["measured_label_token_share"] = arm["loss_share"]["label_tokens"]
+    return out
+
+
+def write_outputs(folder: Path, metrics: dict[str, Any]) -> None:
+    """``losses.png``, ``behaviour.png``, ``report.md``, then ``metrics.json`` (last)."""
+    from replaybank.llm.report_write import plot_behaviour, plot_losses, write_report
+
+    plot_losses(folder / PLOT_NAME, metrics)
+    plot_behaviour(folder / BEHAVIOUR_PLOT, metrics)
+    write_report(folder / "report.md", metrics)
+    write_metrics(folder / "metrics.json", metrics)
+
+
 def write_metrics(path: Path, metrics: dict[str, Any]) -> None:
     """Write ``metrics.json`` (sorted keys, 2-space indent)."""
-    path.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def plot_losses(path: Path, metrics: dict[str, Any]) -> None:
-    """Three panels: training loss per step, held-out general loss, held-out domain loss."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    arms = metrics["arms"]
-    base = arms.get("base", {})
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    colors = {"naive": "tab:red", "rehearsal": "tab:blue"}
-    for arm, color in colors.items():
-        if arm not in arms:
-            continue
-        steps = [s for gen in arms[arm]["generations"] for s in gen["train"]["steps"]]
-        x = list(range(1, len(steps) + 1))
-        axes[0].plot(x, [s["domain_loss"] for s in steps], color=color, label=f"{arm}: domain rows")
-        if any(s["rehearsal_loss"] is not None for s in steps):
-            pts = [(i, s["rehearsal_loss"]) for i, s in zip(x, steps, strict=True) if s["rehearsal_loss"] is not None]
-            axes[0].plot(*zip(*pts, strict=True), color=color, ls="--", marker=".", label=f"{arm}: rehearsal rows")
-        curve = arms[arm]["curve"]
-        for ax, key in ((axes[1], "general_loss"), (axes[2], "domain_loss")):
-            xs = [0] + [c["step"] for c in curve]
-            ys = [base.get(key, float("nan"))] + [c[key] for c in curve]
-            ax.plot(xs, ys, marker="o", color=color, label=arm)
-    for ax, key in ((axes[1], "general_loss"), (axes[2], "domain_loss")):
-        if key in base:
-            ax.axhline(base[key], color="gray", ls=":", label="base")
-    axes[0].set_title("training loss per step")
-    axes[1].set_title("held-out general loss (Python docs)")
-    axes[2].set_title("held-out domain loss")
-    for ax in axes:
-        ax.set_xlabel("optimizer step")
-        ax.set_ylabel("nats / token")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _fmt(x: Any, digits: int = 4) -> str:
-    if x is None:
-        return "n/a"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, float):
-        return f"{x:.{digits}f}"
-    return str(x)
-
-
-def write_report(path: Path, metrics: dict[str, Any]) -> None:
-    """Write ``report.md``: the arms table, the effect, mixing, data and timings."""
-    arms = metrics["arms"]
-    eff = metrics["effect"]
-    lines = [
-        "# replaybank run report",
-        "",
-        f"Base model: `{metrics['config']['training']['base_model']}`, device {metrics['environment']['device']}, "
-        f"wall time {metrics['wall_seconds']:.1f} s (1-minute load average {metrics['environment'].get('loadavg_1min_start')} "
-        f"at start, {metrics['environment'].get('loadavg_1min_end')} at end, on {os.cpu_count()} CPUs).",
-        "",
-        "| arm | held-out general loss | held-out domain loss | probe exact match | probe answer log-prob | train tokens | train s |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, arm in arms.items():
-        train = arm.get("train_total", {})
-        lines.append(
-            f"| {name} | {_fmt(arm['general_loss'])} | {_fmt(arm['domain_loss'])} | "
-            f"{_fmt(arm['probe_score'], 3)} | {_fmt(arm.get('probe_logprob'))} | "
-            f"{_fmt(train.get('tokens'))} | {_fmt(train.get('seconds'), 1)} |"
-        )
-    lines += ["", "## Effect", ""]
-    lines.append(f"- naive rise of the general loss: {_fmt(eff.get('naive_general_rise'))}")
-    lines.append(f"- rehearsal rise of the general loss: {_fmt(eff.get('rehearsal_general_rise'))}")
-    lines.append(f"- rise ratio (rehearsal / naive): {_fmt(eff.get('rise_ratio'), 3)} (target <= 0.333)")
-    lines.append(f"- domain loss ratio (rehearsal / naive): {_fmt(eff.get('domain_loss_ratio'), 3)} (target <= 1.05)")
-    for key, ok in eff.get("criteria", {}).items():
-        lines.append(f"- {key.replace('_', ' ')}: {_fmt(ok)}")
-    mix = metrics.get("mixing", {})
-    lines += [
-        "",
-        "## Mixing",
-        "",
-        f"- rehearsal share of every batch: {_fmt(mix.get('share'), 4)} ({mix.get('how', '')})",
-        f"- rehearsal rows per batch: {mix.get('rows_per_batch')}",
-        f"- measured share of rows: {_fmt(mix.get('measured_row_share'), 4)}, of tokens: {_fmt(mix.get('measured_token_share'), 4)}",
-        "",
-        "## Data",
-        "",
-    ]
-    data = metrics.get("data", {})
-    for key in ("general_pool_rows", "general_eval_rows", "domain_train_rows", "domain_eval_rows", "probe_items", "dropped", "overlap_removed"):
-        if key in data:
-            lines.append(f"- {key.replace('_', ' ')}: {data[key]}")
-    lines += ["", "## Timings (seconds)", ""]
-    for key, value in metrics.get("timings", {}).items():
-        lines.append(f"- {key}: {_fmt(value, 1)}")
-    lines += ["", f"![losses]({PLOT_NAME})", ""]
-    path.write_text("\n".join(lines), encoding="utf-8")
+    path.write_text(json.dumps(metrics, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")

@@ -1,8 +1,10 @@
 """The LoRA training loop: quota-mixed batches, AdamW, accumulation, clipping, resumable.
 
-Each micro-batch comes from :class:`replaybank.mixing.Mixer` with a fixed rehearsal quota; its rows
+Each micro-batch comes from :class:`replaybank.mixing.Mixer` with a fixed quota per source (domain
+rows plus any rehearsal sources: corpus, self-synthesized, replay of earlier domains); its rows
 are run one source at a time (similar lengths, little padding) and the loss is the token-weighted
-mean over every labelled token of the optimizer step. A checkpoint holds the adapter, the optimizer,
+mean over every labelled token of the optimizer step, plus the optional KL-to-base term
+(:mod:`replaybank.llm.train.kl`) averaged over its positions. A checkpoint holds the adapter, the optimizer,
 the mixer position and the torch RNG, so a resumed run sees exactly the data order of an
 uninterrupted one.
 """
@@ -14,18 +16,19 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from replaybank.llm.config import Training
-from replaybank.llm.evaluate import collate, token_loss_sum
+from replaybank.llm.evaluate import collate, logits_at, token_loss_sum
 from replaybank.llm.model import check_target_modules
-from replaybank.llm.rows import TokenRows
-from replaybank.mixing import Mixer
+from replaybank.llm.rows import IGNORE_INDEX, TokenRows
+from replaybank.llm.train.kl import base_logits_at, kl_to_base
+from replaybank.mixing import MixBy, Mixer, row_shares
 
 CHECKPOINT_SCHEMA_VERSION = 1
 DOMAIN, REHEARSAL = 0, 1
@@ -107,6 +110,38 @@ def _batch_digest(sources: np.ndarray, rows: np.ndarray) -> str:
     return hashlib.sha256(np.stack([sources, rows]).tobytes()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Source:
+    """A rehearsal source mixed into the domain batches.
+
+    Attributes:
+        name: ``corpus``, ``self``, ``replay`` (or any label for the logs).
+        rows: its tokenized rows.
+        share: its target share of every batch (of rows, or of labelled tokens with
+            ``mix_by="tokens"``).
+        sliced: draw each virtual epoch's rows from a seeded slice of ``rehearsal_rows_per_epoch``
+            rows (the reference's form, used for the corpus); otherwise cycle over every row.
+    """
+
+    name: str
+    rows: TokenRows
+    share: float
+    sliced: bool = False
+
+
+@dataclass(frozen=True)
+class KLSpec:
+    """The KL-to-base term (see :mod:`replaybank.llm.train.kl`): weight, temperature, positions."""
+
+    weight: float
+    temperature: float = 1.0
+    on: Literal["rehearsal", "all"] = "rehearsal"
+
+
+def _mean_label_tokens(rows: TokenRows) -> float:
+    return rows.label_tokens() / max(len(rows), 1)
+
+
 def train_lora(
     model: Any,
     pad_id: int,
@@ -119,6 +154,10 @@ def train_lora(
     eval_points: int = 1,
     desc: str = "train",
     max_steps: int | None = None,
+    *,
+    sources: Sequence[Source] | None = None,
+    mix_by: MixBy = "rows",
+    kl: KLSpec | None = None,
 ) -> TrainLog:
     """Train the LoRA-wrapped ``model`` in place.
 
@@ -126,26 +165,48 @@ def train_lora(
         model: a PEFT model (see :func:`add_lora`).
         pad_id: token id used for padding.
         domain: tokenized domain rows (the epoch source).
-        rehearsal: the tokenized rehearsal pool, or ``None`` for the naive arm.
+        rehearsal: the tokenized corpus pool (sliced per virtual epoch), or ``None``; ignored when
+            ``sources`` is given.
         cfg: the ``[training]`` section.
-        share: rehearsal share of every micro-batch (0 for naive).
+        share: rehearsal share of every micro-batch for ``rehearsal`` (0 for naive).
         checkpoint_dir: where ``checkpoint.pt`` lives; resumed from when present.
         on_eval: called with the optimizer step at ``eval_points`` evenly spaced steps.
         eval_points: how many evaluations, the last after the final step.
         desc: progress bar label.
         max_steps: stop after this many optimizer steps (a budget for tests and interruptions).
+        sources: rehearsal sources, each with its share (replaces ``rehearsal``/``share``).
+        mix_by: ``rows``: the shares are shares of the rows of every batch; ``tokens``: shares of
+            the labelled tokens (of the loss), converted to row quotas by
+            :func:`replaybank.mixing.row_shares` from each source's mean labelled tokens per row.
+        kl: the optional KL-to-base term.
 
     Returns:
-        The :class:`TrainLog`.
+        The :class:`TrainLog`; every step records rows and labelled tokens per source, so the
+        effective loss share of each source is measured, not assumed.
+
+    Raises:
+        ValueError: a source with a share but no rows, or shares summing to 1 or more.
     """
     import torch
     from tqdm.auto import tqdm
 
-    if share > 0 and (rehearsal is None or len(rehearsal) == 0):
-        raise ValueError("a rehearsal share > 0 needs a non-empty rehearsal pool")
+    if sources is None:
+        if share > 0 and (rehearsal is None or len(rehearsal) == 0):
+            raise ValueError("a rehearsal share > 0 needs a non-empty rehearsal pool")
+        sources = [Source("corpus", rehearsal, share, sliced=True)] if share > 0 and rehearsal is not None else []
+    sources = [s for s in sources if s.share > 0]
+    for s in sources:
+        if len(s.rows) == 0:
+            raise ValueError(f"rehearsal source {s.name!r} has a share of {s.share} but no rows")
+    total_share = sum(s.share for s in sources)
+    if total_share >= 1:
+        raise ValueError(f"rehearsal shares sum to {total_share}; they must leave room for domain rows (< 1)")
     slice_size = cfg.rehearsal_rows_per_epoch
-    shares = [1.0 - share, share] if share > 0 else [1.0]
-    sizes = [len(domain), slice_size] if share > 0 else [len(domain)]
+    names = ["domain"] + [s.name for s in sources]
+    targets = [1.0 - total_share] + [s.share for s in sources]
+    per_row = [_mean_label_tokens(domain)] + [_mean_label_tokens(s.rows) for s in sources]
+    shares = row_shares(targets, mix_by, per_row).tolist()
+    sizes = [len(domain)] + [slice_size if s.sliced else len(s.rows) for s in sources]
     mixer = Mixer(sizes, shares, cfg.batch_size, seed=cfg.seed)
     per_epoch = mixer.batches_per_epoch()
     steps_per_epoch = math.ceil(per_epoch / cfg.gradient_accumulation_steps)
@@ -163,17 +224,17 @@ def train_lora(
     model.train()
     bar = tqdm(total=total_steps, initial=step, desc=desc, unit="step", dynamic_ncols=True, leave=False)
     start = time.perf_counter() - log.seconds
-    slices: dict[int, np.ndarray] = {}
+    slices: dict[tuple[int, int], np.ndarray] = {}
 
     def rows_of(source: int, idx: np.ndarray, epoch: int) -> list[tuple[np.ndarray, np.ndarray]]:
         if source == DOMAIN:
             return domain.rows(idx)
-        if rehearsal is None:  # unreachable: share > 0 without a pool is rejected above
-            raise ValueError("rehearsal rows requested but no rehearsal pool given")
-        if epoch not in slices:
-            slices.clear()
-            slices[epoch] = epoch_slice(len(rehearsal), slice_size, cfg.seed, epoch)
-        return rehearsal.rows(slices[epoch][idx])
+        src = sources[source - 1]
+        if not src.sliced:
+            return src.rows.rows(idx)
+        if (source, epoch) not in slices:
+            slices[(source, epoch)] = epoch_slice(len(src.rows), slice_size, cfg.seed, epoch)
+        return src.rows.rows(slices[(source, epoch)][idx])
 
     stop = False
     while mixer.state_dict()["epoch"] < cfg.num_train_epochs and not stop:
@@ -184,20 +245,29 @@ def train_lora(
             if len(pending) < cfg.gradient_accumulation_steps and mb.step < per_epoch - 1:
                 continue
             groups = [
-                (s, rows_of(s, mb.rows_of(s), epoch)) for mb in pending for s in range(len(shares))
+                (s, rows_of(s, mb.rows_of(s), epoch)) for mb in pending for s in range(len(names))
                 if mb.rows_of(s).size
             ]
             n_label = sum(int((lab[1:] != -100).sum()) for _, rows in groups for _, lab in rows)
-            sums = {DOMAIN: [0.0, 0], REHEARSAL: [0.0, 0]}
+            n_kl = sum(_kl_positions(s, rows, kl) for s, rows in groups)
+            loss_sum = [0.0] * len(names)
+            label_tokens = [0] * len(names)
+            row_count = [0] * len(names)
             n_tokens = rehearsal_tokens = 0
+            kl_total = 0.0
             for source, rows in groups:
                 ids, att, labels = collate(rows, pad_id)
-                loss_sum, n = token_loss_sum(model, ids.to(device), att.to(device), labels.to(device))
-                (loss_sum / max(n_label, 1)).backward()
-                sums[source][0] += float(loss_sum.detach())
-                sums[source][1] += n
+                ce, n, kl_sum = _group_loss(model, ids.to(device), att.to(device), labels.to(device), source, kl)
+                obj = ce / max(n_label, 1)
+                if kl_sum is not None and kl is not None:
+                    obj = obj + kl.weight * kl_sum / max(n_kl, 1)
+                    kl_total += float(kl_sum.detach())
+                obj.backward()
+                loss_sum[source] += float(ce.detach())
+                label_tokens[source] += n
+                row_count[source] += len(rows)
                 n_tokens += int(att.sum())
-                rehearsal_tokens += int(att.sum()) if source == REHEARSAL else 0
+                rehearsal_tokens += int(att.sum()) if source != DOMAIN else 0
             if cfg.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             opt.step()
@@ -205,17 +275,21 @@ def train_lora(
             step += 1
             log.tokens += n_tokens
             log.seconds = time.perf_counter() - start
-            total_loss = (sums[DOMAIN][0] + sums[REHEARSAL][0]) / max(n_label, 1)
+            total_loss = sum(loss_sum) / max(n_label, 1)
+            reh_sum, reh_n = sum(loss_sum[1:]), sum(label_tokens[1:])
             entry = {
                 "step": step,
                 "epoch": epoch,
                 "loss": round(total_loss, 5),
-                "domain_loss": round(sums[DOMAIN][0] / sums[DOMAIN][1], 5) if sums[DOMAIN][1] else None,
-                "rehearsal_loss": round(sums[REHEARSAL][0] / sums[REHEARSAL][1], 5) if sums[REHEARSAL][1] else None,
-                "rows": sum(len(rows) for _, rows in groups),
-                "rehearsal_rows": sum(len(rows) for s, rows in groups if s == REHEARSAL),
+                "domain_loss": round(loss_sum[DOMAIN] / label_tokens[DOMAIN], 5) if label_tokens[DOMAIN] else None,
+                "rehearsal_loss": round(reh_sum / reh_n, 5) if reh_n else None,
+                "rows": sum(row_count),
+                "rehearsal_rows": sum(row_count[1:]),
                 "tokens": n_tokens,
                 "rehearsal_tokens": rehearsal_tokens,
+                "source_rows": dict(zip(names, row_count, strict=True)),
+                "label_tokens": dict(zip(names, label_tokens, strict=True)),
+                "kl": round(kl_total / n_kl, 6) if kl is not None and n_kl else None,
                 "batch": _batch_digest(
                     np.concatenate([m.source for m in pending]), np.concatenate([m.index for m in pending])
                 ),
@@ -236,6 +310,46 @@ def train_lora(
                 break
     bar.close()
     return log
+
+
+def _kl_mask(source: int, labels: Any, att: Any, kl: KLSpec | None) -> Any:
+    # Positions (of labels[:, 1:]) where the KL term applies, or None.
+    if kl is None or kl.weight <= 0:
+        return None
+    target = labels[:, 1:]
+    if source != DOMAIN:
+        return target != IGNORE_INDEX
+    if kl.on == "all":
+        return (target == IGNORE_INDEX) & (att[:, 1:] > 0)
+    return None
+
+
+def _kl_positions(source: int, rows: list[tuple[np.ndarray, np.ndarray]], kl: KLSpec | None) -> int:
+    if kl is None or kl.weight <= 0:
+        return 0
+    if source != DOMAIN:
+        return sum(int((lab[1:] != IGNORE_INDEX).sum()) for _, lab in rows)
+    if kl.on == "all":
+        return sum(int((lab[1:] == IGNORE_INDEX).sum()) for _, lab in rows)
+    return 0
+
+
+def _group_loss(model: Any, ids: Any, att: Any, labels: Any, source: int, kl: KLSpec | None) -> tuple[Any, int, Any]:
+    """Cross-entropy sum over labelled positions, their count, and the KL sum (or None)."""
+    import torch.nn.functional as F
+
+    target = labels[:, 1:]
+    ce_mask = target != IGNORE_INDEX
+    kl_mask = _kl_mask(source, labels, att, kl)
+    if kl_mask is None or kl is None or not bool(kl_mask.any()):
+        loss, n = token_loss_sum(model, ids, att, labels)
+        return loss, n, None
+    union = ce_mask | kl_mask
+    logits = logits_at(model, ids, att, union)
+    ce = F.cross_entropy(logits[ce_mask[union]], target[ce_mask], reduction="sum")
+    base = base_logits_at(model, ids, att, union)
+    pick = kl_mask[union]
+    return ce, int(ce_mask.sum()), kl_to_base(logits[pick], base[pick], kl.temperature)
 
 
 def _save_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLog, step: int) -> None:

@@ -1,0 +1,281 @@
+"""Self-synthesized rehearsal: the base model's own answers to general prompts, as rehearsal rows.
+
+The idea of Self-Synthesized Rehearsal (SSR) and self-distillation fine-tuning (SDFT): rows that
+carry the behaviour to keep are best written by the model that has it. The base model (a PEFT
+model's adapter is disabled, so no second copy is held) answers prompts drawn with a seed from a
+pool: the shipped ``selfsynth_prompts.txt`` (about 200 general requests: questions, instructions,
+formatting constraints, small sums, short Python tasks), a user file, and/or Magpie-style requests
+the model writes itself (:mod:`replaybank.llm.data.magpie`). Answers are greedy and
+filtered; the kept rows and a manifest are cached on disk, so a second call with the same model,
+seed, pool and settings reads them back instead of generating.
+
+Filters, in order (each dropped answer is counted under its reason):
+
+- ``overlap``: the answer overlaps an evaluation-suite prompt (``exclude``; see
+  :func:`~replaybank.llm.eval.suite.overlaps`); a pool *prompt* that overlaps raises instead,
+  naming the pool file;
+- ``truncated``: the answer hit ``max_new_tokens`` before the end of its turn;
+- ``empty``: no word in the answer;
+- ``repetition``: degenerate text (:func:`~replaybank.llm.eval.checkers.degenerate`: a line or a
+  word 4-gram 3+ times, or under half of the word 3-grams distinct);
+- ``tool_call``: the answer looks like a tool call (so rehearsal never teaches tool syntax).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replaybank.errors import ReplayBankError
+from replaybank.llm.data.magpie import write_prompts
+from replaybank.llm.eval.checkers import degenerate, looks_like_tool_call, words
+from replaybank.llm.eval.generate import (
+    Generation,
+    base_model_context,
+    generate_detailed,
+    model_fingerprint,
+)
+from replaybank.llm.eval.suite import overlap_key, overlaps
+
+BUILTIN = "builtin"
+MAGPIE = "magpie"
+CACHE_SCHEMA = 1
+FILTERS = ("overlap", "truncated", "empty", "repetition", "tool_call")
+
+GenerateFn = Callable[..., list[Generation]]
+
+
+class SelfSynthError(ReplayBankError):
+    """A prompt pool is unusable, overlaps the evaluation suite, or generation yielded no row."""
+
+
+def builtin_pool_path() -> Path:
+    """The shipped prompt pool."""
+    return Path(str(resources.files("replaybank.llm.data").joinpath("selfsynth_prompts.txt")))
+
+
+def load_prompt_pool(source: str = BUILTIN) -> tuple[list[str], Path]:
+    """Prompts of a pool file: one per line (``#`` comments and blank lines skipped), or JSONL
+    lines ``{"prompt": ...}`` for a ``.jsonl`` file. Duplicates are dropped, order kept.
+
+    Returns:
+        ``(prompts, path)``.
+
+    Raises:
+        SelfSynthError: missing file, non-UTF-8 bytes, malformed JSONL line (``file:line``), or
+            no prompt at all.
+    """
+    path = builtin_pool_path() if source == BUILTIN else Path(source).expanduser()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SelfSynthError(f"{path}: cannot read prompt pool ({exc.strerror or exc})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        lineno = data.count(b"\n", 0, exc.start) + 1
+        raise SelfSynthError(f"{path}:{lineno}: not valid UTF-8; re-encode the prompt pool as UTF-8") from None
+    prompts: list[str] = []
+    jsonl = path.suffix.lower() == ".jsonl"
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or (not jsonl and line.lstrip().startswith("#")):
+            continue
+        if jsonl:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SelfSynthError(f"{path}:{number}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not obj["prompt"].strip():
+                raise SelfSynthError(f"{path}:{number}: a prompt-pool line needs a non-empty string 'prompt'")
+            prompts.append(obj["prompt"].strip())
+        else:
+            prompts.append(line.strip())
+    prompts = list(dict.fromkeys(prompts))
+    if not prompts:
+        raise SelfSynthError(f"{path}: prompt pool has no prompts")
+    return prompts, path
+
+
+def _reject(prompt: str, gen: Generation, excluded: list[str]) -> str | None:
+    low = overlap_key(gen.text)
+    if any(overlaps(low, e) for e in excluded):
+        return "overlap"
+    if gen.truncated:
+        return "truncated"
+    if not words(gen.text):
+        return "empty"
+    if degenerate(gen.text):
+        return "repetition"
+    if looks_like_tool_call(gen.text):
+        return "tool_call"
+    return None
+
+
+def synthesize(
+    model: Any,
+    tokenizer: Any,
+    *,
+    seed: int,
+    n_rows: int,
+    cache_dir: Path,
+    prompts: str = BUILTIN,
+    exclude: Iterable[str] = (),
+    batch_size: int = 16,
+    max_new_tokens: int = 96,
+    model_id: str | None = None,
+    generate_fn: GenerateFn | None = None,
+    desc: str | None = "self-synthesis",
+) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    """Rehearsal rows written by the base model, drawn with ``seed`` from a prompt pool (cached).
+
+    Prompts are taken in a seeded random order and answered in rounds until ``n_rows`` pass the
+    filters or the pool is used up; fewer rows than asked are returned (``manifest["short"]``)
+    when the pool runs out.
+
+    Args:
+        model: the base model, or a PEFT model (its adapter is disabled while generating).
+        tokenizer: its tokenizer.
+        seed: draws the prompts; each seed gives its own rows.
+        n_rows: rows wanted.
+        cache_dir: folder of ``selfsynth-<key>.json``; the key hashes the model, seed, pool,
+            ``n_rows``, ``max_new_tokens``, the excluded prompts and the chat template.
+        prompts: ``"builtin"`` or a pool file (see :func:`load_prompt_pool`); ``"magpie"`` for
+            requests the base model writes itself (:mod:`replaybank.llm.data.magpie`,
+            ``max(2 * n_rows, batch_size)`` sampled with ``seed``), or ``"builtin+magpie"`` /
+            ``"<file>+magpie"`` for both.
+        exclude: evaluation prompts that must never be rehearsed (the suite's prompts).
+        batch_size, max_new_tokens: generation settings.
+        model_id: identifies the model in the cache key; default: a fingerprint of its weights.
+        generate_fn: stands in for :func:`~replaybank.llm.eval.generate.generate_detailed`
+            (tests inject a fake).
+        desc: progress-bar label (None for none).
+
+    Returns:
+        ``(rows, manifest)``: rows are ``{"prompt", "response"}``; the manifest holds the model id,
+        seed, prompt source and SHA-256 of the pool, Magpie counts (or None), counts (``generated``, ``kept``, ``dropped`` by filter),
+        ``seconds`` of generation and ``cached`` (True when read back).
+
+    Raises:
+        SelfSynthError: ``n_rows < 1``, a bad pool, a pool prompt that contains an excluded
+            prompt (naming the pool file and line's prompt), or no usable row at all.
+    """
+    if n_rows < 1:
+        raise SelfSynthError(f"n_rows must be >= 1, got {n_rows}")
+    source, magpie = _source(prompts)
+    pool, path = load_prompt_pool(source) if source is not None else ([], None)
+    where = " + ".join(([str(path)] if path is not None else []) + ([MAGPIE] if magpie else []))
+    excluded = [overlap_key(e) for e in exclude if overlap_key(e)]
+    for p in pool:
+        low = overlap_key(p)
+        hit = next((e for e in excluded if overlaps(low, e)), None)
+        if hit is not None:
+            raise SelfSynthError(
+                f"{path}: prompt {p!r} overlaps the evaluation suite ({hit!r}); remove it from the prompt pool"
+            )
+    pool_sha = hashlib.sha256("\n".join(pool).encode()).hexdigest()
+    ident = model_id or model_fingerprint(model)
+    key_src = json.dumps({
+        "schema": CACHE_SCHEMA, "model": ident, "seed": seed, "pool": pool_sha, "n_rows": n_rows,
+        "max_new_tokens": max_new_tokens, "exclude": hashlib.sha256("\n".join(sorted(excluded)).encode()).hexdigest(),
+        "template": str(getattr(tokenizer, "chat_template", "")), "magpie": magpie,
+    }, sort_keys=True)
+    cache = Path(cache_dir) / f"selfsynth-{hashlib.sha256(key_src.encode()).hexdigest()[:16]}.json"
+    cached = _read_cache(cache)
+    if cached is not None:
+        return cached[0], {**cached[1], "cached": True, "cache": str(cache)}
+
+    gen = generate_fn or generate_detailed
+    order = np.random.default_rng(seed).permutation(len(pool))
+    rows: list[dict[str, str]] = []
+    dropped: Counter[str] = Counter()
+    generated = 0
+    t0 = time.perf_counter()
+    magpie_counts: dict[str, Any] | None = None
+    with base_model_context(model):
+        if magpie:
+            written, magpie_counts = write_prompts(
+                model, tokenizer, n=max(2 * n_rows, batch_size), seed=seed, exclude_keys=excluded,
+                batch_size=batch_size, generate_fn=generate_fn, desc=None if desc is None else f"{desc}: prompts",
+            )
+            known = set(pool)
+            pool = pool + [p for p in written if p not in known]
+            order = np.random.default_rng(seed).permutation(len(pool))
+            if not pool:
+                raise SelfSynthError(
+                    f"Magpie-style prompt writing kept none of {magpie_counts['written']} requests "
+                    f"(dropped: {magpie_counts['dropped']}); use a prompt pool file"
+                )
+        while len(rows) < n_rows and generated < len(pool):
+            # Ask for what is missing over the yield so far (SmolLM2 keeps about half of its
+            # answers at 96 tokens; the rest run longer), so most calls need one round.
+            rate = max(0.2, len(rows) / generated) if generated else 0.5
+            want = min(len(pool) - generated, max(batch_size, int(np.ceil((n_rows - len(rows)) / rate * 1.1))))
+            batch = [pool[int(i)] for i in order[generated : generated + want]]
+            outs = gen(model, tokenizer, batch, max_new_tokens=max_new_tokens, batch_size=batch_size, desc=desc)
+            generated += len(batch)
+            for prompt, out in zip(batch, outs, strict=True):
+                reason = _reject(prompt, out, excluded)
+                if reason is not None:
+                    dropped[reason] += 1
+                elif len(rows) < n_rows:
+                    rows.append({"prompt": prompt, "response": out.text})
+    seconds = time.perf_counter() - t0
+    if not rows:
+        raise SelfSynthError(
+            f"self-synthesis from {where} yielded no usable row: {generated} answers generated, all "
+            f"filtered ({', '.join(f'{k} {v}' for k, v in sorted(dropped.items()))}); try a larger "
+            "max_new_tokens or another prompt pool"
+        )
+    manifest = {
+        "model": ident, "seed": seed, "prompts": where, "prompts_sha256": pool_sha, "magpie": magpie_counts,
+        "pool_size": len(pool), "n_rows": n_rows, "max_new_tokens": max_new_tokens,
+        "generated": generated, "kept": len(rows), "short": len(rows) < n_rows,
+        "dropped": {k: dropped.get(k, 0) for k in FILTERS}, "seconds": round(seconds, 2),
+    }
+    _write_cache(cache, {"schema": CACHE_SCHEMA, "manifest": manifest, "rows": rows})
+    return rows, {**manifest, "cached": False, "cache": str(cache)}
+
+
+def _source(prompts: str) -> tuple[str | None, bool]:
+    # "builtin", a file, "magpie", or either of the first two + "+magpie".
+    if prompts == MAGPIE:
+        return None, True
+    if prompts.endswith("+" + MAGPIE):
+        return prompts[: -len(MAGPIE) - 1], True
+    return prompts, False
+
+
+def _read_cache(path: Path) -> tuple[list[dict[str, str]], dict[str, Any]] | None:
+    try:
+        obj = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(obj, dict) or obj.get("schema") != CACHE_SCHEMA:
+        return None
+    rows, manifest = obj.get("rows"), obj.get("manifest")
+    if not isinstance(rows, list) or not isinstance(manifest, dict) or not all(
+        isinstance(r, dict) and isinstance(r.get("prompt"), str) and isinstance(r.get("response"), str) for r in rows
+    ):
+        return None
+    return [{"prompt": r["prompt"], "response": r["response"]} for r in rows], manifest
+
+
+def _write_cache(path: Path, obj: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False), "utf-8")
+    os.replace(tmp, path)
+
+
+def row_texts(rows: Sequence[dict[str, str]]) -> list[str]:
+    """Prompts and responses of ``rows`` as one list (for overlap checks)."""
+    return [r["prompt"] for r in rows] + [r["response"] for r in rows]

@@ -1,0 +1,373 @@
+"""The general-capability suite: held-out requests in three families, scored on generated answers.
+
+Families (see ``suite.jsonl`` next to this module for the shipped items):
+
+- ``conversation``: plain requests. Checkable ones (one word, numbered or bulleted list, JSON with
+  given keys, all capitals, at most N words, a fact the answer must contain) are scored by
+  deterministic checkers; open ones (``agreement``) by agreement with the base model's own greedy
+  answer: token F1 (bag of lower-cased words, SQuAD-style) >= 0.5 counts as agreeing.
+- ``arithmetic``: short questions; exact match of the number in the answer. Only items the base
+  model answers correctly are kept (by :func:`prepare_suite`).
+- ``code``: Python requests; the first fenced code block (or the whole answer) must parse, and
+  where a test is given, code + test must exit 0 in a subprocess (``python -I``, time limit).
+
+Tool-call leakage is the share of all suite answers (none of them asks for a tool) that contain
+something shaped like a tool call (:func:`~replaybank.llm.eval.checkers.looks_like_tool_call`).
+
+The base model's answers are generated once per (model, items, settings) and cached as JSON with
+a manifest; every later evaluation compares against them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from replaybank.errors import ReplayBankError
+from replaybank.llm.corpus import normalise
+from replaybank.llm.eval.checkers import CheckError, check, looks_like_tool_call, validate_spec
+from replaybank.llm.eval.generate import (
+    Generation,
+    base_model_context,
+    generate_detailed,
+    model_fingerprint,
+)
+
+Family = Literal["conversation", "arithmetic", "code"]
+FAMILIES: tuple[Family, ...] = ("conversation", "arithmetic", "code")
+BUILTIN = "builtin"
+FAMILY_MAX_NEW_TOKENS: dict[str, int] = {"conversation": 48, "arithmetic": 32, "code": 64}
+"""Generation budget per family; an item's ``max_new_tokens`` overrides it."""
+CACHE_SCHEMA = 1
+
+
+class SuiteError(ReplayBankError):
+    """A suite file is unusable; the message names the file (and line)."""
+
+
+class SuiteOverlapError(SuiteError):
+    """Text meant for training contains an evaluation-suite prompt."""
+
+
+@dataclass(frozen=True)
+class SuiteItem:
+    """One held-out request.
+
+    Attributes:
+        id: unique within the suite.
+        family: ``conversation``, ``arithmetic`` or ``code``.
+        prompt: the user message.
+        check: the checker spec (see :mod:`replaybank.llm.eval.checkers`).
+        max_new_tokens: generation budget; None means the family's default.
+    """
+
+    id: str
+    family: str
+    prompt: str
+    check: dict[str, Any]
+    max_new_tokens: int | None = None
+
+    @property
+    def budget(self) -> int:
+        return self.max_new_tokens or FAMILY_MAX_NEW_TOKENS[self.family]
+
+
+@dataclass
+class Suite:
+    """Items kept for evaluation, with the base model's answers and scores.
+
+    Attributes:
+        items: the items scored (arithmetic items the base model gets wrong are dropped).
+        base_answers: item id -> the base model's greedy answer.
+        base: the base model's own :func:`evaluate_suite` result on ``items``.
+        dropped: ids of items dropped because the base model fails them.
+        manifest: model fingerprint, items digest, settings, counts, seconds.
+    """
+
+    items: list[SuiteItem]
+    base_answers: dict[str, str]
+    base: dict[str, Any]
+    dropped: list[str] = field(default_factory=list)
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def builtin_suite_path() -> Path:
+    """The shipped suite file."""
+    return Path(str(resources.files("replaybank.llm.eval").joinpath("suite.jsonl")))
+
+
+def load_suite(source: str = BUILTIN) -> list[SuiteItem]:
+    """Read suite items from the shipped file (``"builtin"``) or a user JSONL file.
+
+    Each line: ``{"id", "family", "prompt", "check"}`` and optionally ``"max_new_tokens"``.
+
+    Raises:
+        SuiteError: the file is missing, empty, not UTF-8, or a line is malformed JSON, lacks a
+            field, has an unknown family or check type, or repeats an id (``file:line``).
+    """
+    path = builtin_suite_path() if source == BUILTIN else Path(source).expanduser()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot read suite file ({exc.strerror or exc})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        lineno = data.count(b"\n", 0, exc.start) + 1
+        raise SuiteError(f"{path}:{lineno}: not valid UTF-8 (byte 0x{data[exc.start]:02x}); re-encode the file as UTF-8") from None
+    items: list[SuiteItem] = []
+    seen: set[str] = set()
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            item = _parse_item(line, f"{path}:{number}")
+            if item.id in seen:
+                raise SuiteError(f"{path}:{number}: duplicate id {item.id!r}")
+            seen.add(item.id)
+            items.append(item)
+    if not items:
+        raise SuiteError(f"{path}: suite file has no items")
+    return items
+
+
+def _parse_item(line: str, where: str) -> SuiteItem:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise SuiteError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise SuiteError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    for key in ("id", "family", "prompt"):
+        if not isinstance(obj.get(key), str) or not obj[key].strip():
+            raise SuiteError(f"{where}: field {key!r} must be a non-empty string")
+    if obj["family"] not in FAMILIES:
+        raise SuiteError(f"{where}: unknown family {obj['family']!r}; expected one of {', '.join(FAMILIES)}")
+    try:
+        validate_spec(obj.get("check"), where)
+    except CheckError as exc:
+        raise SuiteError(str(exc)) from None
+    budget = obj.get("max_new_tokens")
+    if budget is not None and (not isinstance(budget, int) or budget < 1):
+        raise SuiteError(f"{where}: max_new_tokens must be a positive integer, got {budget!r}")
+    return SuiteItem(obj["id"], obj["family"], obj["prompt"], dict(obj["check"]), budget)
+
+
+def items_digest(items: Sequence[SuiteItem]) -> str:
+    """SHA-256 of the items (order included)."""
+    return hashlib.sha256(json.dumps([asdict(i) for i in items], sort_keys=True).encode()).hexdigest()
+
+
+def prepare_suite(
+    base_model: Any, tokenizer: Any, items: Sequence[SuiteItem], *, cache_dir: Path, batch_size: int = 16,
+    desc: str | None = "suite: base answers",
+) -> Suite:
+    """Generate the base model's answers once (cached) and keep the items it can be scored on.
+
+    Arithmetic items the base model answers wrongly are dropped ("questions the base model answers
+    correctly"); other items are kept, so a family's retention is its score over the base's.
+    With a PEFT model the adapter is disabled while generating.
+
+    Args:
+        base_model: the base model (or a PEFT model wrapping it).
+        tokenizer: its tokenizer.
+        items: from :func:`load_suite`.
+        cache_dir: folder of the cache file ``suite-<key>.json``; the key hashes the model
+            fingerprint, the items and the generation settings.
+        batch_size: generation batch size.
+        desc: progress-bar label (None for no bar).
+
+    Returns:
+        A :class:`Suite`.
+
+    Raises:
+        SuiteError: no items, or no item left after dropping.
+    """
+    if not items:
+        raise SuiteError("the suite has no items")
+    fingerprint = model_fingerprint(base_model)
+    digest = items_digest(items)
+    settings = json.dumps({"budgets": FAMILY_MAX_NEW_TOKENS, "template": str(getattr(tokenizer, "chat_template", ""))}, sort_keys=True)
+    key = hashlib.sha256(f"{CACHE_SCHEMA}:{fingerprint}:{digest}:{settings}".encode()).hexdigest()[:16]
+    cache = Path(cache_dir) / f"suite-{key}.json"
+    answers = _read_cache(cache, fingerprint, digest)
+    cached = answers is not None
+    if answers is None:
+        t0 = time.perf_counter()
+        with base_model_context(base_model):
+            gens = _generate(base_model, tokenizer, items, batch_size=batch_size, desc=desc)
+        answers = {k: g.text for k, g in gens.items()}
+        _write_cache(cache, {"schema": CACHE_SCHEMA, "model": fingerprint, "items_sha256": digest,
+                             "seconds": round(time.perf_counter() - t0, 2), "answers": answers})
+    outcomes = [_score(i, answers[i.id], answers[i.id], truncated=None) for i in items]
+    dropped = [o["id"] for o in outcomes if o["family"] == "arithmetic" and o["score"] < 1.0]
+    kept = [i for i in items if i.id not in set(dropped)]
+    if not kept:
+        raise SuiteError("no suite item left: the base model fails every arithmetic item and there are no others")
+    base = _summarise([o for o in outcomes if o["id"] not in set(dropped)], base_scores=None)
+    manifest = {
+        "cache": str(cache), "cached": cached, "model": fingerprint, "items_sha256": digest,
+        "items": len(items), "kept": len(kept), "dropped": len(dropped), "n": base["n"],
+        "max_new_tokens": FAMILY_MAX_NEW_TOKENS, "agreement": "token F1 >= 0.5 with the base answer",
+    }
+    base_answers = {i.id: answers[i.id] for i in kept}
+    return Suite(kept, base_answers, base, dropped, manifest)
+
+
+def evaluate_suite(model: Any, tokenizer: Any, suite: Suite, *, batch_size: int = 16, desc: str | None = None) -> dict[str, Any]:
+    """Score ``model``'s greedy answers on the suite.
+
+    Returns:
+        ``{"families": {family: mean score}, "leakage": share of answers with a tool call,
+        "retention": {family: score / base score (None when the base scores 0)},
+        "n": {family: items}, "seconds": wall time, "items": [per-item outcome dicts]}``.
+        Families with no item are left out.
+    """
+    t0 = time.perf_counter()
+    gens = _generate(model, tokenizer, suite.items, batch_size=batch_size, desc=desc)
+    outcomes = [
+        _score(i, gens[i.id].text, suite.base_answers[i.id], truncated=gens[i.id].truncated) for i in suite.items
+    ]
+    result = _summarise(outcomes, base_scores=suite.base["families"])
+    result["seconds"] = round(time.perf_counter() - t0, 2)
+    return result
+
+
+def _generate(model: Any, tokenizer: Any, items: Sequence[SuiteItem], *, batch_size: int, desc: str | None) -> dict[str, Generation]:
+    # One generation call per budget, so short-answer items do not pay for long ones.
+    gens: dict[str, Generation] = {}
+    for budget in sorted({i.budget for i in items}):
+        group = [i for i in items if i.budget == budget]
+        label = None if desc is None else f"{desc} ({budget} tokens)"
+        out = generate_detailed(model, tokenizer, [i.prompt for i in group], max_new_tokens=budget,
+                                batch_size=batch_size, desc=label)
+        gens.update({i.id: g for i, g in zip(group, out, strict=True)})
+    return gens
+
+
+def _score(item: SuiteItem, answer: str, base_answer: str | None, truncated: bool | None) -> dict[str, Any]:
+    score, detail = check(item.check, answer, prompt=item.prompt, base_answer=base_answer)
+    return {
+        "id": item.id, "family": item.family, "check": item.check["type"], "score": score,
+        "detail": detail, "leak": looks_like_tool_call(answer), "truncated": truncated, "answer": answer,
+    }
+
+
+def _summarise(outcomes: list[dict[str, Any]], base_scores: dict[str, float] | None) -> dict[str, Any]:
+    families: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for fam in FAMILIES:
+        scores = [o["score"] for o in outcomes if o["family"] == fam]
+        if scores:
+            families[fam] = sum(scores) / len(scores)
+            counts[fam] = len(scores)
+    retention: dict[str, float | None] = {}
+    for name, score in families.items():
+        ref = 1.0 if base_scores is None else base_scores.get(name, 0.0)
+        retention[name] = score / ref if ref > 0 else None
+    leakage = sum(o["leak"] for o in outcomes) / len(outcomes) if outcomes else 0.0
+    return {"families": families, "leakage": leakage, "retention": retention, "n": counts, "items": outcomes}
+
+
+def _read_cache(path: Path, fingerprint: str, digest: str) -> dict[str, str] | None:
+    try:
+        obj = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(obj, dict) or obj.get("schema") != CACHE_SCHEMA or obj.get("model") != fingerprint \
+            or obj.get("items_sha256") != digest or not isinstance(obj.get("answers"), dict):
+        return None
+    answers = obj["answers"]
+    if not all(isinstance(v, str) for v in answers.values()):
+        return None
+    return {str(k): v for k, v in answers.items()}
+
+
+def _write_cache(path: Path, obj: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False), "utf-8")
+    os.replace(tmp, path)
+
+
+MIN_OVERLAP_CHARS = 12
+"""A training text this short or shorter only overlaps an item by containing its whole prompt."""
+
+
+def overlap_key(text: str) -> str:
+    """The form overlap is checked in: whitespace collapsed, lower case."""
+    return normalise(text).lower()
+
+
+def overlaps(text_key: str, prompt_key: str) -> bool:
+    """Whether a training text and a suite prompt (both :func:`overlap_key`) overlap: the text
+    contains the prompt, or the prompt contains the whole text (of more than 12 characters, so a
+    shortened copy of an item, "What is 4 + 7?" for "What is 4 + 7? Answer with the number.",
+    counts too).
+
+    Example:
+        >>> overlaps("what is 4 + 7?", "what is 4 + 7? answer with the number.")
+        True
+        >>> overlaps("what is 4 + 70?", "what is 4 + 7? answer with the number.")
+        False
+    """
+    if not prompt_key or not text_key:
+        return False
+    return prompt_key in text_key or (len(text_key) > MIN_OVERLAP_CHARS and text_key in prompt_key)
+
+
+def check_no_overlap(suite: Suite | Sequence[SuiteItem], texts: Iterable[str], where: str) -> None:
+    """Raise when any of ``texts`` overlaps a suite prompt (see :func:`overlaps`; whitespace and
+    case ignored).
+
+    Args:
+        suite: a :class:`Suite` or its items.
+        texts: training text (prompts, responses, passages).
+        where: names the source of ``texts`` in the message (a file, a pool name).
+
+    Raises:
+        SuiteOverlapError: naming ``where``, the text's position and the first overlapping item.
+
+    Example:
+        >>> items = [SuiteItem("c1", "conversation", "Why is the sky blue?", {"type": "agreement"})]
+        >>> check_no_overlap(items, ["How do birds fly?"], "pool.txt")
+        >>> check_no_overlap(items, ["Q: why is the  sky blue? A: ..."], "pool.txt")
+        Traceback (most recent call last):
+        ...
+        replaybank.llm.eval.suite.SuiteOverlapError: pool.txt: text 0 overlaps evaluation-suite item c1 ('Why is the sky blue?'); remove it from the training data or the suite
+    """
+    items = list(suite.items if isinstance(suite, Suite) else suite)
+    prompts = [(overlap_key(i.prompt), i) for i in items]
+    for k, text in enumerate(texts):
+        key = overlap_key(text)
+        for prompt, item in prompts:
+            if overlaps(key, prompt):
+                raise SuiteOverlapError(
+                    f"{where}: text {k} overlaps evaluation-suite item {item.id} ({item.prompt!r}); "
+                    "remove it from the training data or the suite"
+                )
+
+
+def general_text_paragraphs() -> list[str]:
+    """The shipped held-out general prose: 18 short paragraphs on everyday topics."""
+    text = resources.files("replaybank.llm.eval").joinpath("general_text.txt").read_text("utf-8")
+    return [normalise(p) for p in text.split("\n\n") if p.strip()]
+
+
+def general_text_rows(tokenizer: Any, max_seq_length: int) -> Any:
+    """Held-out general text for the "held-out general loss", as plain-LM :class:`TokenRows`.
+
+    Source: ``general_text.txt`` shipped next to this module, 18 paragraphs (about 1,200 words) of
+    everyday prose (cooking, weather, travel, history, habits) written for replaybank and released
+    with it, so it is offline, reproducible and shares nothing with the rehearsal pool (Python's
+    documentation). Every token is labelled (no chat template), one row per paragraph, cut to
+    ``max_seq_length`` tokens.
+    """
+    from replaybank.llm.rows import encode_text, token_rows
+
+    return token_rows([encode_text(tokenizer, p, max_seq_length) for p in general_text_paragraphs()])

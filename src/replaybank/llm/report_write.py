@@ -1,0 +1,197 @@
+"""Formatting a finished run: ``report.md`` and the two plots (matplotlib, Agg backend).
+
+Only formats what :func:`replaybank.llm.report.build_metrics` assembled; computes nothing new.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from replaybank.llm.report import BEHAVIOUR_PLOT, PLOT_NAME
+
+BARS = [
+    ("retention_conversation", "conversation\nretention"),
+    ("retention_arithmetic", "arithmetic\nretention"),
+    ("retention_code", "code\nretention"),
+    ("leakage", "tool-call\nleakage"),
+    ("domain_exact_match", "domain exact\nmatch"),
+]
+COLORS = ["tab:gray", "tab:red", "tab:blue", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:olive"]
+
+
+def _arms(metrics: dict[str, Any]) -> list[str]:
+    return [a for a, v in metrics["arms"].items() if "alias_of" not in v]
+
+
+def plot_behaviour(path: Path, metrics: dict[str, Any]) -> None:
+    """Bars per family per arm (seed mean), error bars = std over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = _arms(metrics)
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.6 * len(BARS) * max(1, len(arms)) / 3), 4.4))
+    width = 0.8 / max(1, len(arms))
+    for i, arm in enumerate(arms):
+        summary = metrics["arms"][arm]["summary"]
+        xs, ys, es = [], [], []
+        for j, (key, _) in enumerate(BARS):
+            if key in summary:
+                xs.append(j + (i - (len(arms) - 1) / 2) * width)
+                ys.append(summary[key]["mean"])
+                es.append(summary[key]["std"] or 0.0)
+        ax.bar(xs, ys, width, yerr=es, capsize=3, color=COLORS[i % len(COLORS)], label=arm)
+    ax.set_xticks(range(len(BARS)), [label for _, label in BARS])
+    ax.axhline(1.0, color="black", lw=0.6, ls=":")
+    ax.axhline(0.9, color="gray", lw=0.6, ls="--")
+    n = len(metrics.get("seeds", [0]))
+    ax.set_title(f"behaviour kept, per arm (mean of {n} seed{'s' if n > 1 else ''}; bars: std)")
+    ax.set_ylim(0, 1.15)
+    ax.legend(fontsize=8, ncol=min(len(arms), 5), loc="upper center", bbox_to_anchor=(0.5, -0.2))
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_losses(path: Path, metrics: dict[str, Any]) -> None:
+    """Training loss per step (first seed), held-out general and domain loss at the evaluation points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = metrics["arms"]
+    base = arms.get("base", {})
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for i, arm in enumerate(_arms(metrics)):
+        if arm == "base":
+            continue
+        color = COLORS[i % len(COLORS)]
+        steps = [s for gen in arms[arm]["generations"] for s in gen["train"]["steps"]]
+        x = list(range(1, len(steps) + 1))
+        axes[0].plot(x, [s["domain_loss"] for s in steps], color=color, label=f"{arm}: domain rows")
+        pts = [(k, s["rehearsal_loss"]) for k, s in zip(x, steps, strict=True) if s["rehearsal_loss"] is not None]
+        if pts:
+            axes[0].plot(*zip(*pts, strict=True), color=color, ls="--", marker=".", label=f"{arm}: rehearsal rows")
+        curve = arms[arm]["curve"]
+        for ax, key in ((axes[1], "general_loss"), (axes[2], "domain_loss")):
+            xs = [0] + [c["step"] for c in curve]
+            ys = [base.get(key, float("nan"))] + [c[key] for c in curve]
+            ax.plot(xs, ys, marker="o", color=color, label=arm)
+    for ax, key in ((axes[1], "general_loss"), (axes[2], "domain_loss")):
+        if key in base:
+            ax.axhline(base[key], color="gray", ls=":", label="base")
+    axes[0].set_title("training loss per step (first seed)")
+    axes[1].set_title("held-out general text loss")
+    axes[2].set_title("held-out domain loss")
+    for ax in axes:
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("nats / token")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def fmt(entry: dict[str, Any] | None, digits: int = 3, pct: bool = False) -> str:
+    """``mean +- std`` of an aggregate entry (``n/a`` when missing; no spread for one seed).
+
+    Example:
+        >>> fmt({"mean": 0.5, "std": 0.1}, pct=True), fmt({"mean": 2.0, "std": None}), fmt(None)
+        ('50.0 ± 10.0', '2.000', 'n/a')
+    """
+    if entry is None:
+        return "n/a"
+    scale = 100.0 if pct else 1.0
+    d = 1 if pct else digits
+    text = f"{entry['mean'] * scale:.{d}f}"
+    if entry.get("std") is not None:
+        text += f" ± {entry['std'] * scale:.{d}f}"
+    return text
+
+
+def write_report(path: Path, metrics: dict[str, Any]) -> None:
+    """``report.md``: the arms table with spreads, loss shares, matrix, probe, targets, timings."""
+    arms = metrics["arms"]
+    names = _arms(metrics)
+    seeds = metrics.get("seeds", [])
+    env = metrics.get("environment", {})
+    lines = [
+        "# replaybank run report",
+        "",
+        f"Base model `{metrics['config']['training']['base_model']}`, device {env.get('device')}, "
+        f"{len(seeds)} seed(s) {seeds}, wall time {metrics.get('wall_seconds', 0):.1f} s (1-minute load average "
+        f"{env.get('loadavg_1min_start')} at start, {env.get('loadavg_1min_end')} at end, {os.cpu_count()} CPUs, "
+        f"{env.get('threads')} torch thread(s)). Figures: mean ± std over seeds (sample std).",
+        "",
+        "| arm | conversation retention % | arithmetic retention % | code retention % | tool-call leakage % "
+        "| domain exact match % | general loss | docs loss | probe |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in names:
+        s = arms[name]["summary"]
+        lines.append(
+            f"| {name} | {fmt(s.get('retention_conversation'), pct=True)} | {fmt(s.get('retention_arithmetic'), pct=True)} "
+            f"| {fmt(s.get('retention_code'), pct=True)} | {fmt(s.get('leakage'), pct=True)} "
+            f"| {fmt(s.get('domain_exact_match'), pct=True)} | {fmt(s.get('general_loss'))} | {fmt(s.get('docs_loss'))} "
+            f"| {fmt(s.get('probe_score'))} |"
+        )
+    lines += ["", "Family scores of the base model (retention is an arm's score over these):", ""]
+    base = arms.get("base", {}).get("summary", {})
+    lines.append(", ".join(f"{fam} {fmt(base.get(fam))}" for fam in ("conversation", "arithmetic", "code")))
+    lines += ["", "## Effective share of each source (measured over every step)", "",
+              "| arm | target | mix_by | rows | labelled tokens (= loss) | KL to base |", "|---|---|---|---|---|---|"]
+    for name in names:
+        a = arms[name]
+        if name == "base":
+            continue
+        spec = a["spec"]
+        share = a["loss_share"]
+        kl = f"{spec['kl_to_base']} (T={spec['kl_temperature']}, {spec['kl_on']})" if spec["kl_to_base"] else "-"
+        lines.append(
+            f"| {name} | {a['share']:.3f} {'+'.join(spec['source']) or '-'} | {spec['mix_by']} | "
+            f"{_shares(share['rows'])} | {_shares(share['label_tokens'])} | {kl} |"
+        )
+    matrix_arms = [n for n in names if len(arms[n]["matrix"]["R_mean"]) > 1]
+    if matrix_arms:
+        lines += ["", "## Domain sequence: accuracy matrix (generated exact match, mean over seeds)", "",
+                  "R[i][j] = accuracy on domain j after training domain i.", ""]
+        for name in matrix_arms:
+            s = arms[name]["summary"]
+            lines.append(f"- {name}: R = {arms[name]['matrix']['R_mean']}, average accuracy "
+                         f"{fmt(s.get('average_accuracy'))}, backward transfer {fmt(s.get('backward_transfer'))}, "
+                         f"forgetting {fmt(s.get('forgetting'))}")
+    comparison = metrics.get("probe", {}).get("comparison", [])
+    if comparison:
+        lines += ["", "## Interference probe (fresh LoRA, first seed) vs measured forgetting", "",
+                  "| source | cosine | suggested alpha | predicts forgetting | loss | naive rise | rise with this source |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in comparison:
+            lines.append(
+                f"| {r['source']} | {r['cosine_mean']:.4f} ± {r.get('cosine_std') or 0:.4f} | {r['alpha_suggested']:.3f} "
+                f"| {'yes' if r['predicts_forgetting'] else 'no'} | {r.get('loss')} | {r.get('naive_loss_rise', 'n/a')} "
+                f"| {r.get('rehearsal_loss_rise', 'n/a')} ({r.get('rehearsal_arm', '-')}) |"
+            )
+    targets = metrics.get("targets", {})
+    lines += ["", "## Targets (on the seed means)", ""]
+    if "naive_loses_behaviour" in targets:
+        lines.append(f"- naive loses behaviour (leakage >= 50% or conversation retention <= 2/3): "
+                     f"{'yes' if targets['naive_loses_behaviour'] else 'no'}")
+    for name, t in targets.get("arms", {}).items():
+        failed = [k for k, v in t["checks"].items() if v is False]
+        lines.append(f"- {name}: {'all met' if t['met'] else 'not met: ' + ', '.join(failed)}")
+    if "best_arm" in targets:
+        lines.append(f"- best rehearsal arm: {targets['best_arm']}")
+    lines += ["", "## Timings (seconds)", ""]
+    lines += [f"- {k}: {v:.1f}" for k, v in metrics.get("timings", {}).items()]
+    lines += ["", f"![behaviour]({BEHAVIOUR_PLOT})", "", f"![losses]({PLOT_NAME})", ""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def _shares(d: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.3f}" for k, v in d.items()) or "-"

@@ -1,0 +1,100 @@
+"""Aggregating arms over seeds, and checking the experiment's targets on the aggregate.
+
+Every arm of every seed is reduced to flat scalars (:func:`replaybank.llm.measure.flatten`);
+:func:`aggregate` gives, per arm and scalar, the mean, the sample standard deviation (``ddof=1``;
+``None`` for a single seed, where no spread is measured), the count and the values in seed order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+FAMILIES = ("conversation", "arithmetic", "code")
+
+
+def aggregate(per_seed: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{arm: {scalar: {"mean", "std", "n", "values"}}}`` over seeds.
+
+    A scalar missing in some seeds is aggregated over the seeds that have it.
+
+    Raises:
+        ValueError: with no seeds.
+
+    Example:
+        >>> agg = aggregate([{"naive": {"leakage": 0.5}}, {"naive": {"leakage": 0.7}}, {"naive": {"leakage": 0.9}}])
+        >>> round(agg["naive"]["leakage"]["mean"], 6), round(agg["naive"]["leakage"]["std"], 6), agg["naive"]["leakage"]["n"]
+        (0.7, 0.2, 3)
+        >>> aggregate([{"base": {"x": 1.0}}])["base"]["x"]["std"] is None
+        True
+    """
+    if not per_seed:
+        raise ValueError("no seeds to aggregate")
+    arms: list[str] = []
+    for seed in per_seed:
+        arms += [a for a in seed if a not in arms]
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for arm in arms:
+        keys: list[str] = []
+        for seed in per_seed:
+            keys += [k for k in seed.get(arm, {}) if k not in keys]
+        out[arm] = {}
+        for key in keys:
+            values = [float(seed[arm][key]) for seed in per_seed if key in seed.get(arm, {})]
+            arr = np.asarray(values, dtype=np.float64)
+            out[arm][key] = {
+                "mean": float(arr.mean()),
+                "std": float(arr.std(ddof=1)) if arr.size > 1 else None,
+                "n": int(arr.size),
+                "values": values,
+            }
+    return out
+
+
+def _mean(summary: dict[str, dict[str, Any]], key: str) -> float | None:
+    entry = summary.get(key)
+    return None if entry is None else float(entry["mean"])
+
+
+def check_targets(agg: dict[str, dict[str, dict[str, Any]]], rehearsal_arms: Sequence[str]) -> dict[str, Any]:
+    """The issue's targets on the seed means.
+
+    * naive loses behaviour: leakage >= 0.5, or conversation retention <= 2/3;
+    * per rehearsal arm: leakage <= 0.05; retention >= 0.9 in each family; domain exact match at
+      least naive's minus 0.05. ``best_arm`` is the arm meeting most targets (ties: lower leakage).
+
+    Example:
+        >>> agg = aggregate([{"naive": {"leakage": 0.8, "retention_conversation": 0.5, "domain_exact_match": 0.9},
+        ...                   "r": {"leakage": 0.0, "retention_conversation": 0.95, "retention_arithmetic": 1.0,
+        ...                         "retention_code": 0.92, "domain_exact_match": 0.88}}])
+        >>> t = check_targets(agg, ["r"])
+        >>> t["naive_loses_behaviour"], t["arms"]["r"]["met"], t["best_arm"]
+        (True, True, 'r')
+    """
+    out: dict[str, Any] = {"arms": {}}
+    naive = agg.get("naive", {})
+    leak, conv = _mean(naive, "leakage"), _mean(naive, "retention_conversation")
+    if leak is not None or conv is not None:
+        out["naive_loses_behaviour"] = bool((leak is not None and leak >= 0.5) or (conv is not None and conv <= 2 / 3))
+    naive_dom = _mean(naive, "domain_exact_match")
+    for arm in rehearsal_arms:
+        s = agg.get(arm)
+        if not s:
+            continue
+        checks: dict[str, bool | None] = {}
+        arm_leak = _mean(s, "leakage")
+        checks["leakage_at_most_5pct"] = None if arm_leak is None else arm_leak <= 0.05
+        for fam in FAMILIES:
+            r = _mean(s, f"retention_{fam}")
+            checks[f"retention_{fam}_at_least_90pct"] = None if r is None else r >= 0.9
+        dom = _mean(s, "domain_exact_match")
+        checks["domain_within_5_points_of_naive"] = None if dom is None or naive_dom is None else dom >= naive_dom - 0.05
+        known = [v for v in checks.values() if v is not None]
+        out["arms"][arm] = {"checks": checks, "met": bool(known) and all(known), "count": sum(known)}
+    if out["arms"]:
+        out["best_arm"] = max(
+            out["arms"], key=lambda a: (out["arms"][a]["count"], -(_mean(agg[a], "leakage") or 0.0))
+        )
+    return out

@@ -1,0 +1,72 @@
+"""The KL-to-base term: keep the adapted model's next-token distribution near the base model's.
+
+Direction and positions (one definition, used by the training loop):
+
+* **Direction**: ``KL(p_base || p_adapted)`` (forward KL, base as the target), the same direction
+  as knowledge distillation and ASFT's anchor: its gradient with respect to the adapted logits is
+  ``softmax(z / T) - softmax(z_base / T)`` (times ``T``), so it pulls the adapted model toward
+  every token the base model finds likely (mass covering), not only toward its argmax.
+* **Temperature**: both distributions are ``softmax(logits / T)``; the value is multiplied by
+  ``T**2`` so the gradient's scale does not shrink with ``T`` (Hinton et al., 2015).
+* **Positions**: the positions the caller passes; in training these are the completion tokens of
+  rehearsal rows (the labelled positions) and, with ``kl_on = "all"``, also the prompt positions
+  of domain rows. The result is summed over positions; the loop divides by their count.
+* **Base logits** come from the same model under ``model.disable_adapter()`` with no gradient, so
+  no second copy of the model is held in memory.
+
+Example (a two-token vocabulary: base ``(1/2, 1/2)``, adapted ``(3/4, 1/4)``;
+``KL = 1/2 ln(2/3) + 1/2 ln 2 = 1/2 ln(4/3)``):
+
+    >>> import math, torch
+    >>> base = torch.tensor([[0.0, 0.0]])
+    >>> adapted = torch.tensor([[math.log(3.0), 0.0]])
+    >>> round(float(kl_to_base(adapted, base)), 6), round(0.5 * math.log(4 / 3), 6)
+    (0.143841, 0.143841)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def kl_to_base(logits: Any, base_logits: Any, temperature: float = 1.0) -> Any:
+    """``T**2 * sum over positions of KL(softmax(base/T) || softmax(logits/T))``.
+
+    Args:
+        logits: adapted model logits, shape ``(positions, vocab)``; carries gradients.
+        base_logits: base model logits at the same positions (no gradient needed).
+        temperature: ``T > 0``.
+
+    Returns:
+        A scalar tensor (sum over positions; 0 for zero positions).
+
+    Raises:
+        ValueError: when the shapes differ or ``temperature <= 0``.
+    """
+    import torch
+
+    if temperature <= 0:
+        raise ValueError(f"kl temperature must be > 0, got {temperature}")
+    if tuple(logits.shape) != tuple(base_logits.shape):
+        raise ValueError(f"logits {tuple(logits.shape)} and base logits {tuple(base_logits.shape)} differ in shape")
+    if logits.numel() == 0:
+        return logits.sum() * 0.0
+    log_p = torch.log_softmax(logits.float() / temperature, dim=-1)
+    log_q = torch.log_softmax(base_logits.detach().float() / temperature, dim=-1)
+    return (log_q.exp() * (log_q - log_p)).sum() * (temperature * temperature)
+
+
+def base_logits_at(model: Any, ids: Any, att: Any, mask: Any) -> Any:
+    """Logits of the base model (adapter disabled, no gradient) at ``mask`` positions.
+
+    Raises:
+        ValueError: when ``model`` has no ``disable_adapter`` (not a PEFT model).
+    """
+    import torch
+
+    from replaybank.llm.evaluate import logits_at
+
+    if not hasattr(model, "disable_adapter"):
+        raise ValueError("kl_to_base needs a PEFT model (its base distribution comes from disable_adapter())")
+    with torch.no_grad(), model.disable_adapter():
+        return logits_at(model, ids, att, mask)

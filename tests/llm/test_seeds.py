@@ -1,0 +1,64 @@
+"""Seeds aggregation (mean and sample std) and the targets, on constructed metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from replaybank.llm.measure import flatten
+from replaybank.llm.seeds import aggregate, check_targets
+
+
+def _seed(leak_naive: float, leak_self: float, dom: float) -> dict[str, dict[str, float]]:
+    return {
+        "base": {"leakage": 0.0, "retention_conversation": 1.0},
+        "naive": {"leakage": leak_naive, "retention_conversation": 0.4, "domain_exact_match": dom},
+        "rehearsal-self": {"leakage": leak_self, "retention_conversation": 0.95, "retention_arithmetic": 0.92,
+                           "retention_code": 1.0, "domain_exact_match": dom - 0.02},
+    }
+
+
+def test_mean_and_sample_std_over_seeds():
+    seeds = [_seed(0.6, 0.00, 0.90), _seed(0.8, 0.04, 0.80), _seed(1.0, 0.02, 0.70)]
+    agg = aggregate(seeds)
+    leak = agg["naive"]["leakage"]
+    assert leak["mean"] == pytest.approx(0.8)
+    assert leak["std"] == pytest.approx(np.std([0.6, 0.8, 1.0], ddof=1)) == pytest.approx(0.2)
+    assert leak["values"] == [0.6, 0.8, 1.0] and leak["n"] == 3
+    assert agg["rehearsal-self"]["leakage"]["mean"] == pytest.approx(0.02)
+    assert agg["base"]["retention_conversation"]["std"] == 0.0
+
+
+def test_one_seed_has_no_spread_and_missing_scalars_use_the_seeds_that_have_them():
+    agg = aggregate([{"a": {"x": 2.0}}])
+    assert agg["a"]["x"] == {"mean": 2.0, "std": None, "n": 1, "values": [2.0]}
+    agg = aggregate([{"a": {"x": 1.0, "y": 5.0}}, {"a": {"x": 3.0}}])
+    assert agg["a"]["y"]["n"] == 1 and agg["a"]["x"]["mean"] == 2.0
+    with pytest.raises(ValueError, match="no seeds"):
+        aggregate([])
+
+
+def test_targets_on_the_means():
+    agg = aggregate([_seed(0.6, 0.00, 0.90), _seed(0.8, 0.04, 0.80)])
+    t = check_targets(agg, ["rehearsal-self"])
+    assert t["naive_loses_behaviour"] is True
+    assert t["arms"]["rehearsal-self"]["met"] is True and t["best_arm"] == "rehearsal-self"
+    # a rehearsal arm that leaks 10% and loses 8 points of domain accuracy misses two targets
+    worse = aggregate([{**_seed(0.6, 0.10, 0.90), "rehearsal-self": {**_seed(0.6, 0.10, 0.90)["rehearsal-self"],
+                                                                    "domain_exact_match": 0.82}}])
+    checks = check_targets(worse, ["rehearsal-self"])["arms"]["rehearsal-self"]["checks"]
+    assert checks["leakage_at_most_5pct"] is False and checks["domain_within_5_points_of_naive"] is False
+    assert checks["retention_code_at_least_90pct"] is True
+
+
+def test_flatten_reads_suite_domain_and_matrix():
+    flat = flatten({
+        "general_loss": 2.5, "probe_score": 0.5,
+        "suite": {"families": {"conversation": 0.8, "arithmetic": 0.9}, "leakage": 0.1,
+                  "retention": {"conversation": 0.85, "arithmetic": None}},
+        "domain": {"exact_match": 0.7, "call_score": None},
+        "matrix": {"R": [[0.7, 0.0], [0.3, 0.8]], "average_accuracy": 0.55, "backward_transfer": -0.4},
+    })
+    assert flat == {"general_loss": 2.5, "probe_score": 0.5, "leakage": 0.1, "conversation": 0.8,
+                    "retention_conversation": 0.85, "arithmetic": 0.9, "domain_exact_match": 0.7,
+                    "average_accuracy": 0.55, "backward_transfer": -0.4}
