@@ -48,7 +48,9 @@ def prepare(root: Path) -> tuple[str, Path]:
     """Create ``root`` if needed and return the name and folder of the next version."""
     if root.exists() and not root.is_dir():
         raise ReplayBankError(f"cannot save to {root}: it exists and is not a directory")
-    if root.is_dir() and any(root.iterdir()) and not (root / MANIFEST).exists():
+    # a checkpoint folder also keeps the shards' generation counters (see shard.py)
+    foreign = root.is_dir() and any(p.name != "generations" for p in root.iterdir())
+    if foreign and not (root / MANIFEST).exists():
         raise ReplayBankError(
             f"refusing to save into {root}: it is a non-empty directory that is not a sharded replaybank save"
         )
