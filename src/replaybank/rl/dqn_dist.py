@@ -216,8 +216,11 @@ def run(args: Args, actors: int, shards: int, samples_per_insert: float, sync_ev
                 if args.stop_when_solved:
                     break
     state = ray.get(buffer.limiter.state.remote())
-    buffer.close()  # wakes collectors blocked by the limiter
+    # stop the collectors before the actors they call go away: a closed limiter makes their next
+    # (or current, blocked) write raise RateLimiterClosed, which ends their loop
+    ray.get(buffer.limiter.close.remote())
     results = ray.get(runs)
+    buffer.close()
     loop_s = time.perf_counter() - start - eval_s
     returns = evaluate(q, args.env_id, args.eval_episodes, seed=10_000 + args.seed * 100)
     env_steps = int(sum(r["steps"] for r in results))
