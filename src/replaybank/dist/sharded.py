@@ -39,6 +39,7 @@ from ..storage import MemmapStorage
 from . import ids as idmod
 from . import manifest as manifest_mod
 from .errors import ShardFailedError, ShardTimeoutError
+from .limiter import LimiterActor
 from .shard import Shard, Stats
 
 
@@ -52,31 +53,6 @@ def _ray() -> Any:
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False)
     return ray
-
-
-class LimiterActor:
-    """A ``RateLimiter`` in its own (threaded) actor, shared by every writer and reader."""
-
-    def __init__(self, limiter: RateLimiter) -> None:
-        self.limiter = limiter
-
-    def acquire(self, what: str, n: int, timeout: float | None) -> None:
-        if what == "insert":
-            self.limiter.insert(n, timeout=timeout)
-        else:
-            self.limiter.sample(n, timeout=timeout)
-
-    def refund(self, what: str, n: int) -> None:
-        self.limiter.refund(what, n)
-
-    def close(self) -> None:
-        self.limiter.close()
-
-    def state(self) -> dict[str, Any]:
-        return self.limiter.state_dict()
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        self.limiter.load_state_dict(state)
 
 
 class PendingBatch:
