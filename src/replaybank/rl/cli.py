@@ -50,6 +50,12 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ig
     p = sub.add_parser("dqn", help="train double DQN with n-step returns on a gymnasium env",
                        description=dqn.__doc__.splitlines()[0] if dqn.__doc__ else None)
     add_dataclass_options(p, dqn.Args)
+    p.add_argument("--actors", type=int, default=0,
+                   help="0: one process; N: N Ray actors collect into a sharded buffer, one learner "
+                        "samples with PER (replaybank.rl.dqn_dist, needs the dist extra) (default: 0)")
+    p.add_argument("--shards", type=int, default=2, help="buffer shards with --actors (default: 2)")
+    p.add_argument("--samples-per-insert", type=float, default=32.0,
+                   help="rate limit with --actors: sampled per collected transition (default: 32)")
     p.set_defaults(func=run_dqn)
 
     p = sub.add_parser("compare", help="replay schemes x seeds on CartPole and MinAtar, curves with CIs")
@@ -69,6 +75,15 @@ def run_dqn(ns: argparse.Namespace) -> int:
     from replaybank.rl import dqn
 
     args = args_from_namespace(dqn.Args, ns)
+    if ns.actors:
+        from replaybank.rl import dqn_dist
+
+        m = dqn_dist.run(args, ns.actors, ns.shards, ns.samples_per_insert)
+        print(f"wrote {args.out}/metrics.json, curve.csv, curve.png: final_eval_return "
+              f"{m['final_eval_return']:.1f} after {m['env_steps']:,} env steps by {ns.actors} actors, "
+              f"{m['gradient_steps']:,} gradient steps; sampled/inserted {m['samples_per_insert_measured']:.2f} "
+              f"(target {ns.samples_per_insert:g})")
+        return 0
     m = dqn.train(args)
     print(f"wrote {args.out}/metrics.json, curve.csv, curve.png: final_eval_return "
           f"{m['final_eval_return']:.1f} after {m['env_steps']:,} env steps "

@@ -1,0 +1,96 @@
+"""Save and load of a ``ShardedReplayBuffer`` (layout and trust rules in ``manifest.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CorruptSaveError
+from ..ratelimit import RateLimiter
+from ..spec import ColumnSpec
+from . import manifest as manifest_mod
+
+if TYPE_CHECKING:
+    from .sharded import ShardedReplayBuffer
+
+
+def save(buffer: ShardedReplayBuffer, root: Path) -> None:
+    version, staging = manifest_mod.prepare(root)
+    names = [manifest_mod.shard_dir_name(i) for i in range(buffer.num_shards)]
+    refs = [s.save.remote(str(staging / name)) for s, name in zip(buffer.shards, names)]
+    shards = buffer.get(refs, list(range(buffer.num_shards)))
+    limiter = None
+    if buffer.limiter is not None:
+        limiter = buffer.get(buffer.limiter.state.remote())
+    with buffer._lock:
+        driver = {
+            "rng": buffer._rng.bit_generator.state,
+            "next_shard": buffer._next,
+            "beta": buffer.beta,
+            "spec": None if buffer._spec is None else {k: v.to_json() for k, v in buffer._spec.items()},
+        }
+    manifest = {
+        "format": manifest_mod.FORMAT,
+        "schema_version": manifest_mod.SCHEMA_VERSION,
+        "version": version,
+        "num_shards": buffer.num_shards,
+        "capacity": buffer.capacity,
+        "prioritized": buffer.prioritized,
+        "shards": [{"dir": name, **meta} for name, meta in zip(names, shards)],
+        "driver": driver,
+        "rate_limiter": limiter,
+    }
+    manifest_mod.commit(root, manifest)
+
+
+def _shard_spec(path: str) -> tuple[Any, Any]:
+    core = manifest_mod.read_core(Path(path))
+    return core.get("state", {}).get("spec"), core.get("sampler")
+
+
+def load(cls: type[ShardedReplayBuffer], root: Path, kwargs: dict[str, Any]) -> ShardedReplayBuffer:
+    manifest = manifest_mod.read(root)
+    shards = manifest["shards"]
+    specs = [_shard_spec(s["path"]) for s in shards]
+    first_spec, first_sampler = specs[0]
+    for i, (spec, sampler) in enumerate(specs[1:], start=1):
+        if spec and first_spec and spec != first_spec:
+            raise CorruptSaveError(f"{root}: shard {i} has columns {spec}, shard 0 has {first_spec} (mismatched specs)")
+        if sampler != first_sampler:
+            raise CorruptSaveError(f"{root}: shard {i} samples with {sampler}, shard 0 with {first_sampler}")
+    capacity = sum(s["capacity"] for s in shards)
+    if capacity != manifest.get("capacity"):
+        raise CorruptSaveError(f"{root}: shard capacities add up to {capacity}, manifest says {manifest.get('capacity')}")
+    from ..samplers import Prioritized, Uniform
+
+    params = first_sampler.get("params", {}) if isinstance(first_sampler, dict) else {}
+    sampler = Prioritized(**params) if manifest.get("prioritized") else Uniform()
+    driver = manifest.get("driver") or {}
+    limiter_state = manifest.get("rate_limiter")
+    rate_limiter = kwargs.pop("rate_limiter", None)
+    if limiter_state is not None and not isinstance(rate_limiter, RateLimiter):
+        raise CorruptSaveError(
+            f"{root}: the buffer was saved with a rate limiter; pass the same one as rate_limiter="
+        )
+    if rate_limiter is not None and limiter_state is not None:
+        rate_limiter.load_state_dict(limiter_state)
+    buffer = cls(
+        len(shards),
+        capacity,
+        sampler=sampler,
+        rate_limiter=rate_limiter,
+        _restore={"paths": [s["path"] for s in shards], "generations": [s["generation"] for s in shards]},
+        **kwargs,
+    )
+    if buffer.capacities != [s["capacity"] for s in shards]:
+        raise CorruptSaveError(f"{root}: shard capacities {[s['capacity'] for s in shards]} are not an even split")
+    try:
+        buffer._rng.bit_generator.state = driver["rng"]
+        buffer._next = int(driver["next_shard"]) % buffer.num_shards
+        buffer.beta = None if driver.get("beta") is None else float(driver["beta"])
+        spec = driver.get("spec")
+        buffer._spec = None if spec is None else {k: ColumnSpec.from_json(v) for k, v in spec.items()}
+    except (KeyError, TypeError, ValueError) as err:
+        raise CorruptSaveError(f"{root / manifest_mod.MANIFEST}: bad 'driver' section ({err})") from err
+    buffer.info()  # every shard has loaded (a bad shard save raises here, not at the first call)
+    return buffer
