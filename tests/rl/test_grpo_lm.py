@@ -145,3 +145,36 @@ def test_grpo_command_writes_the_summary(tiny_dir: Path, tmp_path: Path) -> None
     assert {r["arm"] for r in result["runs"]} == {"no_replay", "replay"}
     assert set(result["summary"]["replay_vs_no_replay"]) == {"median_tokens_to_target", "median_seconds_to_target"}
     assert main(["rl", "grpo", "--arms", "replay,fancy", "--out", str(tmp_path)]) == 2
+
+
+def test_loss_moves_probability_towards_the_better_rollout_and_kl_starts_at_zero(base: tuple[Any, Any]) -> None:
+    from replaybank.rl.grpo_lm import add_lora, grpo_loss, lora_parameters, token_logprobs
+    from replaybank.rl.rollouts import RolloutBuffer
+    from replaybank.rl.sampling import sample
+
+    model, tok = base
+    policy = add_lora(model, rank=4, alpha=8, targets=["q_proj", "v_proj"], last_layers=0, seed=0)
+    try:
+        prompt = ArithmeticTask(digits=1, n_heldout=4).prompt_tokens(tok, 7)
+        out = sample(policy, [prompt, prompt], max_new_tokens=5, stop_ids=[tok.eos_token_id],
+                     pad_id=tok.pad_token_id, temperature=1.0, generator=torch.Generator().manual_seed(1))
+        buf = RolloutBuffer(16, max_staleness=0, max_reuse=1, seed=0)
+        buf.add_group(7, out.tokens, [1.0, 0.0], out.logprobs, version=0)
+        batch = buf.sample(2)
+        loss, stats = grpo_loss(policy, batch, [prompt, prompt], tok.pad_token_id, 1.0, clip=0.2, kl_coef=0.5)
+        assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and stats["clip_frac"] == 0.0
+        assert stats["kl"] == pytest.approx(0.0, abs=1e-6)  # a fresh adapter is the identity (B = 0)
+        opt = torch.optim.SGD([p for _, p in lora_parameters(policy)], lr=0.5)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            after = token_logprobs(policy, [prompt, prompt], [batch.tokens[0], batch.tokens[1]], tok.pad_token_id, 1.0)
+        before = torch.as_tensor(batch.logprobs.values)
+        split = int(batch.tokens.lengths[0])
+        rewarded = 0 if batch.reward[0] == 1.0 else 1  # rows come back in id order
+        rows = [(after - before)[:split].sum(), (after - before)[split:].sum()]
+        assert rows[rewarded] > 0 > rows[1 - rewarded]
+        _, stats = grpo_loss(policy, batch, [prompt, prompt], tok.pad_token_id, 1.0, clip=0.2, kl_coef=0.5)
+        assert stats["kl"] > 0
+    finally:
+        policy.unload()
