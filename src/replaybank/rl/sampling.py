@@ -127,7 +127,7 @@ def sample(
         with torch.no_grad():
             for _ in range(max_new_tokens):
                 out = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=past,
-                            use_cache=True)
+                            use_cache=True, logits_to_keep=1)  # no vocabulary projection of the prompt
                 past = out.past_key_values
                 logits = out.logits[:, -1].float()
                 if greedy:
