@@ -55,8 +55,9 @@ def _one(job: tuple[GrpoLmArgs, str, int]) -> dict[str, Any]:
     return train_arm(args, arm, seed, _BASE)  # type: ignore[arg-type]
 
 
-def comparison(args: GrpoLmArgs, jobs: int) -> list[dict[str, Any]]:
-    """Every (seed, arm) run, in ``jobs`` processes, with a progress bar over runs."""
+def comparison(args: GrpoLmArgs, jobs: int, partial: Path) -> list[dict[str, Any]]:
+    """Every (seed, arm) run, in ``jobs`` processes, with a progress bar over runs; the runs done
+    so far are rewritten to ``partial`` after each one (an interrupted benchmark keeps them)."""
     import multiprocessing as mp
 
     from tqdm.auto import tqdm
@@ -68,6 +69,7 @@ def comparison(args: GrpoLmArgs, jobs: int) -> list[dict[str, Any]]:
             tqdm(total=len(work), desc="grpo runs", unit="run", dynamic_ncols=True) as bar:
         for r in pool.imap_unordered(_one, work):
             runs.append(r)
+            partial.write_text(json.dumps({"args": asdict(args), "runs": runs}, indent=2) + "\n")
             bar.set_postfix(last=f"{r['arm']}/{r['seed']}: acc {r['final_accuracy']:.2f}", refresh=False)
             bar.update(1)
     return sorted(runs, key=lambda r: (r["seed"], r["arm"]))
@@ -107,7 +109,10 @@ def main() -> None:
     start = time.perf_counter()
     result: dict[str, Any] = {"args": asdict(args), "jobs": ns.jobs, "machine": f"{platform.machine()}, {os.cpu_count()} CPUs"}
     if not ns.skip_comparison:
-        runs = comparison(args, ns.jobs)
+        partial = Path(ns.json).with_suffix(".partial.json")
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        runs = comparison(args, ns.jobs, partial)
+        partial.unlink()
         result["summary"] = summarize(runs, args.target)
         result["runs"] = runs
         result["comparison_seconds"] = round(time.perf_counter() - start, 1)
