@@ -55,8 +55,8 @@ def test_offline_command(tmp_path: Path) -> None:
     assert (tmp_path / "offline.png").stat().st_size > 0
 
 
-def test_grpo_command(tmp_path: Path) -> None:
-    assert main(["rl", "grpo", "--max-updates", "6", "--eval-every", "3", "--seeds", "1", "--out", str(tmp_path)]) == 0
+def test_grpo_toy_command(tmp_path: Path) -> None:
+    assert main(["rl", "grpo-toy", "--max-updates", "6", "--eval-every", "3", "--seeds", "1", "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "grpo.json").read_text())["summary"]
     # replay generates fresh_groups (2) groups per update after warm-up, no replay batch_groups (8)
     assert summary["replay"]["tokens_generated"][0] < summary["no_replay"]["tokens_generated"][0]
@@ -70,6 +70,7 @@ def test_grpo_command(tmp_path: Path) -> None:
         (["rl", "dqn", "--replay", "prioritised"], "valid replay schemes: uniform, per, reshuffled, per-reshuffled"),
         (["rl", "compare", "--schemes", "uniform,fancy"], "valid replay schemes"),
         (["rl", "grpo", "--max-staleness", "-1"], "max_staleness must be >= 0"),
+        (["rl", "grpo-toy", "--max-staleness", "-1"], "max_staleness must be >= 0"),
         (["rl", "offline", "--slice-length", "50"], "slice_length 50 exceeds"),
     ],
 )

@@ -1,4 +1,4 @@
-"""The ``replaybank rl`` command: ``dqn``, ``compare``, ``offline``, ``grpo``.
+"""The ``replaybank rl`` command: ``dqn``, ``compare``, ``offline``, ``grpo``, ``grpo-toy``.
 
 Thin: options come from each experiment's ``Args`` dataclass (field help becomes ``--help``), and
 torch / gymnasium are imported only inside the handlers, so ``replaybank --help`` stays fast.
@@ -42,7 +42,7 @@ def args_from_namespace(cls: type, ns: argparse.Namespace) -> Any:
 
 def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``rl`` with its subcommands to the top-level ``replaybank`` parser."""
-    from replaybank.rl import compare, dqn, grpo_demo, offline
+    from replaybank.rl import compare, dqn, grpo_demo, grpo_trainer, offline
 
     rl = subparsers.add_parser("rl", help="replay in RL: DQN, scheme comparison, offline, GRPO")
     sub = rl.add_subparsers(dest="rl_command", metavar="SUBCOMMAND", required=True)
@@ -66,9 +66,14 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ig
     add_dataclass_options(p, offline.OfflineArgs)
     p.set_defaults(func=run_offline)
 
-    p = sub.add_parser("grpo", help="GRPO on short arithmetic, with and without rollout replay")
-    add_dataclass_options(p, grpo_demo.GrpoArgs)
+    p = sub.add_parser("grpo", help="GRPO with LoRA on SmolLM2-135M-Instruct: fresh rollouts vs rollout replay",
+                       description=grpo_trainer.__doc__.splitlines()[0] if grpo_trainer.__doc__ else None)
+    add_dataclass_options(p, grpo_trainer.GrpoLmArgs)
     p.set_defaults(func=run_grpo)
+
+    p = sub.add_parser("grpo-toy", help="the seconds-fast GRPO toy (tiny MLP policy on a + b), same two arms")
+    add_dataclass_options(p, grpo_demo.GrpoArgs)
+    p.set_defaults(func=run_grpo_toy)
 
 
 def run_dqn(ns: argparse.Namespace) -> int:
@@ -114,6 +119,16 @@ def run_offline(ns: argparse.Namespace) -> int:
 
 
 def run_grpo(ns: argparse.Namespace) -> int:
+    from replaybank.rl import grpo_trainer
+
+    args = args_from_namespace(grpo_trainer.GrpoLmArgs, ns)
+    result = grpo_trainer.run(args)
+    print(f"wrote {args.out}/grpo_lm.json")
+    print(grpo_trainer.format_table(result["summary"]))
+    return 0
+
+
+def run_grpo_toy(ns: argparse.Namespace) -> int:
     from replaybank.rl import grpo_demo
 
     args = args_from_namespace(grpo_demo.GrpoArgs, ns)

@@ -19,7 +19,9 @@ completions per update; they differ only in where the batch comes from:
 The run reports, per arm and seed, generated tokens until greedy exact-match accuracy over all
 prompts first reaches ``target``, and the accuracy at the end.
 
-    replaybank rl grpo --out runs/rl/grpo
+    replaybank rl grpo-toy --out runs/rl/grpo
+
+(``replaybank rl grpo`` is the same comparison on a real language model, :mod:`replaybank.rl.grpo_trainer`.)
 """
 
 from __future__ import annotations

@@ -24,6 +24,12 @@ index at once (it is never served again, and ``live_ids`` no longer lists it) an
 reclaimed by the buffer's FIFO overwrite. If the capacity is too small, FIFO overwrite reaches live
 rollouts first; their whole group is then evicted (reason ``"capacity"``), never split.
 
+Thread safety: every public method holds one re-entrant lock for its whole run, so a producer
+thread may ``add_group`` (and ``set_policy_version``) while the learner calls ``sample``, as in
+asynchronous RL where generation of the next batch overlaps learning on this one. Each call sees
+and leaves a consistent buffer: a batch never holds part of a group, a rollout served past the
+staleness bound or the reuse limit, or a group added while the batch was being drawn.
+
 >>> import numpy as np
 >>> buf = RolloutBuffer(capacity=64, max_staleness=1, max_reuse=2, min_fresh=0.5, seed=0)
 >>> g = buf.add_group(prompt_id=7, tokens=[np.array([1, 2]), np.array([3])], rewards=[1.0, 0.0],
@@ -40,6 +46,7 @@ rollouts first; their whole group is then evicted (reason ``"capacity"``), never
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -140,15 +147,24 @@ class RolloutBuffer:
         self.groups: dict[int, _Group] = {}  # live groups by group id, in insertion order
         self.next_group = 0
         self.evicted = {"stale": 0, "reuse": 0, "capacity": 0}  # rollouts, by reason
+        self.lock = threading.RLock()  # held by every public method (see the module docstring)
 
     def __len__(self) -> int:
-        return sum(len(g.ids) for g in self.groups.values())
+        with self.lock:
+            return sum(len(g.ids) for g in self.groups.values())
 
     @property
     def live_ids(self) -> np.ndarray:
         """Ids of the rollouts that may still be served."""
-        parts = [g.ids for g in self.groups.values()]
+        with self.lock:
+            parts = [g.ids for g in self.groups.values()]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    @property
+    def live_groups(self) -> int:
+        """Groups that may still be served."""
+        with self.lock:
+            return len(self.groups)
 
     # -- writing --------------------------------------------------------------------------------
     def add_group(
@@ -182,12 +198,20 @@ class RolloutBuffer:
         for k, (t, lp) in enumerate(zip(tokens, logprobs)):
             if len(t) != len(lp):
                 raise ReplayBankError(f"add_group: rollout {k} has {len(t)} tokens but {len(lp)} log-probs")
+        adv = group_advantages(rewards) if advantages is None else np.asarray(advantages, dtype=np.float32)
+        with self.lock:
+            return self._add_group(prompt_id, tokens, rewards, logprobs, int(version), adv)
+
+    def _add_group(
+        self, prompt_id: int, tokens: Sequence[np.ndarray], rewards: Sequence[float] | np.ndarray,
+        logprobs: Sequence[np.ndarray], version: int, adv: np.ndarray,
+    ) -> int:
+        g = len(tokens)
         if version > self.policy_version:
             raise ReplayBankError(
                 f"add_group: version {version} is newer than the current policy version {self.policy_version}; "
                 "call set_policy_version first"
             )
-        adv = group_advantages(rewards) if advantages is None else np.asarray(advantages, dtype=np.float32)
         group_id = self.next_group
         self.next_group += 1
         wraps = len(self.buffer) + g > self.buffer.capacity  # FIFO will overwrite older rollouts
@@ -239,6 +263,10 @@ class RolloutBuffer:
             ReplayBankError: a group is larger than ``batch_size``, groups differ in size, or too
                 few groups (or too few fresh groups) are live to fill the batch.
         """
+        with self.lock:
+            return self._sample(batch_size)
+
+    def _sample(self, batch_size: int) -> RolloutBatch:
         if not self.groups:
             raise EmptyBufferError("no live rollouts: add_group() first (or they were all evicted)")
         sizes = {len(g.ids) for g in self.groups.values()}
@@ -286,6 +314,10 @@ class RolloutBuffer:
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        with self.lock:
+            return self._state_dict()
+
+    def _state_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
             "buffer": self.buffer.state_dict(),
@@ -301,6 +333,10 @@ class RolloutBuffer:
             raise ReplayBankError(
                 f"RolloutBuffer state schema_version {state.get('schema_version')!r} is not {SCHEMA_VERSION}"
             )
+        with self.lock:
+            self._load_state_dict(state)
+
+    def _load_state_dict(self, state: dict[str, Any]) -> None:
         self.buffer.load_state_dict(state["buffer"])
         self.rng.bit_generator.state = state["rng"]
         self.policy_version = int(state["policy_version"])

@@ -1,0 +1,135 @@
+"""GRPO with LoRA on SmolLM2-135M-Instruct: generated tokens to a held-out accuracy, with and
+without rollout replay, plus synchronous vs asynchronous generation.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/grpo_lm.py --seeds 3 --jobs 2 [any `replaybank rl grpo` option]
+
+Runs both arms (``no_replay``, ``replay``) for every seed with ``replaybank.rl.grpo_trainer``
+(``--jobs`` worker processes, one torch thread each, each loading the model once), prints the
+per-seed table (tokens and seconds until the held-out accuracy first reaches ``--target``, final
+accuracy, share of wall time in generation), then, unless ``--async-updates 0``, times
+``--async-updates`` updates of the replay arm (seed 0) synchronously and with generation in a
+thread overlapping learning, alone on the machine. Writes ``benchmarks/results/grpo_lm.json``.
+
+Runtime on the shared 2-core CPU machine (defaults, ``--seeds 3 --jobs 2``, 40 updates per run):
+see docs/rl.md ("GRPO on SmolLM2-135M-Instruct") for the measured figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[var] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from replaybank.rl.cli import add_dataclass_options, args_from_namespace  # noqa: E402
+from replaybank.rl.grpo_trainer import (  # noqa: E402
+    GrpoLmArgs,
+    check_args,
+    format_table,
+    load_base,
+    summarize,
+    train_arm,
+)
+
+_BASE: Any = None
+
+
+def _init(args: GrpoLmArgs) -> None:
+    import torch
+
+    global _BASE
+    torch.set_num_threads(1)
+    _BASE = load_base(args)
+
+
+def _one(job: tuple[GrpoLmArgs, str, int]) -> dict[str, Any]:
+    args, arm, seed = job
+    return train_arm(args, arm, seed, _BASE)  # type: ignore[arg-type]
+
+
+def comparison(args: GrpoLmArgs, jobs: int, partial: Path) -> list[dict[str, Any]]:
+    """Every (seed, arm) run, in ``jobs`` processes, with a progress bar over runs; the runs done
+    so far are rewritten to ``partial`` after each one (an interrupted benchmark keeps them)."""
+    import multiprocessing as mp
+
+    from tqdm.auto import tqdm
+
+    arms = check_args(args)
+    work = [(args, arm, seed) for seed in range(args.seeds) for arm in arms]
+    runs = []
+    with mp.get_context("spawn").Pool(jobs, initializer=_init, initargs=(args,)) as pool, \
+            tqdm(total=len(work), desc="grpo runs", unit="run", dynamic_ncols=True) as bar:
+        for r in pool.imap_unordered(_one, work):
+            runs.append(r)
+            partial.write_text(json.dumps({"args": asdict(args), "runs": runs}, indent=2) + "\n")
+            bar.set_postfix(last=f"{r['arm']}/{r['seed']}: acc {r['final_accuracy']:.2f}", refresh=False)
+            bar.update(1)
+    return sorted(runs, key=lambda r: (r["seed"], r["arm"]))
+
+
+def async_timing(args: GrpoLmArgs, updates: int) -> dict[str, Any]:
+    """Seconds per update of the replay arm (seed 0), synchronous vs asynchronous generation."""
+    import torch
+
+    torch.set_num_threads(1)
+    base = load_base(args)
+    out: dict[str, Any] = {"updates": updates}
+    for mode in (False, True):
+        a = replace(args, async_mode=mode, max_updates=updates, eval_every=updates, stop_at_target=False,
+                    max_staleness=max(args.max_staleness, 1))
+        r = train_arm(a, "replay", 0, base)
+        out["async" if mode else "sync"] = {
+            "seconds_per_update": round(r["wall_seconds"] / r["updates"], 3),
+            "generation_seconds": r["generation_seconds"], "learn_seconds": r["learn_seconds"],
+            "wall_seconds": r["wall_seconds"], "tokens_generated": r["tokens_generated"],
+            "final_accuracy": r["final_accuracy"], "mean_staleness": round(r["mean_staleness"], 3),
+        }
+    out["speedup"] = round(out["sync"]["seconds_per_update"] / out["async"]["seconds_per_update"], 3)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    add_dataclass_options(parser, GrpoLmArgs)
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes for the comparison (default 2)")
+    parser.add_argument("--async-updates", type=int, default=10, help="updates per async timing run (0 = skip)")
+    parser.add_argument("--skip-comparison", action="store_true", help="only the async timing")
+    parser.add_argument("--json", default="benchmarks/results/grpo_lm.json", help="where the results go")
+    ns = parser.parse_args()
+    args = args_from_namespace(GrpoLmArgs, ns)
+    check_args(args)
+    start = time.perf_counter()
+    result: dict[str, Any] = {"args": asdict(args), "jobs": ns.jobs, "machine": f"{platform.machine()}, {os.cpu_count()} CPUs"}
+    if not ns.skip_comparison:
+        partial = Path(ns.json).with_suffix(".partial.json")
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        runs = comparison(args, ns.jobs, partial)
+        partial.unlink()
+        result["summary"] = summarize(runs, args.target)
+        result["runs"] = runs
+        result["comparison_seconds"] = round(time.perf_counter() - start, 1)
+        print(format_table(result["summary"]))
+        print(f"comparison took {result['comparison_seconds'] / 60:.1f} min")
+    if ns.async_updates > 0:
+        t0 = time.perf_counter()
+        result["async"] = async_timing(args, ns.async_updates)
+        result["async_seconds"] = round(time.perf_counter() - t0, 1)
+        a = result["async"]
+        print(f"\nreplay arm, {ns.async_updates} updates: sync {a['sync']['seconds_per_update']:.2f} s/update, "
+              f"async {a['async']['seconds_per_update']:.2f} s/update (x{a['speedup']:.2f})")
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(ns.json).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {ns.json}")
+
+
+if __name__ == "__main__":
+    main()
