@@ -190,8 +190,11 @@ def test_every_state_array_is_checksummed(tmp_path):
         (lambda m: m["sampler"]["params"].pop("alpha"), ["sampler.params.alpha", "missing"]),
         (lambda m: m["sampler"]["params"].__setitem__("gamma", 1), ["sampler.params.gamma"]),
         # would hang (1) or corrupt memory (-2) in the sum tree's constructor
-        (lambda m: m["sampler"]["params"].__setitem__("branching", 1), ["params.branching = 1"]),
-        (lambda m: m["sampler"]["params"].__setitem__("branching", -2), ["params.branching = -2"]),
+        # (the constructor's range check, reported as the save's)
+        (lambda m: m["sampler"]["params"].__setitem__("branching", 1), ["sampler.params", "branching=1"]),
+        (lambda m: m["sampler"]["params"].__setitem__("branching", -2), ["sampler.params", "branching=-2"]),
+        (lambda m: m["sampler"]["params"].__setitem__("branching", 1025), ["branching=1025", "1024"]),
+        (lambda m: m["sampler"]["params"].__setitem__("branching", 2**64), ["params.branching"]),
         (lambda m: m["sampler"]["params"].__setitem__("branching", 2.5), ["params.branching"]),
         (lambda m: m["sampler"]["params"].__setitem__("alpha", "0.6"), ["params.alpha"]),
         (lambda m: m["sampler"]["params"].__setitem__("alpha", True), ["params.alpha"]),
