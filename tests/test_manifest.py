@@ -7,6 +7,7 @@ stop them is the schema, the path confinement and the consistency checks."""
 
 import json
 import os
+import resource
 import shutil
 
 import numpy as np
@@ -16,11 +17,14 @@ from replaybank import (
     CorruptSaveError,
     GroupBalanced,
     Prioritized,
+    PrioritizedReshuffled,
     RaggedStorage,
     ReplayBankError,
     ReplayBuffer,
     Reservoir,
     Reshuffled,
+    Trajectories,
+    Window,
 )
 from replaybank.cli import main
 from replaybank.manifest import digest
@@ -186,8 +190,11 @@ def test_every_state_array_is_checksummed(tmp_path):
         (lambda m: m["sampler"]["params"].pop("alpha"), ["sampler.params.alpha", "missing"]),
         (lambda m: m["sampler"]["params"].__setitem__("gamma", 1), ["sampler.params.gamma"]),
         # would hang (1) or corrupt memory (-2) in the sum tree's constructor
-        (lambda m: m["sampler"]["params"].__setitem__("branching", 1), ["params.branching = 1"]),
-        (lambda m: m["sampler"]["params"].__setitem__("branching", -2), ["params.branching = -2"]),
+        # (the constructor's range check, reported as the save's)
+        (lambda m: m["sampler"]["params"].__setitem__("branching", 1), ["sampler.params", "branching=1"]),
+        (lambda m: m["sampler"]["params"].__setitem__("branching", -2), ["sampler.params", "branching=-2"]),
+        (lambda m: m["sampler"]["params"].__setitem__("branching", 1025), ["branching=1025", "1024"]),
+        (lambda m: m["sampler"]["params"].__setitem__("branching", 2**64), ["params.branching"]),
         (lambda m: m["sampler"]["params"].__setitem__("branching", 2.5), ["params.branching"]),
         (lambda m: m["sampler"]["params"].__setitem__("alpha", "0.6"), ["params.alpha"]),
         (lambda m: m["sampler"]["params"].__setitem__("alpha", True), ["params.alpha"]),
@@ -370,3 +377,30 @@ def test_headers_with_absurd_shapes_are_refused(tmp_path):
     entry = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
     resign(root, lambda m: m["files"].__setitem__("columns/obs.npy", entry))
     refused(root, "obs.npy")
+
+
+@pytest.mark.parametrize(
+    "sampler, admission, key",
+    [
+        (Prioritized, None, "state.sampler.priorities"),
+        (PrioritizedReshuffled, None, "state.sampler.priorities"),
+        (lambda: Trajectories(2), None, "state.sampler.episode"),
+        (Reshuffled, Reservoir, "state.table.ids"),
+        (Reshuffled, lambda: Window(2), "state.table.ids"),
+    ],
+)
+def test_an_edited_capacity_cannot_make_the_loader_allocate(tmp_path, sampler, admission, key):
+    # an empty save has no column to pin the capacity; RR-M at 2**27 slots used to take ~18 GB
+    buf = ReplayBuffer(8, sampler=sampler(), admission=admission() if admission else None)
+    buf.save(tmp_path / "b")
+    resign(tmp_path / "b", lambda m: m.__setitem__("capacity", 2**27))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    refused(tmp_path / "b", key, "134,217,728 entries", "got 8")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 300_000
+
+
+def test_an_edited_capacity_without_per_slot_memory_loads_cheaply(tmp_path):
+    # Uniform + Fifo keep nothing per slot: the capacity costs nothing until items are stored
+    ReplayBuffer(8).save(tmp_path / "b")
+    resign(tmp_path / "b", lambda m: m.__setitem__("capacity", 2**27))
+    assert ReplayBuffer.load(tmp_path / "b").capacity == 2**27

@@ -329,11 +329,9 @@ def test_save_refuses_what_load_could_not_read(tmp_path):
     with pytest.raises(ReplayBankError, match="sampler is Mine"):
         buf.save(tmp_path / "b")
     assert not (tmp_path / "b").exists()
-    dates = ReplayBuffer(8, seed=0)
-    dates.extend({"t": np.array(["2026-01-01"], dtype="datetime64[s]")})
-    with pytest.raises(ReplayBankError, match="cannot save: column 't' dtype"):
-        dates.save(tmp_path / "b")
-    assert not (tmp_path / "b").exists()
+    dates = ReplayBuffer(8, seed=0)  # extend already refuses what save could not write
+    with pytest.raises(ReplayBankError, match="column 't' dtype"):
+        dates.extend({"t": np.array(["2026-01-01"], dtype="datetime64[s]")})
 
 
 @pytest.mark.parametrize("admission", [None, Window(2)])

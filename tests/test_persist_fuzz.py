@@ -8,8 +8,9 @@ Two kinds of mutation, drawn by hypothesis:
 * hostile edits (the manifest or a ``.npy`` file changed and every checksum rewritten to match,
   symbolic links to identical files): every load must raise a ``ReplayBankError`` or return a
   buffer that works: its batches hold stored ids, or sampling refuses with a ``ReplayBankError``.
-  For edits inside the sampler's and admission's own state only the load is held to this unless
-  ``REPLAYBANK_FUZZ_STRICT=1`` (their ``load_state_dict`` checks their values).
+  This holds for edits inside the sampler's and admission's own state too (their
+  ``load_state_dict`` and ``check_table`` check it); ``REPLAYBANK_FUZZ_STRICT=0`` holds those
+  edits to the load only.
 
 In the suite the 200 examples are a fixed, derandomized set. ``REPLAYBANK_FUZZ_EXAMPLES`` sets
 the number of examples and draws them at random, and
@@ -47,9 +48,8 @@ from replaybank.manifest import digest
 from replaybank.ragged import Ragged
 
 EXAMPLES = int(os.environ.get("REPLAYBANK_FUZZ_EXAMPLES", "200"))
-# 1: also sample after hostile edits of sampler/admission state (needs those classes to check
-# their load_state_dict input; the default until they all do)
-STRICT = os.environ.get("REPLAYBANK_FUZZ_STRICT") == "1"
+# also sample after hostile edits of sampler/admission state (0: only load those)
+STRICT = os.environ.get("REPLAYBANK_FUZZ_STRICT", "1") != "0"
 OUTCOMES: collections.Counter = collections.Counter()
 ROUNDS, BATCH = 3, 6
 

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from replaybank import ReplayBankError, ReplayBuffer
+from replaybank import RaggedStorage, ReplayBankError, ReplayBuffer
+from replaybank.errors import InvalidTypeError
 from replaybank.spec import ColumnSpec, as_spec
 
 
@@ -58,3 +59,31 @@ def test_as_spec_refuses_bad_user_specs(raw, words):
 def test_as_spec_accepts_column_specs_and_text():
     spec = as_spec({"a": ColumnSpec((2,), np.dtype("f4")), "b": ((), "U5"), "c": ([1, 2], "c8")})
     assert spec["b"].dtype == np.dtype("U5") and spec["c"].shape == (1, 2)
+
+
+@pytest.mark.parametrize(
+    "column, words",
+    [
+        (np.array(["2026-01-01"], dtype="datetime64[s]"), "dtype"),
+        (np.array([1, 2], dtype="timedelta64[ms]"), "dtype"),
+        (np.zeros((2,) + (1,) * 33), "shape"),  # numpy allows 64 dims, a save 32
+    ],
+)
+def test_extend_infers_only_specs_a_save_can_hold(tmp_path, column, words):
+    # the loader's rules (check_dtype/check_shape) apply to the first batch: extend used to store
+    # a datetime column that save then refused
+    buf = ReplayBuffer(8, seed=0)
+    with pytest.raises(InvalidTypeError, match=f"column 't' {words}"):
+        buf.extend({"t": column, "x": np.arange(len(column))})
+    assert buf.spec is None and len(buf) == 0
+    buf.extend({"x": np.arange(3)})  # the buffer is still usable
+    buf.save(tmp_path / "b")
+    assert len(ReplayBuffer.load(tmp_path / "b")) == 3
+
+
+def test_ragged_rows_follow_the_same_dtype_rule():
+    buf = ReplayBuffer(8, storage=RaggedStorage(), seed=0)
+    rows = [np.array(["2026-01-01"] * k, dtype="datetime64[D]") for k in (1, 2)]
+    with pytest.raises(InvalidTypeError, match="column 't' dtype"):
+        buf.extend({"t": rows})
+    assert buf.spec is None

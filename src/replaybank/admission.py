@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .checks import check_int, check_state_keys, state_array, state_number
+from .checks import check_int, check_members_occupied, check_state_keys, state_array, state_number
 from .errors import InvalidStateError, ReplayBankError
 
 
@@ -158,6 +158,11 @@ class _Members:
             raise InvalidStateError(f"{who} state['members']: a slot is listed twice")
         return members
 
+    def check_table(self, table: Any, who: str) -> None:
+        """The member slots must be exactly the slots ``table`` holds items in."""
+        every = [np.asarray(s, dtype=np.int64) for s in self.slots.values()]
+        check_members_occupied(np.concatenate([np.zeros(0, np.int64), *every]), table, who, "members")
+
     def load_state_dict(self, state: dict[int, np.ndarray]) -> None:
         self.group_of[:] = -1
         self.slots = {}
@@ -260,6 +265,11 @@ class GroupBalanced:
             )
         self.size, self.seen = size, seen
         self.members.load_state_dict(members)
+
+    def check_table(self, table: Any) -> None:
+        """The member slots must be the slots the restored table holds items in."""
+        if self.members is not None:
+            self.members.check_table(table, "GroupBalanced")
 
 
 class Window:
@@ -382,3 +392,8 @@ class Window:
         for stamp, slot in queue.tolist():
             self.stamp[slot] = stamp
             self.queue.append((stamp, slot))
+
+    def check_table(self, table: Any) -> None:
+        """The member slots must be the slots the restored table holds items in."""
+        if self.members is not None:
+            self.members.check_table(table, "Window")

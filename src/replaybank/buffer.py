@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from . import buffer_checks
 from .admission import Admission, Fifo
 from .buffer_state import SCHEMA_VERSION
 from .checks import check_int
 from .errors import (
-    InsufficientMemoryError,
     InvalidArgumentError,
     InvalidTypeError,
     ReplayBankError,
@@ -30,7 +30,7 @@ from .samplers.prioritized import check_priorities
 from .samplers.uniform import Uniform
 from .slots import RingTable, SlotTable
 from .spec import Cast, Spec, as_spec, cast_to, check_batch, infer_spec
-from .storage import ColumnarStorage, Storage, available_memory
+from .storage import ColumnarStorage, Storage
 
 __all__ = ["Batch", "ReplayBuffer", "SCHEMA_VERSION"]
 
@@ -52,14 +52,6 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.ids)
-
-
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise InvalidTypeError(f"{name} must be a positive integer, got {value!r}")
-    if value <= 0:
-        raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 class ReplayBuffer:
@@ -99,7 +91,7 @@ class ReplayBuffer:
         spec: Mapping[str, Any] | None = None,
         cast: Cast = "checked",
     ) -> None:
-        self._capacity = _positive_int(capacity, "capacity")
+        self._capacity = buffer_checks.positive_int(capacity, "capacity")
         if self._capacity > MAX_CAPACITY:
             raise InvalidArgumentError(
                 f"capacity={capacity:,} is above {MAX_CAPACITY:,} (2**40), the most slots an item id can address"
@@ -118,7 +110,7 @@ class ReplayBuffer:
                 f"{type(self.sampler).__name__} needs items in arrival order; use admission=Fifo() "
                 f"(got {type(self.admission).__name__})"
             )
-        self._check_bookkeeping_memory()
+        buffer_checks.bookkeeping_memory(self._capacity, self.sampler, self.admission)
         if seed is not None and not isinstance(seed, np.random.Generator):
             check_int(seed, "ReplayBuffer", "seed", low=0)
         self._rng = np.random.default_rng(seed)
@@ -133,23 +125,6 @@ class ReplayBuffer:
         self._castable: dict[tuple[str, np.dtype[Any]], bool] = {}
         if spec is not None:
             self.storage.allocate(self._capacity, as_spec(spec))
-
-    def _check_bookkeeping_memory(self) -> None:
-        """The slot table, sampler and admission keep a few numbers per slot; check they fit
-        before allocating them (the columns themselves are checked by the storage)."""
-        per_slot = (
-            (0 if self.admission.keeps_time_order else 8)  # ids table; a FIFO ring needs none
-            + getattr(self.sampler, "bytes_per_slot", 0)
-            + getattr(self.admission, "bytes_per_slot", 0)
-        )
-        need = self._capacity * per_slot
-        have = available_memory()
-        if have is not None and need > have:
-            raise InsufficientMemoryError(
-                f"capacity {self._capacity:,} needs {need:,} bytes of bookkeeping ({per_slot} per slot for "
-                f"ids, {type(self.sampler).__name__} and {type(self.admission).__name__}) before any data, but only "
-                f"{have:,} bytes are available; lower the capacity (MemmapStorage keeps only the columns on disk)"
-            )
 
     # -- properties -----------------------------------------------------------------------------
     @property
@@ -196,10 +171,10 @@ class ReplayBuffer:
                 spec = infer_spec(columns, ragged=getattr(self.storage, "supports_ragged", False))
             n, rows = check_batch(spec, columns, self._cast)
             self.sampler.check_spec(spec)
-            self._check_rows(rows)
-            prio = self._check_priorities(priorities, n)
-            grp = self._check_groups(groups, n)
-            self._check_id_space(n)
+            buffer_checks.rows(self.sampler, rows)
+            prio = buffer_checks.priorities(self.sampler, priorities, n)
+            grp = buffer_checks.groups(self.admission, groups, n)
+            buffer_checks.id_space(self._table, self._capacity, n)
             if n == 0:
                 return np.zeros(0, dtype=np.int64)
             if self.spec is None:
@@ -247,9 +222,9 @@ class ReplayBuffer:
                 value = cast_to(value, col.dtype, f"column {name!r}", self._cast)
             values[name] = value
         rows = {k: v[None] for k, v in values.items()} if self.sampler.needs_rows else {}
-        self._check_rows(rows)
+        buffer_checks.rows(self.sampler, rows)
         with self._lock:
-            self._check_id_space(1)
+            buffer_checks.id_space(self._table, self._capacity, 1)
             slot = place_one()
             arrival = self._table.arrivals
             self.storage.write_one(slot, values)
@@ -258,55 +233,6 @@ class ReplayBuffer:
             self._table.fill(index, np.array([item_id]), arrival + 1)
             self.sampler.on_write(index, rows, None, self._view)
             return item_id
-
-    def _check_priorities(self, priorities: Any, n: int) -> np.ndarray | None:
-        if priorities is None:
-            return None
-        if not self.sampler.uses_priorities:
-            raise ReplayBankError(
-                f"priorities were given but {type(self.sampler).__name__} sampling ignores them; "
-                "use a Prioritized sampler or drop priorities="
-            )
-        return check_priorities(priorities, n, limit=getattr(self.sampler, "priority_limit", np.inf))
-
-    def _check_id_space(self, n: int) -> None:
-        """Ids hold the arrival number above the slot bits; refuse the write that would overflow."""
-        limit = 1 << (63 - self._table.shift)
-        if self._table.arrivals + n >= limit:
-            raise InvalidArgumentError(
-                f"this buffer has issued {self._table.arrivals:,} ids and can issue {limit:,} with capacity "
-                f"{self._capacity:,}; save what you need into a new buffer"
-            )
-
-    def _check_rows(self, rows: dict[str, Any]) -> None:
-        """Let the sampler refuse row values before anything is stored (e.g. ``done=0.5``)."""
-        check = getattr(self.sampler, "check_rows", None)
-        if check is not None and rows:
-            check(rows)
-
-    def _check_groups(self, groups: Any, n: int) -> np.ndarray | None:
-        if groups is None:
-            if self.admission.requires_groups:
-                raise ReplayBankError(
-                    f"{type(self.admission).__name__} admission needs groups=: one integer group id per item"
-                )
-            return None
-        if not self.admission.requires_groups:
-            raise ReplayBankError(
-                f"groups were given but {type(self.admission).__name__} admission ignores them; "
-                "use GroupBalanced or Window, or drop groups="
-            )
-        try:
-            g = np.asarray(groups)
-        except (ValueError, TypeError) as err:
-            raise InvalidTypeError(f"groups: expected {n} integers (one per item) ({err})") from None
-        if g.ndim == 0:
-            g = np.full(n, g)
-        if g.shape != (n,) or g.dtype.kind not in "iu":
-            raise InvalidArgumentError(
-                f"groups: expected {n} integers (one per item), got shape {g.shape} dtype {g.dtype}"
-            )
-        return cast_to(g, np.dtype(np.int64), "groups")
 
     def _write(
         self, n: int, rows: dict[str, Any], prio: np.ndarray | None, groups: np.ndarray | None
@@ -352,8 +278,10 @@ class ReplayBuffer:
             ReplayBankError: ``batch_size`` is not positive, or exceeds the stored items for a
                 sampler that never repeats an item within a batch.
         """
-        batch_size = _positive_int(batch_size, "batch_size")
-        self._check_batch_memory(batch_size)
+        batch_size = buffer_checks.positive_int(batch_size, "batch_size")
+        if self.spec is not self._row_spec:  # per-row bytes, computed once per spec
+            self._row_nbytes, self._row_spec = buffer_checks.row_nbytes(self.spec, self.sampler), self.spec
+        buffer_checks.batch_memory(batch_size, self._row_nbytes)
         with self._lock:
             slots, weights = self.sampler.sample(batch_size, self._view, self._rng)
             if isinstance(slots, Ragged):  # whole episodes: every column comes back ragged
@@ -364,24 +292,6 @@ class ReplayBuffer:
                 }
                 return Batch(data, Ragged(self._table.ids_of(slots.values), slots.offsets), weights)
             return Batch(self.storage.read(slots), self._table.ids_of(slots), weights)
-
-    def _check_batch_memory(self, batch_size: int) -> None:
-        """Refuse a batch whose arrays would not fit in memory, before numpy tries."""
-        spec = self.spec
-        if spec is not self._row_spec:  # per-row bytes, computed once per spec
-            steps = getattr(self.sampler, "length", None) or 1  # trajectory slices: steps per row
-            self._row_nbytes = (sum(c.item_nbytes for c in (spec or {}).values()) + 8) * steps + 12
-            self._row_spec = spec
-        row = self._row_nbytes
-        need = batch_size * row
-        if need < 1 << 28:  # reading /proc/meminfo costs more than a small batch: skip it
-            return
-        have = available_memory()
-        if have is not None and need > have:
-            raise InsufficientMemoryError(
-                f"batch_size={batch_size:,} would need {need:,} bytes ({row:,} per row) but only {have:,} "
-                "bytes are available; lower batch_size"
-            )
 
     def update_priorities(self, ids: Any, priorities: Any) -> int:
         """Set new priorities for sampled items (e.g. |TD error|).

@@ -158,3 +158,33 @@ def state_number(
         return check_real(value, f"{who} state", key, low=low, high=high)
     except InvalidArgumentError as err:  # InvalidTypeError included
         raise InvalidStateError(str(err)) from None
+
+
+# -- state against the restored slot table (the ``check_table`` hooks) ------------------------------
+def empty_slots(table: Any) -> np.ndarray:
+    """One bool per slot of ``table`` (a ``SlotTable`` or ``RingTable``): True where no item is."""
+    return np.asarray(table.ids_of(np.arange(table.capacity, dtype=np.int64)) < 0)
+
+
+def check_zero_on_empty(values: np.ndarray, table: Any, who: str, key: str) -> None:
+    """Every slot that holds no item must have ``values[slot] == 0`` (e.g. priority mass)."""
+    bad = empty_slots(table) & (np.asarray(values) != 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InvalidStateError(
+            f"{who} state[{key!r}][{i}] = {values[i]!r}, but slot {i} holds no item (table): "
+            "an empty slot must weigh 0"
+        )
+
+
+def check_members_occupied(slots: np.ndarray, table: Any, who: str, key: str) -> None:
+    """``slots`` must list every occupied slot of ``table`` exactly once, and nothing else."""
+    slots = np.asarray(slots, dtype=np.int64)
+    expected = np.flatnonzero(~empty_slots(table))
+    if len(slots) != len(expected) or not np.array_equal(np.sort(slots), expected):
+        extra = np.setdiff1d(slots, expected)[:5].tolist()
+        missing = np.setdiff1d(expected, slots)[:5].tolist()
+        raise InvalidStateError(
+            f"{who} state[{key!r}]: lists {len(slots)} slots but the table holds {len(expected)} items "
+            f"(listed but empty: {extra}, occupied but not listed: {missing})"
+        )

@@ -100,19 +100,24 @@ def _choice(*options: Any) -> Callable[[Any, str], Any]:
     return check
 
 
-# The type (and, where a bad value would hang or crash the constructor, the range) of every
-# recorded parameter; the constructors check their own ranges on top.
+# The type of every recorded parameter. Ranges are the constructors' (``checks.check_int`` /
+# ``check_real``, e.g. ``Prioritized(branching)`` in [2, 1024]): one source of truth, and ``build``
+# reports their refusal as a ``CorruptSaveError``. Integers are held to int64 here only.
+def _int(value: Any, where: str) -> int:
+    return integer(value, where, -(2**63))
+
+
 PARAMS: dict[str, Callable[[Any, str], Any]] = {
     "alpha": real,
     "beta": real,
     "eps": real,
-    "branching": lambda value, where: integer(value, where, 2, 1 << 16),
-    "length": _optional(lambda value, where: integer(value, where, 1)),
+    "branching": _int,
+    "length": _optional(_int),
     "reverse": boolean,
     "priority": _choice(None, "td", "return"),
     "done_key": text,
     "reward_key": text,
-    "k": lambda value, where: integer(value, where, 1),
+    "k": _int,
     "check_memory": boolean,
 }
 _MODULES = {"sampler": samplers_mod, "admission": admission_mod, "storage": storage_mod}

@@ -103,6 +103,29 @@ def _join(tree: Any, arrays: dict[str, np.ndarray]) -> Any:
     return tree
 
 
+# state arrays one entry per slot, for the samplers that allocate per-slot memory when bound
+_PER_SLOT = {"Prioritized": "priorities", "PrioritizedReshuffled": "priorities", "Trajectories": "episode"}
+
+
+def _check_capacity(capacity: int, state: dict[str, Any], sampler: Any, admission: Any) -> None:
+    """Before ``capacity`` sizes any allocation: every part that allocates per-slot memory must
+    have saved an array of ``capacity`` entries, so memory follows the save's size and an edited
+    ``capacity`` (up to 2**48) cannot make the loader allocate gigabytes."""
+    need = []
+    if type(admission).__name__ != "Fifo":  # a SlotTable (and the admission's own per-slot arrays)
+        need.append(("table", "ids"))
+    if type(sampler).__name__ in _PER_SLOT:
+        need.append(("sampler", _PER_SLOT[type(sampler).__name__]))
+    for part, key in need:
+        value = state[part].get(key) if isinstance(state[part], dict) else None
+        n = len(value) if isinstance(value, (list, np.ndarray)) and np.ndim(value) >= 1 else None
+        if n != capacity:
+            raise ReplayBankError(
+                f"state.{part}.{key}: expected {capacity:,} entries (one per slot of the capacity), got "
+                f"{'no array' if n is None else f'{n:,}'}"
+            )
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -315,6 +338,7 @@ def load(
     try:
         sampler = build("sampler", m.raw["sampler"], "sampler")
         admission = build("admission", m.raw["admission"], "admission")
+        _check_capacity(m.capacity, state, sampler, admission)
         buffer = ReplayBuffer(m.capacity, sampler=sampler, admission=admission, storage=storage)
     except ReplayBankError as err:
         if isinstance(err, MemoryError):  # a real save too big for this machine

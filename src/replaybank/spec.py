@@ -144,6 +144,17 @@ def is_ragged_input(value: Any) -> bool:
     return all(np.ndim(row) >= 1 for row in value)
 
 
+def _checked_spec(name: str, shape: tuple[int, ...], dtype: np.dtype[Any], ragged: bool = False) -> ColumnSpec:
+    """The inferred spec of column ``name``, held to the rules a load applies (``check_dtype``,
+    ``check_shape``), so ``extend`` never stores what ``save`` could not write or ``load`` read."""
+    try:
+        return ColumnSpec(
+            check_shape(shape, f"column {name!r} shape"), check_dtype(dtype, f"column {name!r} dtype"), ragged
+        )
+    except ReplayBankError as err:
+        raise InvalidTypeError(f"extend: {err}") from None
+
+
 def infer_spec(columns: Mapping[str, Any], *, ragged: bool) -> Spec:
     """Infer a spec from the first batch handed to ``extend``.
 
@@ -156,7 +167,7 @@ def infer_spec(columns: Mapping[str, Any], *, ragged: bool) -> Spec:
             first = _as_array(value[0], f"ragged column {name!r}, row 0")
             if first.ndim == 0:
                 raise ReplayBankError(f"ragged column {name!r}: rows must be arrays, got a scalar")
-            spec[name] = ColumnSpec(first.shape[1:], first.dtype, ragged=True)
+            spec[name] = _checked_spec(name, first.shape[1:], first.dtype, ragged=True)
             continue
         arr = _as_array(value, f"column {name!r}")
         if arr.ndim == 0:
@@ -168,7 +179,7 @@ def infer_spec(columns: Mapping[str, Any], *, ragged: bool) -> Spec:
                 f"column {name!r}: could not form a fixed-shape array (rows of different lengths?); "
                 "use RaggedStorage for variable-length rows"
             )
-        spec[name] = ColumnSpec(arr.shape[1:], arr.dtype)
+        spec[name] = _checked_spec(name, arr.shape[1:], arr.dtype)
     if not spec:
         raise ReplayBankError("extend() needs at least one column")
     return spec

@@ -6,7 +6,14 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import check_int, check_real, check_state_keys, state_array, state_number
+from ..checks import (
+    check_int,
+    check_real,
+    check_state_keys,
+    check_zero_on_empty,
+    state_array,
+    state_number,
+)
 from ..errors import InvalidArgumentError, InvalidStateError, InvalidTypeError, ReplayBankError
 from .base import SamplerBase, View, check_can_sample
 from .sumtree import make_pair
@@ -198,6 +205,10 @@ class Prioritized(SamplerBase):
         self.beta = beta
 
     _legacy_keys: tuple[str, ...] = ()
+
+    def check_table(self, table: Any) -> None:
+        """Slots that hold no item must have no priority mass (else ``sample`` draws them)."""
+        check_zero_on_empty(self.trees.leaves, table, type(self).__name__, "priorities")
 
     def _load_extra(self, state: dict[str, Any], scaled: np.ndarray) -> None:
         """Subclasses check and apply their own entries here (before the trees are loaded)."""

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..checks import check_state_keys, state_array, state_number
+from ..errors import InvalidStateError
 from .base import SamplerBase, View, check_can_sample
 
 
@@ -69,3 +70,16 @@ class Reshuffled(SamplerBase):
         position = state_number(state, "position", who, integer=True, low=0, high=n)
         self.epoch = state_number(state, "epoch", who, integer=True, low=0)
         self.order, self.position = order, position
+
+    def check_table(self, table: Any) -> None:
+        """The epoch's order may only name slots below ``table.high`` (slots filled when it was
+        drawn; ones emptied since are skipped), each once."""
+        bad = self.order >= table.high
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InvalidStateError(
+                f"Reshuffled state['order'][{i}] = {int(self.order[i])}: not a slot the table has "
+                f"filled (table.high = {table.high})"
+            )
+        if len(np.unique(self.order)) != len(self.order):
+            raise InvalidStateError("Reshuffled state['order']: a slot is listed twice")

@@ -12,10 +12,11 @@ from ..checks import (
     check_name,
     check_real,
     check_state_keys,
+    check_zero_on_empty,
     state_array,
     state_number,
 )
-from ..errors import InvalidArgumentError, ReplayBankError
+from ..errors import InvalidArgumentError, InvalidStateError, ReplayBankError
 from ..ragged import Ragged
 from ..spec import Spec
 from .base import SamplerBase, View, check_can_sample, last_wins
@@ -389,3 +390,25 @@ class Trajectories(SamplerBase):
             self.ep_value[:] = ep_value
             self.ep_stored[:] = ep_stored
             self._refresh(np.arange(self.n_keys))
+
+    def check_table(self, table: Any) -> None:
+        """The arrival counter must be the table's; TD priorities must be >= 0 (episode sums up to
+        rounding) and 0 on empty slots."""
+        who = "Trajectories"
+        if self.next_arrival != table.arrivals:
+            raise InvalidStateError(
+                f"{who} state['next_arrival'] = {self.next_arrival}, but table.arrivals = "
+                f"{table.arrivals}: the two count the same steps"
+            )
+        if self.priority != "td":
+            return
+        check_zero_on_empty(self.step_value, table, who, "step_value")
+        # a sum of priorities >= 0 after subtractions may round a little below 0, never further
+        tol = 1e-9 * max(1.0, float(self.step_value.sum()))
+        bad = self.ep_value < -tol
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InvalidStateError(
+                f"{who} state['ep_value'][{i}] = {self.ep_value[i]!r}: an episode's sum of TD "
+                "priorities cannot be negative"
+            )
