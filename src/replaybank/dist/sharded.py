@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ..buffer import Batch, _positive_int
+from ..buffer import Batch
+from ..buffer_checks import positive_int as _positive_int
 from ..errors import EmptyBufferError, ReplayBankError
 from ..ragged import Ragged
 from ..ratelimit import RateLimiter
