@@ -9,10 +9,11 @@ is a fifth of SmolLM2-135M's compute per token). The loss is GRPO's token-level 
     rho_t = exp(log pi(y_t) - log mu(y_t))          mu = the behaviour policy, recorded at sampling
     loss  = -mean_t min(rho_t A, clip(rho_t, 1 - eps, 1 + eps) A) + beta * mean_t KL_t
 
-with ``A`` the group-relative advantage of the rollout, and ``KL_t`` the k3 estimator
-``exp(r) - r - 1``, ``r = log pi_ref(y_t) - log pi(y_t)``, against the base model (the adapter
-disabled), off unless ``beta > 0``. The main job's ``replaybank.llm.train.kl`` module, if it lands,
-is the place to unify the KL with (same estimator, same ``disable_adapter()`` reference).
+with ``A`` the group-relative advantage of the rollout, and ``KL_t`` the project's one KL term
+(:func:`replaybank.llm.train.kl.kl_to_base`: exact ``T**2 KL(p_base || p_policy)`` over the whole
+vocabulary at each completion position, both at the sampling temperature ``T``, the base being the
+same model with its adapter disabled), off unless ``beta > 0``. It is the same term the rehearsal
+job anchors its rehearsal rows with; being exact, it needs no sampled estimator (such as k3).
 """
 
 from __future__ import annotations
@@ -72,10 +73,10 @@ def sync_actor(actor: Any, policy: Any) -> None:
                 p.copy_(src[name])
 
 
-def token_logprobs(model: Any, prompts: Sequence[Sequence[int]], completions: Sequence[np.ndarray], pad_id: int,
-                   temperature: float) -> Any:
-    """Log-probs of every completion token under ``model`` at ``temperature``, flat and row-major
-    (aligned with ``RolloutBatch.tokens.values``); carries gradients when the model does."""
+def completion_logits(model: Any, prompts: Sequence[Sequence[int]], completions: Sequence[np.ndarray],
+                      pad_id: int) -> tuple[Any, Any]:
+    """Logits that predict every completion token, ``(tokens, vocab)``, flat and row-major (aligned
+    with ``RolloutBatch.tokens.values``), and those tokens; carries gradients when the model does."""
     import torch
 
     rows = [list(p) + [int(t) for t in c] for p, c in zip(prompts, completions)]
@@ -86,24 +87,37 @@ def token_logprobs(model: Any, prompts: Sequence[Sequence[int]], completions: Se
     keep = int(lengths.max()) + 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
-    logp = (logits[:, :-1].float() / temperature).log_softmax(-1)  # position j predicts token j + 1
-    targets = ids[:, -keep + 1:]
-    picked = logp.gather(2, targets[..., None]).squeeze(2)  # (B, keep - 1), completions right-aligned
+    targets = ids[:, -keep + 1:]  # position j predicts token j + 1; completions are right-aligned
     col = torch.arange(keep - 1, device=device)[None]
     in_completion = col >= (keep - 1 - lengths)[:, None]
-    return picked[in_completion]
+    return logits[:, :-1][in_completion], targets[in_completion]
+
+
+def _picked_logprobs(logits: Any, targets: Any, temperature: float) -> Any:
+    logp = (logits.float() / temperature).log_softmax(-1)
+    return logp.gather(1, targets[:, None]).squeeze(1)
+
+
+def token_logprobs(model: Any, prompts: Sequence[Sequence[int]], completions: Sequence[np.ndarray], pad_id: int,
+                   temperature: float) -> Any:
+    """Log-probs of every completion token under ``model`` at ``temperature``, flat and row-major
+    (aligned with ``RolloutBatch.tokens.values``); carries gradients when the model does."""
+    logits, targets = completion_logits(model, prompts, completions, pad_id)
+    return _picked_logprobs(logits, targets, temperature)
 
 
 def kl_to_base(model: Any, prompts: Sequence[Sequence[int]], completions: Sequence[np.ndarray], pad_id: int,
-               temperature: float, current: Any) -> Any:
-    """Per-token k3 estimate of KL(pi || pi_base) on the batch's tokens; the base is the model
-    with its adapter disabled (no second copy of the weights)."""
+               temperature: float, logits: Any) -> Any:
+    """Mean per completion token of the project's KL term (:mod:`replaybank.llm.train.kl`) between
+    the base model (this model with its adapter disabled, no second copy) and ``logits``, the
+    policy's :func:`completion_logits` of the same rows."""
     import torch
 
+    from replaybank.llm.train.kl import kl_to_base as kl_term
+
     with torch.no_grad(), model.disable_adapter():
-        ref = token_logprobs(model, prompts, completions, pad_id, temperature)
-    r = ref - current
-    return r.exp() - r - 1
+        base, _ = completion_logits(model, prompts, completions, pad_id)
+    return kl_term(logits, base, temperature) / max(int(logits.shape[0]), 1)
 
 
 def grpo_loss(model: Any, batch: RolloutBatch, prompts: Sequence[Sequence[int]], pad_id: int, temperature: float,
@@ -117,14 +131,15 @@ def grpo_loss(model: Any, batch: RolloutBatch, prompts: Sequence[Sequence[int]],
     import torch
 
     completions = [batch.tokens[i] for i in range(len(batch))]
-    current = token_logprobs(model, prompts, completions, pad_id, temperature)
+    logits, targets = completion_logits(model, prompts, completions, pad_id)
+    current = _picked_logprobs(logits, targets, temperature)
     ratio = importance_ratio(current, batch.logprobs.values)
     adv = torch.as_tensor(np.repeat(batch.advantage, batch.tokens.lengths), device=current.device)
     surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
     loss = -surrogate.mean()
     kl = torch.zeros(())
     if kl_coef > 0:
-        kl = kl_to_base(model, prompts, completions, pad_id, temperature, current).mean()
+        kl = kl_to_base(model, prompts, completions, pad_id, temperature, logits)
         loss = loss + kl_coef * kl
     with torch.no_grad():
         stats = {
