@@ -101,7 +101,7 @@ def test_jsonl_round_trip_and_seeded_order(tmp_path):
 @pytest.mark.parametrize(
     "line, message",
     [
-        ("{not json", "not JSON"),
+        ("{not json", "malformed JSON"),
         ("[1, 2]", "expected a JSON object, got list"),
         ('{"id": "a"}', "'text' must be a non-empty string"),
         ('{"text": "x", "expected": "<<qx a.b>>"}', "'expected' must be a list of strings"),

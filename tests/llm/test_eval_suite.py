@@ -87,7 +87,7 @@ def test_suite_file_empty_missing_and_not_utf8(tmp_path: Path) -> None:
     empty = write(tmp_path / "empty.jsonl", ["", "  "])
     with pytest.raises(SuiteError, match=r"empty\.jsonl: suite file has no items"):
         load_suite(str(empty))
-    with pytest.raises(SuiteError, match=r"nope\.jsonl: cannot read"):
+    with pytest.raises(SuiteError, match=r"nope\.jsonl: file not found"):
         load_suite(str(tmp_path / "nope.jsonl"))
     bad = tmp_path / "latin1.jsonl"
     second = json.dumps({"id": "b", "family": "conversation", "prompt": "Caf\u00e9?", "check": {"type": "agreement"}}, ensure_ascii=False)

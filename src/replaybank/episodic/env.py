@@ -33,11 +33,12 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
 from replaybank.errors import ReplayBankError
+from replaybank.jsonl import iter_jsonl
 
 from .episode import Task, Verdict
 from .qx import SCHEMA, parse_calls, score
@@ -208,15 +209,9 @@ class JsonlTasks:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.by_split: dict[str, list[Task]] = {s: [] for s in SPLITS}
-        try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as err:
-            raise TaskFileError(f"{self.path}: cannot read the task file: {err}") from err
         seen: dict[str, int] = {}
-        for lineno, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            task, split = _parse_line(line, f"{self.path}:{lineno}")
+        for lineno, obj in iter_jsonl(self.path, error=TaskFileError):
+            task, split = _parse_task(obj, f"{self.path}:{lineno}")
             if task.id in seen:
                 raise TaskFileError(f"{self.path}:{lineno}: task id {task.id!r} already on line {seen[task.id]}")
             seen[task.id] = lineno
@@ -232,13 +227,7 @@ class JsonlTasks:
         return [pool[int(k)] for k in order]
 
 
-def _parse_line(line: str, where: str) -> tuple[Task, str]:
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise TaskFileError(f"{where}: not JSON ({err.msg} at column {err.colno})") from err
-    if not isinstance(obj, dict):
-        raise TaskFileError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+def _parse_task(obj: dict[str, Any], where: str) -> tuple[Task, str]:
     text = obj.get("text")
     if not isinstance(text, str) or not text.strip():
         raise TaskFileError(f"{where}: 'text' must be a non-empty string, got {text!r}")

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from replaybank.llm.toolapi import distinct_examples
+
 _NAMES = [
     "Anna", "Bilal", "Chen", "Dora", "Emeka", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kemi",
     "Lars", "Mona", "Nils", "Olu", "Priya", "Quinn", "Rosa", "Sami", "Tariq", "Uma", "Vera",
@@ -115,17 +117,4 @@ def generate_examples(n: int, seed: int, exclude: set[str] | None = None) -> lis
     Raises:
         ValueError: if ``n`` distinct examples cannot be produced.
     """
-    rng = np.random.default_rng(seed)
-    seen = set(exclude or ())
-    rows: list[dict[str, str]] = []
-    attempts = 0
-    while len(rows) < n:
-        attempts += 1
-        if attempts > 50 * n + 1000:
-            raise ValueError(f"could not generate {n} distinct agenda examples (got {len(rows)})")
-        prompt, response = _MAKERS[int(rng.integers(len(_MAKERS)))](rng)
-        if prompt in seen:
-            continue
-        seen.add(prompt)
-        rows.append({"prompt": prompt, "response": response})
-    return rows
+    return distinct_examples(_MAKERS, n, seed, exclude, what="agenda")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
-import json
 import re
 import warnings
 from collections import Counter
@@ -22,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from replaybank import jsonl
 from replaybank.errors import ReplayBankError
+from replaybank.jsonl import read_utf8
 
 PYTHON_DOCS = "python-docs"
 """Name of the embedded general corpus: ``pydoc_data.topics`` plus stdlib docstrings."""
@@ -89,20 +90,7 @@ def normalise(text: str) -> str:
 
 
 def _read_utf8(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise CorpusError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise CorpusError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise CorpusError(
-            f"{path}:{line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-            "re-encode the file as UTF-8"
-        ) from None
+    return read_utf8(path, error=CorpusError)
 
 
 def _digest(data: str) -> str:
@@ -127,17 +115,7 @@ def iter_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
     Raises:
         CorpusError: ``file:line`` for a line that is not JSON or not a JSON object.
     """
-    raw = _read_utf8(path)
-    for number, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CorpusError(f"{path}:{number}: malformed JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(obj, dict):
-            raise CorpusError(f"{path}:{number}: expected a JSON object, got {type(obj).__name__}")
-        yield number, obj
+    return jsonl.iter_jsonl(path, error=CorpusError)
 
 
 def _load_text_file(path: Path, corpus: Corpus) -> None:

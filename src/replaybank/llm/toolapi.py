@@ -14,6 +14,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 
 _CITIES = [
@@ -121,6 +123,22 @@ def generate_examples(n: int, seed: int, exclude: set[str] | None = None) -> lis
     Raises:
         ValueError: if ``n`` distinct examples cannot be produced.
     """
+    return distinct_examples(_MAKERS, n, seed, exclude, what="tool-API")
+
+
+Maker = Callable[[np.random.Generator], tuple[str, str]]
+
+
+def distinct_examples(
+    makers: Sequence[Maker], n: int, seed: int, exclude: set[str] | None = None, *, what: str
+) -> list[dict[str, str]]:
+    """``n`` rows from makers drawn uniformly by a ``seed``-ed generator, skipping repeated or excluded prompts.
+
+    Shared by the synthetic skills (:mod:`replaybank.llm.toolapi`, :mod:`replaybank.llm.agenda`).
+
+    Raises:
+        ValueError: if ``n`` distinct examples cannot be produced (``what`` names the skill).
+    """
     rng = np.random.default_rng(seed)
     seen = set(exclude or ())
     rows: list[dict[str, str]] = []
@@ -128,9 +146,8 @@ def generate_examples(n: int, seed: int, exclude: set[str] | None = None) -> lis
     while len(rows) < n:
         attempts += 1
         if attempts > 50 * n + 1000:
-            raise ValueError(f"could not generate {n} distinct tool-API examples (got {len(rows)})")
-        maker = _MAKERS[int(rng.integers(len(_MAKERS)))]
-        prompt, response = maker(rng)
+            raise ValueError(f"could not generate {n} distinct {what} examples (got {len(rows)})")
+        prompt, response = makers[int(rng.integers(len(makers)))](rng)
         if prompt in seen:
             continue
         seen.add(prompt)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from replaybank.errors import ReplayBankError
+from replaybank.jsonl import iter_jsonl
 from replaybank.llm.corpus import normalise
 from replaybank.llm.eval.checkers import CheckError, check, looks_like_tool_call, validate_spec
 from replaybank.llm.eval.generate import (
@@ -113,36 +114,20 @@ def load_suite(source: str = BUILTIN) -> list[SuiteItem]:
             field, has an unknown family or check type, or repeats an id (``file:line``).
     """
     path = builtin_suite_path() if source == BUILTIN else Path(source).expanduser()
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SuiteError(f"{path}: cannot read suite file ({exc.strerror or exc})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        lineno = data.count(b"\n", 0, exc.start) + 1
-        raise SuiteError(f"{path}:{lineno}: not valid UTF-8 (byte 0x{data[exc.start]:02x}); re-encode the file as UTF-8") from None
     items: list[SuiteItem] = []
     seen: set[str] = set()
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            item = _parse_item(line, f"{path}:{number}")
-            if item.id in seen:
-                raise SuiteError(f"{path}:{number}: duplicate id {item.id!r}")
-            seen.add(item.id)
-            items.append(item)
+    for number, obj in iter_jsonl(path, error=SuiteError):
+        item = _parse_item(obj, f"{path}:{number}")
+        if item.id in seen:
+            raise SuiteError(f"{path}:{number}: duplicate id {item.id!r}")
+        seen.add(item.id)
+        items.append(item)
     if not items:
         raise SuiteError(f"{path}: suite file has no items")
     return items
 
 
-def _parse_item(line: str, where: str) -> SuiteItem:
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise SuiteError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(obj, dict):
-        raise SuiteError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+def _parse_item(obj: dict[str, Any], where: str) -> SuiteItem:
     for key in ("id", "family", "prompt"):
         if not isinstance(obj.get(key), str) or not obj[key].strip():
             raise SuiteError(f"{where}: field {key!r} must be a non-empty string")

@@ -1,0 +1,73 @@
+"""Reading UTF-8 text and JSON Lines files with errors that name ``file:line``.
+
+The one JSONL reader of the project (task files, behaviour suites, corpora, probes). Callers pass
+their own :class:`~replaybank.errors.ReplayBankError` subclass as ``error`` so a bad line surfaces
+as, say, ``SuiteError``; the default is :class:`JsonlError`. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from replaybank.errors import ReplayBankError
+
+
+class JsonlError(ReplayBankError):
+    """A file that cannot be read, is not UTF-8, or has a line that is not a JSON object."""
+
+
+def read_utf8(path: Path, *, error: type[ReplayBankError] = JsonlError) -> str:
+    """The whole file decoded as UTF-8.
+
+    Raises:
+        error: the file is missing or unreadable, or not UTF-8 (naming the line and the byte).
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: file not found") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise error(
+            f"{path}:{line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+            "re-encode the file as UTF-8"
+        ) from None
+
+
+def iter_jsonl(path: Path, *, error: type[ReplayBankError] = JsonlError) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each non-blank line of a JSONL file (numbers from 1).
+
+    The whole file is read and decoded before the first line is yielded.
+
+    Raises:
+        error: as :func:`read_utf8`, or ``file:line`` for a line that is not JSON or not a JSON object.
+
+    Example:
+        >>> import tempfile
+        >>> p = Path(tempfile.mkdtemp()) / "a.jsonl"
+        >>> _ = p.write_text('{"x": 1}\\n\\n[2]\\n', encoding="utf-8")
+        >>> rows = iter_jsonl(p)
+        >>> next(rows)
+        (1, {'x': 1})
+        >>> next(rows)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        replaybank.jsonl.JsonlError: ...a.jsonl:3: expected a JSON object, got list
+    """
+    text = read_utf8(path, error=error)
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise error(f"{path}:{number}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(obj, dict):
+            raise error(f"{path}:{number}: expected a JSON object, got {type(obj).__name__}")
+        yield number, obj
