@@ -15,8 +15,17 @@ Run ``.venv/bin/python benchmarks/dist.py`` (needs the ``dist`` extra). Prints a
   sampling starts with, against an in-process method call.
 
 Workload (as ``benchmarks/buffers.py``): item = obs float32[64], action int64, reward float32,
-done bool; capacity ``--capacity`` in total (split over the shards). RLlib's
-``PrioritizedEpisodeReplayBuffer`` is not measured: see docs/dist.md.
+done bool; capacity ``--capacity`` in total (split over the shards).
+
+RLlib (only where ``ray.rllib`` imports, e.g. ``bash benchmarks/setup.sh --rllib`` then
+``.venv-bench-rllib/bin/python benchmarks/dist.py``; otherwise skipped with the reason printed):
+``PrioritizedEpisodeReplayBuffer(capacity, alpha=0.6)``, in process like replaybank's in-process
+buffer, its windows interleaved with that buffer's. It stores episodes, so each 256-row write is
+cut at the ``done`` flags into ``SingleAgentEpisode`` chunks (every chunk a closed episode: T steps,
+T+1 observations, numpy-converted), ``add``-ed as one list; items/s count time steps. Its
+``add`` figure is taken on a full buffer (evicting whole episodes), as replaybank's wraps around.
+Sampling is ``sample(num_items=256, n_step=1, beta=0.4)`` (one-step transitions
+``o_t, a_t, r_t, o_t+1`` with IS weights) + ``update_priorities``.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import json
 import os
 import platform
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,6 +72,61 @@ def rate(step: Callable[[], int], seconds: float, rounds: int = 2) -> float:
     return best
 
 
+def interleaved(steps: dict[str, Callable[[], int]], seconds: float, rounds: int = 2) -> dict[str, float]:
+    """:func:`rate` for several contestants at once, their windows alternating (A B A B), so a
+    burst of load from other processes hits both rather than one."""
+    for step in steps.values():
+        step()  # warm up
+    best = dict.fromkeys(steps, 0.0)
+    for _ in range(rounds):
+        for who, step in steps.items():
+            items, start = 0, time.perf_counter()
+            while (elapsed := time.perf_counter() - start) < seconds:
+                items += step()
+            best[who] = max(best[who], items / elapsed)
+    return best
+
+
+def rllib_contestant(capacity: int, chunk: dict[str, np.ndarray], prio: np.ndarray,
+                     seed: int) -> tuple[Callable[[], int], Callable[[], int]] | str:
+    """The ``add`` and ``sample+update`` steps of RLlib's ``PrioritizedEpisodeReplayBuffer`` on
+    the same rows (see the module docstring), its buffer already full; or why it is skipped."""
+    try:
+        from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+        from ray.rllib.utils.replay_buffers import PrioritizedEpisodeReplayBuffer
+    except ImportError as exc:
+        return f"ray.rllib is not importable here ({exc}); run it in .venv-bench-rllib (benchmarks/setup.sh --rllib)"
+    n = len(chunk["reward"])
+    ends = [int(i) + 1 for i in np.flatnonzero(chunk["done"])]
+    bounds = [0, *[e for e in ends if e < n], n]
+    episodes = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        last = bool(chunk["done"][b - 1])
+        obs = [chunk["obs"][i % n] for i in range(a, b + 1)]  # T steps, T+1 observations
+        eps = SingleAgentEpisode(observations=obs, actions=list(chunk["action"][a:b]),
+                                 rewards=list(chunk["reward"][a:b]), terminated=last, truncated=not last,
+                                 len_lookback_buffer=0)
+        episodes.append(eps.to_numpy() if hasattr(eps, "to_numpy") else eps.finalize())
+    buf = PrioritizedEpisodeReplayBuffer(capacity, alpha=0.6)
+    buf.rng = np.random.default_rng(seed)
+
+    def add() -> int:
+        for eps in episodes:  # fresh ids: a known id would be concatenated to its stored episode
+            eps.id_ = uuid.uuid4().hex
+        buf.add(episodes)
+        return n
+
+    for _ in range(capacity // n + 2):  # fill: it evicts to stay at or just under capacity
+        add()
+
+    def step() -> int:
+        buf.sample(num_items=BATCH, n_step=1, beta=0.4, gamma=0.99)
+        buf.update_priorities(prio)
+        return BATCH
+
+    return add, step
+
+
 def per_call_us(call: Callable[[], object], seconds: float) -> float:
     call()
     n, start = 0, time.perf_counter()
@@ -84,6 +149,7 @@ def main() -> None:
 
     from replaybank.dist import ShardedReplayBuffer
 
+    load_start = os.getloadavg()[0]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     rng = np.random.default_rng(0)
     chunk = data(args.chunk, rng)
@@ -100,7 +166,6 @@ def main() -> None:
         local.extend(chunk)
         return args.chunk
 
-    results["add"]["in-process"] = rate(local_add, args.seconds)
     while len(local) < args.capacity:
         local.extend(fill)
     prio = rng.random(BATCH)
@@ -110,7 +175,16 @@ def main() -> None:
         local.update_priorities(b.ids, prio)
         return BATCH
 
-    results["sample+update"]["in-process"] = rate(local_step, args.seconds)
+    # -- RLlib, in process, windows interleaved with the in-process buffer's ---------------------
+    rllib = rllib_contestant(args.capacity, chunk, prio, seed=0)
+    adds: dict[str, Callable[[], int]] = {"in-process": local_add}
+    steps: dict[str, Callable[[], int]] = {"in-process": local_step}
+    if isinstance(rllib, str):
+        print(f"RLlib skipped: {rllib}")
+    else:
+        adds["rllib PrioritizedEpisode"], steps["rllib PrioritizedEpisode"] = rllib
+    results["add"].update(interleaved(adds, args.seconds))
+    results["sample+update"].update(interleaved(steps, args.seconds))
 
     # -- sharded ------------------------------------------------------------------------------
     round_trip: dict[str, float] = {"in-process call": per_call_us(lambda: len(local), 0.5)}
@@ -157,7 +231,7 @@ def main() -> None:
     ray.shutdown()
 
     print(f"capacity {args.capacity:,}, batch {BATCH}, chunk {args.chunk}, {os.cpu_count()} cores, "
-          f"load average {os.getloadavg()[0]:.1f}")
+          f"load average {load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     print(f"{'case':<16} {'contestant':<28} {'items/s':>12}")
     for case, row in results.items():
         for who, value in row.items():
@@ -171,10 +245,15 @@ def main() -> None:
                      "item": "obs float32[64], action int64, reward float32, done bool",
                      "sampler": "Prioritized(alpha=0.6, beta=0.4)"},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "ray": ray.__version__,
+                    "load_average_1min_at_start": load_start,
                     "load_average_1min_at_end": os.getloadavg()[0]},
         "items_per_second": results,
         "round_trip_us": round_trip,
-        "rllib": "not measured: ray[rllib] is not installed (see docs/dist.md)",
+        "rllib": (rllib if isinstance(rllib, str) else
+                  "PrioritizedEpisodeReplayBuffer(capacity, alpha=0.6), in process, windows interleaved "
+                  "with in-process; add: each 256-row write cut at done into closed SingleAgentEpisode "
+                  "chunks (T+1 obs each), items = time steps, on a full buffer; sample(num_items=256, "
+                  "n_step=1, beta=0.4) + update_priorities"),
     }, indent=2) + "\n")
     print(f"wrote {args.out}")
 
