@@ -5,7 +5,8 @@ import json
 import pytest
 import tomllib
 
-from replaybank.llm.config import Config, ConfigError, check_sources
+from replaybank.llm.config import Config, ConfigError
+from replaybank.llm.sources import check_sources
 
 
 def test_defaults_are_the_embedded_experiment():

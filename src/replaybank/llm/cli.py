@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from replaybank.llm.config import Config, ConfigError, check_sources
+from replaybank.llm.config import Config, ConfigError
+from replaybank.llm.sources import check_sources
 
 
 def add_subcommands(subparsers: Any) -> None:

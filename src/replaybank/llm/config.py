@@ -453,10 +453,3 @@ def _empty_file_message(path: Path) -> str:
         "headers); to run with the defaults leave the config argument out, or write them to a file "
         f"to edit with `replaybank config > {path.name}`"
     )
-
-
-def check_sources(cfg: Config) -> None:
-    """See :func:`replaybank.llm.sources.check_sources` (kept here for existing imports)."""
-    from replaybank.llm.sources import check_sources as check
-
-    check(cfg)
