@@ -19,8 +19,6 @@ Built-in streams (all offline, numpy only):
 
 from __future__ import annotations
 
-import functools
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -28,6 +26,12 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from replaybank.cl.datasets import (
+    ArraySplit,
+    load_digits_arrays,
+    load_mnist1d_arrays,
+    stratified_split,
+)
 from replaybank.errors import ReplayBankError
 
 __all__ = [
@@ -85,9 +89,6 @@ class Stream:
         return len(self.tasks)
 
 
-ArraySplit = tuple[FloatArray, IntArray, FloatArray, IntArray]
-
-
 def _check_arrays(
     x_train: ArrayLike, y_train: ArrayLike, x_test: ArrayLike, y_test: ArrayLike
 ) -> ArraySplit:
@@ -111,7 +112,9 @@ def _check_arrays(
         if y.min() < 0:
             raise ReplayBankError(f"y_{name} holds a negative label ({int(y.min())})")
     if xtr.shape[1:] != xte.shape[1:]:
-        raise ReplayBankError(f"x_train rows have shape {xtr.shape[1:]} but x_test rows {xte.shape[1:]}")
+        raise ReplayBankError(
+            f"x_train rows have shape {xtr.shape[1:]} but x_test rows {xte.shape[1:]}"
+        )
     flat_tr = xtr.reshape(len(xtr), -1)
     flat_te = xte.reshape(len(xte), -1)
     return flat_tr, ytr.astype(np.int64), flat_te, yte.astype(np.int64)
@@ -187,7 +190,9 @@ def split_stream(
         tr = np.isin(ytr, classes)
         te = np.isin(yte, classes)
         if not te.any():
-            raise ReplayBankError(f"task {t} (classes {list(classes)}) has no rows in the test split")
+            raise ReplayBankError(
+                f"task {t} (classes {list(classes)}) has no rows in the test split"
+            )
         y_tr, y_te = ytr[tr], yte[te]
         if scenario == "domain":
             relabel = np.full(int(max(classes)) + 1, -1, dtype=np.int64)
@@ -275,7 +280,7 @@ def validation_stream(stream: Stream, *, fraction: float = 0.2, seed: int = 1) -
         raise ReplayBankError(f"validation fraction must be in (0, 1), got {fraction!r}")
     tasks = []
     for task in stream.tasks:
-        x_train, y_train, x_val, y_val = _stratified_split(
+        x_train, y_train, x_val, y_val = stratified_split(
             task.x_train, task.y_train, fraction, np.random.default_rng(seed)
         )
         if len(y_val) == 0 or len(y_train) == 0:
@@ -284,75 +289,12 @@ def validation_stream(stream: Stream, *, fraction: float = 0.2, seed: int = 1) -
                 f"{fraction} leaves {len(y_train)} to train on and {len(y_val)} to validate on"
             )
         tasks.append(Task(task.index, x_train, y_train, x_val, y_val, task.classes))
-    return Stream(f"{stream.name}/validation", stream.scenario, tuple(tasks), stream.n_classes, stream.input_dim)
-
-
-def _stratified_split(
-    x: FloatArray, y: IntArray, test_fraction: float, rng: np.random.Generator
-) -> ArraySplit:
-    test_idx = []
-    for c in np.unique(y):
-        idx = rng.permutation(np.flatnonzero(y == c))
-        test_idx.append(idx[: round(len(idx) * test_fraction)])
-    test = np.zeros(len(y), dtype=bool)
-    test[np.concatenate(test_idx)] = True
-    return x[~test], y[~test], x[test], y[test]
-
-
-def load_digits_arrays(*, seed: int = 0, test_fraction: float = 0.2) -> ArraySplit:
-    """sklearn's 8x8 digits, standardised to zero mean and unit variance overall, split by class.
-
-    The split is stratified and drawn from ``numpy.random.default_rng(seed)``.
-
-    Returns:
-        ``(x_train, y_train, x_test, y_test)`` with 64 float32 features.
-    """
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
-    x = data.data.astype(np.float32)
-    # One global scale (not per pixel): keeps always-blank border pixels at a constant and puts
-    # the inputs on the same scale as the N(0, 1) noise that pseudo-rehearsal draws.
-    x = (x - x.mean()) / x.std()
-    return _stratified_split(x, data.target.astype(np.int64), test_fraction, np.random.default_rng(seed))
-
-
-def load_mnist1d_arrays(*, seed: int = 42, num_samples: int = 5000) -> ArraySplit:
-    """MNIST-1D generated offline with the ``mnist1d`` package's own generator.
-
-    ``mnist1d.data.make_dataset`` seeds and draws from the global ``random``/``numpy.random``
-    state; that state is saved and restored around the call so nothing outside changes. The
-    download helper is never called. With the defaults (``seed=42``, 5,000 samples) this is the
-    canonical MNIST-1D: 4,000 training and 1,000 test rows of 40 features.
-
-    Returns:
-        ``(x_train, y_train, x_test, y_test)``.
-
-    Raises:
-        ImportError: the ``mnist1d`` package is not installed.
-    """
-    return tuple(a.copy() for a in _mnist1d_cached(seed, num_samples))  # type: ignore[return-value]
-
-
-@functools.lru_cache(maxsize=4)
-def _mnist1d_cached(seed: int, num_samples: int) -> ArraySplit:
-    # Generation takes about 2 s; runs over several seeds and strategies reuse it.
-    from mnist1d.data import get_dataset_args, make_dataset
-
-    args = get_dataset_args()
-    args.seed = seed
-    args.num_samples = num_samples
-    np_state, py_state = np.random.get_state(), random.getstate()
-    try:
-        data = make_dataset(args)
-    finally:
-        np.random.set_state(np_state)
-        random.setstate(py_state)
-    return (
-        data["x"].astype(np.float32),
-        data["y"].astype(np.int64),
-        data["x_test"].astype(np.float32),
-        data["y_test"].astype(np.int64),
+    return Stream(
+        f"{stream.name}/validation",
+        stream.scenario,
+        tuple(tasks),
+        stream.n_classes,
+        stream.input_dim,
     )
 
 
@@ -368,7 +310,9 @@ def _permuted_builtin(loader: Callable[[], ArraySplit], name: str) -> Callable[.
     def build(*, scenario: Scenario = "domain", n_tasks: int = 5, seed: int = 0) -> Stream:
         if scenario != "domain":
             raise ReplayBankError(f"{name} is domain-incremental only; got scenario {scenario!r}")
-        return permuted_stream(*loader(), n_tasks=n_tasks, rng=np.random.default_rng(seed), name=name)
+        return permuted_stream(
+            *loader(), n_tasks=n_tasks, rng=np.random.default_rng(seed), name=name
+        )
 
     return build
 
@@ -402,7 +346,9 @@ def make_stream(
         (5, 'class', (0, 1), 64)
     """
     if name not in STREAMS:
-        raise ReplayBankError(f"unknown stream {name!r}; valid streams: {', '.join(sorted(STREAMS))}")
+        raise ReplayBankError(
+            f"unknown stream {name!r}; valid streams: {', '.join(sorted(STREAMS))}"
+        )
     if scenario is not None and scenario not in SCENARIOS:
         raise ReplayBankError(f"unknown scenario {scenario!r}; valid: {', '.join(SCENARIOS)}")
     kwargs: dict[str, object] = {"n_tasks": n_tasks, "seed": seed}
