@@ -12,7 +12,8 @@ pool); the loss is on the answer tokens only.
         --rehearsal general.jsonl --ratio 0.1 --max-steps 200 --output-dir runs/hf-trainer
     torchrun --nproc-per-node 2 examples/hf_trainer_rehearsal.py ...   # same, on 2 ranks
 
-Not yet here: the KL-to-base term on rehearsal rows and the retention callback (issue 10, items 3-4).
+With KL to the base and the retention callback: see examples/trl_sft_rehearsal.py (the same two
+lines, `KLToBase(...).attach(trainer)` and `RetentionCallback...attach(trainer)`, work here).
 """
 
 from __future__ import annotations

@@ -25,12 +25,17 @@ def _label_tokens(row):
     return sum(t != -100 for t in row["labels"])
 
 
-def test_constant_lengths_give_the_exact_token_share_in_every_batch():
+@pytest.mark.parametrize("kind", ["list", "datasets"])
+def test_constant_lengths_give_the_exact_token_share_in_every_batch(kind):
     # 5 labelled tokens per domain row, 20 per rehearsal row, half of the tokens rehearsal:
     # row share (0.5/20) / (0.5/5 + 0.5/20) = 0.2, so 1 rehearsal row (20 tokens) and 4 domain rows
     # (20 tokens) in every batch of 5.
-    ds = mix(_rows(40, 5, 5, 1), _rows(10, 10, 20, 2), 0.5, batch_size=5, seed=0, epochs=1,
-             world_size=1, mix_by="tokens")  # fmt: skip
+    dom, reh = _rows(40, 5, 5, 1), _rows(10, 10, 20, 2)
+    if kind == "datasets":
+        import datasets
+
+        dom, reh = datasets.Dataset.from_list(dom), datasets.Dataset.from_list(reh)
+    ds = mix(dom, reh, 0.5, batch_size=5, seed=0, epochs=1, world_size=1, mix_by="tokens")
     rows = list(ds)
     assert len(rows) == 40 + 10
     for b in range(0, len(rows), 5):
