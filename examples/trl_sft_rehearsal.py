@@ -41,14 +41,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def builtin_rows(n_domain: int = 200, n_general: int = 200) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    """The main job's embedded data as {prompt, completion} rows: tool-API calls, docs passages."""
+def builtin_rows(n_domain: int = 200, n_general: int = 200) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The main job's embedded data as conversational {prompt, completion} rows (rendered with the
+    model's chat template by SFTTrainer): tool-API requests and calls; Python documentation
+    passages, each prompted by its first 128 characters, as the main job's rehearsal rows are."""
     from replaybank.llm.corpus import python_docs_corpus
+    from replaybank.llm.rows import rehearsal_prompt
     from replaybank.llm.toolapi import generate_examples
 
-    domain = [{"prompt": r["prompt"], "completion": r["response"]} for r in generate_examples(n_domain, seed=0)]
-    texts = python_docs_corpus().texts[:n_general]
-    general = [{"prompt": t[:160], "completion": t[160:400]} for t in texts if len(t) > 200]
+    def turn(prompt: str, answer: str) -> dict[str, Any]:
+        return {"prompt": [{"role": "user", "content": prompt}],
+                "completion": [{"role": "assistant", "content": answer}]}  # fmt: skip
+
+    domain = [turn(r["prompt"], r["response"]) for r in generate_examples(n_domain, seed=0)]
+    texts = [t[:400] for t in python_docs_corpus().texts[:n_general]]
+    general = [turn(rehearsal_prompt(t, "Continue the following passage", 128), t) for t in texts]
     return domain, general
 
 
@@ -66,7 +73,7 @@ def main(argv: list[str] | None = None) -> Any:
         with open(path, encoding="utf-8") as f:
             return [json.loads(line) for line in f if line.strip()]
 
-    domain, general = builtin_rows()
+    domain, general = builtin_rows() if not (args.domain and args.rehearsal) else ([], [])
     domain = load(args.domain) if args.domain else domain
     general = load(args.rehearsal) if args.rehearsal else general
     where = str(resolve_base_model(args.model, log=lambda *a: None))  # a local folder, offline

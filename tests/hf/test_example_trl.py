@@ -1,5 +1,6 @@
 """examples/trl_sft_rehearsal.py on a tiny random Llama: TRL's SFTTrainer trains a few LoRA steps
-on replaybank.hf.mix with the KL-to-base term on the rehearsal rows, and every batch holds the quota."""
+on replaybank.hf.mix with the KL-to-base term on the rehearsal rows and the main job's retention
+suite every 2 steps, and every batch holds the quota."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def test_trl_example_trains_with_quota_and_kl(tiny_lm, tmp_path, monkeypatch):
     argv = ["--model", str(model_dir), "--domain", str(tmp_path / "domain.jsonl"),
             "--rehearsal", str(tmp_path / "general.jsonl"), "--ratio", "0.25", "--batch-size", "4",
             "--max-steps", "4", "--learning-rate", "5e-2", "--lora-rank", "4", "--kl-weight", "0.5",
-            "--output-dir", str(tmp_path / "out")]  # fmt: skip
+            "--retention-every", "2", "--output-dir", str(tmp_path / "out")]  # fmt: skip
     trainer = _load_example().main(argv)
     assert trainer.state.global_step == 4
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
@@ -44,6 +45,10 @@ def test_trl_example_trains_with_quota_and_kl(tiny_lm, tmp_path, monkeypatch):
     kl = trainer.compute_loss_func
     assert type(kl).__name__ == "KLToBase" and kl.last["kl_positions"] > 0
     assert kl.last["kl"] > 0  # the adapter moved away from the base, on the rehearsal rows
+    # The main job's suite, every 2 steps, through the trainer's log.
+    logged = [h for h in trainer.state.log_history if "retention/retention" in h]
+    assert [h["step"] for h in logged] == [2, 4]
+    assert all(0.0 <= h["retention/retention"] <= 1.5 for h in logged)
     # Every batch SFTTrainer's dataloader yields holds 1 rehearsal row of 4, marked in `source`,
     # and the rows marked rehearsal are the '#' ones.
     marker = trainer.processing_class.convert_tokens_to_ids("#")

@@ -65,12 +65,14 @@ def test_evaluates_every_n_steps_and_logs_through_the_trainer(tiny_lm, tmp_path)
     assert [h["step"] for h in logged] == [2, 4, 5]
     assert [h["retention/retention"] for h in logged] == pytest.approx([1.0, 0.8, 0.6])
     assert all(h["retention/probe"] == 0.5 for h in logged)
+    # The trainer's own loss entries are all still there (one per step, logging_steps=1).
+    assert [h["step"] for h in trainer.state.log_history if "loss" in h] == [1, 2, 3, 4, 5]
 
 
 def test_warns_or_stops_below_the_threshold(tiny_lm, tmp_path):
     trainer = _trainer(tiny_lm, tmp_path / "warn", steps=6)
     RetentionCallback(Falling(), every=2, threshold=0.9).attach(trainer)
-    with pytest.warns(RetentionWarning, match=r"retention=0\.8000 at step 4 is below the threshold 0\.9"):
+    with pytest.warns(RetentionWarning, match=r"RetentionCallback: retention=0\.8000 at step 4 is below the threshold 0\.9"):
         trainer.train()
     assert trainer.state.global_step == 6  # warn only
 

@@ -110,6 +110,7 @@ class RetentionCallback(TrainerCallback):
         self.at_end = at_end
         self.history: list[dict[str, float]] = []
         self.trainer: Any = None
+        self._pending: dict[str, float] | None = None
 
     @classmethod
     def from_suite(
@@ -181,7 +182,7 @@ class RetentionCallback(TrainerCallback):
             )
         return out
 
-    def _evaluate(self, state: Any, control: Any, model: Any) -> None:
+    def _evaluate(self, state: Any, control: Any, model: Any) -> dict[str, float]:
         import torch
 
         was_training = model.training
@@ -192,30 +193,44 @@ class RetentionCallback(TrainerCallback):
         finally:
             model.train(was_training)
         self.history.append({"step": state.global_step, **numbers})
-        logs = {f"{self.prefix}{k}": v for k, v in numbers.items()}
-        if self.trainer is not None:
-            self.trainer.log(logs)
-        else:
-            state.log_history.append({**logs, "step": state.global_step})
         value = numbers.get(self.metric)
         if self.threshold is not None and value is not None and value < self.threshold:
             stop = self.on_drop == "stop"
             warnings.warn(
-                f"retention {self.metric}={value:.4f} at step {state.global_step} is below the "
-                f"threshold {self.threshold}" + ("; stopping training" if stop else ""),
+                f"RetentionCallback: {self.metric}={value:.4f} at step {state.global_step} is below "
+                f"the threshold {self.threshold}" + ("; stopping training" if stop else ""),
                 RetentionWarning,
                 stacklevel=2,
             )
             if stop:
                 control.should_training_stop = True
+        return {f"{self.prefix}{k}": v for k, v in numbers.items()}
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
-        if model is not None and state.global_step % self.every == 0:
-            self._evaluate(state, control, model)
+        if model is None or state.global_step % self.every:
+            return control
+        logs = self._evaluate(state, control, model)
+        if self.trainer is None:
+            state.log_history.append({**logs, "step": state.global_step})
+        else:
+            # Logged right after the trainer's own log of this step (forced here), from on_log:
+            # calling trainer.log now would clear the step's should_log and lose its loss entry.
+            self._pending = logs
+            control.should_log = True
+        return control
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> Any:
+        pending, self._pending = self._pending, None
+        if pending is not None and self.trainer is not None:
+            self.trainer.log(pending)
         return control
 
     def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> Any:
         done = self.history and self.history[-1]["step"] == state.global_step
         if self.at_end and model is not None and state.global_step > 0 and not done:
-            self._evaluate(state, control, model)
+            logs = self._evaluate(state, control, model)
+            if self.trainer is None:
+                state.log_history.append({**logs, "step": state.global_step})
+            else:
+                self.trainer.log(logs)
         return control
