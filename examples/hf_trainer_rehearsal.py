@@ -12,7 +12,8 @@ pool); the loss is on the answer tokens only.
         --rehearsal general.jsonl --ratio 0.1 --max-steps 200 --output-dir runs/hf-trainer
     torchrun --nproc-per-node 2 examples/hf_trainer_rehearsal.py ...   # same, on 2 ranks
 
-Not yet here: the KL-to-base term on rehearsal rows and the retention callback (issue 10, items 3-4).
+``--kl-weight W`` adds the main job's KL to the base model on the rehearsal rows
+(``replaybank.hf.KLToBase``); examples/trl_sft_rehearsal.py also shows the retention callback.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--domain", required=True, help="JSONL of {prompt, answer} task rows")
     p.add_argument("--rehearsal", required=True, help="JSONL of {prompt, answer} general rows")
     p.add_argument("--ratio", type=float, default=0.1, help="rehearsal share of every batch")
+    p.add_argument("--kl-weight", type=float, default=0.0, help="KL to the base on rehearsal rows (0: off)")
     p.add_argument("--rows-per-epoch", type=int, default=None, help="seeded rehearsal slice per epoch")
     p.add_argument("--batch-size", type=int, default=8, help="rows per device per step")
     p.add_argument("--max-steps", type=int, default=100)
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> Any:
         # Under torchrun each rank pads its own batch; accelerate's default for iterable datasets
         # (rank 0 reads and dispatches) would need every rank's batch padded to one shape.
         accelerator_config={"dispatch_batches": False},
+        remove_unused_columns=args.kl_weight == 0,  # the KL term needs the rows' `source` column
     )
     trainer = Trainer(
         model=model,
@@ -100,6 +103,8 @@ def main(argv: list[str] | None = None) -> Any:
         train_dataset=train,
         data_collator=DataCollatorForSeq2Seq(tok, padding=True),
     )
+    if args.kl_weight > 0:
+        replaybank.hf.KLToBase(model, args.kl_weight).attach(trainer)
     trainer.train(resume_from_checkpoint=args.resume)
     return trainer
 

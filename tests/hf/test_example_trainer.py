@@ -113,7 +113,8 @@ def test_resume_check_can_fail(setup, monkeypatch):
 
 def test_example_under_torchrun_on_two_ranks(setup):
     """The unchanged example on 2 CPU ranks (gloo): each rank trains on its part of every global
-    batch, 1 rehearsal row of 4 per rank, and together they read the single-process global stream."""
+    batch, 1 rehearsal row of 4 per rank, and together they read the single-process global stream;
+with --kl-weight, so KLToBase also runs under DDP."""
     from replaybank.hf import mix
 
     root, _ = setup
@@ -124,12 +125,14 @@ def test_example_under_torchrun_on_two_ranks(setup):
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
            str(port), str(Path(__file__).with_name("trainer_ddp_worker.py")), str(out), "--",
-           *_argv(root, "ddp-run", 3)]  # fmt: skip
+           *_argv(root, "ddp-run", 3, kl_weight="0.5")]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["world"] for r in ranks] == [2, 2] and [r["steps"] for r in ranks] == [3, 3]
+    # KL to the base ran on each rank's rehearsal row (after 2 steps the adapter has moved).
+    assert all(r["kl_positions"] > 0 and r["kl"] > 0 for r in ranks)
     per_step = list(zip(ranks[0]["seen"], ranks[1]["seen"], strict=False))
     assert len(per_step) >= 3
     for a, b in per_step:

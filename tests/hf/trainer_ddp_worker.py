@@ -33,7 +33,9 @@ def main(out_dir: str, argv: list[str]) -> None:
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     trainer = example.main(argv)
-    result = {"seen": seen, "world": trainer.args.world_size, "steps": trainer.state.global_step}
+    kl = getattr(trainer.compute_loss_func, "last", {})
+    result = {"seen": seen, "world": trainer.args.world_size, "steps": trainer.state.global_step,
+              "kl_positions": kl.get("kl_positions"), "kl": kl.get("kl")}  # fmt: skip
     Path(out_dir, f"rank{os.environ['RANK']}.json").write_text(json.dumps(result))
 
 

@@ -1,10 +1,15 @@
-"""Rehearsal inside the pipelines people already use: HF ``datasets``, ``Trainer``, torchrun.
+"""Rehearsal inside the pipelines people already use: HF ``datasets``, ``Trainer``, TRL, torchrun.
 
 * :func:`mix`: domain + rehearsal rows as one ``datasets.IterableDataset`` with an exact rehearsal
-  quota in every (global) batch, per-epoch seeded rehearsal slices, resumable.
+  quota (of rows, or of labelled tokens with ``mix_by="tokens"``) in every (global) batch,
+  per-epoch seeded rehearsal slices, resumable.
 * :mod:`replaybank.hf.torch`: the same order for plain PyTorch loops, as a torch
   ``IterableDataset`` (:class:`~replaybank.hf.torch.MixedIterableDataset`) or a batch sampler
   (:class:`~replaybank.hf.torch.MixedBatchSampler`), each rank reading its own part.
+* :class:`KLToBase`: the main job's KL-to-base term on rehearsal rows as a ``Trainer`` /
+  ``SFTTrainer`` ``compute_loss_func`` (:mod:`replaybank.hf.kl`).
+* :class:`RetentionCallback`: general-capability retention every N steps, logged through the
+  trainer, with a warning or a stop below a threshold (:mod:`replaybank.hf.callbacks`).
 * :class:`MixPlan`: the order itself (numpy only), for any other loader.
 
 Needs the ``hf`` extra (``pip install "replaybank[hf]"``) for :func:`mix` and torch for
@@ -13,7 +18,27 @@ Needs the ``hf`` extra (``pip install "replaybank[hf]"``) for :func:`mix` and to
 
 from __future__ import annotations
 
+from typing import Any
+
 from replaybank.hf.plan import GlobalBatch, MixError, MixNotBuiltError, MixPlan, resolve_world
 from replaybank.hf.stream import mix
 
-__all__ = ["mix", "MixPlan", "GlobalBatch", "MixError", "MixNotBuiltError", "resolve_world"]
+__all__ = [
+    "mix", "MixPlan", "GlobalBatch", "MixError", "MixNotBuiltError", "resolve_world",
+    "KLToBase", "RetentionCallback", "RetentionWarning",
+]  # fmt: skip
+
+_LAZY = {
+    "KLToBase": "replaybank.hf.kl",
+    "RetentionCallback": "replaybank.hf.callbacks",
+    "RetentionWarning": "replaybank.hf.callbacks",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # The torch / transformers parts load on first use, so `import replaybank.hf` stays light.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'replaybank.hf' has no attribute {name!r}")

@@ -42,7 +42,8 @@ class MixError(ReplayBankError):
 
 
 class MixNotBuiltError(ReplayBankError, NotImplementedError):
-    """A documented option that this version does not implement yet."""
+    """A documented option that this version does not implement yet (none at present; kept for
+    callers that catch it)."""
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
@@ -78,22 +79,59 @@ def check_ratio(ratio: Any) -> float:
     return r
 
 
-def check_mix_by(mix_by: Any) -> None:
-    """Accept ``"rows"``; ``"tokens"`` arrives with the main job's token mixing.
+def check_mix_by(mix_by: Any) -> MixBy:
+    """``mix_by``, checked: ``"rows"`` or ``"tokens"``.
 
     Raises:
-        MixNotBuiltError: for ``"tokens"``.
         MixError: for anything else.
     """
-    if mix_by == "rows":
-        return
-    if mix_by == "tokens":
-        raise MixNotBuiltError(
-            'mix_by="tokens" (a fixed share of every batch\'s tokens rather than its rows) is not '
-            "built yet: it arrives with the main job's token mixing in replaybank.mixing; use "
-            'mix_by="rows" for now'
-        )
+    if mix_by in ("rows", "tokens"):
+        return mix_by  # type: ignore[no-any-return]
     raise MixError(f'mix_by must be "rows" or "tokens", got {mix_by!r}')
+
+
+def row_ratio(ratio: float, mix_by: MixBy, tokens_per_row: Any = None) -> float:
+    """The rehearsal share of *rows* that every batch's quota is cut by.
+
+    ``mix_by="rows"``: ``ratio`` itself. ``mix_by="tokens"``: ``ratio`` is the rehearsal share of
+    the labelled tokens (the tokens of the loss), turned into a row share by the main job's rule,
+    :func:`replaybank.mixing.row_shares`: ``r = (ratio / t_reh) / ((1 - ratio) / t_dom +
+    ratio / t_reh)`` with ``t`` each source's mean labelled tokens per row. Every batch then holds
+    the exact largest-remainder quota of ``r`` rows, and the rehearsal rows' share of the labelled
+    tokens is ``ratio`` in expectation (exactly, for rows of equal length within each source).
+
+    Args:
+        ratio: checked rehearsal share in ``[0, 1)``.
+        mix_by: ``"rows"`` or ``"tokens"``.
+        tokens_per_row: ``(t_domain, t_rehearsal)``, needed for ``"tokens"``.
+
+    Raises:
+        MixError: on a bad ``mix_by``, or missing / non-positive ``tokens_per_row`` for tokens.
+
+    Example:
+        >>> round(row_ratio(0.1, "tokens", (20.0, 80.0)), 4)
+        0.027
+    """
+    from replaybank.mixing import row_shares
+
+    check_mix_by(mix_by)
+    if mix_by == "rows" or ratio == 0:
+        return ratio
+    if tokens_per_row is None:
+        raise MixError(
+            'mix_by="tokens" needs tokens_per_row=(mean labelled tokens per domain row, per '
+            "rehearsal row)"
+        )
+    try:
+        t = [float(x) for x in tokens_per_row]
+    except (TypeError, ValueError):
+        raise MixError(f"tokens_per_row must be two numbers, got {tokens_per_row!r}") from None
+    if len(t) != 2 or not all(np.isfinite(x) and x > 0 for x in t):
+        raise MixError(
+            "tokens_per_row must be two finite numbers > 0 (mean labelled tokens per domain row, "
+            f"per rehearsal row), got {tokens_per_row!r}"
+        )
+    return float(row_shares([1.0 - ratio, ratio], "tokens", t)[1])
 
 
 def resolve_world(

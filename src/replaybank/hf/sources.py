@@ -133,6 +133,35 @@ class Source:
         return out
 
 
+def mean_label_tokens(source: Source) -> float:
+    """Mean labelled tokens per row of ``source``, for ``mix_by="tokens"``.
+
+    A row's labelled tokens are its ``labels`` entries other than -100 (the tokens of the loss,
+    as the main job counts them) when the source has a ``labels`` column, else the length of its
+    ``input_ids``.
+
+    Raises:
+        MixError: when the source has neither column, or a row's value is not a list.
+    """
+    column = "labels" if "labels" in source.columns else "input_ids"
+    if column not in source.columns:
+        raise MixError(
+            f'mix_by="tokens" counts each row\'s tokens from its "labels" (entries != -100) or '
+            f'"input_ids" column; the {source.name} source has neither (it has '
+            f'{sorted(source.columns)}): tokenize the rows first, or use mix_by="rows"'
+        )
+    values = source.data[column] if source.is_hf else [row.get(column) for row in source.data]
+    total = 0
+    for i, v in enumerate(values):
+        if not isinstance(v, (list, tuple, np.ndarray)):
+            raise MixError(
+                f"{source.name} row {i}: column {column!r} is {type(v).__name__}, expected a list "
+                'of token ids (mix_by="tokens" counts them)'
+            )
+        total += len(v) if column == "input_ids" else int(np.count_nonzero(np.asarray(v) != -100))
+    return total / max(len(values), 1)
+
+
 def rehearsal_source(data: Any) -> Source | None:
     """The rehearsal :class:`Source`, or ``None`` when there is none (``None``, an empty list).
 

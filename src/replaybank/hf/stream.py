@@ -22,8 +22,9 @@ from replaybank.hf.plan import (
     check_ratio,
     per_rank_batch,
     resolve_world,
+    row_ratio,
 )
-from replaybank.hf.sources import Source, check_columns, rehearsal_source
+from replaybank.hf.sources import Source, check_columns, mean_label_tokens, rehearsal_source
 
 ROW_COLUMN = "_replaybank_row"
 
@@ -87,6 +88,13 @@ class _Fetch:
         return out
 
 
+def source_row_ratio(ratio: float, mix_by: MixBy, dom: Source, reh: Source | None) -> float:
+    """:func:`~replaybank.hf.plan.row_ratio` with each source's mean labelled tokens per row."""
+    if mix_by == "rows" or ratio == 0 or reh is None or len(reh) == 0:
+        return ratio
+    return row_ratio(ratio, mix_by, (mean_label_tokens(dom), mean_label_tokens(reh)))
+
+
 def mix(
     domain: Any,
     rehearsal: Any,
@@ -146,7 +154,13 @@ def mix(
         ratio: rehearsal share of every global batch, in ``[0, 1)``.
         batch_size: rows per rank per step (``per_device_train_batch_size``).
         seed: seed of every permutation and slice.
-        mix_by: ``"rows"``; ``"tokens"`` is not built yet (raises).
+        mix_by: ``"rows"``: ``ratio`` is the rehearsal share of every batch's rows.
+            ``"tokens"``: ``ratio`` is the rehearsal share of the labelled tokens (the tokens of
+            the loss: ``labels`` entries other than -100, else ``input_ids`` length). It becomes a
+            row share by the main job's rule (:func:`replaybank.hf.plan.row_ratio`, from each
+            source's mean labelled tokens per row) and every batch holds that row share's exact
+            quota; the token share is ``ratio`` in expectation. Rows are never picked by their
+            length, so the rehearsal sample is not biased toward short or long rows.
         rows_per_epoch: size of each epoch's seeded rehearsal slice, or ``None`` to cycle the pool.
         global_batch_size: instead of ``batch_size``: rows per step over all ranks.
         world_size: number of ranks, or ``"auto"``.
@@ -163,7 +177,7 @@ def mix(
             rows, a missing column or one whose type differs between the sources (named), a world
             size that does not divide ``global_batch_size``, a batch size < 1 or a bad rank,
             before any row is read.
-        MixNotBuiltError: for ``mix_by="tokens"``.
+            With ``mix_by="tokens"``: a source with neither ``labels`` nor ``input_ids``.
 
     Example:
         >>> domain = [{"text": f"task {i}"} for i in range(6)]
@@ -185,6 +199,7 @@ def mix(
     reh = rehearsal_source(rehearsal)
     cols = check_columns(dom, reh, columns, source_column)
     n_reh = 0 if reh is None else len(reh)
+    ratio = source_row_ratio(ratio, mix_by, dom, reh)
     kwargs = {
         "n_domain": len(dom),
         "n_rehearsal": n_reh,

@@ -29,10 +29,12 @@ from replaybank.hf.plan import (
     MixError,
     MixPlan,
     check_mix_by,
+    check_ratio,
     per_rank_batch,
     resolve_world,
+    row_ratio,
 )
-from replaybank.hf.sources import Source, check_columns, rehearsal_source
+from replaybank.hf.sources import Source, check_columns, mean_label_tokens, rehearsal_source
 
 
 def _plan(
@@ -47,6 +49,7 @@ def _plan(
     world_size: int | Literal["auto"],
     rank: int | Literal["auto"],
     mix_by: MixBy,
+    tokens_per_row: Any = None,
 ) -> tuple[MixPlan, int]:
     check_mix_by(mix_by)
     world, the_rank = resolve_world(world_size, rank)
@@ -54,7 +57,7 @@ def _plan(
     plan = MixPlan(
         n_domain,
         n_rehearsal,
-        ratio,
+        row_ratio(check_ratio(ratio), mix_by, tokens_per_row),
         batch_size=per_rank,
         seed=seed,
         world_size=world,
@@ -110,9 +113,12 @@ class MixedIterableDataset(torch.utils.data.IterableDataset):
         self._domain = Source(domain, "domain")
         self._rehearsal = rehearsal_source(rehearsal)
         n_reh = 0 if self._rehearsal is None else len(self._rehearsal)
+        tokens = None
+        if check_mix_by(mix_by) == "tokens" and self._rehearsal is not None and n_reh:
+            tokens = (mean_label_tokens(self._domain), mean_label_tokens(self._rehearsal))
         self._plan, self.rank = _plan(
             len(self._domain), n_reh, ratio, batch_size, global_batch_size, seed,
-            rows_per_epoch, epochs, world_size, rank, mix_by,
+            rows_per_epoch, epochs, world_size, rank, mix_by, tokens,
         )  # fmt: skip
         self.columns = check_columns(self._domain, self._rehearsal, columns, source_column)
         self.source_column = source_column
@@ -179,6 +185,8 @@ class MixedBatchSampler(torch.utils.data.Sampler[list[int]]):
         n_rehearsal: rows in the rehearsal pool.
         ratio, batch_size, seed, mix_by, rows_per_epoch, global_batch_size, epochs: as in
             :func:`replaybank.hf.mix`.
+        tokens_per_row: ``(mean labelled tokens per domain row, per rehearsal row)``, needed
+            with ``mix_by="tokens"`` (the sampler never sees the rows).
         world_size, rank: as in :class:`MixedIterableDataset`.
 
     Raises:
@@ -204,10 +212,11 @@ class MixedBatchSampler(torch.utils.data.Sampler[list[int]]):
         world_size: int | Literal["auto"] = "auto",
         rank: int | Literal["auto"] = "auto",
         epochs: int | None = None,
+        tokens_per_row: tuple[float, float] | None = None,
     ) -> None:
         self._plan, self.rank = _plan(
             n_domain, n_rehearsal, ratio, batch_size, global_batch_size, seed, rows_per_epoch,
-            epochs, world_size, rank, mix_by,
+            epochs, world_size, rank, mix_by, tokens_per_row,
         )  # fmt: skip
         self.n_domain = self._plan.n_domain
         self.batch_size = self._plan.batch_size

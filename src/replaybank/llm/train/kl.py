@@ -1,6 +1,7 @@
 """The KL-to-base term: keep the adapted model's next-token distribution near the base model's.
 
-Direction and positions (one definition, used by the training loop):
+Direction and positions (one definition, used by the training loop and by
+:class:`replaybank.hf.kl.KLToBase`, the same term as a ``Trainer`` / ``SFTTrainer`` loss):
 
 * **Direction**: ``KL(p_base || p_adapted)`` (forward KL, base as the target), the same direction
   as knowledge distillation and ASFT's anchor: its gradient with respect to the adapted logits is

@@ -1,0 +1,215 @@
+"""KL to the base model on rehearsal rows, as a ``Trainer`` / ``SFTTrainer`` ``compute_loss_func``.
+
+The term itself is the main job's (:mod:`replaybank.llm.train.kl`: :func:`kl_to_base`, forward
+``KL(p_base || p_adapted)`` times ``T**2`` summed over positions, and :func:`base_logits_at`, the
+base logits from the PEFT model's ``disable_adapter()`` with no gradient and the LM head run on the
+KL positions only); this module only wires it into Trainer's loss hook.
+
+**What the loss is.** For one micro-batch with ``n`` labelled next-token positions, of which
+``k`` belong to rehearsal rows (``source == 1``)::
+
+    loss = ce_sum / N  +  weight * (kl_sum / k) * (n / N)
+
+``ce_sum`` is the cross-entropy summed over the labelled positions and ``N`` is Trainer's
+``num_items_in_batch`` (the labelled positions of the whole optimizer step, over accumulation
+steps and ranks) or ``n`` when Trainer gives none. With one micro-batch per step on one process
+(``N == n``) this is the main job's objective exactly: token-mean cross-entropy plus ``weight``
+times the mean KL per rehearsal position. With accumulation or several ranks the KL part is the
+labelled-token-weighted mean of the micro-batches' mean KL, which is why it is scaled by ``n / N``
+like the cross-entropy (Trainer multiplies the loss by the number of ranks when it averages tokens
+across devices, and does not divide it by the accumulation steps again).
+
+**How the rows' source reaches the loss.** ``compute_loss_func`` sees only the model's outputs and
+the labels, so :meth:`KLToBase.attach` (1) wraps the trainer's collator so that each batch carries
+the rows' ``source`` column as a tensor, and (2) registers a forward pre-hook on the model that
+takes ``source`` (and keeps ``input_ids`` / ``attention_mask``) out of the forward call's
+arguments before the model sees them. Trainer must keep the column:
+``remove_unused_columns=False``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from replaybank.hf.plan import MixError
+from replaybank.llm.rows import IGNORE_INDEX
+from replaybank.llm.train.kl import base_logits_at, kl_to_base
+
+
+def _check_number(name: str, value: Any, *, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise MixError(f"{name} must be a finite number, got {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise MixError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value!r}")
+    return float(value)
+
+
+class _KeepSource:
+    """Collator wrapper: strips the source column from the rows, adds it back as a tensor."""
+
+    def __init__(self, inner: Callable[[list[dict[str, Any]]], Any], column: str) -> None:
+        self.inner = inner
+        self.column = column
+
+    def __call__(self, features: list[dict[str, Any]]) -> Any:
+        import torch
+
+        sources = []
+        for i, row in enumerate(features):
+            if self.column not in row:
+                raise MixError(
+                    f"row {i} of the batch has no {self.column!r} column: train on a stream from "
+                    "replaybank.hf.mix (it adds the column), keep it with "
+                    "TrainingArguments(remove_unused_columns=False), or name your column with "
+                    "KLToBase(..., source_column=...)"
+                )
+            sources.append(int(row[self.column]))
+        batch = self.inner([{k: v for k, v in row.items() if k != self.column} for row in features])
+        batch[self.column] = torch.tensor(sources, dtype=torch.long)
+        return batch
+
+
+class KLToBase:
+    """``compute_loss_func``: completion cross-entropy plus ``weight`` x KL to the base on rehearsal rows.
+
+    Args:
+        model: the PEFT model being trained (its ``disable_adapter()`` gives the base model).
+        weight: weight of the KL term (``>= 0``; 0 leaves the plain token-mean cross-entropy).
+        temperature: softmax temperature of both distributions (``> 0``).
+        source_column: the column marking rehearsal rows (1) and domain rows (0).
+
+    Attributes:
+        last: ``{"ce": ..., "kl": ..., "kl_positions": ...}`` of the last micro-batch (the KL is
+            the mean per rehearsal position, ``None`` when the batch had none).
+
+    Raises:
+        MixError: (a ``ValueError``) naming the argument: a model without ``disable_adapter``
+            (not a PEFT model), a negative or non-finite ``weight``, ``temperature <= 0``.
+
+    Use ``KLToBase(model, 0.1).attach(trainer)`` after building the trainer (see :meth:`attach`).
+    """
+
+    def __init__(
+        self, model: Any, weight: float, *, temperature: float = 1.0, source_column: str = "source"
+    ) -> None:
+        if not hasattr(model, "disable_adapter"):
+            raise MixError(
+                f"model is a {type(model).__name__}, not a PEFT model: the base distribution comes "
+                "from its disable_adapter(); wrap it with peft.get_peft_model first"
+            )
+        self.model = model
+        self.weight = _check_number("weight", weight, positive=False)
+        self.temperature = _check_number("temperature", temperature, positive=True)
+        self.source_column = source_column
+        self.last: dict[str, Any] = {}
+        self._inputs: dict[str, Any] = {}
+        self._busy = False
+        self._hook: Any = None
+
+    # -- wiring -------------------------------------------------------------------------------
+
+    def _pre_forward(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._busy:
+            return None
+        kwargs = dict(kwargs)
+        self._inputs = {
+            "source": kwargs.pop(self.source_column, None),
+            "input_ids": kwargs.get("input_ids", args[0] if args else None),
+            "attention_mask": kwargs.get("attention_mask"),
+        }
+        return args, kwargs
+
+    def install(self) -> KLToBase:
+        """Register the forward pre-hook on the model (idempotent); :meth:`attach` calls it."""
+        if self._hook is None:
+            self._hook = self.model.register_forward_pre_hook(self._pre_forward, with_kwargs=True)
+        return self
+
+    def remove(self) -> None:
+        """Remove the forward pre-hook."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def collator(self, inner: Callable[[list[dict[str, Any]]], Any]) -> Callable[[list[dict[str, Any]]], Any]:
+        """``inner`` wrapped so that each batch also carries the rows' source as a tensor."""
+        return _KeepSource(inner, self.source_column)
+
+    def attach(self, trainer: Any) -> Any:
+        """Make ``trainer`` (a ``Trainer`` or ``SFTTrainer``) train with this loss; returns it.
+
+        Sets ``trainer.compute_loss_func``, wraps ``trainer.data_collator`` with :meth:`collator`
+        and installs the model hook.
+
+        Raises:
+            MixError: when ``trainer.args.remove_unused_columns`` is true (Trainer would drop the
+                source column), or the trainer does not train this loss's model.
+        """
+        if getattr(trainer.args, "remove_unused_columns", False):
+            raise MixError(
+                "trainer.args.remove_unused_columns is True: Trainer would drop the "
+                f"{self.source_column!r} column that marks rehearsal rows; set "
+                "remove_unused_columns=False in the TrainingArguments / SFTConfig"
+            )
+        if trainer.model is not self.model:
+            raise MixError(
+                "the trainer trains another model than KLToBase(model, ...) was given: pass the "
+                "same PEFT model to both"
+            )
+        trainer.compute_loss_func = self
+        trainer.data_collator = self.collator(trainer.data_collator)
+        return self.install()
+
+    # -- the loss -----------------------------------------------------------------------------
+
+    def __call__(self, outputs: Any, labels: Any, num_items_in_batch: Any = None) -> Any:
+        """The loss of one micro-batch (see the module docstring for the formula).
+
+        Raises:
+            MixError: when no labels or no source column reached the loss, or their batch sizes
+                differ from the logits'.
+        """
+        import torch
+        import torch.nn.functional as F
+
+        logits = outputs["logits"] if isinstance(outputs, dict) else outputs.logits
+        if labels is None:
+            raise MixError("KLToBase got no labels: the batches need a 'labels' column")
+        source = self._inputs.get("source")
+        if source is None:
+            raise MixError(
+                f"no {self.source_column!r} column reached the model's forward: call "
+                "KLToBase(...).attach(trainer) (it installs the hook and wraps the collator) and "
+                "set remove_unused_columns=False"
+            )
+        if source.shape[0] != logits.shape[0] or labels.shape[0] != logits.shape[0]:
+            raise MixError(
+                f"batch sizes differ: logits {logits.shape[0]}, labels {labels.shape[0]}, "
+                f"{self.source_column!r} {source.shape[0]}"
+            )
+        target = labels[:, 1:]
+        mask = target != IGNORE_INDEX
+        n = int(mask.sum())
+        ce_sum = F.cross_entropy(logits[:, :-1][mask].float(), target[mask], reduction="sum")
+        total = n if num_items_in_batch is None else float(num_items_in_batch)
+        total = max(total, 1.0)
+        loss = ce_sum / total
+        kl_mask = mask & (source.to(mask.device) == 1)[:, None]
+        k = int(kl_mask.sum())
+        self.last = {"ce": float(ce_sum.detach()) / max(n, 1), "kl": None, "kl_positions": k}
+        if self.weight > 0 and k > 0:
+            ids = self._inputs["input_ids"]
+            att = self._inputs["attention_mask"]
+            if att is None:
+                att = torch.ones_like(ids)
+            self._busy = True
+            try:
+                base = base_logits_at(self.model, ids, att, kl_mask)
+            finally:
+                self._busy = False
+            kl_sum = kl_to_base(logits[:, :-1][kl_mask], base, self.temperature)
+            self.last["kl"] = float(kl_sum.detach()) / k
+            loss = loss + self.weight * (kl_sum / k) * (n / total)
+        return loss
