@@ -143,9 +143,15 @@ def main() -> None:
     parser.add_argument("--skip-comparison", action="store_true", help="only the async timing")
     parser.add_argument("--json", default="benchmarks/results/grpo_lm.json", help="where the results go")
     parser.add_argument("--plot-only", action="store_true", help="redraw the plot (--json with .png) from --json")
+    parser.add_argument("--resummarize", action="store_true", help="with --plot-only: recompute the summary from the runs")
     ns = parser.parse_args()
     if ns.plot_only:
-        plot(json.loads(Path(ns.json).read_text()), Path(ns.json).with_suffix(".png"))
+        result = json.loads(Path(ns.json).read_text())
+        if ns.resummarize:
+            result["summary"] = summarize(result["runs"], result["summary"]["target_accuracy"])
+            Path(ns.json).write_text(json.dumps(result, indent=2) + "\n")
+            print(format_table(result["summary"]))
+        plot(result, Path(ns.json).with_suffix(".png"))
         return
     args = args_from_namespace(GrpoLmArgs, ns)
     check_args(args)
