@@ -22,6 +22,7 @@ import numpy as np
 
 from ..buffer import ReplayBuffer
 from ..errors import ReplayBankError
+from ..samplers import Prioritized
 from . import ids as idmod
 from . import manifest as manifest_mod
 
@@ -83,16 +84,16 @@ class Shard:
                 )
         else:
             self.buffer = ReplayBuffer(capacity, seed=seed, **components)
-        self.prioritized = bool(self.buffer.sampler.uses_priorities)
+        sampler = self.buffer.sampler
+        self.prioritized: Prioritized | None = sampler if isinstance(sampler, Prioritized) else None
 
     # -- introspection ------------------------------------------------------------------------
     def stats(self) -> Stats:
         size = len(self.buffer)
         if size == 0:
             return 0, 0.0, math.inf
-        if self.prioritized:
-            trees = self.buffer.sampler.trees  # type: ignore[attr-defined]
-            return size, float(trees.total), float(trees.minimum)
+        if self.prioritized is not None:
+            return size, self.prioritized.mass(), self.prioritized.min_mass()
         return size, float(size), 1.0
 
     def info(self) -> dict[str, Any]:
@@ -133,8 +134,8 @@ class Shard:
     def sample(
         self, batch_size: int, beta: float | None
     ) -> tuple[dict[str, Any], np.ndarray, np.ndarray | None, Stats]:
-        if beta is not None:
-            self.buffer.sampler.beta = beta  # type: ignore[attr-defined]
+        if beta is not None and self.prioritized is not None:
+            self.prioritized.beta = beta
         batch = self.buffer.sample(batch_size)
         ids = idmod.encode(self.index, self.generation, np.asarray(batch.ids))
         return batch.data, ids, batch.weights, self.stats()

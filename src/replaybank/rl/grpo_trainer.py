@@ -278,17 +278,23 @@ def tokens_to(curve: list[dict[str, Any]], threshold: float) -> int | None:
 
 
 def summarize(runs: list[dict[str, Any]], target: float,
-              thresholds: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5)) -> dict[str, Any]:
+              thresholds: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5), last: int = 3) -> dict[str, Any]:
     """Per arm: per-seed costs and accuracies, medians and spreads; ``replay_vs_no_replay``: the
     ratio of median tokens (and seconds) to target; ``thresholds``: median tokens to each of
-    several accuracies (how much the conclusion depends on the one target)."""
+    several accuracies (how much the conclusion depends on the one target); ``last_accuracy``: each
+    run's mean over its last ``last`` evaluations (less noisy than the final one alone)."""
     summary: dict[str, Any] = {"target_accuracy": target}
     for arm in ARMS:
         rs = [r for r in runs if r["arm"] == arm]
         if not rs:
             continue
         final = [r["final_accuracy"] for r in rs]
+        tail = [float(np.mean([c["accuracy"] for c in r["curve"][1:][-last:]])) for r in rs]
         summary[arm] = {
+            f"last{last}_accuracy": tail,
+            f"last{last}_accuracy_mean": float(np.mean(tail)),
+            f"last{last}_accuracy_std": float(np.std(tail, ddof=1)) if len(tail) > 1 else 0.0,
+            "best_accuracy": [max(c["accuracy"] for c in r["curve"]) for r in rs],
             "seeds": [r["seed"] for r in rs],
             "tokens_to_target": [r["tokens_to_target"] for r in rs],
             "seconds_to_target": [r["seconds_to_target"] for r in rs],
@@ -371,6 +377,11 @@ def format_table(summary: dict[str, Any]) -> str:
             to = summary[arm]["median_tokens_to"]
             lines.append(f"{'' if arm != ARMS[0] else chr(10)}median tokens to accuracy, {arm}: "
                          + ", ".join(f"{t}: {fmt(v)}" for t, v in to.items()))
+    for arm in ARMS:
+        s = summary.get(arm, {})
+        if "last3_accuracy" in s:
+            lines.append(f"mean of the last 3 evaluations, {arm}: {', '.join(f'{v:.3f}' for v in s['last3_accuracy'])} "
+                         f"({s['last3_accuracy_mean']:.3f} +- {s['last3_accuracy_std']:.3f})")
     ratio = summary.get("replay_vs_no_replay")
     if ratio:
         lines += ["", f"replay / no replay, median tokens to target: {fmt(ratio['median_tokens_to_target'], '.3f')}; "

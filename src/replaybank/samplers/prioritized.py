@@ -176,6 +176,43 @@ class Prioritized(SamplerBase):
         """P(i) for every slot (zeros for empty slots)."""
         return self.trees.leaves / self.trees.total
 
+    def mass(self) -> float:
+        """Total sampling mass ``sum_i (p_i + eps) ** alpha`` over the stored items, 0.0 when none
+        is stored: ``P(i)`` is item ``i``'s share of it. A sharded buffer splits each batch over its
+        shards in proportion to their masses.
+
+        Raises:
+            ReplayBankError: the sampler is not bound to a buffer yet.
+
+        >>> from replaybank import ReplayBuffer
+        >>> buf = ReplayBuffer(4, sampler=Prioritized(alpha=1.0, eps=0.0), seed=0)
+        >>> buf.sampler.mass(), buf.sampler.min_mass()
+        (0.0, inf)
+        >>> _ = buf.extend({"x": np.arange(3)}, priorities=[2.0, 0.5, 5.0])
+        >>> buf.sampler.mass(), buf.sampler.min_mass()
+        (7.5, 0.5)
+        """
+        return float(self._bound_trees("mass").total)
+
+    def min_mass(self) -> float:
+        """The smallest positive per-item mass ``min_i (p_i + eps) ** alpha`` over the stored
+        items, ``inf`` when no stored item has mass (empty, or all priorities 0 with ``eps=0``).
+        Importance weights are normalised by it: the item that has it gets weight 1.
+
+        Raises:
+            ReplayBankError: the sampler is not bound to a buffer yet.
+        """
+        return float(self._bound_trees("min_mass").minimum)
+
+    def _bound_trees(self, what: str) -> Any:
+        trees = getattr(self, "trees", None)
+        if trees is None:
+            raise ReplayBankError(
+                f"{type(self).__name__}.{what}(): the sampler is not bound to a buffer yet; "
+                "pass it to ReplayBuffer(..., sampler=...) first"
+            )
+        return trees
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "priorities": self.trees.leaves.copy(),
