@@ -1,10 +1,11 @@
 """Acting: the current model attempts tasks, with replayed successes in context, and is checked.
 
-Prompts are chat messages: for acting and for the "with context" evaluation, a system prompt,
-then up to ``context_examples`` successful episodes retrieved from the store by **lexical BM25
-similarity** over the task text (:class:`replaybank.episodic.retrieval.Retriever`), then the
-task; for the "without context" evaluation, the bare request (the format consolidation trains
-on). Generation is batched (:func:`replaybank.llm.eval.generate.generate_detailed`) and each row
+Prompts are chat messages: the agent's system prompt (which tools it has, how calls are
+written), then, for acting and for the "with context" evaluation, up to ``context_examples``
+successful episodes retrieved from the store by **lexical BM25 similarity** over the task text
+(:class:`replaybank.episodic.retrieval.Retriever`), then the task. The "without context"
+evaluation is the system prompt and the request alone, which is also the form consolidation
+trains on (:mod:`.consolidate`). Generation is batched (:func:`replaybank.llm.eval.generate.generate_detailed`) and each row
 stops at the end of its last call (:func:`call_end`): at the closing ``>>`` once the call budget
 is used, or at the first text after a ``>>`` that does not open another call. So a model that
 would go on (``end; end; ...``) is cut where its call ends. Each call is validated against the
@@ -28,7 +29,7 @@ from replaybank.llm.rows import _render
 
 SYSTEM = (
     "You turn requests into qx tool calls. Answer with the calls only, each written "
-    "<<qx tool.name; key=value; ...>>, like the examples."
+    "<<qx tool.name; key=value; ...>>."
 )
 _CLOSED = re.compile(r"<<qx\b.*?>>", re.DOTALL)
 
@@ -77,10 +78,16 @@ def build_prompts(
     tasks: Sequence[Task], retriever: Retriever | None, k: int, *, system: str = SYSTEM
 ) -> list[tuple[list[dict[str, str]], tuple[int, ...]]]:
     """Messages and replayed ids per task: ``retriever`` and ``k > 0`` give the context form,
-    else the bare request (one user turn, no system prompt)."""
+    else the system prompt and the request alone (no system message when ``system`` is empty).
+
+    Example:
+        >>> build_prompts([Task("t", "Add tea.")], None, 0, system="Use qx.")[0]
+        ([{'role': 'system', 'content': 'Use qx.'}, {'role': 'user', 'content': 'Add tea.'}], ())
+    """
     if retriever is None or k <= 0:
-        return [([{"role": "user", "content": t.text}], ()) for t in tasks]
-    return [retriever.context(t, k, system=system) for t in tasks]
+        head = [{"role": "system", "content": system}] if system else []
+        return [(head + [{"role": "user", "content": t.text}], ()) for t in tasks]
+    return [retriever.context(t, k, system=system or None) for t in tasks]
 
 
 def attempt(

@@ -34,6 +34,7 @@ from replaybank.llm.config import (
     _f,
     _toml_value,
 )
+from replaybank.llm.loop.act import SYSTEM
 
 Init = Literal["continue", "fresh"]
 
@@ -58,6 +59,7 @@ class Loop:
     tasks_per_generation: int = _f(24, "N: train tasks attempted per generation (a fresh seeded draw each generation)", min=1, max=100_000)
     samples_per_task: int = _f(2, "k: sampled attempts per task", min=1, max=64)
     temperature: float = _f(0.7, "sampling temperature of the attempts (evaluation is greedy)", min=0)
+    system_prompt: str = _f(SYSTEM, "the agent's system prompt (acting, evaluation and consolidation rows; empty = the model's default)")
     context_examples: int = _f(3, "successful episodes retrieved (BM25 over the task text) into the context", min=0, max=64)
     max_new_tokens: int = _f(40, "generation budget per answer; rows stop at the end of the call (>>)", min=1, max=4096)
     generation_batch_size: int = _f(32, "prompts generated together", min=1, max=4096)

@@ -2,7 +2,10 @@
 
 The domain rows are :func:`replaybank.episodic.export.training_rows` of the selected generations
 (demonstrations included; each distinct task + output once), tokenized completion-only without
-the context the agent saw (:func:`replaybank.episodic.export.encode_rows`). Rehearsal rows are
+the replayed examples the agent saw, under the agent's system prompt
+(:func:`replaybank.episodic.export.encode_rows`). The system prompt gates the skill: rehearsal
+rows keep the model's default behaviour (under its default system prompt), the tool calls are
+learnt under the tool prompt, so general answers are not turned into tool calls. Rehearsal rows are
 the main job's self-synthesized rehearsal (:mod:`replaybank.llm.data.selfsynth`: the base model's
 own answers to general prompts, cached per seed) or a user's JSONL of ``{prompt, response}`` rows,
 mixed in at a fixed share of the rows of every batch by :class:`replaybank.mixing.Mixer` inside
@@ -30,11 +33,16 @@ class AdapterError(ReplayBankError):
     """A saved adapter is missing, damaged or does not fit the model."""
 
 
-def domain_rows(store: EpisodeStore, tokenizer: Any, generations: list[int], max_seq_length: int) -> tuple[TokenRows, int]:
-    """Tokenized successes of ``generations`` plus the demonstrations; and how many rows."""
+def domain_rows(
+    store: EpisodeStore, tokenizer: Any, generations: list[int], max_seq_length: int, system: str = ""
+) -> tuple[TokenRows, int]:
+    """Tokenized successes of ``generations`` plus the demonstrations (after ``system`` when given);
+    and how many rows."""
     from replaybank.episodic.export import encode_rows, training_rows
 
     rows = training_rows(store, generations=generations, include_demos=True)
+    if system:
+        rows = [{**r, "messages": [{"role": "system", "content": system}, *r["messages"]]} for r in rows]
     return encode_rows(tokenizer, rows, max_seq_length), len(rows)
 
 

@@ -125,7 +125,7 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Log = print, env: Environment |
             lineage = lineage_for(g, lp.window, lp.lineage, val_scores)
             if lp.init == "fresh":
                 model.load_state_dict(initial, strict=False)
-            domain, n_rows = domain_rows(store, tok, lineage, training.max_seq_length)
+            domain, n_rows = domain_rows(store, tok, lineage, training.max_seq_length, lp.system_prompt)
             log(f"gen {g}: consolidating {n_rows} successes of generations {lineage} (+ demos)"
                 + (f", rehearsal {lp.rehearsal} at {lp.rehearsal_ratio:.0%} of rows" if rehearsal is not None else ", no rehearsal"))
             train = consolidate(model, tok.pad_token_id, domain, rehearsal, lp.rehearsal_ratio, training,
@@ -160,7 +160,7 @@ def act_generation(
     retriever = Retriever.from_store(store)
     tasks = env.tasks(lp.tasks_per_generation, split="train", seed=lp.seed * SPLIT_SEED + g)
     tasks = [t for t in tasks for _ in range(lp.samples_per_task)]
-    prompts = build_prompts(tasks, retriever, lp.context_examples)
+    prompts = build_prompts(tasks, retriever, lp.context_examples, system=lp.system_prompt)
     started = time.time()
     sample_seed = lp.seed * SPLIT_SEED + g
     attempts, stats = attempt(
@@ -183,11 +183,14 @@ def evaluate(
     lp = cfg.loop
     kw = {"max_new_tokens": lp.max_new_tokens, "batch_size": lp.generation_batch_size, "max_calls": max_calls}
     tag = f"gen {generation} eval"
-    bare, s1 = attempt(model, tok, env, evaluation, build_prompts(evaluation, None, 0), desc=f"{tag} no context", **kw)
+    sys_ = lp.system_prompt
+    bare, s1 = attempt(model, tok, env, evaluation, build_prompts(evaluation, None, 0, system=sys_),
+                       desc=f"{tag} no context", **kw)
     retriever = Retriever.from_store(store)
-    ctx, s2 = attempt(model, tok, env, evaluation, build_prompts(evaluation, retriever, lp.context_examples),
+    ctx, s2 = attempt(model, tok, env, evaluation, build_prompts(evaluation, retriever, lp.context_examples, system=sys_),
                       desc=f"{tag} context", **kw)
-    val, _ = attempt(model, tok, env, validation, build_prompts(validation, None, 0), desc=f"{tag} validation", **kw)
+    val, _ = attempt(model, tok, env, validation, build_prompts(validation, None, 0, system=sys_),
+                     desc=f"{tag} validation", **kw)
     res = evaluate_suite(model, tok, suite, batch_size=lp.generation_batch_size, desc=f"{tag} suite")
     kept = [v for v in res["retention"].values() if v is not None]
     return {
