@@ -84,6 +84,9 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _seconds(state: dict[str, Any]) -> float:
+    # the last session's whole wall time when the run was not resumed, else the generations' sum
+    if "seconds_this_session" in state and not any(r.get("act", {}).get("resumed") for r in state["generations"]):
+        return float(state["seconds_this_session"])
     return round(sum(r.get("seconds", 0.0) for r in state["generations"]), 1)
 
 
@@ -92,13 +95,15 @@ def write_report(out: Path) -> Path:
     runs = collect(out)
     agg = aggregate(runs)
     lines = ["# Consolidation loop", "",
-             "Held-out tasks are answered greedily **without** replayed context (the bare request: is the skill "
-             "in the weights?) and **with** up to `context_examples` successes retrieved from the store by BM25. "
+             "Held-out tasks are answered greedily **without** replayed context (the agent's system prompt and the "
+             "request only: is the skill in the weights?) and **with** up to `context_examples` successes retrieved "
+             "from the store by BM25. "
              "*exact* = share of tasks answered with exactly the expected calls; *credit* = mean argument-level "
              "credit (the checker's reward). Retention = mean over suite families of the family score over the base "
              "model's. Generation 0 is the base model. Values are mean ± std over seeds.", ""]
     for key, group in agg.items():
-        lines += [f"## {key}", "", f"seeds {group['seeds']}; run seconds per seed {group['seconds']}", "",
+        lines += [f"## {key}", "", f"seeds {group['seeds']}; wall seconds per run (setup, generation 0 and every "
+                  f"generation) {group['seconds']}", "",
                   "| gen | " + " | ".join(LABELS[m] for m in METRICS) + " |", "|---" * (len(METRICS) + 1) + "|"]
         for gen in group["generations"]:
             lines.append(f"| {gen['generation']} | " + " | ".join(mean_std(gen[m]) for m in METRICS) + " |")
