@@ -17,7 +17,7 @@ from replaybank.llm.sources import check_sources
 
 
 def add_subcommands(subparsers: Any) -> None:
-    """Add ``run``, ``config`` and ``probe`` to the top-level ``replaybank`` parser."""
+    """Add ``run``, ``config``, ``probe`` and ``loop`` to the top-level ``replaybank`` parser."""
     run = subparsers.add_parser(
         "run",
         help="continual LoRA fine-tuning with rehearsal: base / naive / corpus / self / self+KL arms, over seeds",
@@ -56,6 +56,10 @@ def add_subcommands(subparsers: Any) -> None:
                        help="rehearsal rows to compare with: the corpus, or the base model's own answers (self)")
     probe.add_argument("--json", action="store_true", help="print the result as JSON")
     probe.set_defaults(func=cmd_probe)
+
+    from replaybank.llm.loop.cli import add_subcommands as add_loop
+
+    add_loop(subparsers)
 
 
 def load_config(path: str | None) -> Config:

@@ -11,7 +11,7 @@ time (tested), only faster.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +81,7 @@ def generate_detailed(
     rendered: bool = False,
     temperature: float = 0.0,
     seed: int = 0,
+    stop_when: Callable[[list[int]], bool] | None = None,
 ) -> list[Generation]:
     """Greedy answers to ``prompts`` (one user turn each), in the order given.
 
@@ -96,6 +97,9 @@ def generate_detailed(
         temperature: 0 for greedy decoding; above 0, tokens are sampled from the softmax at this
             temperature with a ``torch.Generator`` seeded with ``seed``.
         seed: seed of the sampler (ignored when greedy).
+        stop_when: an extra per-row stop rule, called with the row's generated token ids after
+            each new token; the row stops (not truncated) when it returns True. Used to stop at
+            the end of a tool call (``>>``) instead of the end of the turn.
 
     Returns:
         One :class:`Generation` per prompt.
@@ -135,9 +139,11 @@ def generate_detailed(
                     row = encoded[i]
                     ids[r, width - len(row) :] = torch.tensor(row, dtype=torch.long)
                     att[r, width - len(row) :] = 1
-                new = _decode(model, ids.to(device), att.to(device), max_new_tokens, stops, pad_id, temperature, sampler)
+                halted: set[int] = set()
+                new = _decode(model, ids.to(device), att.to(device), max_new_tokens, stops, pad_id, temperature,
+                              sampler, stop_when, halted)
                 for r, i in enumerate(idx):
-                    out[i] = _finish(tokenizer, new[r], stops)
+                    out[i] = _finish(tokenizer, new[r], stops, r in halted)
                 if bar is not None:
                     bar.update(len(idx))
     finally:
@@ -169,7 +175,8 @@ def generate(
 
 def _decode(
     model: Any, ids: Any, att: Any, max_new_tokens: int, stops: list[int], pad_id: int,
-    temperature: float, sampler: Any,
+    temperature: float, sampler: Any, stop_when: Callable[[list[int]], bool] | None = None,
+    halted: set[int] | None = None,
 ) -> list[list[int]]:
     # A plain KV-cached decoding loop: no sampling settings are inherited from the model's
     # generation_config. Rows that reached a stop token leave the batch (their cache rows are
@@ -194,10 +201,17 @@ def _decode(
             nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=sampler).squeeze(1)
         else:
             nxt = logits.argmax(-1)
+        by_rule: list[bool] = []
         for row, tok, finished in zip(alive.tolist(), nxt.tolist(), done.tolist(), strict=True):
             if not finished:
                 out[row].append(int(tok))
+            rule = stop_when is not None and not finished and stop_when(out[row])
+            if rule and halted is not None:
+                halted.add(row)
+            by_rule.append(bool(rule))
         done = done | torch.isin(nxt, stop)
+        if stop_when is not None:
+            done = done | torch.tensor(by_rule, dtype=torch.bool, device=done.device)
         if bool(done.all()):
             break
         step_ids = torch.where(done, torch.full_like(nxt, pad_id), nxt)[:, None]
@@ -210,12 +224,12 @@ def _decode(
     return out
 
 
-def _finish(tokenizer: Any, new: list[int], stops: list[int]) -> Generation:
+def _finish(tokenizer: Any, new: list[int], stops: list[int], halted: bool = False) -> Generation:
     stop_at = next((k for k, t in enumerate(new) if t in stops), None)
     body = new if stop_at is None else new[:stop_at]
     text = tokenizer.decode(body, skip_special_tokens=True).strip()
     n = len(new) if stop_at is None else stop_at + 1
-    return Generation(text=text, truncated=stop_at is None, n_tokens=n)
+    return Generation(text=text, truncated=stop_at is None and not halted, n_tokens=n)
 
 
 def model_fingerprint(model: Any) -> str:

@@ -1,0 +1,167 @@
+"""The loop's config: ``[loop]`` (acting, lineage, rehearsal, evaluation) and ``[training]``.
+
+``[training]`` is the main job's section (:class:`replaybank.llm.config.Training`: LoRA, AdamW,
+batch size, base model) with defaults sized for the loop; every key is validated like
+``replaybank run``'s (a wrong type, range or unknown key names the file, ``[section] key`` and
+the value, with a "did you mean").
+
+Example:
+    >>> cfg = LoopConfig.from_dict({"loop": {"generations": 3}, "training": {"learning_rate": 1e-3}})
+    >>> cfg.loop.generations, cfg.training.learning_rate, cfg.loop.lineage
+    (3, 0.001, 'window')
+    >>> LoopConfig.from_dict({"loop": {"genrations": 3}})
+    Traceback (most recent call last):
+    ...
+    replaybank.llm.config.ConfigError: <config>: unknown key [loop] genrations; did you mean 'generations'?
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, get_type_hints
+
+import tomllib
+
+from replaybank.llm.config import (
+    ConfigError,
+    Lineage,
+    Training,
+    _check_value,
+    _did_you_mean,
+    _f,
+    _toml_value,
+)
+from replaybank.llm.loop.act import SYSTEM
+
+Init = Literal["continue", "fresh"]
+
+#: ``[training]`` defaults of the loop (the rest are the main job's): a small, fast adapter.
+TRAINING_DEFAULTS: dict[str, Any] = {
+    "lora_rank": 8,
+    "lora_alpha": 16,
+    "learning_rate": 1e-3,
+    "batch_size": 8,
+    "num_train_epochs": 2,
+    "max_seq_length": 160,
+    "num_threads": 1,
+}
+
+
+@dataclass
+class Loop:
+    generations: int = _f(5, "generations: act, record, consolidate, evaluate", min=1, max=1000)
+    tasks: str = _f("builtin:qx", "task source: builtin:qx (the qx tool API ladder) or a JSONL task file (see docs/episodic.md)", nonempty=True)
+    levels: list[int] = _f([1, 2], "ladder levels of builtin:qx: 1 copy, 2 convert, 3 two calls")
+    demos: int = _f(16, "demonstrations the store is seeded with (train split), as a user would", min=0, max=16)
+    tasks_per_generation: int = _f(24, "N: train tasks attempted per generation (a fresh seeded draw each generation)", min=1, max=100_000)
+    samples_per_task: int = _f(2, "k: sampled attempts per task", min=1, max=64)
+    temperature: float = _f(0.7, "sampling temperature of the attempts (evaluation is greedy)", min=0)
+    system_prompt: str = _f(SYSTEM, "the agent's system prompt (acting, evaluation and consolidation rows; empty = the model's default)")
+    context_examples: int = _f(3, "successful episodes retrieved (BM25 over the task text) into the context", min=0, max=64)
+    max_new_tokens: int = _f(40, "generation budget per answer; rows stop at the end of the call (>>)", min=1, max=4096)
+    generation_batch_size: int = _f(32, "prompts generated together", min=1, max=4096)
+    lineage: Lineage = _f("window", "generations consolidated: window (last K), all, best (K best on the validation split)")
+    window: int = _f(3, "K of window and best", min=1, max=1000)
+    init: Init = _f("continue", "continue: the adapter carries over between generations; fresh: a new adapter each generation")
+    rehearsal: str = _f("self", "rehearsal rows: self (the base model's answers, llm/data/selfsynth), a JSONL file of {prompt, response}, or none")
+    rehearsal_ratio: float = _f(0.5, "rehearsal share of the rows of every batch (replaybank.mixing quota)", min=0, lt=1)
+    self_rows: int = _f(48, "self-synthesized rehearsal rows (once per seed, cached)", min=1, max=100_000)
+    eval_tasks: int = _f(40, "held-out tasks of the evaluation (greedy, with and without replayed context)", min=1, max=100_000)
+    validation_tasks: int = _f(24, "held-out tasks of the validation split (ranks generations for lineage best; disjoint from the evaluation tasks)", min=1, max=100_000)
+    suite_per_family: int = _f(8, "general-capability suite items per family (0 = all 118)", min=0, max=100_000)
+    seed: int = _f(0, "seed of tasks, sampling, LoRA init and data order", min=0, max=2**31 - 1)
+
+
+@dataclass
+class LoopConfig:
+    """The whole loop config."""
+
+    loop: Loop = field(default_factory=Loop)
+    training: Training = field(default_factory=lambda: Training(**TRAINING_DEFAULTS))
+    source: str = "<defaults>"
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> LoopConfig:
+        """Read and validate a TOML file.
+
+        Raises:
+            ConfigError: missing file, TOML syntax error, or an invalid section, key or value.
+        """
+        p = Path(path)
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{p}: config file not found") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{p}: cannot read ({exc})") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{p}: invalid TOML ({exc})") from None
+        return cls.from_dict(data, source=str(p))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "<config>") -> LoopConfig:
+        """Validate ``{section: {key: value}}`` (sections ``loop`` and ``training``).
+
+        Raises:
+            ConfigError: unknown section or key, wrong type or range, or inconsistent values.
+        """
+        sections = {"loop": Loop, "training": Training}
+        for name, values in data.items():
+            if name not in sections:
+                raise ConfigError(f"{source}: unknown section [{name}]{_did_you_mean(name, sections)}")
+            if not isinstance(values, dict):
+                raise ConfigError(f"{source}: [{name}] must be a table, got {values!r}")
+        built: dict[str, Any] = {}
+        for name, klass in sections.items():
+            hints = get_type_hints(klass)
+            known = {f.name: f for f in fields(klass)}
+            kwargs: dict[str, Any] = dict(TRAINING_DEFAULTS) if name == "training" else {}
+            for key, value in data.get(name, {}).items():
+                if key not in known:
+                    raise ConfigError(f"{source}: unknown key [{name}] {key}{_did_you_mean(key, known)}")
+                if hints[key] == list[int]:
+                    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+                        raise ConfigError(f"{source}: [{name}] {key} = {value!r}: expected a list of integers")
+                    kwargs[key] = list(value)
+                else:
+                    kwargs[key] = _check_value(source, name, key, value, hints[key], known[key].metadata)
+            built[name] = klass(**kwargs)
+        cfg = cls(built["loop"], built["training"], source)
+        cfg._cross_check()
+        return cfg
+
+    def _cross_check(self) -> None:
+        lp = self.loop
+        bad = [lv for lv in lp.levels if lv not in (1, 2, 3)]
+        if not lp.levels or bad:
+            raise ConfigError(f"{self.source}: [loop] levels = {lp.levels!r}: expected some of 1, 2, 3")
+        if lp.rehearsal not in ("self", "none") and not lp.rehearsal.endswith(".jsonl"):
+            raise ConfigError(
+                f"{self.source}: [loop] rehearsal = {lp.rehearsal!r}: expected self, none or a .jsonl file of {{prompt, response}} rows"
+            )
+        if lp.rehearsal != "none" and lp.rehearsal_ratio == 0:
+            raise ConfigError(f"{self.source}: [loop] rehearsal_ratio = 0 with rehearsal = {lp.rehearsal!r}; set rehearsal = \"none\" instead")
+
+    def with_(self, **loop: Any) -> LoopConfig:
+        """A copy with some ``[loop]`` keys replaced (the CLI's flags); values are re-validated."""
+        data = self.to_dict()
+        data["loop"].update(loop)
+        return LoopConfig.from_dict(data, source=self.source)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"loop": dataclasses.asdict(self.loop), "training": dataclasses.asdict(self.training)}
+
+    def to_toml(self) -> str:
+        """The effective config as TOML, each key with its help as a comment."""
+        lines = [f"# effective loop config (from {self.source})"]
+        for name in ("loop", "training"):
+            section = getattr(self, name)
+            lines.append(f"\n[{name}]")
+            for f in fields(section):
+                value = getattr(section, f.name)
+                text = json.dumps(value) if isinstance(value, list) else _toml_value(value)
+                lines.append(f"{f.name} = {text}  # {f.metadata['help']}")
+        return "\n".join(lines) + "\n"

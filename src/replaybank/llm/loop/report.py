@@ -1,0 +1,180 @@
+"""The loop's report: per-generation tables, seeds aggregated, lineage modes side by side, plots.
+
+:func:`collect` reads the ``state.json`` of every run folder under an output folder;
+:func:`aggregate` groups runs by (lineage, rehearsal) and gives mean and std over seeds per
+generation; :func:`write_report` writes ``report.md``, ``metrics.json`` and ``loop.png``.
+
+Example:
+    >>> row = {"no_context": {"success": 0.25, "credit": 0.5}, "context": {"success": 0.5, "credit": 0.75},
+    ...        "retention": 0.95}
+    >>> metrics_of(row)
+    {'exact': 0.25, 'credit': 0.5, 'exact_ctx': 0.5, 'credit_ctx': 0.75, 'retention': 0.95}
+    >>> mean_std([0.25, 0.75])
+    '0.50 ± 0.35'
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+METRICS = ("exact", "credit", "exact_ctx", "credit_ctx", "retention")
+LABELS = {
+    "exact": "held-out exact, no context", "credit": "held-out credit, no context",
+    "exact_ctx": "held-out exact, with context", "credit_ctx": "held-out credit, with context",
+    "retention": "suite retention vs base",
+}
+
+
+def metrics_of(row: dict[str, Any]) -> dict[str, float | None]:
+    """The scalars of one generation's row that the report aggregates."""
+    return {
+        "exact": row["no_context"]["success"], "credit": row["no_context"]["credit"],
+        "exact_ctx": row["context"]["success"], "credit_ctx": row["context"]["credit"],
+        "retention": row.get("retention"),
+    }
+
+
+def mean_std(values: list[float], digits: int = 2) -> str:
+    """``mean ± std`` (sample std, ddof=1; just the value for one seed)."""
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return "-"
+    if len(vals) == 1:
+        return f"{vals[0]:.{digits}f}"
+    return f"{np.mean(vals):.{digits}f} ± {np.std(vals, ddof=1):.{digits}f}"
+
+
+def collect(out: Path) -> list[dict[str, Any]]:
+    """Every run under ``out`` (folders holding ``state.json``), sorted by name."""
+    from replaybank.llm.loop.state import read_state
+
+    runs = []
+    for folder in sorted(p.parent for p in out.glob("*/state.json")):
+        state = read_state(folder)
+        if state is not None:
+            runs.append({"name": folder.name, "folder": folder, "state": state})
+    return runs
+
+
+def group_key(state: dict[str, Any]) -> str:
+    lp = state["config"]["loop"]
+    reh = "no rehearsal" if lp["rehearsal"] == "none" else f"rehearsal {lp['rehearsal']} {lp['rehearsal_ratio']:.0%}"
+    return f"{lp['lineage']} (K={lp['window']}), {reh}"
+
+
+def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{group: {"seeds": [...], "generations": [{generation, metric: [per seed], ...}], "ratio_5_1": ...}}``."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault(group_key(run["state"]), []).append(run)
+    out: dict[str, Any] = {}
+    for key, members in groups.items():
+        n_gen = min(len(r["state"]["generations"]) for r in members)
+        gens = []
+        for g in range(n_gen):
+            per = [metrics_of(r["state"]["generations"][g]) for r in members]
+            gens.append({"generation": g, **{m: [p[m] for p in per] for m in METRICS}})
+        out[key] = {"seeds": [r["state"]["config"]["loop"]["seed"] for r in members], "runs": [r["name"] for r in members],
+                    "generations": gens, "seconds": [_seconds(r["state"]) for r in members]}
+    return out
+
+
+def _seconds(state: dict[str, Any]) -> float:
+    # the last session's whole wall time when the run was not resumed, else the generations' sum
+    if "seconds_this_session" in state and not any(r.get("act", {}).get("resumed") for r in state["generations"]):
+        return float(state["seconds_this_session"])
+    return round(sum(r.get("seconds", 0.0) for r in state["generations"]), 1)
+
+
+def write_report(out: Path) -> Path:
+    """Write ``report.md``, ``metrics.json`` and ``loop.png`` for the runs under ``out``."""
+    runs = collect(out)
+    agg = aggregate(runs)
+    lines = ["# Consolidation loop", "",
+             "Held-out tasks are answered greedily **without** replayed context (the agent's system prompt and the "
+             "request only: is the skill in the weights?) and **with** up to `context_examples` successes retrieved "
+             "from the store by BM25. "
+             "*exact* = share of tasks answered with exactly the expected calls; *credit* = mean argument-level "
+             "credit (the checker's reward). Retention = mean over suite families of the family score over the base "
+             "model's. Generation 0 is the base model. Values are mean ± std over seeds.", ""]
+    for key, group in agg.items():
+        lines += [f"## {key}", "", f"seeds {group['seeds']}; wall seconds per run (setup, generation 0 and every "
+                  f"generation) {group['seconds']}", "",
+                  "| gen | " + " | ".join(LABELS[m] for m in METRICS) + " |", "|---" * (len(METRICS) + 1) + "|"]
+        for gen in group["generations"]:
+            lines.append(f"| {gen['generation']} | " + " | ".join(mean_std(gen[m]) for m in METRICS) + " |")
+        gens = group["generations"]
+        if len(gens) > 5:
+            ratios = [b / a if a else None for a, b in zip(gens[1]["exact"], gens[5]["exact"], strict=True)]
+            shown = ", ".join("inf" if r is None else f"{r:.2f}" for r in ratios)
+            lines += ["", f"generation 5 / generation 1 held-out exact without context, per seed: {shown}"]
+        lines.append("")
+    lines += ["## Runs", ""]
+    for run in runs:
+        lines += [f"### {run['name']}", "", *_run_table(run["state"]), "", "```", _store_text(run["folder"]), "```", ""]
+    report = out / "report.md"
+    report.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (out / "metrics.json").write_text(json.dumps(agg, indent=1), encoding="utf-8")
+    if agg:
+        _plot(agg, out / "loop.png")
+    return report
+
+
+def _run_table(state: dict[str, Any]) -> list[str]:
+    head = ("| gen | lineage | acted exact | train rows | steps | exact | credit | exact ctx | credit ctx | "
+            "validation credit | retention | leakage | s |")
+    lines = [head, "|---" * 13 + "|"]
+    for r in state["generations"]:
+        m = metrics_of(r)
+        act = r.get("act", {})
+        lines.append(
+            f"| {r['generation']} | {r.get('lineage', '-')} | {_pct(act.get('success'))} | {r.get('train_rows', '-')} | "
+            f"{r.get('train', {}).get('steps', '-')} | {_pct(m['exact'])} | {m['credit']:.2f} | {_pct(m['exact_ctx'])} | "
+            f"{m['credit_ctx']:.2f} | {r['validation']['credit']:.2f} | {_pct(m['retention'])} | "
+            f"{_pct(r['suite']['leakage'])} | {r.get('seconds', '-')} |"
+        )
+    return lines
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
+def _store_text(folder: Path) -> str:
+    from replaybank.episodic import EpisodeStore
+    from replaybank.episodic.stats import format_summary, summary
+
+    path = folder / "store.db"
+    if not path.is_file():
+        return "(no store)"
+    with EpisodeStore(path, readonly=True) as store:
+        return format_summary(summary(store)).replace(str(path), f"{folder.name}/store.db")
+
+
+def _plot(agg: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = ("exact", "credit", "exact_ctx", "retention")
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6))
+    for ax, metric in zip(axes, panels, strict=True):
+        for key, group in agg.items():
+            xs = [g["generation"] for g in group["generations"]]
+            vals = [[v for v in g[metric] if v is not None] for g in group["generations"]]
+            mean = np.array([np.mean(v) if v else np.nan for v in vals])
+            std = np.array([np.std(v, ddof=1) if len(v) > 1 else 0.0 for v in vals])
+            ax.plot(xs, mean, marker="o", label=key)
+            ax.fill_between(xs, mean - std, mean + std, alpha=0.15)
+        ax.set_title(LABELS[metric], fontsize=9)
+        ax.set_xlabel("generation")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,218 @@
+"""One run of the consolidation loop (one lineage, rehearsal setting and seed), resumable.
+
+Per generation ``g = 1..G``:
+
+1. **act**: the current model (base + adapter of generation ``g - 1``) attempts
+   ``tasks_per_generation`` train tasks, ``samples_per_task`` sampled answers each, with up to
+   ``context_examples`` successful episodes retrieved from the store (BM25) in context; each answer
+   is cut at the end of its call, its calls validated against the schema, and checked;
+2. **record**: every attempt goes to the store in one transaction (task, context shown, replayed
+   ids, step, verdict, generation, adapter hash, seed);
+3. **consolidate**: the LoRA adapter is trained on the successes of the lineage's generations
+   (plus the demonstrations) mixed with rehearsal rows, and saved;
+4. **evaluate**: greedy answers to held-out tasks without replayed context (is the skill in the
+   weights?) and with it, the validation split (ranks generations for ``best``), and the
+   general-capability suite (retention against the base model).
+
+Generation 0 is the base model measured the same way, after the store is seeded with at most 16
+demonstrations. See :mod:`.state` for what survives a kill.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from replaybank.episodic import EpisodeStore, Task, demonstration
+from replaybank.episodic.env import Environment, JsonlTasks, QxChecker, QxEnvironment
+from replaybank.episodic.retrieval import Retriever
+from replaybank.llm.loop.act import attempt, build_prompts, summarise, to_episode
+from replaybank.llm.loop.config import LoopConfig
+from replaybank.llm.loop.consolidate import (
+    consolidate,
+    domain_rows,
+    load_adapter,
+    rehearsal_rows,
+    save_adapter,
+)
+from replaybank.llm.loop.lineage import lineage_for, split_heldout
+from replaybank.llm.loop.state import check_same_config, new_state, read_state, write_state
+
+Log = Callable[[str], None]
+SPLIT_SEED = 7919  # task draws: seed * SPLIT_SEED + generation, so seeds and generations never share a draw
+
+
+class FileEnvironment(QxChecker):
+    """Tasks from a JSONL file (:class:`~replaybank.episodic.env.JsonlTasks`), checked as qx calls."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.source = JsonlTasks(path)
+
+    def tasks(self, n: int, *, split: str = "train", seed: int = 0) -> list[Task]:
+        return self.source.tasks(n, split=split, seed=seed)  # type: ignore[arg-type]
+
+
+def make_environment(cfg: LoopConfig) -> Environment:
+    """``builtin:qx`` (the ladder at ``[loop] levels``) or a JSONL task file."""
+    if cfg.loop.tasks == "builtin:qx":
+        return QxEnvironment(levels=cfg.loop.levels)
+    return FileEnvironment(cfg.loop.tasks)
+
+
+def run_loop(cfg: LoopConfig, out: Path, *, log: Log = print, env: Environment | None = None) -> dict[str, Any]:
+    """Run (or resume) the loop of ``cfg`` in ``out``; return the final state.
+
+    Raises:
+        StateError: ``out`` holds a run with another config.
+        CheckerError: the environment's checker raised (naming the checker and task).
+        TaskFileError: a malformed task file line (``file:line``).
+        StoreError: the store is locked, corrupt or from a newer schema.
+    """
+    import torch
+
+    from replaybank.llm.eval.suite import load_suite, prepare_suite
+    from replaybank.llm.model import cache_dir, load_model
+    from replaybank.llm.seed import sample_suite
+    from replaybank.llm.train import add_lora
+
+    lp = cfg.loop
+    out.mkdir(parents=True, exist_ok=True)
+    state = read_state(out)
+    if state is None:
+        state = new_state(cfg.to_dict())
+    else:
+        check_same_config(out, state, cfg.to_dict())
+        state["config"] = cfg.to_dict()
+    torch.set_num_threads(max(1, cfg.training.num_threads))
+    env = env or make_environment(cfg)
+    t_start = time.perf_counter()
+    heldout = list(env.tasks(lp.eval_tasks + lp.validation_tasks, split="heldout", seed=lp.seed))
+    evaluation, validation = split_heldout(heldout, lp.eval_tasks)
+    demos = list(env.tasks(lp.demos, split="train", seed=lp.seed * SPLIT_SEED)) if lp.demos else []
+    max_calls = max([len(t.expected) for t in heldout + demos] + [1])
+
+    with EpisodeStore(out / "store.db") as store:  # opened first: a bad store fails before the model loads
+        base, tok = load_model(cfg.training.base_model, log=log)
+        training = dataclasses.replace(cfg.training, seed=lp.seed)
+        model = add_lora(base, training)
+        initial = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
+        suite = prepare_suite(model, tok, sample_suite(load_suite(), lp.suite_per_family, lp.seed),
+                              cache_dir=cache_dir() / "suite", batch_size=lp.generation_batch_size)
+        rehearsal, reh_manifest = rehearsal_rows(
+            lp.rehearsal, model, tok, seed=lp.seed, n_rows=lp.self_rows, max_seq_length=training.max_seq_length,
+            suite_prompts=[i.prompt for i in suite.items], batch_size=lp.generation_batch_size,
+        )
+        state["rehearsal"] = reh_manifest
+        state["suite_base"] = {"families": suite.base["families"], "n": suite.base["n"]}
+        if demos and not store.episodes(source="demo", limit=1):
+            store.add_many([demonstration(t, [" ".join(t.expected)]) for t in demos])
+            log(f"store seeded with {len(demos)} demonstrations")
+        if state["finished"] > 0:
+            adapter = load_adapter(model, out / "adapters" / f"gen{state['finished']}")
+            log(f"resuming after generation {state['finished']} (adapter {adapter})")
+        if not state["generations"]:
+            row = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=0)
+            state["generations"].append({"generation": 0, "adapter": "base", **row})
+            write_state(out, state)
+            log(_line(state["generations"][0], lp.generations))
+        for g in range(state["finished"] + 1, lp.generations + 1):
+            t0 = time.perf_counter()
+            acted = act_generation(model, tok, env, store, cfg, g, state["adapter"], max_calls, log)
+            val_scores = [r["validation"]["credit"] for r in state["generations"]]
+            lineage = lineage_for(g, lp.window, lp.lineage, val_scores)
+            if lp.init == "fresh":
+                model.load_state_dict(initial, strict=False)
+            domain, n_rows = domain_rows(store, tok, lineage, training.max_seq_length, lp.system_prompt)
+            log(f"gen {g}: consolidating {n_rows} successes of generations {lineage} (+ demos)"
+                + (f", rehearsal {lp.rehearsal} at {lp.rehearsal_ratio:.0%} of rows" if rehearsal is not None else ", no rehearsal"))
+            train = consolidate(model, tok.pad_token_id, domain, rehearsal, lp.rehearsal_ratio, training,
+                                desc=f"gen {g} consolidate")
+            adapter = save_adapter(model, out / "adapters" / f"gen{g}",
+                                   {"generation": g, "lineage": lineage, "seed": lp.seed, "rows": n_rows})
+            row = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=g)
+            state["generations"].append({
+                "generation": g, "adapter": adapter, "lineage": lineage, "train_rows": n_rows, "act": acted,
+                "train": train, **row, "seconds": round(time.perf_counter() - t0, 1),
+            })
+            state["finished"], state["adapter"] = g, adapter
+            write_state(out, state)
+            log(_line(state["generations"][-1], lp.generations))
+    state["seconds_this_session"] = round(time.perf_counter() - t_start, 1)
+    write_state(out, state)
+    return state
+
+
+def act_generation(
+    model: Any, tok: Any, env: Environment, store: EpisodeStore, cfg: LoopConfig, g: int, adapter: str,
+    max_calls: int, log: Log,
+) -> dict[str, Any]:
+    """Attempt this generation's tasks and record them (skipped when the store already has them)."""
+    lp = cfg.loop
+    if g in store.generations():
+        recs = store.episodes(generation=[g])
+        n = len(recs)
+        log(f"gen {g}: attempts already in the store ({n} distinct episodes); not acting again")
+        return {"resumed": True, "n": n, "success": sum(r.episode.verdict.success for r in recs) / max(n, 1),
+                "credit": sum(r.episode.verdict.reward for r in recs) / max(n, 1)}
+    retriever = Retriever.from_store(store)
+    tasks = env.tasks(lp.tasks_per_generation, split="train", seed=lp.seed * SPLIT_SEED + g)
+    tasks = [t for t in tasks for _ in range(lp.samples_per_task)]
+    prompts = build_prompts(tasks, retriever, lp.context_examples, system=lp.system_prompt)
+    started = time.time()
+    sample_seed = lp.seed * SPLIT_SEED + g
+    attempts, stats = attempt(
+        model, tok, env, tasks, prompts, max_new_tokens=lp.max_new_tokens, batch_size=lp.generation_batch_size,
+        temperature=lp.temperature, seed=sample_seed, max_calls=max_calls, desc=f"gen {g} act",
+    )
+    episodes = [to_episode(a, generation=g, adapter=adapter, seed=sample_seed, started_at=started) for a in attempts]
+    log(f"gen {g}: recording {len(episodes)} attempts")
+    store.add_many(episodes)
+    return {**summarise(attempts), **stats, "retrieval_pool": len(retriever)}
+
+
+def evaluate(
+    model: Any, tok: Any, env: Environment, store: EpisodeStore, evaluation: list[Task], validation: list[Task],
+    suite: Any, cfg: LoopConfig, max_calls: int, *, generation: int,
+) -> dict[str, Any]:
+    """Greedy held-out success without and with replayed context, validation, suite retention."""
+    from replaybank.llm.eval.suite import evaluate_suite
+
+    lp = cfg.loop
+    kw = {"max_new_tokens": lp.max_new_tokens, "batch_size": lp.generation_batch_size, "max_calls": max_calls}
+    tag = f"gen {generation} eval"
+    sys_ = lp.system_prompt
+    bare, s1 = attempt(model, tok, env, evaluation, build_prompts(evaluation, None, 0, system=sys_),
+                       desc=f"{tag} no context", **kw)
+    retriever = Retriever.from_store(store)
+    ctx, s2 = attempt(model, tok, env, evaluation, build_prompts(evaluation, retriever, lp.context_examples, system=sys_),
+                      desc=f"{tag} context", **kw)
+    val, _ = attempt(model, tok, env, validation, build_prompts(validation, None, 0, system=sys_),
+                     desc=f"{tag} validation", **kw)
+    res = evaluate_suite(model, tok, suite, batch_size=lp.generation_batch_size, desc=f"{tag} suite")
+    kept = [v for v in res["retention"].values() if v is not None]
+    return {
+        "no_context": summarise(bare), "context": summarise(ctx), "validation": summarise(val),
+        "suite": {"families": res["families"], "retention": res["retention"], "leakage": res["leakage"],
+                  "seconds": res["seconds"]},
+        "retention": sum(kept) / len(kept) if kept else None,
+        "eval_tokens_per_second": {"no_context": s1["tokens_per_second"], "context": s2["tokens_per_second"]},
+        "examples": [{"task": a.task.text, "expected": list(a.task.expected), "output": a.output,
+                      "success": a.verdict.success} for a in bare[:5]],
+    }
+
+
+def _line(row: dict[str, Any], total: int) -> str:
+    """The per-generation log line."""
+    nc, c = row["no_context"], row["context"]
+    ret = row.get("retention")
+    head = f"gen {row['generation']}/{total}"
+    if row["generation"] > 0:
+        act = row["act"]
+        acted = f"acted {act['n']} ({act['success']:.0%} exact{', resumed' if act.get('resumed') else ''})"
+        head += f" [{', '.join(map(str, row['lineage']))}] {acted}, trained {row['train']['steps']} steps on {row['train_rows']} rows"
+    return (f"{head} | held-out exact {nc['success']:.0%} (credit {nc['credit']:.2f}) without context, "
+            f"{c['success']:.0%} ({c['credit']:.2f}) with | validation {row['validation']['credit']:.2f} | "
+            f"retention {'-' if ret is None else f'{ret:.0%}'}" + (f" | {row['seconds']:.0f} s" if "seconds" in row else ""))

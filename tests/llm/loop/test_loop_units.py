@@ -1,0 +1,133 @@
+"""The loop's pieces: where generation stops, lineage selection (window / all / best on the
+validation split), the held-out split, config and state validation, batched stopping = one by one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from replaybank.episodic import Task
+from replaybank.episodic.env import QxEnvironment
+from replaybank.llm.config import ConfigError
+from replaybank.llm.loop.act import call_end
+from replaybank.llm.loop.config import LoopConfig
+from replaybank.llm.loop.lineage import lineage_for, split_heldout
+from replaybank.llm.loop.state import (
+    StateError,
+    check_same_config,
+    new_state,
+    read_state,
+    write_state,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "max_calls", "expected"),
+    [
+        ("<<qx a.b; k=v>>", 1, 15),
+        ("<<qx a.b; k=v>> end; end; end;", 1, 15),          # the loop the base model falls into is cut
+        ("<<qx a.b; k=v>> end;", 2, 15),                    # text after a call that opens no other call
+        ("<<qx a.b; k=v>>", 2, None),                       # a second call may follow
+        ("<<qx a.b; k=v>> <", 2, None),
+        ("<<qx a.b; k=v>> <<qx c.d", 2, None),
+        ("<<qx a.b; k=v>> <<qx c.d; x=1>>", 2, 31),
+        ("<<qx a.b; k=v> still open", 1, None),
+        ("Sure, here it is", 1, None),
+    ],
+)
+def test_call_end(text, max_calls, expected):
+    assert call_end(text, max_calls) == expected
+
+
+def test_window_and_all_lineages():
+    assert [lineage_for(g, 3, "window") for g in (1, 2, 3, 4, 5)] == [[1], [1, 2], [1, 2, 3], [2, 3, 4], [3, 4, 5]]
+    assert lineage_for(4, 3, "all") == [1, 2, 3, 4]
+    assert lineage_for(4, 1, "window") == [4]
+
+
+def test_best_ranks_earlier_generations_by_the_validation_score_of_the_model_that_acted():
+    # validation[j]: the model that acted in generation j + 1 (index 0 = the base model)
+    validation = [0.0, 0.8, 0.1, 0.9, 0.2]
+    assert lineage_for(5, 3, "best", validation) == [2, 4, 5]
+    assert lineage_for(5, 2, "best", validation) == [4, 5]
+    # later scores (of models that did not act yet) are never read
+    assert lineage_for(3, 3, "best", validation[:2]) == lineage_for(3, 3, "best", validation) == [1, 2, 3]
+    # ties go to the more recent generation
+    assert lineage_for(4, 2, "best", [0.5, 0.5, 0.5]) == [3, 4]
+    with pytest.raises(ValueError, match="needs a validation score for each of the 3 earlier"):
+        lineage_for(4, 3, "best", [0.1])
+    with pytest.raises(ValueError, match="start at 1"):
+        lineage_for(0, 3, "window")
+
+
+def test_validation_and_evaluation_tasks_are_disjoint_held_out_tasks():
+    env = QxEnvironment(levels=(1, 2))
+    heldout = env.tasks(40 + 24, split="heldout", seed=3)
+    evaluation, validation = split_heldout(heldout, 40)
+    train_ids = {t.id for t in env.tasks(200, split="train", seed=3)}
+    assert len(evaluation) == 40 and len(validation) == 24
+    assert not {t.id for t in evaluation} & {t.id for t in validation}
+    assert not ({t.id for t in heldout} & train_ids)
+    with pytest.raises(ValueError, match="overlap"):
+        split_heldout([Task("a", "x"), Task("a", "x")], 1)
+
+
+def test_config_errors_name_the_key_and_value():
+    with pytest.raises(ConfigError, match=r"\[loop\] lineage = 'newest': expected one of 'window', 'all', 'best'"):
+        LoopConfig.from_dict({"loop": {"lineage": "newest"}})
+    with pytest.raises(ConfigError, match=r"\[loop\] demos = 40: expected a value in \[0, 16\]"):
+        LoopConfig.from_dict({"loop": {"demos": 40}})
+    with pytest.raises(ConfigError, match=r"levels = \[4\]"):
+        LoopConfig.from_dict({"loop": {"levels": [4]}})
+    with pytest.raises(ConfigError, match=r"unknown section \[trainig\]; did you mean 'training'"):
+        LoopConfig.from_dict({"trainig": {}})
+    with pytest.raises(ConfigError, match="rehearsal = 'corpus'"):
+        LoopConfig.from_dict({"loop": {"rehearsal": "corpus"}})
+    cfg = LoopConfig.from_dict({"training": {"learning_rate": 5e-4}})
+    assert cfg.training.learning_rate == 5e-4 and cfg.training.lora_rank == 8  # loop defaults kept
+    assert LoopConfig.from_dict(cfg.to_dict()) == LoopConfig.from_dict(cfg.to_dict(), source="<config>")
+
+
+def test_state_round_trip_and_refusals(tmp_path):
+    cfg = LoopConfig().to_dict()
+    write_state(tmp_path, new_state(cfg))
+    state = read_state(tmp_path)
+    assert state is not None and state["finished"] == 0
+    check_same_config(tmp_path, state, LoopConfig().with_(generations=9).to_dict())  # more generations: fine
+    with pytest.raises(StateError, match=r"\[loop\] seed = 0, not 1"):
+        check_same_config(tmp_path, state, LoopConfig().with_(seed=1).to_dict())
+    (tmp_path / "state.json").write_text(json.dumps({"schema": 7}))
+    with pytest.raises(StateError, match="schema 7"):
+        read_state(tmp_path)
+    (tmp_path / "state.json").write_text("{not json")
+    with pytest.raises(StateError, match="not a loop state file"):
+        read_state(tmp_path)
+
+
+def test_batched_stop_rule_matches_one_prompt_at_a_time(smol_tok):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from replaybank.llm.eval.generate import generate_detailed
+
+    torch.manual_seed(0)
+    config = LlamaConfig(  # a wide init, so each prompt gets its own tokens (the default init repeats one)
+        vocab_size=len(smol_tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=True, initializer_range=1.0,
+        pad_token_id=smol_tok.pad_token_id, eos_token_id=smol_tok.eos_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    prompts = [f"Request number {i}: {'add tea ' * (i % 4)}" for i in range(8)]
+
+    def stop(ids: list[int]) -> bool:  # fires on content, at a different step in each row
+        return len(ids) >= 2 and ids[-1] % 4 == 0
+
+    batched = generate_detailed(model, smol_tok, prompts, max_new_tokens=12, batch_size=8, stop_when=stop)
+    single = [generate_detailed(model, smol_tok, [p], max_new_tokens=12, batch_size=1, stop_when=stop)[0]
+              for p in prompts]
+    assert batched == single
+    assert len({g.n_tokens for g in batched}) > 2  # the rows stopped at different steps
+    assert all(not g.truncated for g in batched if g.n_tokens < 12)  # halted by the rule, not by the budget
+    plain = generate_detailed(model, smol_tok, prompts, max_new_tokens=12, batch_size=8)
+    assert all(p.text.startswith(b.text) or p.n_tokens <= b.n_tokens for p, b in zip(plain, batched, strict=True))
