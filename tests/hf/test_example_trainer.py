@@ -17,11 +17,10 @@ import pytest
 pytest.importorskip("datasets")
 pytest.importorskip("peft")
 torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "hf_trainer_rehearsal.py"
-CHARS = "abcdefghijklmnopqrstuvwxyz0123456789 +=?#\n"
 
 
 def _load_example():
@@ -33,29 +32,16 @@ def _load_example():
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    """A 2-layer random Llama with a character tokenizer, and two JSONL files."""
+def setup(tmp_path_factory, tiny_lm):
+    """The tiny random Llama of conftest.py (as ``root/model``) and two JSONL files."""
     root = tmp_path_factory.mktemp("hf-example")
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{c: 3 + i for i, c in enumerate(CHARS)}}
-    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = tokenizers.pre_tokenizers.Split(tokenizers.Regex("."), behavior="isolated")
-    tok = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
-    )
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-        pad_token_id=0, eos_token_id=1,
-    )
-    model_dir = root / "model"
-    transformers.LlamaForCausalLM(config).save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
+    model_dir, tok = tiny_lm
+    (root / "model").symlink_to(model_dir, target_is_directory=True)
     domain = [{"prompt": f"{a} + {b} =", "answer": str(a + b)} for a in range(8) for b in range(5)]
     general = [{"prompt": f"# q{i}?", "answer": f"a{i}"} for i in range(12)]  # '#' marks rehearsal
     for name, rows in (("domain", domain), ("general", general)):
         (root / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return root, vocab["#"]
+    return root, tok.convert_tokens_to_ids("#")
 
 
 def _argv(root: Path, out: str, steps: int, **extra: str) -> list[str]:
