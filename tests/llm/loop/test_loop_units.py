@@ -105,6 +105,30 @@ def test_state_round_trip_and_refusals(tmp_path):
         read_state(tmp_path)
 
 
+@pytest.mark.parametrize("finished", [-1, True])
+def test_state_refuses_a_finished_count_that_is_not_a_generation(tmp_path, finished):
+    state = new_state(LoopConfig().to_dict())
+    state["finished"] = finished
+    write_state(tmp_path, state)
+    with pytest.raises(StateError, match="'finished'"):
+        read_state(tmp_path)
+
+
+def test_load_adapter_refuses_files_linked_from_outside_the_run(tmp_path):
+    from replaybank.llm.loop.consolidate import AdapterError, load_adapter
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "adapter.safetensors").write_bytes(b"x")
+    (outside / "adapter.json").write_text("{}")
+    run = tmp_path / "run" / "adapters" / "gen1"
+    run.mkdir(parents=True)
+    for name in ("adapter.safetensors", "adapter.json"):
+        (run / name).symlink_to(outside / name)
+    with pytest.raises(AdapterError, match="symbolic link"):
+        load_adapter(None, run)
+
+
 def test_batched_stop_rule_matches_one_prompt_at_a_time(smol_tok):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM

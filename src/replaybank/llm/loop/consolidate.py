@@ -139,6 +139,8 @@ def load_adapter(model: Any, folder: Path) -> str:
     from safetensors.torch import load_file
 
     path, meta_path = folder / "adapter.safetensors", folder / "adapter.json"
+    if any(p.is_symlink() for p in (folder, path, meta_path)):
+        raise AdapterError(f"{folder}: the saved adapter is a symbolic link; a run folder holds its own files")
     if not path.is_file() or not meta_path.is_file():
         raise AdapterError(f"{folder}: no saved adapter (adapter.safetensors and adapter.json); delete state.json to restart")
     digest = _sha256(path)

@@ -59,6 +59,8 @@ def read_state(folder: Path) -> dict[str, Any] | None:
     for key, kind in (("config", dict), ("finished", int), ("adapter", str), ("generations", list)):
         if not isinstance(state.get(key), kind):
             raise StateError(f"{path}: field {key!r} is {type(state.get(key)).__name__}, expected {kind.__name__}")
+    if isinstance(state["finished"], bool) or state["finished"] < 0:
+        raise StateError(f"{path}: field 'finished' is {state['finished']!r}, expected a generation number >= 0")
     return state
 
 
