@@ -1,8 +1,9 @@
-"""The experiment config: a TOML schema, defaults, and validation with "did you mean".
+"""The experiment config: reading a TOML file and validating it, with "did you mean".
 
 Every key lives in one section; the reference's ``[orchestration]`` and ``[training]`` keys are
-accepted as written. Defaults are the embedded default experiment (SmolLM2-135M-Instruct taught a
-fictional tool API, Python's documentation as the rehearsal corpus, 10% of every batch).
+accepted as written. The sections, their keys, defaults, help and ranges are the schema in
+:mod:`replaybank.llm.config_schema` (re-exported here); this module checks values against it,
+checks keys against each other, and writes the effective config back as TOML.
 
 Validation runs before anything heavy: a wrong type, a value out of range or an unknown key raises
 :class:`ConfigError` naming the file, ``[section] key``, the value and what was expected.
@@ -30,118 +31,37 @@ from typing import Any, Literal, get_args, get_type_hints
 import tomllib
 
 from replaybank.errors import ReplayBankError
+from replaybank.llm.config_schema import (
+    ALL_LINEAR,
+    ARM_SOURCES,
+    BUILTIN_AGENDA,
+    BUILTIN_PROBE,
+    BUILTIN_TOOLAPI,
+    DEFAULT_ARMS,
+    SECTIONS,
+    Arm,
+    ArmSpec,
+    Data,
+    Device,
+    Evaluation,
+    KLOn,
+    Lineage,
+    MixBy,
+    Orchestration,
+    Output,
+    Training,
+)
+from replaybank.llm.config_schema import _f as _f  # the loop's config declares its keys with it
 
-Lineage = Literal["window", "all", "best"]
-Arm = Literal["base", "naive", "rehearsal"]
-Device = Literal["auto", "cpu", "cuda"]
-MixBy = Literal["rows", "tokens"]
-KLOn = Literal["rehearsal", "all"]
-ARM_SOURCES = ("corpus", "self", "replay")
-BUILTIN_AGENDA = "builtin:agenda"
-DEFAULT_ARMS = ["base", "naive", "rehearsal-corpus", "rehearsal-self", "rehearsal-self-kl"]
-ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-BUILTIN_TOOLAPI = "builtin:toolapi"
-BUILTIN_PROBE = "builtin"
+__all__ = [
+    "ALL_LINEAR", "ARM_SOURCES", "BUILTIN_AGENDA", "BUILTIN_PROBE", "BUILTIN_TOOLAPI", "DEFAULT_ARMS",
+    "SECTIONS", "Arm", "ArmSpec", "Config", "ConfigError", "Data", "Device", "Evaluation", "KLOn",
+    "Lineage", "MixBy", "Orchestration", "Output", "Training",
+]
 
 
 class ConfigError(ReplayBankError):
     """An invalid config: the message names the file, the key, the value and what was expected."""
-
-
-def _f(default: Any, help: str, **kw: Any) -> Any:
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help, **kw})
-    return field(default=default, metadata={"help": help, **kw})
-
-
-@dataclass
-class Orchestration:
-    num_generations: int = _f(1, "generations of domain data trained one after another", min=1, max=10_000)
-    training_window_size: int = _f(3, "K: generations of domain data each generation trains on", min=1, max=10_000)
-    lineage: Lineage = _f("window", "which earlier generations join: window (last K), all, best (K best by score)")
-
-
-@dataclass
-class Training:
-    base_model: str = _f("SmolLM2-135M-Instruct", "the embedded SmolLM2, a local model folder, a .gguf file or a locally cached HF id", nonempty=True)
-    inner_loss: Literal["sft"] = _f("sft", "training loss; sft = completion-only cross-entropy")
-    lora_rank: int = _f(16, "LoRA rank r", min=1, max=65_536)
-    lora_alpha: int = _f(16, "LoRA scaling alpha (the update is scaled by alpha / r)", min=1, max=65_536)
-    lora_dropout: float = _f(0.0, "dropout on the LoRA input", min=0, lt=1)
-    lora_target_modules: list[str] = _f(ALL_LINEAR, "names of the linear modules that get adapters", nonempty=True)
-    learning_rate: float = _f(2e-3, "AdamW learning rate", gt=0)
-    weight_decay: float = _f(0.0, "AdamW weight decay", min=0)
-    num_train_epochs: int = _f(1, "passes over the domain data", min=1, max=10_000)
-    batch_size: int = _f(8, "rows per micro-batch (the mixing quota applies to each)", min=1, max=65_536)
-    gradient_accumulation_steps: int = _f(1, "micro-batches per optimizer step", min=1, max=65_536)
-    max_grad_norm: float = _f(1.0, "gradient clipping norm (0 = off)", min=0)
-    mixing_ratio: float = _f(0.1, "share of every batch taken from the rehearsal corpus, in [0, 1)", min=0, lt=1)
-    mix_by: MixBy = _f("rows", "what the rehearsal share is a share of: rows of every batch, or labelled tokens (= of the loss)")
-    rehearsal_dataset: str = _f("python-docs", "python-docs (embedded), a .txt/.jsonl/.parquet file or folder, or a locally cached HF dataset", nonempty=True)
-    rehearsal_split: str = _f("train", "split of an HF dataset", nonempty=True)
-    rehearsal_text_field: str = _f("text", "JSONL field / Parquet column holding the text", nonempty=True)
-    rehearsal_rows_per_epoch: int = _f(500, "size of each virtual epoch's seeded slice of the rehearsal pool; if set without mixing_ratio it also sets the share", min=1, max=100_000_000)
-    rehearsal_prompt: str = _f("Continue the following passage", "instruction placed before the passage excerpt")
-    rehearsal_prompt_chars: int = _f(128, "characters of the passage shown in the prompt (less than rehearsal_max_chars)", min=0, max=100_000_000)
-    rehearsal_max_chars: int = _f(400, "passages are cut to this many characters", min=1, max=100_000_000)
-    max_seq_length: int = _f(256, "rows are truncated to this many tokens", min=8, max=1_048_576)
-    seed: int = _f(0, "seed of data order, slices and LoRA init", min=0, max=2**31 - 1)
-    device: Device = _f("auto", "auto = cuda when available (bf16), else cpu (fp32)")
-    num_threads: int = _f(0, "torch CPU threads; 0 = auto: every CPU when the 1-minute load average is below 0.5, else 1", min=0, max=4096)
-    save_every: int = _f(0, "save a resumable checkpoint every N optimizer steps (0 = only at the end)", min=0)
-
-
-@dataclass
-class Data:
-    domain_train: list[str] = _f([BUILTIN_TOOLAPI], "domain training data, one file or folder per generation (JSONL prompt/response or messages, or text); builtin:toolapi = the embedded fictional tool API", nonempty=True)
-    domain_eval: list[str] = _f([BUILTIN_TOOLAPI], "held-out domain data (same formats), one for all generations or one per generation", nonempty=True)
-    domain_train_rows: int = _f(120, "rows generated per generation for builtin:toolapi", min=1, max=10_000_000)
-    domain_eval_rows: int = _f(16, "held-out domain rows (cap for files; count for builtin)", min=1, max=10_000_000)
-    general_eval: str = _f("", "held-out general text; empty = hold out whole documents of the rehearsal corpus")
-    general_eval_rows: int = _f(16, "held-out general passages", min=1, max=10_000_000)
-    probe: str = _f(BUILTIN_PROBE, "general-skill probe: builtin, or a JSONL file of {prompt, answer}", nonempty=True)
-    suite: str = _f("builtin", "general-capability suite (conversation, leakage, arithmetic, code): builtin or a JSONL file", nonempty=True)
-    self_prompts: str = _f("builtin", "prompt pool the base model answers for self-synthesized rehearsal: builtin or a JSONL/text file", nonempty=True)
-    self_rows: int = _f(32, "self-synthesized rehearsal rows generated (once per seed, cached)", min=1, max=1_000_000)
-
-
-@dataclass
-class Evaluation:
-    arms: list[str] = _f(DEFAULT_ARMS, "arms to run: base, naive, rehearsal(-corpus), rehearsal-self, rehearsal-replay, rehearsal-self-kl, or any [arms.NAME]", nonempty=True)
-    eval_points: int = _f(1, "held-out loss evaluations per trained arm and generation, evenly spaced, the last at the end", min=1, max=10_000)
-    probe_pairs: int = _f(2, "batch pairs for the interference probe (`replaybank probe`, and per source inside `replaybank run`)", min=1, max=100_000)
-    suite_per_family: int = _f(8, "suite items evaluated per family and seed (a seeded sample; 0 = every item)", min=0, max=1_000_000)
-    seeds: int = _f(1, "seeds per arm (training.seed, +1, ...); the report gives mean and std", min=1, max=1_000)
-    max_new_tokens: int = _f(48, "generation budget per suite / domain item (stops at end of turn)", min=1, max=65_536)
-    generation_batch_size: int = _f(64, "prompts generated together (left-padded; on CPU, 64 ran 2.4x faster than 16)", min=1, max=65_536)
-    probe_sources: bool = _f(True, "run the interference probe per rehearsal source inside `replaybank run`")
-
-
-@dataclass
-class Output:
-    out_dir: str = _f("runs/default", "where report.md, metrics.json, the plot and adapters go", nonempty=True)
-    save_adapters: bool = _f(True, "save each trained adapter with its config and data manifest")
-
-
-@dataclass
-class ArmSpec:
-    """A trained arm: which rehearsal sources, how much, mixed how, with or without KL to base."""
-
-    source: list[str] = _f([], "rehearsal sources: corpus, self, replay (empty = naive)")
-    ratio: float = _f(0.1, "total rehearsal share of every batch, split evenly over the sources, in [0, 1)", min=0, lt=1)
-    mix_by: MixBy = _f("rows", "rows: share of the rows; tokens: share of the labelled tokens (the loss)")
-    kl_to_base: float = _f(0.0, "weight of the KL(base || adapted) term (0 = off)", min=0)
-    kl_temperature: float = _f(1.0, "temperature of both distributions in the KL term", gt=0)
-    kl_on: KLOn = _f("rehearsal", "KL positions: rehearsal completions, or also the prompts of domain rows (all)")
-
-
-SECTIONS: dict[str, type] = {
-    "orchestration": Orchestration,
-    "training": Training,
-    "data": Data,
-    "evaluation": Evaluation,
-    "output": Output,
-}
 
 
 @dataclass
