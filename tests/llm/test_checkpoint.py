@@ -14,12 +14,12 @@ from replaybank.errors import ReplayBankError
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
 
-from replaybank.llm.train.loop import (  # noqa: E402
+from replaybank.llm.train.checkpoint import (  # noqa: E402
     CHECKPOINT_SCHEMA_VERSION,
-    TrainLog,
-    _load_checkpoint,
-    _save_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
 )
+from replaybank.llm.train.loop import TrainLog  # noqa: E402
 from replaybank.mixing import Mixer  # noqa: E402
 
 
@@ -53,7 +53,7 @@ def test_checkpoint_round_trips_under_weights_only(tmp_path: Path) -> None:
     next(iter(mixer.epoch(0)))
     log = TrainLog(steps=[{"step": 1, "loss": np.float64(0.5), "batch": "ab"}], evals=[{"step": 1, "general_loss": np.float32(1.5)}], tokens=12, seconds=0.25)
     path = tmp_path / "checkpoint.pt"
-    _save_checkpoint(path, model, opt, mixer, log, step=1)
+    save_checkpoint(path, model, opt, mixer, log, step=1)
     torch.load(path, weights_only=True)  # the file itself is weights_only-clean
 
     other, other_opt = _lora(0)  # same base weights; adapters moved away, optimizer state empty
@@ -63,7 +63,7 @@ def test_checkpoint_round_trips_under_weights_only(tmp_path: Path) -> None:
                 p.add_(1.0)
     other_mixer = Mixer([20, 8], [0.75, 0.25], 4, seed=3)
     restored = TrainLog()
-    assert _load_checkpoint(path, other, other_opt, other_mixer, restored) == 1
+    assert load_checkpoint(path, other, other_opt, other_mixer, restored) == 1
     for (name, a), b in zip(model.named_parameters(), other.parameters(), strict=True):
         if "lora_" in name:
             assert torch.equal(a, b), name
@@ -93,7 +93,7 @@ def test_checkpoint_with_a_pickled_object_is_refused_without_running_it(tmp_path
     path = tmp_path / "checkpoint.pt"
     torch.save({"schema_version": CHECKPOINT_SCHEMA_VERSION, "step": 1, "log": _Touch(marker)}, path)
     with pytest.raises(ReplayBankError, match=r"checkpoint.pt: refused: the checkpoint holds objects other than tensors"):
-        _load_checkpoint(path, None, None, None, TrainLog())  # type: ignore[arg-type]
+        load_checkpoint(path, None, None, None, TrainLog())  # type: ignore[arg-type]
     assert not marker.exists()
 
 
@@ -116,7 +116,7 @@ def test_checkpoint_fields_are_checked_before_use(tmp_path: Path, change: dict[s
     path = tmp_path / "checkpoint.pt"
     torch.save({**state, **change}, path)
     with pytest.raises(ReplayBankError, match=match):
-        _load_checkpoint(path, None, None, None, TrainLog())  # type: ignore[arg-type]
+        load_checkpoint(path, None, None, None, TrainLog())  # type: ignore[arg-type]
 
 
 def test_truncated_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
@@ -124,4 +124,4 @@ def test_truncated_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
     torch.save({"schema_version": CHECKPOINT_SCHEMA_VERSION}, path)
     path.write_bytes(path.read_bytes()[:20])
     with pytest.raises(ReplayBankError, match=r"not a readable checkpoint"):
-        _load_checkpoint(path, None, None, None, TrainLog())  # type: ignore[arg-type]
+        load_checkpoint(path, None, None, None, TrainLog())  # type: ignore[arg-type]

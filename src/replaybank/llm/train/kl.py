@@ -27,7 +27,17 @@ Example (a two-token vocabulary: base ``(1/2, 1/2)``, adapted ``(3/4, 1/4)``;
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class KLSpec:
+    """The KL-to-base term of a training run: weight, temperature, positions."""
+
+    weight: float
+    temperature: float = 1.0
+    on: Literal["rehearsal", "all"] = "rehearsal"
 
 
 def kl_to_base(logits: Any, base_logits: Any, temperature: float = 1.0) -> Any:

@@ -1,37 +1,42 @@
 """The LoRA training loop: quota-mixed batches, AdamW, accumulation, clipping, resumable.
 
 Each micro-batch comes from :class:`replaybank.mixing.Mixer` with a fixed quota per source (domain
-rows plus any rehearsal sources: corpus, self-synthesized, replay of earlier domains); its rows
-are run one source at a time (similar lengths, little padding) and the loss is the token-weighted
-mean over every labelled token of the optimizer step, plus the optional KL-to-base term
-(:mod:`replaybank.llm.train.kl`) averaged over its positions. A checkpoint holds the adapter, the optimizer,
-the mixer position and the torch RNG, so a resumed run sees exactly the data order of an
-uninterrupted one.
+rows plus any rehearsal sources: corpus, self-synthesized, replay of earlier domains). This module
+drives the run: it builds the mixer, draws the rows, and schedules evaluations and checkpoints.
+One optimizer step (the token-weighted loss, plus the optional KL-to-base term of
+:mod:`replaybank.llm.train.kl`) is :func:`replaybank.llm.train.step.train_step`; a checkpoint
+(:mod:`replaybank.llm.train.checkpoint`) holds the adapter, the optimizer, the mixer position and
+the torch RNG, so a resumed run sees exactly the data order of an uninterrupted one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from replaybank.llm.config import Training
-from replaybank.llm.evaluate import collate, logits_at, token_loss_sum
 from replaybank.llm.model import check_target_modules
-from replaybank.llm.rows import IGNORE_INDEX, TokenRows
-from replaybank.llm.train.kl import base_logits_at, kl_to_base
+from replaybank.llm.rows import TokenRows
+from replaybank.llm.train.checkpoint import (
+    CHECKPOINT_SCHEMA_VERSION,
+    load_checkpoint,
+    save_checkpoint,
+)
+from replaybank.llm.train.kl import KLSpec
+from replaybank.llm.train.step import DOMAIN, train_step
 from replaybank.mixing import MixBy, Mixer, row_shares
 
-CHECKPOINT_SCHEMA_VERSION = 1
-DOMAIN, REHEARSAL = 0, 1
+__all__ = [
+    "CHECKPOINT_SCHEMA_VERSION", "KLSpec", "Source", "TrainLog", "add_lora", "epoch_slice", "train_lora",
+]
 
 
 def epoch_slice(pool_size: int, rows_per_epoch: int, seed: int, epoch: int) -> np.ndarray:
@@ -129,15 +134,6 @@ class Source:
     sliced: bool = False
 
 
-@dataclass(frozen=True)
-class KLSpec:
-    """The KL-to-base term (see :mod:`replaybank.llm.train.kl`): weight, temperature, positions."""
-
-    weight: float
-    temperature: float = 1.0
-    on: Literal["rehearsal", "all"] = "rehearsal"
-
-
 def _mean_label_tokens(rows: TokenRows) -> float:
     return rows.label_tokens() / max(len(rows), 1)
 
@@ -218,7 +214,7 @@ def train_lora(
     step = 0
     ckpt = checkpoint_dir / "checkpoint.pt" if checkpoint_dir else None
     if ckpt is not None and ckpt.is_file():
-        step = _load_checkpoint(ckpt, model, opt, mixer, log)
+        step = load_checkpoint(ckpt, model, opt, mixer, log)
         log.resumed_from_step = step
     device = next(model.parameters()).device
     model.train()
@@ -248,52 +244,14 @@ def train_lora(
                 (s, rows_of(s, mb.rows_of(s), epoch)) for mb in pending for s in range(len(names))
                 if mb.rows_of(s).size
             ]
-            n_label = sum(int((lab[1:] != -100).sum()) for _, rows in groups for _, lab in rows)
-            n_kl = sum(_kl_positions(s, rows, kl) for s, rows in groups)
-            loss_sum = [0.0] * len(names)
-            label_tokens = [0] * len(names)
-            row_count = [0] * len(names)
-            n_tokens = rehearsal_tokens = 0
-            kl_total = 0.0
-            for source, rows in groups:
-                ids, att, labels = collate(rows, pad_id)
-                ce, n, kl_sum = _group_loss(model, ids.to(device), att.to(device), labels.to(device), source, kl)
-                obj = ce / max(n_label, 1)
-                if kl_sum is not None and kl is not None:
-                    obj = obj + kl.weight * kl_sum / max(n_kl, 1)
-                    kl_total += float(kl_sum.detach())
-                obj.backward()
-                loss_sum[source] += float(ce.detach())
-                label_tokens[source] += n
-                row_count[source] += len(rows)
-                n_tokens += int(att.sum())
-                rehearsal_tokens += int(att.sum()) if source != DOMAIN else 0
-            if cfg.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            stats, total_loss = train_step(model, opt, params, groups, names, pad_id, device, kl, cfg.max_grad_norm)
             step += 1
-            log.tokens += n_tokens
+            log.tokens += stats["tokens"]
             log.seconds = time.perf_counter() - start
-            total_loss = sum(loss_sum) / max(n_label, 1)
-            reh_sum, reh_n = sum(loss_sum[1:]), sum(label_tokens[1:])
-            entry = {
-                "step": step,
-                "epoch": epoch,
-                "loss": round(total_loss, 5),
-                "domain_loss": round(loss_sum[DOMAIN] / label_tokens[DOMAIN], 5) if label_tokens[DOMAIN] else None,
-                "rehearsal_loss": round(reh_sum / reh_n, 5) if reh_n else None,
-                "rows": sum(row_count),
-                "rehearsal_rows": sum(row_count[1:]),
-                "tokens": n_tokens,
-                "rehearsal_tokens": rehearsal_tokens,
-                "source_rows": dict(zip(names, row_count, strict=True)),
-                "label_tokens": dict(zip(names, label_tokens, strict=True)),
-                "kl": round(kl_total / n_kl, 6) if kl is not None and n_kl else None,
-                "batch": _batch_digest(
-                    np.concatenate([m.source for m in pending]), np.concatenate([m.index for m in pending])
-                ),
-            }
+            digest = _batch_digest(
+                np.concatenate([m.source for m in pending]), np.concatenate([m.index for m in pending])
+            )
+            entry = {"step": step, "epoch": epoch, **stats, "batch": digest}
             log.steps.append(entry)
             pending = []
             bar.set_postfix(loss=f"{total_loss:.3f}", tok_s=f"{log.tokens / max(log.seconds, 1e-9):.0f}", refresh=False)
@@ -304,126 +262,9 @@ def train_lora(
                 log.evals.append(result)
                 start = time.perf_counter() - log.seconds  # evaluation time is not training time
             if ckpt is not None and cfg.save_every and step % cfg.save_every == 0:
-                _save_checkpoint(ckpt, model, opt, mixer, log, step)
+                save_checkpoint(ckpt, model, opt, mixer, log, step)
             if max_steps is not None and step >= max_steps:
                 stop = True
                 break
     bar.close()
     return log
-
-
-def _kl_mask(source: int, labels: Any, att: Any, kl: KLSpec | None) -> Any:
-    # Positions (of labels[:, 1:]) where the KL term applies, or None.
-    if kl is None or kl.weight <= 0:
-        return None
-    target = labels[:, 1:]
-    if source != DOMAIN:
-        return target != IGNORE_INDEX
-    if kl.on == "all":
-        return (target == IGNORE_INDEX) & (att[:, 1:] > 0)
-    return None
-
-
-def _kl_positions(source: int, rows: list[tuple[np.ndarray, np.ndarray]], kl: KLSpec | None) -> int:
-    if kl is None or kl.weight <= 0:
-        return 0
-    if source != DOMAIN:
-        return sum(int((lab[1:] != IGNORE_INDEX).sum()) for _, lab in rows)
-    if kl.on == "all":
-        return sum(int((lab[1:] == IGNORE_INDEX).sum()) for _, lab in rows)
-    return 0
-
-
-def _group_loss(model: Any, ids: Any, att: Any, labels: Any, source: int, kl: KLSpec | None) -> tuple[Any, int, Any]:
-    """Cross-entropy sum over labelled positions, their count, and the KL sum (or None)."""
-    import torch.nn.functional as F
-
-    target = labels[:, 1:]
-    ce_mask = target != IGNORE_INDEX
-    kl_mask = _kl_mask(source, labels, att, kl)
-    if kl_mask is None or kl is None or not bool(kl_mask.any()):
-        loss, n = token_loss_sum(model, ids, att, labels)
-        return loss, n, None
-    union = ce_mask | kl_mask
-    logits = logits_at(model, ids, att, union)
-    ce = F.cross_entropy(logits[ce_mask[union]], target[ce_mask], reduction="sum")
-    base = base_logits_at(model, ids, att, union)
-    pick = kl_mask[union]
-    return ce, int(ce_mask.sum()), kl_to_base(logits[pick], base[pick], kl.temperature)
-
-
-def _save_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLog, step: int) -> None:
-    import json
-
-    import torch
-    from peft import get_peft_model_state_dict
-
-    # Tensors and plain containers only, so that _load_checkpoint can read it with weights_only:
-    # the mixer position and the log go through JSON (a numpy scalar would be pickled as an object).
-    state = {
-        "schema_version": CHECKPOINT_SCHEMA_VERSION,
-        "step": int(step),
-        "adapter": get_peft_model_state_dict(model),
-        "optimizer": opt.state_dict(),
-        "mixer": json.loads(json.dumps(mixer.state_dict())),
-        "torch_rng": torch.get_rng_state(),
-        "log": json.loads(json.dumps(log.to_dict(), default=float)),
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)  # atomic: a crash never leaves a half-written checkpoint in place
-
-
-def _load_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLog) -> int:
-    """Restore a checkpoint written by :func:`_save_checkpoint`; returns its optimizer step.
-
-    The file is read with ``torch.load(weights_only=True)``: tensors and plain containers
-    (dict, list, str, int, float, bool, None) only, so a checkpoint from elsewhere cannot run code
-    on load. Every field is checked before anything is restored.
-
-    Raises:
-        ReplayBankError (a ValueError): the file holds anything else (a pickled object), is not a
-            checkpoint, has another schema version, or a field of the wrong type.
-    """
-    import pickle
-
-    import torch
-    from peft import set_peft_model_state_dict
-
-    from replaybank.errors import ReplayBankError
-
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise ReplayBankError(
-            f"{path}: refused: the checkpoint holds objects other than tensors and plain containers, "
-            f"which are not loaded (weights_only); delete it to restart the arm ({str(exc).splitlines()[0]})"
-        ) from None
-    except (RuntimeError, EOFError, OSError) as exc:
-        raise ReplayBankError(f"{path}: not a readable checkpoint ({exc}); delete it to restart the arm") from None
-    if not isinstance(state, dict) or state.get("schema_version") != CHECKPOINT_SCHEMA_VERSION:
-        found = state.get("schema_version") if isinstance(state, dict) else type(state).__name__
-        raise ReplayBankError(f"{path}: checkpoint schema_version {found!r}, expected {CHECKPOINT_SCHEMA_VERSION}")
-    expected: dict[str, Any] = {
-        "step": int, "adapter": dict, "optimizer": dict, "mixer": dict, "torch_rng": torch.Tensor, "log": dict,
-    }
-    for key, kind in expected.items():
-        if not isinstance(state.get(key), kind) or (kind is int and isinstance(state[key], bool)):
-            raise ReplayBankError(f"{path}: checkpoint field {key!r} is {type(state.get(key)).__name__}, expected {kind.__name__}")
-    saved = state["log"]
-    log_fields: dict[str, Any] = {"steps": list, "evals": list, "tokens": int, "seconds": (int, float)}
-    for key, kinds in log_fields.items():
-        if not isinstance(saved.get(key), kinds):
-            raise ReplayBankError(f"{path}: checkpoint field 'log.{key}' is {type(saved.get(key)).__name__}")
-    if not all(isinstance(v, torch.Tensor) for v in state["adapter"].values()):
-        raise ReplayBankError(f"{path}: checkpoint field 'adapter' holds non-tensor values")
-    if state["step"] < 0:
-        raise ReplayBankError(f"{path}: checkpoint step {state['step']} is negative")
-    set_peft_model_state_dict(model, state["adapter"])
-    opt.load_state_dict(state["optimizer"])
-    mixer.load_state_dict(state["mixer"])
-    torch.set_rng_state(state["torch_rng"])
-    log.steps, log.evals = list(saved["steps"]), list(saved["evals"])
-    log.tokens, log.seconds = int(saved["tokens"]), float(saved["seconds"])
-    return int(state["step"])

@@ -1,0 +1,131 @@
+"""One optimizer step of the LoRA loop: the loss over its micro-batches, backward, clipping, AdamW.
+
+The loss is the token-weighted mean over every labelled token of the step (whatever source or
+micro-batch it is in), plus the optional KL-to-base term (:mod:`replaybank.llm.train.kl`)
+averaged over its positions. Rows are run one source at a time (similar lengths, little padding).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from replaybank.llm.evaluate import collate, logits_at, token_loss_sum
+from replaybank.llm.rows import IGNORE_INDEX
+from replaybank.llm.train.kl import KLSpec, base_logits_at, kl_to_base
+
+DOMAIN, REHEARSAL = 0, 1
+
+Rows = list[tuple[np.ndarray, np.ndarray]]
+
+
+def train_step(
+    model: Any,
+    opt: Any,
+    params: list[Any],
+    groups: list[tuple[int, Rows]],
+    names: list[str],
+    pad_id: int,
+    device: Any,
+    kl: KLSpec | None,
+    max_grad_norm: float,
+) -> tuple[dict[str, Any], float]:
+    """Accumulate the gradients of ``groups`` and take one optimizer step.
+
+    Args:
+        model, opt, params: the PEFT model, its AdamW optimizer and the trainable parameters.
+        groups: ``(source, rows)`` per forward pass; source ``DOMAIN`` (0) is the domain, the
+            others index ``names``.
+        names: the name of every source, domain first (keys of the per-source log fields).
+        pad_id: token id used for padding.
+        device: where the model is.
+        kl: the optional KL-to-base term.
+        max_grad_norm: gradient clipping norm (0 = off).
+
+    Returns:
+        The step's log fields (losses, rows, tokens and labelled tokens per source, mean KL) and
+        its unrounded loss.
+    """
+    import torch
+
+    n_label = sum(int((lab[1:] != -100).sum()) for _, rows in groups for _, lab in rows)
+    n_kl = sum(_kl_positions(s, rows, kl) for s, rows in groups)
+    loss_sum = [0.0] * len(names)
+    label_tokens = [0] * len(names)
+    row_count = [0] * len(names)
+    n_tokens = rehearsal_tokens = 0
+    kl_total = 0.0
+    for source, rows in groups:
+        ids, att, labels = collate(rows, pad_id)
+        ce, n, kl_sum = _group_loss(model, ids.to(device), att.to(device), labels.to(device), source, kl)
+        obj = ce / max(n_label, 1)
+        if kl_sum is not None and kl is not None:
+            obj = obj + kl.weight * kl_sum / max(n_kl, 1)
+            kl_total += float(kl_sum.detach())
+        obj.backward()
+        loss_sum[source] += float(ce.detach())
+        label_tokens[source] += n
+        row_count[source] += len(rows)
+        n_tokens += int(att.sum())
+        rehearsal_tokens += int(att.sum()) if source != DOMAIN else 0
+    if max_grad_norm > 0:
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    total_loss = sum(loss_sum) / max(n_label, 1)
+    reh_sum, reh_n = sum(loss_sum[1:]), sum(label_tokens[1:])
+    fields = {
+        "loss": round(total_loss, 5),
+        "domain_loss": round(loss_sum[DOMAIN] / label_tokens[DOMAIN], 5) if label_tokens[DOMAIN] else None,
+        "rehearsal_loss": round(reh_sum / reh_n, 5) if reh_n else None,
+        "rows": sum(row_count),
+        "rehearsal_rows": sum(row_count[1:]),
+        "tokens": n_tokens,
+        "rehearsal_tokens": rehearsal_tokens,
+        "source_rows": dict(zip(names, row_count, strict=True)),
+        "label_tokens": dict(zip(names, label_tokens, strict=True)),
+        "kl": round(kl_total / n_kl, 6) if kl is not None and n_kl else None,
+    }
+    return fields, total_loss
+
+
+def _kl_mask(source: int, labels: Any, att: Any, kl: KLSpec | None) -> Any:
+    # Positions (of labels[:, 1:]) where the KL term applies, or None.
+    if kl is None or kl.weight <= 0:
+        return None
+    target = labels[:, 1:]
+    if source != DOMAIN:
+        return target != IGNORE_INDEX
+    if kl.on == "all":
+        return (target == IGNORE_INDEX) & (att[:, 1:] > 0)
+    return None
+
+
+def _kl_positions(source: int, rows: list[tuple[np.ndarray, np.ndarray]], kl: KLSpec | None) -> int:
+    if kl is None or kl.weight <= 0:
+        return 0
+    if source != DOMAIN:
+        return sum(int((lab[1:] != IGNORE_INDEX).sum()) for _, lab in rows)
+    if kl.on == "all":
+        return sum(int((lab[1:] == IGNORE_INDEX).sum()) for _, lab in rows)
+    return 0
+
+
+def _group_loss(model: Any, ids: Any, att: Any, labels: Any, source: int, kl: KLSpec | None) -> tuple[Any, int, Any]:
+    """Cross-entropy sum over labelled positions, their count, and the KL sum (or None)."""
+    import torch.nn.functional as F
+
+    target = labels[:, 1:]
+    ce_mask = target != IGNORE_INDEX
+    kl_mask = _kl_mask(source, labels, att, kl)
+    if kl_mask is None or kl is None or not bool(kl_mask.any()):
+        loss, n = token_loss_sum(model, ids, att, labels)
+        return loss, n, None
+    union = ce_mask | kl_mask
+    logits = logits_at(model, ids, att, union)
+    ce = F.cross_entropy(logits[ce_mask[union]], target[ce_mask], reduction="sum")
+    base = base_logits_at(model, ids, att, union)
+    pick = kl_mask[union]
+    return ce, int(ce_mask.sum()), kl_to_base(logits[pick], base[pick], kl.temperature)
+
