@@ -136,5 +136,7 @@ def test_doctests():
     import doctest
 
     import replaybank.mixing
+    import replaybank.quotas
 
-    assert doctest.testmod(replaybank.mixing).failed == 0
+    for module in (replaybank.mixing, replaybank.quotas):
+        assert doctest.testmod(module).failed == 0, module.__name__
