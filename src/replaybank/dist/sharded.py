@@ -1,28 +1,14 @@
 """``ShardedReplayBuffer``: one buffer API over ``num_shards`` Ray actors, with exact global sampling.
 
-Writes go to one shard per call (round robin, or the shard the caller names). Sampling is global:
-
-* the driver asks every shard for its stats ``(size, mass, min_mass)`` (one round trip, in
-  parallel), draws how many items each shard contributes from a multinomial over the shards'
-  masses, and asks each shard for that many (a second round trip);
-* with ``Uniform`` the mass of a shard is its size, so every stored item has probability ``1/N``;
-  with ``Prioritized`` it is ``sum (p_i + eps)^alpha``, so item ``i`` of shard ``s`` has
-  probability ``mass_s / M * (p_i + eps)^alpha / mass_s = (p_i + eps)^alpha / M``, exactly the
-  single-buffer ``P(i)`` over all items;
-* importance weights are ``(N P(i))^-beta / max_k (N P(k))^-beta = ((p_i + eps)^alpha / m)^-beta``
-  with the global ``m = min_k (p_k + eps)^alpha`` (the global ``N`` cancels); a shard normalises by
-  its own minimum ``m_s``, so the driver multiplies by ``(m_s / m)^-beta``.
-
-The two round trips see the same state unless another process writes in between; batches are
-returned shard by shard (not interleaved).
+Writes go to one shard per call (round robin, or the shard the caller names). Sampling is global
+and exact: every shard contributes in proportion to its sampling mass, and importance weights are
+renormalised by the global minimum; the derivation is in :mod:`replaybank.dist.sampling`. Options
+are checked in :mod:`replaybank.dist.options`, Ray calls waited on in :mod:`replaybank.dist.remote`.
 """
 
 from __future__ import annotations
 
-import math
-import tempfile
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,29 +17,16 @@ import numpy as np
 
 from ..buffer import Batch
 from ..buffer_checks import positive_int as _positive_int
-from ..errors import EmptyBufferError, ReplayBankError
-from ..ragged import Ragged
+from ..errors import ReplayBankError
 from ..ratelimit import RateLimiter
-from ..samplers import Prioritized, Uniform
+from ..samplers import Prioritized
 from ..spec import Spec, check_batch, infer_spec
-from ..storage import MemmapStorage
 from . import ids as idmod
-from . import manifest as manifest_mod
-from .errors import ShardFailedError, ShardTimeoutError
+from . import remote
 from .limiter import LimiterActor
+from .options import Component, check_options, prepare_checkpoint_dir
+from .sampling import assemble, shard_probabilities
 from .shard import Shard, Stats
-
-
-def _ray() -> Any:
-    try:
-        import ray
-    except ImportError as err:  # pragma: no cover - exercised only without the extra
-        raise ImportError(
-            "replaybank.dist needs Ray: pip install 'replaybank[dist]'"
-        ) from err
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, log_to_driver=False)
-    return ray
 
 
 class PendingBatch:
@@ -67,9 +40,6 @@ class PendingBatch:
         return self.owner._assemble(self)
 
 
-Component = Any  # an instance (copied into every shard) or a callable: shard index -> instance
-
-
 class ShardedReplayBuffer:
     """A replay buffer split over ``num_shards`` Ray actors, each holding a core ``ReplayBuffer``.
 
@@ -77,7 +47,7 @@ class ShardedReplayBuffer:
         num_shards: number of shard actors (1..128).
         capacity: total capacity, split as evenly as possible over the shards.
         sampler: ``Uniform()`` (default) or ``Prioritized(...)``; the global distribution is exact
-            (see the module docstring). Other samplers have no exact global form and are refused.
+            (see :mod:`replaybank.dist.sampling`). Other samplers have no exact global form and are refused.
         admission, storage: as for ``ReplayBuffer``; an instance is copied into every shard, a
             callable ``f(shard_index)`` builds one per shard (needed for ``MemmapStorage`` folders).
         seed: seeds the driver's shard choice and every shard's generator.
@@ -108,31 +78,10 @@ class ShardedReplayBuffer:
         actor_options: Mapping[str, Any] | None = None,
         _restore: dict[str, Any] | None = None,
     ) -> None:
-        num_shards = _positive_int(num_shards, "num_shards")
-        if num_shards > idmod.MAX_SHARDS:
-            raise ReplayBankError(f"num_shards={num_shards} exceeds {idmod.MAX_SHARDS} (ids keep 7 bits for the shard)")
-        capacity = _positive_int(capacity, "capacity")
-        if capacity < num_shards:
-            raise ReplayBankError(f"capacity={capacity} is smaller than num_shards={num_shards}; every shard needs a slot")
-        if not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise ReplayBankError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or not 0 <= max_restarts < idmod.MAX_GENERATIONS - 1:
-            raise ReplayBankError(f"max_restarts must be an integer in [0, {idmod.MAX_GENERATIONS - 2}], got {max_restarts!r}")
-        sampler = Uniform() if sampler is None else sampler
-        probe = sampler(0) if callable(sampler) and not hasattr(sampler, "sample") else sampler
-        if type(probe) not in (Uniform, Prioritized):
-            raise ReplayBankError(
-                f"sampler={type(probe).__name__}: a sharded buffer samples exactly only with Uniform or "
-                "Prioritized (the others have no exact global form over shards)"
-            )
-        if isinstance(storage, MemmapStorage) and num_shards > 1:
-            raise ReplayBankError(
-                "storage=MemmapStorage(...) would put every shard in one folder; pass "
-                "storage=lambda shard: MemmapStorage(f'dir/shard-{shard}') instead"
-            )
-        if getattr(storage, "supports_ragged", False):
-            raise ReplayBankError("storage: ragged columns are not supported by ShardedReplayBuffer yet")
-        ray = _ray()
+        num_shards, capacity, sampler, probe = check_options(
+            num_shards, capacity, timeout, max_restarts, sampler, storage
+        )
+        ray = remote.ray_module()
         self.num_shards = num_shards
         self.capacity = capacity
         self.prioritized = isinstance(probe, Prioritized)
@@ -144,19 +93,7 @@ class ShardedReplayBuffer:
         self._next = 0
         self._spec: Spec | None = None
         self._lock = threading.Lock()
-        if max_restarts and checkpoint_dir is None:
-            checkpoint_dir = tempfile.mkdtemp(prefix="replaybank-shards-")
-        self.checkpoint_dir = checkpoint_dir
-        if checkpoint_dir is not None:
-            root = Path(checkpoint_dir)
-            if (root / manifest_mod.MANIFEST).exists():
-                raise ReplayBankError(
-                    f"checkpoint_dir={checkpoint_dir!r} already holds a checkpoint; resume it with "
-                    "ShardedReplayBuffer.load(checkpoint_dir) or choose an empty folder"
-                )
-            if (root / "generations").is_dir():
-                for stale in (root / "generations").glob("shard-*.json"):
-                    stale.unlink()
+        self.checkpoint_dir = checkpoint_dir = prepare_checkpoint_dir(checkpoint_dir, max_restarts)
         options = {"num_cpus": 0, **(actor_options or {})}
         options.update(max_restarts=max_restarts, max_task_retries=0)
         actor = ray.remote(Shard).options(**options)
@@ -197,33 +134,8 @@ class ShardedReplayBuffer:
     def get(self, refs: Any, shards: Sequence[int] | None = None, *, timeout: float | None = None) -> Any:
         """``ray.get`` with this buffer's timeout and clear errors: ``ShardFailedError`` when a
         shard died, ``ShardTimeoutError`` when it did not answer, the original error for bad input."""
-        ray = _ray()
-        single = not isinstance(refs, list)
-        refs_list = [refs] if single else refs
-        where = list(shards) if shards is not None else [None] * len(refs_list)
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        out = []
-        for ref, shard in zip(refs_list, where):
-            name = "a shard" if shard is None else f"shard {shard}"
-            try:
-                out.append(ray.get(ref, timeout=max(deadline - time.monotonic(), 0.0)))
-            except ray.exceptions.GetTimeoutError:
-                raise ShardTimeoutError(
-                    f"{name} did not answer within {self.timeout:g} s (is it overloaded, or restarting?); "
-                    "raise timeout= or check the Ray logs"
-                ) from None
-            except ray.exceptions.RayActorError as err:
-                raise ShardFailedError(
-                    f"{name} died during the call ({type(err).__name__}); the call may or may not have "
-                    "taken effect. With max_restarts > 0 it restarts from its last checkpoint() and later "
-                    "calls succeed"
-                ) from err
-            except ray.exceptions.RayTaskError as err:
-                cause = getattr(err, "cause", None)
-                if isinstance(cause, BaseException):
-                    raise cause from None
-                raise
-        return out[0] if single else out
+        wait = self.timeout if timeout is None else timeout
+        return remote.get(refs, shards, wait=wait, timeout=self.timeout)
 
     def _acquire(self, what: str, n: int, timeout: Any) -> None:
         if self.limiter is None:
@@ -333,13 +245,9 @@ class ShardedReplayBuffer:
         self._acquire("sample", batch_size, timeout)
         try:
             stats = self.stats()
-            mass = np.array([m for _, m, _ in stats])
-            if sum(size for size, _, _ in stats) == 0:
-                raise EmptyBufferError("cannot sample from an empty sharded buffer; extend() it first")
-            if mass.sum() <= 0:
-                raise ReplayBankError("all stored priorities are zero (with eps=0); nothing can be sampled")
+            probabilities = shard_probabilities(stats)
             with self._lock:
-                counts = self._rng.multinomial(batch_size, mass / mass.sum())
+                counts = self._rng.multinomial(batch_size, probabilities)
             chosen = [int(s) for s in np.flatnonzero(counts)]
             refs = [self.shards[s].sample.remote(int(counts[s]), self.beta) for s in chosen]
         except BaseException:
@@ -348,27 +256,12 @@ class ShardedReplayBuffer:
         return PendingBatch(self, refs, chosen, stats)
 
     def sample(self, batch_size: int, *, timeout: float | None = None) -> Batch:
-        """Draw a batch over all shards (see the module docstring for the distribution)."""
+        """Draw a batch over all shards (the distribution is in :mod:`replaybank.dist.sampling`)."""
         return self.sample_async(batch_size, timeout=timeout).result()
 
     def _assemble(self, pending: PendingBatch) -> Batch:
         parts = self.get(pending.refs, pending.shards)
-        mins = [mn for _, _, mn in pending.stats]
-        for s, part in zip(pending.shards, parts):
-            mins[s] = part[3][2]  # the minimum when the shard sampled
-        global_min = min(mins)
-        data: dict[str, np.ndarray | Ragged] = {
-            name: np.concatenate([p[0][name] for p in parts]) for name in parts[0][0]
-        }
-        ids = np.concatenate([p[1] for p in parts])
-        weights = None
-        if self.prioritized:
-            beta = float(self.beta or 0.0)
-            weights = np.concatenate([
-                p[2] * np.float32((mins[s] / global_min) ** -beta if math.isfinite(global_min) else 1.0)
-                for s, p in zip(pending.shards, parts)
-            ]).astype(np.float32)
-        return Batch(data, ids, weights)
+        return assemble(parts, pending.shards, pending.stats, self.prioritized, self.beta)
 
     def get_items(self, ids: Any) -> dict[str, np.ndarray]:
         """The stored rows of ``ids``, in order."""
@@ -410,7 +303,7 @@ class ShardedReplayBuffer:
 
     def close(self) -> None:
         """Kill the shard and limiter actors (waiting rate-limited calls get ``RateLimiterClosed``)."""
-        ray = _ray()
+        ray = remote.ray_module()
         if self.limiter is not None:
             self.get(self.limiter.close.remote())
             ray.kill(self.limiter)
