@@ -6,8 +6,9 @@
 """
 
 from .base import Sampler, View
-from .prioritized import Prioritized, PrioritizedReshuffled
+from .prioritized import Prioritized
 from .reshuffled import Reshuffled
+from .rrm import PrioritizedReshuffled
 from .trajectories import Trajectories
 from .uniform import Uniform
 

@@ -1,4 +1,9 @@
-"""Prioritized replay (Schaul et al. 2016) and its random-reshuffling variant (RR-M)."""
+"""Prioritized replay (Schaul et al. 2016), with the priority checks and the sum-tree leaf limit
+the buffer and the other samplers share.
+
+Its random-reshuffling variant, ``PrioritizedReshuffled`` (RR-M), is in :mod:`.rrm`; the name
+is also importable from here.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from ..checks import (
     state_array,
     state_number,
 )
-from ..errors import InvalidArgumentError, InvalidStateError, InvalidTypeError, ReplayBankError
+from ..errors import InvalidArgumentError, InvalidTypeError, ReplayBankError
 from .base import SamplerBase, View, check_can_sample
 from .sumtree import make_pair
 
@@ -252,171 +257,10 @@ class Prioritized(SamplerBase):
         return None
 
 
-class PrioritizedReshuffled(Prioritized):
-    """Prioritized sampling with random reshuffling by masking (RR-M, Fujita 2025, arXiv 2503.02269).
+def __getattr__(name: str) -> Any:
+    # PrioritizedReshuffled subclasses Prioritized, so rrm.py imports this module: resolved lazily
+    if name == "PrioritizedReshuffled":
+        from .rrm import PrioritizedReshuffled
 
-    With-replacement prioritized sampling lets an item be drawn far more (or less) often than its
-    probability says. RR-M keeps each item's draw count at its expected count:
-
-    * expected count: ``E_i`` accrues ``batch_size * P_t(i)`` at every sample call ``t`` (computed
-      lazily: a global accumulator of ``batch_size / total_mass`` times the item's scaled priority,
-      re-anchored whenever that priority changes);
-    * masking: an item is eligible for a draw only while its draw count ``C_i <= E_i``. Draws come
-      from ``P`` restricted to the eligible items, kept in a second sum tree: stratified over its
-      mass, and a draw that would take an item past ``E_i + 1`` is redrawn from the tree with
-      that item masked. A masked item returns to the tree at the call where ``E_i`` reaches
-      ``C_i`` (a min tree over those moments finds them). If no stored item is eligible (possible
-      only after evictions or priorities set to zero), the accumulator advances to the first
-      such moment, as if calls had passed.
-
-    Guarantee (tested): at every moment ``C_i <= E_i + 1`` for every item, so no item is ever
-    drawn more than one draw ahead of its expected count; with a fixed set of items and
-    priorities ``sum_i C_i = sum_i E_i`` after each call, so each item's long-run frequency is
-    exactly ``P(i)``. An item whose expected count grows by more than one per call (``batch_size
-    * P(i) > 1``) is drawn several times in one batch, as plain PER would; otherwise a batch holds
-    an item twice only while it is catching up on draws it is owed.
-
-    With uniform priorities this is an epoch-like scheme: once drawn, an item waits about
-    ``N / batch_size`` calls before it can be drawn again. Importance weights are those of
-    ``Prioritized``, ``(N * P(i))^-beta`` normalised by the largest possible weight: ``P`` is the
-    frequency each item is actually drawn with over time (masking shifts draws between calls, not
-    their long-run share).
-    """
-
-    bytes_per_slot = 17 + 24 + 18  # trees, count/base/anchor, the mask tree
-
-    # Counts are integers and expected counts reals: "C <= E" is taken as C <= E + TOL, and a
-    # masked item's due time aims at E = C - TOL / 2, so rounding never flips a decision back.
-    TOL = 1e-6
-
-    def bind(self, capacity: int) -> None:
-        super().bind(capacity)
-        self.count = np.zeros(capacity)
-        self.base = np.zeros(capacity)  # expected count at the anchor
-        self.anchor = np.zeros(capacity)  # value of the accumulator at the anchor
-        self.accumulated = 0.0  # sum over calls of batch_size / total_mass
-        self.calls = 0
-        # The mask tree: its sum leaves hold the scaled priority of eligible items (what draws
-        # come from), its min leaves the due time of masked ones (the accumulator value at which
-        # E reaches C). The kernels' default branching: its updates are the hot part here.
-        self.mask = make_pair(capacity)
-
-    def _expected(self, slots: np.ndarray) -> np.ndarray:
-        return self.base[slots] + self.trees.leaves[slots] * (self.accumulated - self.anchor[slots])
-
-    def _reanchor(self, slots: np.ndarray) -> None:
-        self.base[slots] = self._expected(slots)
-        self.anchor[slots] = self.accumulated
-
-    def _due(self, slots: np.ndarray) -> np.ndarray:
-        with np.errstate(divide="ignore"):  # a masked item with priority 0 is due never (inf)
-            return self.anchor[slots] + (
-                self.count[slots] - self.TOL / 2 - self.base[slots]
-            ) / self.trees.leaves[slots]
-
-    def _sync(self, slots: np.ndarray, only_masked: bool = False) -> None:
-        """Put ``slots`` in the mask tree's sum (eligible) or, if ahead of their expected count,
-        in its min (due times); ``only_masked`` skips the ones that are still eligible."""
-        masked = self.count[slots] > self._expected(slots) + self.TOL
-        if only_masked:
-            slots, masked = slots[masked], masked[masked]
-        if len(slots):
-            sums = np.where(masked, 0.0, self.trees.leaves[slots])
-            self.mask.update_pair(slots, sums, np.where(masked, self._due(slots), 0.0))
-
-    def on_write(
-        self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View
-    ) -> None:
-        super().on_write(slots, rows, priorities, view)
-        self.count[slots] = 0.0
-        self.base[slots] = 0.0
-        self.anchor[slots] = self.accumulated
-        self._sync(slots)
-
-    def on_evict(self, slots: np.ndarray) -> None:
-        super().on_evict(slots)
-        self.mask.update_pair(slots, np.zeros(len(slots)), np.zeros(len(slots)))
-
-    def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        self._reanchor(slots)
-        super().update_priorities(slots, priorities)
-        self._sync(slots)  # repeated slots get the same values: harmless
-
-    def sample(
-        self, batch_size: int, view: View, rng: np.random.Generator
-    ) -> tuple[np.ndarray, np.ndarray]:
-        check_can_sample(batch_size, view, True, "PrioritizedReshuffled")
-        self._check_mass()
-        self.accumulated += batch_size / self.trees.total
-        self.calls += 1
-        self._unmask()
-        found: list[np.ndarray] = []
-        need, stratified = batch_size, True
-        while need:
-            total = self.mask.total
-            if not total > 0:  # nothing eligible: let time pass until something is
-                due = self.mask.minimum
-                if not np.isfinite(due):  # every item is masked with priority 0: cannot happen
-                    raise ReplayBankError("PrioritizedReshuffled: no stored item can be drawn")
-                self.accumulated = max(self.accumulated, due)
-                self._unmask()
-                continue
-            u = rng.random(need)
-            mass = (np.arange(need) + u) * (total / need) if stratified else u * total
-            candidates = self.mask.find(mass)
-            stratified = False
-            ok = self._accept(candidates)
-            found.append(candidates[ok])
-            need -= int(ok.sum())
-            self._sync(candidates, only_masked=True)  # items now ahead of E leave the draw
-        slots = found[0] if len(found) == 1 else np.concatenate(found)
-        return slots, self.trees.weights(slots, self.beta)
-
-    def _unmask(self) -> None:
-        back = self.mask.below(self.accumulated)
-        if len(back):
-            self.mask.update_pair(back, self.trees.leaves[back], np.zeros(len(back)))
-
-    def _accept(self, candidates: np.ndarray) -> np.ndarray:
-        """Accept candidate draws in order, each while its item's count is <= its expected count
-        (the k-th candidate of an item passes iff ``C + k <= E``); counts the accepted ones."""
-        order = np.argsort(candidates, kind="stable")
-        ranked = candidates[order]
-        index = np.arange(len(ranked))
-        first = np.ones(len(ranked), dtype=bool)
-        first[1:] = ranked[1:] != ranked[:-1]
-        rank = index - np.maximum.accumulate(np.where(first, index, 0))
-        ok = np.empty(len(candidates), dtype=bool)
-        ok[order] = self.count[ranked] + rank <= self._expected(ranked) + self.TOL
-        np.add.at(self.count, candidates[ok], 1.0)
-        return ok
-
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state.update(
-            count=self.count,
-            base=self.base,
-            anchor=self.anchor,
-            accumulated=self.accumulated,
-            calls=self.calls,
-        )
-        return state
-
-    _state_keys = (*Prioritized._state_keys, "count", "base", "anchor", "accumulated", "calls")
-    _legacy_keys = ("stamp",)  # saves before the exact RR-M kept a per-slot stamp; not needed now
-
-    def _load_extra(self, state: dict[str, Any], scaled: np.ndarray) -> None:
-        who, shape = type(self).__name__, (self.capacity,)
-        count = state_array(state, "count", who, shape=shape, low=0.0)
-        base = state_array(state, "base", who, shape=shape, low=0.0)
-        accumulated = state_number(state, "accumulated", who, low=0.0)
-        anchor = state_array(state, "anchor", who, shape=shape, low=0.0, high=accumulated)
-        calls = state_number(state, "calls", who, integer=True, low=0)
-        if (count != np.round(count)).any():
-            raise InvalidStateError(f"{who} state['count']: draw counts must be whole numbers")
-        self.count[:], self.base[:], self.anchor[:] = count, base, anchor
-        self.accumulated, self.calls = accumulated, calls
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self._sync(np.arange(self.capacity))
+        return PrioritizedReshuffled
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
