@@ -62,7 +62,7 @@ def test_environment_protocols():
     assert isinstance(env, Environment) and isinstance(env, TaskSource) and isinstance(QxChecker(), Checker)
     assert not isinstance(QxChecker(), Environment)
     with pytest.raises(ValueError, match="levels"):
-        QxEnvironment(levels=(4,))
+        QxEnvironment(levels=(5,))
     with pytest.raises(ValueError, match="split 'test'"):
         env.tasks(1, split="test")  # type: ignore[arg-type]
 

@@ -17,6 +17,24 @@ An environment is a **task source** (``tasks(n, split=..., seed=...)``) plus a *
     >>> run_check(env, env.tasks(2)[1], " 2")
     Verdict(success=True, reward=1.0, credit={}, detail='')
 
+An environment that can also **run calls** has a third method, ``execute(task, output)``
+(:class:`ToolEnvironment`): given one agent turn, it returns ``(call, result)``, the call as
+recorded and the text the agent is shown next as a tool turn, or None when the turn makes no
+call. The loop then acts turn by turn (:mod:`replaybank.llm.loop.act`): the agent writes one call,
+the environment executes it, the result goes back as a ``tool`` message, the agent writes the
+next call or stops; :func:`turn_budget` bounds the turns. The checker still judges the whole
+episode: ``check(task, output)`` gets every turn's output, joined by newlines.
+
+    >>> class Counter(Sums):
+    ...     def execute(self, task, output):
+    ...         if "add" not in output:
+    ...             return None                      # no call: the episode ends
+    ...         return "add", f"count={output.count('add')}"
+    >>> isinstance(Counter(), ToolEnvironment), isinstance(env, ToolEnvironment)
+    (True, False)
+    >>> run_execute(Counter(), Task("t", "Add."), "add add")
+    ('add', 'count=2')
+
 The embedded default is :class:`QxEnvironment`: the qx tool API of :mod:`replaybank.llm.toolapi`
 as a ladder of tasks, judged by :func:`replaybank.episodic.qx.score`. Tasks can also be read from a
 JSONL file (:class:`JsonlTasks`), one object per line::
@@ -41,7 +59,7 @@ from replaybank.errors import ReplayBankError
 from replaybank.jsonl import iter_jsonl
 
 from .episode import Task, Verdict
-from .qx import SCHEMA, parse_calls, score
+from .qx import SCHEMA, execute, make_step, parse_calls, score
 
 Split = Literal["train", "heldout"]
 SPLITS: tuple[str, ...] = ("train", "heldout")
@@ -74,6 +92,57 @@ class Environment(TaskSource, Checker, Protocol):
     """A task source and a checker in one object."""
 
 
+@runtime_checkable
+class ToolEnvironment(Environment, Protocol):
+    """An environment that also runs the agent's calls, so episodes can have several turns."""
+
+    def execute(self, task: Task, output: str) -> tuple[str, str] | None:
+        """Run the call(s) of one agent turn: ``(call, result)`` (the call as recorded, the text
+        shown to the agent as the next tool turn), or None when ``output`` makes no call. A call
+        that must not run (e.g. it fails the tool schema) is not executed; its result says why."""
+        ...
+
+
+def turn_budget(task: Task, max_turns: int) -> int:
+    """How many turns an episode of ``task`` may take: one per expected call (at least one), or
+    ``max_turns`` when the task does not say (no ``expected``); never more than ``max_turns``.
+
+    An episode also ends early, at the first turn that makes no call.
+
+    Example:
+        >>> t2 = Task("t", "x", expected=("<<qx a.b; k=1>>", "<<qx c.d; k=2>>"))
+        >>> turn_budget(t2, 4), turn_budget(t2, 1), turn_budget(Task("u", "y"), 4)
+        (2, 1, 4)
+    """
+    if max_turns < 1:
+        raise ReplayBankError(f"max_turns must be at least 1, got {max_turns!r}")
+    return min(max_turns, len(task.expected)) if task.expected else max_turns
+
+
+def run_execute(env: ToolEnvironment, task: Task, output: str) -> tuple[str, str] | None:
+    """``env.execute(task, output)``, with failures turned into :class:`CheckerError`.
+
+    Raises:
+        CheckerError: ``execute`` raised (the message names the task and the original error) or
+            returned something other than None or a ``(call, result)`` pair of strings.
+    """
+    try:
+        got = env.execute(task, output)
+    except Exception as err:
+        raise CheckerError(
+            f"environment {type(env).__name__}.execute raised on task {task.id!r} ({task.text[:60]!r}): "
+            f"{type(err).__name__}: {err}"
+        ) from err
+    if got is not None and not (
+        isinstance(got, tuple) and len(got) == 2 and all(isinstance(x, str) for x in got)
+    ):
+        raise CheckerError(
+            f"environment {type(env).__name__}.execute returned {got!r} for task {task.id!r}; "
+            "expected None or a (call, result) pair of strings"
+        )
+    return got
+
+
 def run_check(checker: Checker, task: Task, output: str) -> Verdict:
     """``checker.check(task, output)``, with failures turned into :class:`CheckerError`.
 
@@ -102,10 +171,22 @@ def task_id(text: str, prefix: str = "t") -> str:
 
 
 class QxChecker:
-    """Judges qx calls against ``task.expected`` (argument-level credit; see :mod:`.qx`)."""
+    """Judges qx calls against ``task.expected`` (argument-level credit; see :mod:`.qx`) and runs
+    them on the simulated qx runtime (:func:`replaybank.episodic.qx.execute`).
+
+    Example:
+        >>> QxChecker().execute(Task("t", "x"), "<<qx cart.add; sku=tea; qty=2>>")
+        ('<<qx cart.add; sku=tea; qty=2>>', 'ok cart.add sku=tea qty=2 total=918')
+        >>> QxChecker().execute(Task("t", "x"), "<<qx cart.add; sku=tea>>")[1]
+        'error: cart.add: missing required argument qty'
+    """
 
     def check(self, task: Task, output: str) -> Verdict:
         return score(task.expected, output)
+
+    def execute(self, task: Task, output: str) -> tuple[str, str] | None:
+        step = make_step(task.text, output)
+        return None if step.call is None or step.result is None else (step.call, step.result)
 
 
 _COPY = {  # level 1: every argument value appears verbatim in the request
@@ -116,7 +197,8 @@ _COPY = {  # level 1: every argument value appears verbatim in the request
     "cart.add": "Add {sku} to the cart, qty {qty}.",
 }
 LEVELS = {1: "copy: argument values appear verbatim", 2: "convert: units, case and format",
-          3: "two calls: two level-2 requests in one"}
+          3: "two calls: two level-2 requests in one",
+          4: "chain: the second call needs a value the first call returned"}
 
 
 class QxEnvironment(QxChecker):
@@ -125,7 +207,10 @@ class QxEnvironment(QxChecker):
     Level 1 (copy) states every argument in its final form ("Set a timer: dur 300s, tag tea.");
     level 2 (convert) is the natural request of :mod:`replaybank.llm.toolapi` ("Set a timer for
     5 minutes for the tea."); level 3 joins two level-2 requests of different tools and expects
-    both calls in order. Tasks cycle through ``levels``. The split is fixed by a hash of the
+    both calls in order; level 4 chains two calls through a result: a level-2 ``cart.add``
+    request, then "send <name> the total", whose ``cents`` is the ``total=`` the runtime returned
+    for the first call (:func:`replaybank.episodic.qx.execute`), so it cannot be written before
+    that result is seen. Tasks cycle through ``levels``. The split is fixed by a hash of the
     expected call (``heldout_fraction`` of calls are held out), so a held-out task never has an
     answer (or a request) that a train task has, whatever ``n`` and ``seed``.
 
@@ -159,6 +244,8 @@ class QxEnvironment(QxChecker):
         from replaybank.llm.toolapi import generate_examples
 
         pool_size = int(3 * n / min(self.heldout_fraction, 1 - self.heldout_fraction)) + 64
+        if 4 in self.levels:  # a chain uses two requests, and its payment call must be in the split
+            pool_size *= 2
         rows = generate_examples(pool_size, seed=seed)
         pool = [r for r in rows if self._split_of(r["response"]) == split]
         out: list[Task] = []
@@ -166,6 +253,18 @@ class QxEnvironment(QxChecker):
         i = 0
         while len(out) < n and i < len(pool):
             level = self.levels[len(out) % len(self.levels)]
+            if level == 4:  # a cart.add request, paid to someone so that the payment call is in this split
+                j = next((j for j in range(i, len(pool)) if _tool(pool[j]) == "cart.add"), None)
+                if j is None:
+                    break
+                names = np.random.default_rng([seed, len(out), j]).permutation(len(_PAYEES))
+                task = next((t for t in (_chain(pool[j], _PAYEES[int(m)]) for m in names)
+                             if self._split_of(t.expected[1]) == split), None)
+                pool.pop(j)
+                if task is not None and task.id not in seen:
+                    seen.add(task.id)
+                    out.append(task)
+                continue
             parts = [pool[i]]
             i += 1
             if level == 3:  # the second request: the next one that uses another tool
@@ -196,6 +295,18 @@ def _make(level: int, rows: Sequence[dict[str, str]]) -> Task:
         text = f"{rows[0]['prompt']} Also: {rows[1]['prompt']}"
     family = "+".join(c.tool for c in calls)
     return Task(task_id(text, "qx"), text, family, level, tuple(r["response"] for r in rows))
+
+
+_PAYEES = ("Anna", "Bilal", "Chen", "Dora", "Emeka", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kemi", "Lars")
+
+
+def _chain(row: dict[str, str], payee: str) -> Task:
+    """Level 4: add items to the cart, then pay ``payee`` the total the runtime returned."""
+    cart = parse_calls(row["response"])[0]
+    total = execute(cart).rsplit("total=", 1)[1]
+    text = f"{row['prompt']} Then send {payee} the total."
+    pay = f"<<qx purse.send; to=@{payee.lower()}; cents={total}>>"
+    return Task(task_id(text, "qx"), text, "cart.add>purse.send", 4, (row["response"], pay))
 
 
 class JsonlTasks:
