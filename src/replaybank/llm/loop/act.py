@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,6 +137,7 @@ def attempt(
     max_calls: int = 1,
     max_turns: int = 1,
     desc: str | None = None,
+    generate_fn: Callable[..., Any] | None = None,
 ) -> tuple[list[Attempt], dict[str, float]]:
     """Act out one episode per (task, prompt) and check it.
 
@@ -148,6 +149,8 @@ def attempt(
     Args:
         max_new_tokens: the generation budget of each turn.
         seed: sampling seed of the first turn (later turns: :func:`turn_seed`).
+        generate_fn: stands in for :func:`~replaybank.llm.eval.generate.generate_detailed`
+            (tests script the agent with it).
 
     Returns:
         ``(attempts, stats)``; stats: ``seconds``, ``tokens`` (generated, stop tokens
@@ -158,7 +161,9 @@ def attempt(
         CheckerError: the environment's checker or ``execute`` raised or returned something
             invalid (the message names the environment and the task).
     """
-    from replaybank.llm.eval.generate import generate_detailed
+    if generate_fn is None:
+        from replaybank.llm.eval.generate import generate_detailed
+    generate = generate_fn or generate_detailed
 
     runs_calls = isinstance(env, ToolEnvironment)
     per_turn = 1 if runs_calls else max_calls
@@ -178,7 +183,7 @@ def attempt(
     turn = 0
     while active:
         texts = [_render(tokenizer, convs[i], add_generation_prompt=True) for i in active]
-        gens = generate_detailed(
+        gens = generate(
             model, tokenizer, texts, max_new_tokens=max_new_tokens, batch_size=batch_size,
             desc=desc if turn == 0 or desc is None else f"{desc} turn {turn + 1}",
             rendered=True, temperature=temperature, seed=turn_seed(seed, turn), stop_when=stop,

@@ -181,7 +181,7 @@ def evaluate(
     from replaybank.llm.eval.suite import evaluate_suite
 
     lp = cfg.loop
-    kw = {"max_new_tokens": lp.max_new_tokens, "batch_size": lp.generation_batch_size, "max_calls": max_calls,
+    kw: dict[str, Any] = {"max_new_tokens": lp.max_new_tokens, "batch_size": lp.generation_batch_size, "max_calls": max_calls,
           "max_turns": lp.max_turns}
     tag = f"gen {generation} eval"
     sys_ = lp.system_prompt
