@@ -58,7 +58,7 @@ import numpy as np
 from replaybank.errors import ReplayBankError
 from replaybank.jsonl import iter_jsonl
 
-from .episode import Task, Verdict
+from .episode import Episode, Task, Verdict, demonstration
 from .qx import SCHEMA, execute, make_step, parse_calls, score
 
 Split = Literal["train", "heldout"]
@@ -168,6 +168,32 @@ def run_check(checker: Checker, task: Task, output: str) -> Verdict:
 def task_id(text: str, prefix: str = "t") -> str:
     """A stable id for a request: ``prefix-`` and 12 hex digits of its sha1."""
     return f"{prefix}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+
+
+def demonstrate(env: Environment, task: Task) -> Episode:
+    """A demonstration of ``task`` from its expected answers, as a user seeds a store with.
+
+    With an environment that runs calls (:class:`ToolEnvironment`): one turn per expected call,
+    each executed, so the next turn is shown its result (a multi-turn demonstration, every step
+    with its call and result). Otherwise one answer holding every expected call.
+
+    Example:
+        >>> t = QxEnvironment(levels=(4,)).tasks(1, seed=1)[0]
+        >>> for m in demonstrate(QxEnvironment(), t).messages():
+        ...     print(f"{m['role']:>9}: {m['content']}")
+             user: I need 4 paper towels, add them to the list. Then send Goran the total.
+        assistant: <<qx cart.add; sku=paper_towels; qty=4>>
+             tool: ok cart.add sku=paper_towels qty=4 total=996
+        assistant: <<qx purse.send; to=@goran; cents=996>>
+
+    Raises:
+        CheckerError: the environment's ``execute`` raised or returned something invalid.
+    """
+    if not isinstance(env, ToolEnvironment):
+        return demonstration(task, [" ".join(task.expected)])
+    ran = [run_execute(env, task, call) for call in task.expected]
+    return demonstration(task, list(task.expected), [r[1] if r else None for r in ran],
+                         [r[0] if r else None for r in ran])
 
 
 class QxChecker:

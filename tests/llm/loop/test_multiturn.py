@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from replaybank.episodic import EpisodeStore, Step, Task
-from replaybank.episodic.env import CheckerError, QxEnvironment, run_check
+from replaybank.episodic.env import CheckerError, QxEnvironment, demonstrate, run_check
 from replaybank.episodic.export import training_rows
 from replaybank.episodic.qx import make_step
 from replaybank.llm.config import ConfigError
@@ -21,7 +21,6 @@ from replaybank.llm.loop.act import (
     attempt,
     build_prompts,
     call_end,
-    demo_episode,
     to_episode,
     turn_seed,
 )
@@ -183,12 +182,12 @@ def test_an_execute_that_raises_names_the_environment_and_task(smol_tok, mixed):
 def test_multi_turn_demonstrations_show_each_result_before_the_next_call():
     env = QxEnvironment()
     chain = QxEnvironment(levels=(4,)).tasks(1, seed=3)[0]
-    demo = demo_episode(env, chain)
+    demo = demonstrate(env, chain)
     assert [s.output for s in demo.steps] == list(chain.expected)
     assert demo.steps[1].prompt == demo.steps[0].result and "total=" in str(demo.steps[0].result)
     assert run_check(env, chain, demo.output).success
     single = QxEnvironment(levels=(2,)).tasks(1, seed=3)[0]
-    assert demo_episode(env, single).steps == (make_step(single.text, single.expected[0]),)
+    assert demonstrate(env, single).steps == (make_step(single.text, single.expected[0]),)
 
 
 def _one_answer_protocol(model, tok, env, tasks, prompts, *, generate, seed):
@@ -217,7 +216,7 @@ def test_levels_1_and_2_are_acted_exactly_as_one_answer(smol_tok, tmp_path):
     env = QxEnvironment(levels=(1, 2))
     tasks = env.tasks(8, seed=4)
     with EpisodeStore(tmp_path / "ep.db") as store:
-        store.add_many([demo_episode(env, t) for t in env.tasks(4, seed=9)])
+        store.add_many([demonstrate(env, t) for t in env.tasks(4, seed=9)])
         from replaybank.episodic.retrieval import Retriever
 
         prompts = build_prompts(tasks, Retriever.from_store(store), 2, system=SYSTEM)  # replayed context too

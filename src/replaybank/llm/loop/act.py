@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.episodic import Episode, Step, Task, Verdict, demonstration
+from replaybank.episodic import Episode, Step, Task, Verdict
 from replaybank.episodic.env import (
     Environment,
     ToolEnvironment,
@@ -229,28 +229,6 @@ def to_episode(a: Attempt, *, generation: int, adapter: str, seed: int, started_
         seed=seed, context=tuple(a.messages[:-1]), replayed=a.replayed, started_at=started_at,
         finished_at=time.time(),
     )
-
-
-def demo_episode(env: Environment, task: Task) -> Episode:
-    """A demonstration of ``task`` from its expected calls, as the loop seeds the store with.
-
-    With an environment that runs calls, one turn per expected call, each executed so the next
-    turn is shown its result (a multi-turn demonstration); else one answer with every call.
-
-    Example:
-        >>> from replaybank.episodic.env import QxEnvironment
-        >>> t = QxEnvironment(levels=(4,)).tasks(1, seed=1)[0]
-        >>> [(m["role"], m["content"]) for m in demo_episode(QxEnvironment(), t).messages()]  # doctest: +NORMALIZE_WHITESPACE
-        [('user', 'I need 4 paper towels, add them to the list. Then send Goran the total.'),
-         ('assistant', '<<qx cart.add; sku=paper_towels; qty=4>>'),
-         ('tool', 'ok cart.add sku=paper_towels qty=4 total=996'),
-         ('assistant', '<<qx purse.send; to=@goran; cents=996>>')]
-    """
-    if not isinstance(env, ToolEnvironment):
-        return demonstration(task, [" ".join(task.expected)])
-    ran = [run_execute(env, task, call) for call in task.expected]
-    return demonstration(task, list(task.expected), [r[1] if r else None for r in ran],
-                         [r[0] if r else None for r in ran])
 
 
 def summarise(attempts: Sequence[Attempt]) -> dict[str, Any]:

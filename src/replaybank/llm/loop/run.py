@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.episodic import EpisodeStore, Task
-from replaybank.episodic.env import Environment, JsonlTasks, QxChecker, QxEnvironment
+from replaybank.episodic.env import Environment, JsonlTasks, QxChecker, QxEnvironment, demonstrate
 from replaybank.episodic.retrieval import Retriever
-from replaybank.llm.loop.act import attempt, build_prompts, demo_episode, summarise, to_episode
+from replaybank.llm.loop.act import attempt, build_prompts, summarise, to_episode
 from replaybank.llm.loop.config import LoopConfig
 from replaybank.llm.loop.consolidate import (
     consolidate,
@@ -108,7 +108,7 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Log = print, env: Environment |
         state["rehearsal"] = reh_manifest
         state["suite_base"] = {"families": suite.base["families"], "n": suite.base["n"]}
         if demos and not store.episodes(source="demo", limit=1):
-            store.add_many([demo_episode(env, t) for t in demos])
+            store.add_many([demonstrate(env, t) for t in demos])
             log(f"store seeded with {len(demos)} demonstrations")
         if state["finished"] > 0:
             adapter = load_adapter(model, out / "adapters" / f"gen{state['finished']}")
