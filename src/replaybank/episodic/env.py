@@ -17,23 +17,41 @@ An environment is a **task source** (``tasks(n, split=..., seed=...)``) plus a *
     >>> run_check(env, env.tasks(2)[1], " 2")
     Verdict(success=True, reward=1.0, credit={}, detail='')
 
-An environment that can also **run calls** has a third method, ``execute(task, output)``
-(:class:`ToolEnvironment`): given one agent turn, it returns ``(call, result)``, the call as
-recorded and the text the agent is shown next as a tool turn, or None when the turn makes no
-call. The loop then acts turn by turn (:mod:`replaybank.llm.loop.act`): the agent writes one call,
-the environment executes it, the result goes back as a ``tool`` message, the agent writes the
-next call or stops; :func:`turn_budget` bounds the turns. The checker still judges the whole
-episode: ``check(task, output)`` gets every turn's output, joined by newlines.
+An environment that can also **run calls** has a third method, ``execute(task, output, steps)``
+(:class:`ToolEnvironment`): given one agent turn and the episode's earlier steps, it returns
+``(call, result)``, the call as recorded and the text the agent is shown next as a tool turn, or
+None when the turn makes no call. The loop then acts turn by turn (:mod:`replaybank.llm.loop.act`):
+the agent writes one call, the environment executes it, the result goes back as a ``tool``
+message, the agent writes the next call or stops; :func:`turn_budget` bounds the turns. The
+checker still judges the whole episode: ``check(task, output)`` gets every turn's output, joined
+by newlines. ``execute`` reads any state from ``steps`` (episodes are acted in batches, so one
+environment object serves many at once). A stock of apples whose second call needs the first
+result:
 
-    >>> class Counter(Sums):
-    ...     def execute(self, task, output):
-    ...         if "add" not in output:
-    ...             return None                      # no call: the episode ends
-    ...         return "add", f"count={output.count('add')}"
-    >>> isinstance(Counter(), ToolEnvironment), isinstance(env, ToolEnvironment)
+    >>> class Stock:
+    ...     def tasks(self, n, *, split="train", seed=0):
+    ...         return [Task(f"stock-{split}-{i}", f"Add {i + 2} apples, then as many as you have.",
+    ...                      "stock", 2, (f"add {i + 2}", f"add {i + 2}")) for i in range(n)]
+    ...     def execute(self, task, output, steps=()):
+    ...         words = output.split()
+    ...         if words[:1] != ["add"]:
+    ...             return None                                  # no call: the episode ends
+    ...         if len(words) != 2 or not words[1].isdigit():
+    ...             return output, "error: write add <number>"   # refused, not executed
+    ...         before = sum(int(s.call.split()[1]) for s in steps if str(s.result).startswith("ok"))
+    ...         return f"add {words[1]}", f"ok, you have {before + int(words[1])}"
+    ...     def check(self, task, output):
+    ...         calls = output.splitlines()
+    ...         credit = {str(i): float(calls[i:i + 1] == [e]) for i, e in enumerate(task.expected)}
+    ...         return Verdict(calls == list(task.expected), sum(credit.values()) / max(len(credit), 1), credit)
+    >>> stock = Stock()
+    >>> isinstance(stock, ToolEnvironment), isinstance(env, ToolEnvironment)
     (True, False)
-    >>> run_execute(Counter(), Task("t", "Add."), "add add")
-    ('add', 'count=2')
+    >>> task = stock.tasks(1)[0]
+    >>> [m["content"] for m in demonstrate(stock, task).messages()]
+    ['Add 2 apples, then as many as you have.', 'add 2', 'ok, you have 2', 'add 2']
+    >>> run_check(stock, task, "add 2\\nadd 4")
+    Verdict(success=False, reward=0.5, credit={'0': 1.0, '1': 0.0}, detail='')
 
 The embedded default is :class:`QxEnvironment`: the qx tool API of :mod:`replaybank.llm.toolapi`
 as a ladder of tasks, judged by :func:`replaybank.episodic.qx.score`. Tasks can also be read from a
@@ -58,7 +76,7 @@ import numpy as np
 from replaybank.errors import ReplayBankError
 from replaybank.jsonl import iter_jsonl
 
-from .episode import Episode, Task, Verdict, demonstration
+from .episode import Episode, Step, Task, Verdict, demonstration
 from .qx import SCHEMA, execute, make_step, parse_calls, score
 
 Split = Literal["train", "heldout"]
@@ -96,10 +114,11 @@ class Environment(TaskSource, Checker, Protocol):
 class ToolEnvironment(Environment, Protocol):
     """An environment that also runs the agent's calls, so episodes can have several turns."""
 
-    def execute(self, task: Task, output: str) -> tuple[str, str] | None:
+    def execute(self, task: Task, output: str, steps: Sequence[Step] = ()) -> tuple[str, str] | None:
         """Run the call(s) of one agent turn: ``(call, result)`` (the call as recorded, the text
         shown to the agent as the next tool turn), or None when ``output`` makes no call. A call
-        that must not run (e.g. it fails the tool schema) is not executed; its result says why."""
+        that must not run (e.g. it fails the tool schema) is not executed; its result says why.
+        ``steps`` are the episode's earlier turns (recorded, with their calls and results)."""
         ...
 
 
@@ -119,15 +138,17 @@ def turn_budget(task: Task, max_turns: int) -> int:
     return min(max_turns, len(task.expected)) if task.expected else max_turns
 
 
-def run_execute(env: ToolEnvironment, task: Task, output: str) -> tuple[str, str] | None:
-    """``env.execute(task, output)``, with failures turned into :class:`CheckerError`.
+def run_execute(
+    env: ToolEnvironment, task: Task, output: str, steps: Sequence[Step] = ()
+) -> tuple[str, str] | None:
+    """``env.execute(task, output, steps)``, with failures turned into :class:`CheckerError`.
 
     Raises:
         CheckerError: ``execute`` raised (the message names the task and the original error) or
             returned something other than None or a ``(call, result)`` pair of strings.
     """
     try:
-        got = env.execute(task, output)
+        got = env.execute(task, output, tuple(steps))
     except Exception as err:
         raise CheckerError(
             f"environment {type(env).__name__}.execute raised on task {task.id!r} ({task.text[:60]!r}): "
@@ -191,9 +212,12 @@ def demonstrate(env: Environment, task: Task) -> Episode:
     """
     if not isinstance(env, ToolEnvironment):
         return demonstration(task, [" ".join(task.expected)])
-    ran = [run_execute(env, task, call) for call in task.expected]
-    return demonstration(task, list(task.expected), [r[1] if r else None for r in ran],
-                         [r[0] if r else None for r in ran])
+    steps: list[Step] = []
+    for i, call in enumerate(task.expected):
+        ran = run_execute(env, task, call, steps)
+        prompt = task.text if i == 0 else str(steps[-1].result)
+        steps.append(Step(prompt, call, *(ran or (None, None))))
+    return demonstration(task, list(task.expected), [s.result for s in steps], [s.call for s in steps])
 
 
 class QxChecker:
@@ -210,7 +234,9 @@ class QxChecker:
     def check(self, task: Task, output: str) -> Verdict:
         return score(task.expected, output)
 
-    def execute(self, task: Task, output: str) -> tuple[str, str] | None:
+    def execute(self, task: Task, output: str, steps: Sequence[Step] = ()) -> tuple[str, str] | None:
+        """The turn's calls, canonical, and the runtime's answers (the qx runtime keeps no state,
+        so ``steps`` is not read)."""
         step = make_step(task.text, output)
         return None if step.call is None or step.result is None else (step.call, step.result)
 

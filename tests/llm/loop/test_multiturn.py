@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replaybank.episodic import EpisodeStore, Step, Task
+from replaybank.episodic import EpisodeStore, Step, Task, Verdict
 from replaybank.episodic.env import CheckerError, QxEnvironment, demonstrate, run_check
 from replaybank.episodic.export import training_rows
 from replaybank.episodic.qx import make_step
@@ -83,7 +83,7 @@ def test_the_chain_needs_the_result_shown_at_the_tool_turn(smol_tok, mixed):
     class Mute(QxEnvironment):
         """Runs the calls but shows only 'ok': the total never reaches the agent."""
 
-        def execute(self, task, output):
+        def execute(self, task, output, steps=()):
             ran = super().execute(task, output)
             return None if ran is None else (ran[0], "ok")
 
@@ -165,14 +165,14 @@ def test_a_call_that_fails_the_schema_check_is_not_executed(smol_tok, mixed):
 
 def test_an_execute_that_raises_names_the_environment_and_task(smol_tok, mixed):
     class Broken(QxEnvironment):
-        def execute(self, task, output):
+        def execute(self, task, output, steps=()):
             raise KeyError("backend down")
 
     with pytest.raises(CheckerError, match=r"Broken.execute raised on task 'qx-.*KeyError: 'backend down'"):
         act(smol_tok, Broken(), mixed[:1], oracle({mixed[0].text: mixed[0].expected}))
 
     class Wrong(QxEnvironment):
-        def execute(self, task, output):
+        def execute(self, task, output, steps=()):
             return "ok"
 
     with pytest.raises(CheckerError, match=r"returned 'ok'.*expected None or a \(call, result\) pair"):
@@ -234,3 +234,46 @@ def test_levels_1_and_2_are_acted_exactly_as_one_answer(smol_tok, tmp_path):
         assert [(a.output, a.verdict, a.n_tokens, a.truncated, a.steps) for a in new] == old
     assert all(a.verdict.success for a in new)  # the scripted run made (and executed) real calls
     assert len({a.output for a in new}) == 8
+
+
+class Stock:
+    """A user's environment (docs/episodic.md): add apples, then as many as the stock shows."""
+
+    def tasks(self, n, *, split="train", seed=0):
+        return [Task(f"stock-{i}", f"Add {i + 2} apples, then as many as you have.", "stock", 2,
+                     (f"add {i + 2}", f"add {i + 2}")) for i in range(n)]
+
+    def execute(self, task, output, steps=()):
+        words = output.split()
+        if words[:1] != ["add"]:
+            return None
+        if len(words) != 2 or not words[1].isdigit():
+            return output, "error: write add <number>"
+        before = sum(int(s.call.split()[1]) for s in steps if str(s.result).startswith("ok"))
+        return f"add {words[1]}", f"ok, you have {before + int(words[1])} apples"
+
+    def check(self, task, output):
+        calls = output.splitlines()
+        credit = {str(i): float(calls[i:i + 1] == [e]) for i, e in enumerate(task.expected)}
+        return Verdict(calls == list(task.expected), sum(credit.values()) / max(len(credit), 1), credit)
+
+
+def test_a_user_environment_executes_calls_with_the_episode_so_far(smol_tok):
+    import re
+
+    def policy(conv, seed):  # adds the number of the request, then the stock it was shown, then stops
+        request, after = request_and_turn(conv)
+        if not after:
+            return "add " + re.findall(r"\d+", request)[0]
+        shown = re.findall(r"you have (\d+)", after[-1][1])
+        return f"add {shown[0]}" if shown else "done"
+
+    env = Stock()
+    attempts, _, gen = act(smol_tok, env, env.tasks(2), policy, max_turns=3)
+    assert all(a.verdict.success for a in attempts) and [len(c["texts"]) for c in gen.calls] == [2, 2]
+    assert [(s.call, s.result) for s in attempts[1].steps] == [("add 3", "ok, you have 3 apples"),
+                                                              ("add 3", "ok, you have 6 apples")]
+    # an open-ended run: the third turn sees the stock the first two built up, then the budget ends it
+    open_task = Task("open", "Add 2 apples, then keep doubling.")
+    (a,), _, _ = act(smol_tok, env, [open_task], policy, max_turns=3)
+    assert [s.result for s in a.steps] == ["ok, you have 2 apples", "ok, you have 4 apples", "ok, you have 8 apples"]

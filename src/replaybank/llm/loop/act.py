@@ -198,7 +198,7 @@ def attempt(
             if not runs_calls:
                 continue
             prompt = tasks[i].text if turn == 0 else convs[i][-1]["content"]
-            ran = run_execute(env, tasks[i], text)  # type: ignore[arg-type]
+            ran = run_execute(env, tasks[i], text, steps[i])  # type: ignore[arg-type]
             steps[i].append(Step(prompt, text, *(ran or (None, None))))
             if ran is not None and turn + 1 < budgets[i]:
                 convs[i] += [{"role": "assistant", "content": text}, {"role": "tool", "content": ran[1]}]
