@@ -28,7 +28,7 @@ from replaybank.llm.loop.config import LoopConfig
 from replaybank.llm.loop.consolidate import domain_rows
 from replaybank.llm.rows import _render
 
-from .scripted import Scripted, oracle, request_and_turn, seeded, turns  # type: ignore[import-not-found]
+from .scripted import JUNK, Scripted, oracle, request_and_turn, seeded, turns  # type: ignore[import-not-found]
 
 
 def act(tok, env, tasks, policy, *, max_turns=4, seed=5, prompts=None, max_calls=1):
@@ -69,7 +69,10 @@ def test_episodes_are_acted_turn_by_turn_and_every_step_is_recorded(smol_tok, mi
                            "<|im_start|>assistant\n")
     assert [r for r, _ in turns(second)] == ["system", "user", "assistant", "tool"]
     single = attempts[0]
-    assert single.steps == (make_step(single.task.text, single.task.expected[0]),) and single.n_tokens > 0
+    assert single.steps == (make_step(single.task.text, single.task.expected[0]),)
+    # each row stopped at its call's ">>": the junk the agent would have written next was never generated
+    call_tokens = len(smol_tok(single.task.expected[0], add_special_tokens=False)["input_ids"])
+    assert single.n_tokens == call_tokens and chain.n_tokens < 2 * call_tokens + len(smol_tok(JUNK)["input_ids"])
 
     with EpisodeStore(tmp_path / "ep.db") as store:
         store.add_many([to_episode(a, generation=1, adapter="x", seed=5, started_at=0.0) for a in attempts])
@@ -208,9 +211,6 @@ def _one_answer_protocol(model, tok, env, tasks, prompts, *, generate, seed):
 
 
 def test_levels_1_and_2_are_acted_exactly_as_one_answer(smol_tok, tmp_path):
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from replaybank.llm.eval.generate import generate_detailed
 
     env = QxEnvironment(levels=(1, 2))
@@ -220,13 +220,7 @@ def test_levels_1_and_2_are_acted_exactly_as_one_answer(smol_tok, tmp_path):
         from replaybank.episodic.retrieval import Retriever
 
         prompts = build_prompts(tasks, Retriever.from_store(store), 2, system=SYSTEM)  # replayed context too
-    torch.manual_seed(0)
-    config = LlamaConfig(  # the wide init of test_loop_units: each prompt gets its own tokens
-        vocab_size=len(smol_tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, tie_word_embeddings=True, initializer_range=1.0,
-        pad_token_id=smol_tok.pad_token_id, eos_token_id=smol_tok.eos_token_id,
-    )
-    model = LlamaForCausalLM(config)
+    model = _tiny_llama(smol_tok)
     for generate in (generate_detailed, Scripted(oracle({t.text: t.expected for t in tasks}))):
         new, _ = attempt(model, smol_tok, env, tasks, prompts, max_new_tokens=40, batch_size=8, temperature=1.0,
                          seed=11, max_turns=4, generate_fn=generate)
@@ -277,3 +271,38 @@ def test_a_user_environment_executes_calls_with_the_episode_so_far(smol_tok):
     open_task = Task("open", "Add 2 apples, then keep doubling.")
     (a,), _, _ = act(smol_tok, env, [open_task], policy, max_turns=3)
     assert [s.result for s in a.steps] == ["ok, you have 2 apples", "ok, you have 4 apples", "ok, you have 8 apples"]
+
+
+def _tiny_llama(smol_tok):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(  # the wide init of test_loop_units: each prompt gets its own tokens
+        vocab_size=len(smol_tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=True, initializer_range=1.0,
+        pad_token_id=smol_tok.pad_token_id, eos_token_id=smol_tok.eos_token_id,
+    )
+    return LlamaForCausalLM(config)
+
+
+def test_multi_turn_generation_with_a_real_model_is_the_same_batched_or_one_by_one(smol_tok):
+    class Echo(QxEnvironment):
+        """Takes any answer as a call, so a random model's episodes go on to their second turn."""
+
+        def execute(self, task, output, steps=()):
+            return output, f"ok {len(steps) + 1}"
+
+    model = _tiny_llama(smol_tok)
+    tasks = QxEnvironment(levels=(1, 3, 4)).tasks(6, seed=1)
+    prompts = build_prompts(tasks, None, 0, system=SYSTEM)
+
+    def run(batch_size):
+        return attempt(model, smol_tok, Echo(), tasks, prompts, max_new_tokens=6, batch_size=batch_size,
+                       max_turns=4)[0]
+
+    batched, single = run(8), run(1)
+    assert [(a.output, a.steps, a.n_tokens, a.verdict) for a in batched] == [
+        (a.output, a.steps, a.n_tokens, a.verdict) for a in single]
+    assert [len(a.steps) for a in batched] == [1, 2, 2, 1, 2, 2]
+    assert all(a.steps[1].prompt == "ok 1" for a in batched if len(a.steps) == 2)
