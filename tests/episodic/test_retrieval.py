@@ -81,7 +81,7 @@ def test_generations_filter_and_context_messages(store):
 
 
 def test_a_replayed_multi_turn_episode_shows_its_tool_turns(tmp_path):
-    from replaybank.episodic.env import demonstrate
+    from replaybank.episodic.turns import demonstrate
 
     env = QxEnvironment(levels=(4,))
     chain = env.tasks(1, seed=1)[0]

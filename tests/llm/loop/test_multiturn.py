@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from replaybank.episodic import EpisodeStore, Step, Task, Verdict
-from replaybank.episodic.env import CheckerError, QxEnvironment, demonstrate, run_check
+from replaybank.episodic.env import CheckerError, QxEnvironment, run_check
 from replaybank.episodic.export import training_rows
 from replaybank.episodic.qx import make_step
+from replaybank.episodic.turns import demonstrate
 from replaybank.llm.config import ConfigError
 from replaybank.llm.loop.act import (
     SYSTEM,

@@ -12,12 +12,12 @@ would go on (``end; end; ...``) is cut where its call ends. Each call is validat
 tool schema before it counts as executed (:func:`replaybank.episodic.qx.make_step`), and the
 environment's checker labels the answer (:func:`replaybank.episodic.env.run_check`).
 
-**Turns.** With an environment that runs calls (:class:`~replaybank.episodic.env.ToolEnvironment`,
+**Turns.** With an environment that runs calls (:class:`~replaybank.episodic.turns.ToolEnvironment`,
 such as the qx environment) an episode is acted turn by turn: each turn generates until the
 closing ``>>`` of one call; the environment executes the call (only if it passes the schema
 check; a refused call's result says why) and its result is appended to the conversation as a
 ``tool`` message; the agent then writes the next call, or no call, which ends the episode. An
-episode takes at most :func:`~replaybank.episodic.env.turn_budget` turns: one per expected call,
+episode takes at most :func:`~replaybank.episodic.turns.turn_budget` turns: one per expected call,
 capped at ``max_turns``. Turns are batched across episodes: turn ``t`` of every episode still
 going is one batched generation. A task with one expected call is therefore one turn, generated
 exactly as a single answer: same prompt, same stop rule, same sampling seed. The checker judges
@@ -35,15 +35,10 @@ from typing import Any
 import numpy as np
 
 from replaybank.episodic import Episode, Step, Task, Verdict
-from replaybank.episodic.env import (
-    Environment,
-    ToolEnvironment,
-    run_check,
-    run_execute,
-    turn_budget,
-)
+from replaybank.episodic.env import Environment, run_check
 from replaybank.episodic.qx import make_step
 from replaybank.episodic.retrieval import Retriever
+from replaybank.episodic.turns import ToolEnvironment, run_execute, turn_budget
 from replaybank.llm.rows import _render
 
 SYSTEM = (
@@ -141,7 +136,7 @@ def attempt(
 ) -> tuple[list[Attempt], dict[str, float]]:
     """Act out one episode per (task, prompt) and check it.
 
-    With a :class:`~replaybank.episodic.env.ToolEnvironment`, episodes are multi-turn (see the
+    With a :class:`~replaybank.episodic.turns.ToolEnvironment`, episodes are multi-turn (see the
     module doc): one call per turn, at most ``turn_budget(task, max_turns)`` turns, each turn's
     result fed back as a ``tool`` message. With an environment that only checks, each episode is
     one answer holding up to ``max_calls`` calls.

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.episodic import EpisodeStore, Task
-from replaybank.episodic.env import Environment, JsonlTasks, QxChecker, QxEnvironment, demonstrate
+from replaybank.episodic.env import Environment, JsonlTasks, QxChecker, QxEnvironment
 from replaybank.episodic.retrieval import Retriever
+from replaybank.episodic.turns import demonstrate
 from replaybank.llm.loop.act import attempt, build_prompts, summarise, to_episode
 from replaybank.llm.loop.config import LoopConfig
 from replaybank.llm.loop.consolidate import (
