@@ -160,9 +160,9 @@ def attempt(
         from replaybank.llm.eval.generate import generate_detailed
     generate = generate_fn or generate_detailed
 
-    runs_calls = isinstance(env, ToolEnvironment)
-    per_turn = 1 if runs_calls else max_calls
-    budgets = [turn_budget(t, max_turns) if runs_calls else 1 for t in tasks]
+    tool_env = env if isinstance(env, ToolEnvironment) else None  # None: one answer per episode
+    per_turn = 1 if tool_env is not None else max_calls
+    budgets = [turn_budget(t, max_turns) if tool_env is not None else 1 for t in tasks]
     convs = [list(msgs) for msgs, _ in prompts]
     outputs: list[list[str]] = [[] for _ in tasks]
     steps: list[list[Step]] = [[] for _ in tasks]
@@ -190,10 +190,10 @@ def attempt(
             outputs[i].append(text)
             tokens[i] += gen.n_tokens
             cut_short[i] = cut_short[i] or gen.truncated
-            if not runs_calls:
+            if tool_env is None:
                 continue
             prompt = tasks[i].text if turn == 0 else convs[i][-1]["content"]
-            ran = run_execute(env, tasks[i], text, steps[i])  # type: ignore[arg-type]
+            ran = run_execute(tool_env, tasks[i], text, steps[i])
             steps[i].append(Step(prompt, text, *(ran or (None, None))))
             if ran is not None and turn + 1 < budgets[i]:
                 convs[i] += [{"role": "assistant", "content": text}, {"role": "tool", "content": ran[1]}]
