@@ -130,7 +130,7 @@ def attempt(
     temperature: float = 0.0,
     seed: int = 0,
     max_calls: int = 1,
-    max_turns: int = 1,
+    max_turns: int = 4,
     desc: str | None = None,
     generate_fn: Callable[..., Any] | None = None,
 ) -> tuple[list[Attempt], dict[str, float]]:
