@@ -69,8 +69,8 @@ def _ids(tokenizer: Tokenizer, text: str) -> list[int]:
 
 def tool_role_supported(tokenizer: Tokenizer) -> bool:
     """Whether the tokenizer's chat template renders a ``tool`` message (with its content) after
-    an assistant turn; cached per tokenizer class and template. ChatML templates (SmolLM2) do; some templates raise on
-    or drop roles other than user/assistant."""
+    an assistant turn; cached per tokenizer class and template. ChatML templates (SmolLM2) do;
+    some templates raise on roles other than user/assistant, some drop them silently."""
     template = getattr(tokenizer, "chat_template", None)
     if not template:
         return True

@@ -182,8 +182,8 @@ def evaluate(
     from replaybank.llm.eval.suite import evaluate_suite
 
     lp = cfg.loop
-    kw: dict[str, Any] = {"max_new_tokens": lp.max_new_tokens, "batch_size": lp.generation_batch_size, "max_calls": max_calls,
-          "max_turns": lp.max_turns}
+    kw: dict[str, Any] = {"max_new_tokens": lp.max_new_tokens, "batch_size": lp.generation_batch_size,
+                          "max_calls": max_calls, "max_turns": lp.max_turns}
     tag = f"gen {generation} eval"
     sys_ = lp.system_prompt
     bare, s1 = attempt(model, tok, env, evaluation, build_prompts(evaluation, None, 0, system=sys_),
