@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -37,6 +38,36 @@ def test_ladder_levels_cycle_and_their_answers_check():
             assert a != b
 
 
+def test_chain_tasks_need_the_total_the_first_call_returns():
+    env = QxEnvironment(levels=(4,))
+    for split in ("train", "heldout"):
+        for t in env.tasks(40, split=split, seed=5):
+            cart, pay = (parse_calls(c)[0] for c in t.expected)
+            assert (t.difficulty, t.family, cart.tool, pay.tool) == (4, "cart.add>purse.send", "cart.add", "purse.send")
+            total = env.execute(t, t.expected[0])[1].rsplit("total=", 1)[1]  # type: ignore[index]
+            assert pay.arg_dict["cents"] == total and total not in t.text  # only the result tells it
+            assert f"send {pay.arg_dict['to'][1:].capitalize()} the total" in t.text
+            assert run_check(env, t, "\n".join(t.expected)).success
+    ladder = QxEnvironment(levels=(1, 2, 3, 4))
+    assert [t.difficulty for t in ladder.tasks(8, seed=0)] == [1, 2, 3, 4] * 2
+    assert ladder.tasks(30, seed=2) == ladder.tasks(90, seed=2)[:30]
+    train = ladder.tasks(400, seed=0) + ladder.tasks(400, seed=1)
+    heldout = ladder.tasks(120, split="heldout", seed=0) + ladder.tasks(120, split="heldout", seed=7)
+    assert not {t.text for t in train} & {t.text for t in heldout}
+    assert not {c for t in train for c in t.expected} & {c for t in heldout for c in t.expected}
+
+
+@pytest.mark.parametrize(
+    ("levels", "split", "digest"),
+    [((1, 2), "train", "c4c8c07b90b942fe"), ((1, 2), "heldout", "5d945331416e6987"),
+     ((1, 2, 3), "train", "afe1a02c30ed1735"), ((1, 2, 3), "heldout", "5b241555630a0ebb")],
+)
+def test_levels_1_to_3_draw_the_tasks_they_drew_before_level_4_existed(levels, split, digest):
+    # digests of the first 64 tasks (seed 0) as drawn by replaybank 330a48b, before chains were added
+    tasks = QxEnvironment(levels=levels).tasks(64, split=split, seed=0)
+    assert hashlib.sha256(repr([t.to_dict() for t in tasks]).encode()).hexdigest()[:16] == digest
+
+
 def test_tasks_are_deterministic_prefix_stable_and_splits_disjoint():
     env = QxEnvironment(levels=(2,))
     train = env.tasks(200, seed=0)
@@ -62,7 +93,7 @@ def test_environment_protocols():
     assert isinstance(env, Environment) and isinstance(env, TaskSource) and isinstance(QxChecker(), Checker)
     assert not isinstance(QxChecker(), Environment)
     with pytest.raises(ValueError, match="levels"):
-        QxEnvironment(levels=(4,))
+        QxEnvironment(levels=(5,))
     with pytest.raises(ValueError, match="split 'test'"):
         env.tasks(1, split="test")  # type: ignore[arg-type]
 

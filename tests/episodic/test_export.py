@@ -46,7 +46,7 @@ def test_rows_are_successes_without_context(store):
     assert [(r["prompt"], r["response"]) for r in rows] == [
         ("D?", "d!"), ("Q1?", "A1"), ("Q2?", "A2"), ("Q3?", "A3"), ("Two calls?", "c1\nc2")]
     assert rows[1]["messages"] == [{"role": "user", "content": "Q1?"}, {"role": "assistant", "content": "A1"}]
-    assert rows[-1]["messages"][2] == {"role": "user", "content": "ok 1"}  # tool result as a user turn
+    assert rows[-1]["messages"][2] == {"role": "tool", "content": "ok 1"}  # the first call's result, a tool turn
 
 
 def test_rows_by_generation_with_and_without_demos(store):
@@ -61,7 +61,7 @@ def test_encode_rows_labels_only_the_assistant_turns_in_ragged_storage(store):
     assert len(tr) == 5
     assert type(tr.buffer.storage).__name__ == "RaggedStorage"
     ids, labels = tr.row(4)
-    assert decode(ids) == "<u>Two calls?|<a>c1|<u>ok 1|<a>c2|"
+    assert decode(ids) == "<u>Two calls?|<a>c1|<t>ok 1|<a>c2|"
     assert decode(ids[labels != -100]) == "c1|c2|"
     assert tr.lengths().tolist() == [len(r) for r, _ in tr.rows(np.arange(5))]
     assert tr.label_tokens() == sum(len(r["response"].replace("\n", "")) + len(r["messages"]) // 2 for r in rows)
@@ -86,4 +86,41 @@ def test_encode_rows_with_smollm2_chat_template(store):
     tr = encode_rows(tok, training_rows(store), max_seq_length=256)
     ids, labels = tr.row(4)
     assert tok.decode(ids[labels != -100]) == "c1<|im_end|>\nc2<|im_end|>\n"
-    assert "Two calls?" in tok.decode(ids) and "ok 1" in tok.decode(ids)
+    assert "Two calls?" in tok.decode(ids) and "<|im_start|>tool\nok 1<|im_end|>" in tok.decode(ids)
+
+
+class NoToolTemplate(CharTokenizer):
+    """A template that, like some real ones, accepts only system/user/assistant."""
+
+    def apply_chat_template(self, conversation: Any, tokenize: bool = False, add_generation_prompt: bool = False) -> str:
+        if any(m["role"] not in ("system", "user", "assistant") for m in conversation):
+            raise ValueError("roles must alternate user/assistant")
+        return super().apply_chat_template(conversation, tokenize, add_generation_prompt)
+
+
+class DroppingTemplate(CharTokenizer):
+    """A template that silently leaves out roles it does not know."""
+
+    chat_template = "drops"
+
+    def apply_chat_template(self, conversation: Any, tokenize: bool = False, add_generation_prompt: bool = False) -> str:
+        kept = [m for m in conversation if m["role"] != "tool"]
+        return super().apply_chat_template(kept, tokenize, add_generation_prompt)
+
+
+@pytest.mark.parametrize("tok", [NoToolTemplate(), DroppingTemplate()], ids=["refuses", "drops"])
+def test_a_template_without_a_tool_role_shows_results_as_user_turns(store, tok):
+    ids, labels = encode_rows(tok, training_rows(store), max_seq_length=64).row(4)
+    assert decode(ids) == "<u>Two calls?|<a>c1|<u>Tool result: ok 1|<a>c2|"  # the result is never lost
+    assert decode(ids[labels != -100]) == "c1|c2|"
+
+
+def test_tool_turns_are_masked_without_a_chat_template(store):
+    from replaybank.llm.rows import DEFAULT_TOOL_HEADER
+
+    class Plain(CharTokenizer):
+        chat_template = None
+
+    ids, labels = encode_rows(Plain(), training_rows(store), max_seq_length=128).row(4)
+    assert f"{DEFAULT_TOOL_HEADER}ok 1" in decode(ids)
+    assert decode(ids[labels != -100]) == "c1$c2$"

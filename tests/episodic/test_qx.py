@@ -87,3 +87,14 @@ def test_make_step_executes_only_valid_calls():
     assert s.result.splitlines() == ["ok timer.arm dur=300s tag=tea",
                                      "error: timer.arm: dur='5' is not seconds like 300s"]
     assert make_step("p", "I cannot do that").call is None
+
+
+def test_cart_add_returns_the_total_of_a_fixed_price_list():
+    from replaybank.episodic.qx import OTHER_PRICE, PRICES
+    from replaybank.llm.toolapi import _ITEMS
+
+    assert sorted(PRICES) == sorted(i.replace(" ", "_") for i in _ITEMS)  # every item the requests name
+    assert execute(parse_calls("<<qx cart.add; sku=olive_oil; qty=3>>")[0]) == "ok cart.add sku=olive_oil qty=3 total=3297"
+    assert execute(parse_calls("<<qx cart.add; sku=kale; qty=2>>")[0]).endswith(f"total={2 * OTHER_PRICE}")
+    assert execute(parse_calls("<<qx cart.add; sku=tea; qty=x>>")[0]).startswith("error: ")  # refused: no total
+    assert "total" not in execute(parse_calls("<<qx purse.send; to=@anna; cents=5>>")[0])

@@ -78,3 +78,15 @@ def test_generations_filter_and_context_messages(store):
     assert Retriever.from_store(store).context(Task("b", "send money to bob"), k=1)[1] != (b,)
     assert Retriever.from_store(store).context(Task("b", "send money to bob"), k=1, exclude_same_task=False)[1] == (b,)
     assert format_examples([], "hi") == [{"role": "user", "content": "hi"}]
+
+
+def test_a_replayed_multi_turn_episode_shows_its_tool_turns(tmp_path):
+    from replaybank.episodic.turns import demonstrate
+
+    env = QxEnvironment(levels=(4,))
+    chain = env.tasks(1, seed=1)[0]
+    with EpisodeStore(tmp_path / "ep.db") as store:
+        store.add(demonstrate(QxEnvironment(), chain))
+        messages, ids = Retriever.from_store(store).context(Task("q", "Add 2 tea to my list. Then send Jun the total."), k=1)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "user"]
+    assert messages[2]["content"].startswith("ok cart.add") and "total=" in messages[2]["content"]

@@ -5,6 +5,8 @@
 * :mod:`.export`: successful episodes as training rows (completion-only, chat template).
 * :mod:`.qx` and :mod:`.env`: the qx tool-API environment and its checker; the
   bring-your-own ``Environment`` protocol and JSONL task files.
+* :mod:`.turns`: environments that run the agent's calls (``ToolEnvironment``), so an episode
+  takes several turns; multi-turn demonstrations.
 * :mod:`.retrieval`: BM25 retrieval of similar successes as in-context examples.
 
 Only the standard library and numpy are imported here.

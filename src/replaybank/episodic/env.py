@@ -17,6 +17,9 @@ An environment is a **task source** (``tasks(n, split=..., seed=...)``) plus a *
     >>> run_check(env, env.tasks(2)[1], " 2")
     Verdict(success=True, reward=1.0, credit={}, detail='')
 
+An environment that can also run calls (``execute``), so that episodes have several turns, is a
+:class:`replaybank.episodic.turns.ToolEnvironment`; :class:`QxChecker` is one.
+
 The embedded default is :class:`QxEnvironment`: the qx tool API of :mod:`replaybank.llm.toolapi`
 as a ladder of tasks, judged by :func:`replaybank.episodic.qx.score`. Tasks can also be read from a
 JSONL file (:class:`JsonlTasks`), one object per line::
@@ -40,8 +43,8 @@ import numpy as np
 from replaybank.errors import ReplayBankError
 from replaybank.jsonl import iter_jsonl
 
-from .episode import Task, Verdict
-from .qx import SCHEMA, parse_calls, score
+from .episode import Step, Task, Verdict
+from .qx import SCHEMA, execute, make_step, parse_calls, score
 
 Split = Literal["train", "heldout"]
 SPLITS: tuple[str, ...] = ("train", "heldout")
@@ -102,10 +105,24 @@ def task_id(text: str, prefix: str = "t") -> str:
 
 
 class QxChecker:
-    """Judges qx calls against ``task.expected`` (argument-level credit; see :mod:`.qx`)."""
+    """Judges qx calls against ``task.expected`` (argument-level credit; see :mod:`.qx`) and runs
+    them on the simulated qx runtime (:func:`replaybank.episodic.qx.execute`).
+
+    Example:
+        >>> QxChecker().execute(Task("t", "x"), "<<qx cart.add; sku=tea; qty=2>>")
+        ('<<qx cart.add; sku=tea; qty=2>>', 'ok cart.add sku=tea qty=2 total=918')
+        >>> QxChecker().execute(Task("t", "x"), "<<qx cart.add; sku=tea>>")[1]
+        'error: cart.add: missing required argument qty'
+    """
 
     def check(self, task: Task, output: str) -> Verdict:
         return score(task.expected, output)
+
+    def execute(self, task: Task, output: str, steps: Sequence[Step] = ()) -> tuple[str, str] | None:
+        """The turn's calls, canonical, and the runtime's answers (the qx runtime keeps no state,
+        so ``steps`` is not read)."""
+        step = make_step(task.text, output)
+        return None if step.call is None or step.result is None else (step.call, step.result)
 
 
 _COPY = {  # level 1: every argument value appears verbatim in the request
@@ -116,7 +133,8 @@ _COPY = {  # level 1: every argument value appears verbatim in the request
     "cart.add": "Add {sku} to the cart, qty {qty}.",
 }
 LEVELS = {1: "copy: argument values appear verbatim", 2: "convert: units, case and format",
-          3: "two calls: two level-2 requests in one"}
+          3: "two calls: two level-2 requests in one",
+          4: "chain: the second call needs a value the first call returned"}
 
 
 class QxEnvironment(QxChecker):
@@ -125,7 +143,10 @@ class QxEnvironment(QxChecker):
     Level 1 (copy) states every argument in its final form ("Set a timer: dur 300s, tag tea.");
     level 2 (convert) is the natural request of :mod:`replaybank.llm.toolapi` ("Set a timer for
     5 minutes for the tea."); level 3 joins two level-2 requests of different tools and expects
-    both calls in order. Tasks cycle through ``levels``. The split is fixed by a hash of the
+    both calls in order; level 4 chains two calls through a result: a level-2 ``cart.add``
+    request, then "send <name> the total", whose ``cents`` is the ``total=`` the runtime returned
+    for the first call (:func:`replaybank.episodic.qx.execute`), so it cannot be written before
+    that result is seen. Tasks cycle through ``levels``. The split is fixed by a hash of the
     expected call (``heldout_fraction`` of calls are held out), so a held-out task never has an
     answer (or a request) that a train task has, whatever ``n`` and ``seed``.
 
@@ -159,6 +180,8 @@ class QxEnvironment(QxChecker):
         from replaybank.llm.toolapi import generate_examples
 
         pool_size = int(3 * n / min(self.heldout_fraction, 1 - self.heldout_fraction)) + 64
+        if 4 in self.levels:  # a chain uses two requests, and its payment call must be in the split
+            pool_size *= 2
         rows = generate_examples(pool_size, seed=seed)
         pool = [r for r in rows if self._split_of(r["response"]) == split]
         out: list[Task] = []
@@ -166,6 +189,18 @@ class QxEnvironment(QxChecker):
         i = 0
         while len(out) < n and i < len(pool):
             level = self.levels[len(out) % len(self.levels)]
+            if level == 4:  # a cart.add request, paid to someone so that the payment call is in this split
+                j = next((j for j in range(i, len(pool)) if _tool(pool[j]) == "cart.add"), None)
+                if j is None:
+                    break
+                names = np.random.default_rng([seed, len(out), j]).permutation(len(_PAYEES))
+                task = next((t for t in (_chain(pool[j], _PAYEES[int(m)]) for m in names)
+                             if self._split_of(t.expected[1]) == split), None)
+                pool.pop(j)
+                if task is not None and task.id not in seen:
+                    seen.add(task.id)
+                    out.append(task)
+                continue
             parts = [pool[i]]
             i += 1
             if level == 3:  # the second request: the next one that uses another tool
@@ -196,6 +231,18 @@ def _make(level: int, rows: Sequence[dict[str, str]]) -> Task:
         text = f"{rows[0]['prompt']} Also: {rows[1]['prompt']}"
     family = "+".join(c.tool for c in calls)
     return Task(task_id(text, "qx"), text, family, level, tuple(r["response"] for r in rows))
+
+
+_PAYEES = ("Anna", "Bilal", "Chen", "Dora", "Emeka", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kemi", "Lars")
+
+
+def _chain(row: dict[str, str], payee: str) -> Task:
+    """Level 4: add items to the cart, then pay ``payee`` the total the runtime returned."""
+    cart = parse_calls(row["response"])[0]
+    total = execute(cart).rsplit("total=", 1)[1]
+    text = f"{row['prompt']} Then send {payee} the total."
+    pay = f"<<qx purse.send; to=@{payee.lower()}; cents={total}>>"
+    return Task(task_id(text, "qx"), text, "cart.add>purse.send", 4, (row["response"], pay))
 
 
 class JsonlTasks:

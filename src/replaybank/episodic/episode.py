@@ -74,8 +74,9 @@ class Step:
         prompt: the new text the agent was given at this turn (the request on the first turn,
             the previous tool result after that); the fixed context is in ``Episode.context``.
         output: what the model generated.
-        call: the tool call it made, in canonical form, or None if it made none (or an invalid one).
-        result: what the tool returned (or the reason the call was refused), or None.
+        call: the tool call it made, in canonical form, or None if it made none.
+        result: what the tool returned (or the reason the call was refused and not executed),
+            or None; in a multi-turn episode it is the next step's ``prompt`` (a ``tool`` turn).
     """
 
     prompt: str
@@ -162,16 +163,21 @@ class Episode:
         return hashlib.sha256(f"{self.task.id}\0{self.output}".encode()).hexdigest()
 
     def messages(self) -> list[Message]:
-        """The turns as chat messages (user prompt, assistant output, ...), context excluded.
+        """The turns as chat messages, context excluded: the request as a ``user`` turn, each
+        output as an ``assistant`` turn, and each later step's prompt (the previous call's result)
+        as a ``tool`` turn.
 
         Example:
             >>> t = Task("t", "2+2?")
             >>> Episode(t, (Step("2+2?", "4"),), Verdict(True, 1.0)).messages()
             [{'role': 'user', 'content': '2+2?'}, {'role': 'assistant', 'content': '4'}]
+            >>> two = (Step("Add tea.", "<<qx a>>", "<<qx a>>", "ok"), Step("ok", "<<qx b>>"))
+            >>> [m["role"] for m in Episode(t, two, Verdict(True, 1.0)).messages()]
+            ['user', 'assistant', 'tool', 'assistant']
         """
         out: list[Message] = []
-        for s in self.steps:
-            out.append({"role": "user", "content": s.prompt})
+        for i, s in enumerate(self.steps):
+            out.append({"role": "user" if i == 0 else "tool", "content": s.prompt})
             out.append({"role": "assistant", "content": s.output})
         return out
 
@@ -230,21 +236,28 @@ class StoredEpisode:
         return self.generations[-1] if self.generations else self.episode.generation
 
 
-def demonstration(task: Task, outputs: Sequence[str], results: Sequence[str | None] = ()) -> Episode:
+def demonstration(
+    task: Task, outputs: Sequence[str], results: Sequence[str | None] = (), calls: Sequence[str | None] = ()
+) -> Episode:
     """A demonstration episode (``source="demo"``, generation 0, success): how a user seeds a store.
 
     Args:
         task: the task demonstrated.
         outputs: the correct output of each turn.
-        results: the tool result after each turn (optional).
+        results: the tool result after each turn (optional; a multi-turn demonstration needs
+            them: turn ``i + 1`` is shown result ``i``).
+        calls: the call of each turn as recorded (optional).
 
     Example:
         >>> d = demonstration(Task("t", "2+2?"), ["4"])
         >>> d.source, d.verdict.success, d.generation
         ('demo', True, 0)
+        >>> d = demonstration(Task("t", "Add tea, pay it."), ["<<qx a>>", "<<qx b>>"], ["ok total=9", "ok"])
+        >>> [m["content"] for m in d.messages()]
+        ['Add tea, pay it.', '<<qx a>>', 'ok total=9', '<<qx b>>']
     """
     steps = []
     for i, out in enumerate(outputs):
         prompt = task.text if i == 0 else str(results[i - 1] if i - 1 < len(results) else "")
-        steps.append(Step(prompt, out, None, results[i] if i < len(results) else None))
+        steps.append(Step(prompt, out, calls[i] if i < len(calls) else None, results[i] if i < len(results) else None))
     return Episode(task, tuple(steps), Verdict(True, 1.0, {}, "demonstration"), source="demo")

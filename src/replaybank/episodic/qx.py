@@ -6,6 +6,11 @@ seconds, cities upper-cased, money in cents, days as ``+N`` offsets). A call cou
 only if :func:`validate` finds nothing wrong with it: the tool exists, every required argument is
 there, none is unknown or repeated, and every value has its type.
 
+The runtime is simulated and deterministic (:func:`execute`): a valid call returns ``ok`` and the
+call's arguments; ``cart.add`` also returns the cost of the items, ``total=<cents>`` (a fixed
+price list, :data:`PRICES`), which a later call may need (level 4 of the ladder:
+"... then send Anna the total").
+
 Scoring (:func:`score`): each expected call is matched to the executed call of the same tool
 (in order); its credit per argument is 1 if the value is exactly right, else 0. The reward is the
 mean argument credit, scaled down by ``expected / executed`` when the agent made extra calls.
@@ -57,6 +62,16 @@ SCHEMA: dict[str, dict[str, str]] = {
     "nudge.set": {"day": "offset", "at": "clock", "note": "slug"},
     "cart.add": {"sku": "sku", "qty": "int"},
 }
+
+
+#: Unit prices in cents of the items ``cart.add`` knows (the shopping items of ``llm.toolapi``);
+#: any other valid sku costs :data:`OTHER_PRICE`.
+PRICES: dict[str, int] = {
+    "apples": 45, "rice": 219, "batteries": 135, "coffee": 899, "eggs": 32, "soap": 175,
+    "paper_towels": 249, "lentils": 189, "milk": 129, "onions": 38, "tea": 459, "bread": 279,
+    "olive_oil": 1099, "tomatoes": 59, "oats": 329, "honey": 649,
+}
+OTHER_PRICE = 100
 
 
 @dataclass(frozen=True)
@@ -128,16 +143,26 @@ def validate(call: Call) -> list[str]:
 def execute(call: Call) -> str:
     """Run a call on the (simulated) qx runtime: ``ok ...`` if valid, else ``error: ...``.
 
+    A valid call returns ``ok``, the tool and its arguments; ``cart.add`` adds what the items
+    cost, ``total=<cents>`` (:data:`PRICES` times ``qty``). Deterministic: the same call always
+    returns the same text.
+
     Example:
         >>> execute(parse_calls("<<qx cart.add; sku=eggs; qty=3>>")[0])
-        'ok cart.add sku=eggs qty=3'
+        'ok cart.add sku=eggs qty=3 total=96'
+        >>> execute(parse_calls("<<qx timer.arm; dur=60s; tag=tea>>")[0])
+        'ok timer.arm dur=60s tag=tea'
         >>> execute(parse_calls("<<qx cart.drop; sku=eggs>>")[0])
         "error: unknown tool 'cart.drop' (known: cart.add, nudge.set, purse.send, sky.cast, timer.arm)"
     """
     problems = validate(call)
     if problems:
         return "error: " + "; ".join(problems)
-    return "ok " + " ".join([call.tool] + [f"{k}={v}" for k, v in call.args])
+    out = "ok " + " ".join([call.tool] + [f"{k}={v}" for k, v in call.args])
+    if call.tool == "cart.add":
+        args = call.arg_dict
+        out += f" total={PRICES.get(args['sku'], OTHER_PRICE) * int(args['qty'])}"
+    return out
 
 
 def make_step(prompt: str, output: str) -> Step:
@@ -151,7 +176,7 @@ def make_step(prompt: str, output: str) -> Step:
         >>> print(s.call); print(s.result)
         <<qx cart.add; sku=eggs; qty=3>>
         <<qx cart.add; qty=1>>
-        ok cart.add sku=eggs qty=3
+        ok cart.add sku=eggs qty=3 total=96
         error: cart.add: missing required argument sku
     """
     calls = parse_calls(output)

@@ -30,6 +30,9 @@ from replaybank.errors import ReplayBankError
 IGNORE_INDEX = -100
 DEFAULT_USER_HEADER = "### User:\n"
 DEFAULT_ASSISTANT_HEADER = "\n\n### Assistant:\n"
+DEFAULT_TOOL_HEADER = "\n\n### Tool:\n"
+TOOL_FALLBACK_PREFIX = "Tool result: "
+_TOOL_ROLE_OK: dict[tuple[type, str], bool] = {}
 
 
 class Tokenizer(Protocol):
@@ -64,8 +67,33 @@ def _ids(tokenizer: Tokenizer, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def tool_role_supported(tokenizer: Tokenizer) -> bool:
+    """Whether the tokenizer's chat template renders a ``tool`` message (with its content) after
+    an assistant turn; cached per tokenizer class and template. ChatML templates (SmolLM2) do;
+    some templates raise on roles other than user/assistant, some drop them silently."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not template:
+        return True
+    key = (type(tokenizer), str(template))
+    if key not in _TOOL_ROLE_OK:
+        probe = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
+                 {"role": "tool", "content": "tool-probe-7f3a"}]
+        try:
+            text = str(tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True))
+            _TOOL_ROLE_OK[key] = "tool-probe-7f3a" in text
+        except Exception:  # a template that refuses the role
+            _TOOL_ROLE_OK[key] = False
+    return _TOOL_ROLE_OK[key]
+
+
 def _render(tokenizer: Tokenizer, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+    """The conversation as text. A ``tool`` message (a call's result) is a ``tool`` turn when the
+    chat template renders one (:func:`tool_role_supported`), else a user turn starting
+    ``Tool result: ``; without a template it follows ``### Tool:``."""
     if getattr(tokenizer, "chat_template", None):
+        if any(m["role"] == "tool" for m in messages) and not tool_role_supported(tokenizer):
+            messages = [{"role": "user", "content": TOOL_FALLBACK_PREFIX + m["content"]} if m["role"] == "tool" else m
+                        for m in messages]
         out = tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt
         )
@@ -77,6 +105,8 @@ def _render(tokenizer: Tokenizer, messages: list[dict[str, str]], add_generation
             parts.append(f"{DEFAULT_ASSISTANT_HEADER}{m['content']}{eos}")
         elif m["role"] == "system":
             parts.append(f"{m['content']}\n\n")
+        elif m["role"] == "tool":
+            parts.append(f"{DEFAULT_TOOL_HEADER}{m['content']}")
         else:
             parts.append(f"{DEFAULT_USER_HEADER}{m['content']}")
     if add_generation_prompt:
@@ -89,13 +119,16 @@ def encode_messages(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Tokenize a conversation with labels only on the assistant turns' content and end marker.
 
+    System, user and ``tool`` turns (a call's result, see :func:`_render`) are never labelled.
+
     The conversation is rendered one turn at a time; each new piece of text is tokenized on its
     own and appended, so label boundaries are exact. An assistant turn's header (the text the
     template adds for ``add_generation_prompt``) is not labelled.
 
     Args:
         tokenizer: a Hugging Face tokenizer.
-        messages: ``[{"role": ..., "content": ...}, ...]``; at least one assistant turn.
+        messages: ``[{"role": ..., "content": ...}, ...]`` with roles system, user, assistant
+            or tool; at least one assistant turn.
         max_seq_length: rows longer than this are cut to it.
 
     Returns:
@@ -109,8 +142,8 @@ def encode_messages(
     if not any(m.get("role") == "assistant" for m in msgs):
         raise FormatError("conversation has no assistant turn to learn from")
     for i, m in enumerate(msgs):
-        if m.get("role") not in ("system", "user", "assistant"):
-            raise FormatError(f"message {i}: role {m.get('role')!r} is not system/user/assistant")
+        if m.get("role") not in ("system", "user", "assistant", "tool"):
+            raise FormatError(f"message {i}: role {m.get('role')!r} is not system/user/assistant/tool")
         if not isinstance(m.get("content"), str):
             raise FormatError(f"message {i}: content must be a string")
     ids: list[int] = []

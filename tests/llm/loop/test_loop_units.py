@@ -78,8 +78,8 @@ def test_config_errors_name_the_key_and_value():
         LoopConfig.from_dict({"loop": {"lineage": "newest"}})
     with pytest.raises(ConfigError, match=r"\[loop\] demos = 40: expected a value in \[0, 16\]"):
         LoopConfig.from_dict({"loop": {"demos": 40}})
-    with pytest.raises(ConfigError, match=r"levels = \[4\]"):
-        LoopConfig.from_dict({"loop": {"levels": [4]}})
+    with pytest.raises(ConfigError, match=r"levels = \[5\]"):
+        LoopConfig.from_dict({"loop": {"levels": [5]}})
     with pytest.raises(ConfigError, match=r"unknown section \[trainig\]; did you mean 'training'"):
         LoopConfig.from_dict({"trainig": {}})
     with pytest.raises(ConfigError, match="rehearsal = 'corpus'"):

@@ -11,20 +11,34 @@ is used, or at the first text after a ``>>`` that does not open another call. So
 would go on (``end; end; ...``) is cut where its call ends. Each call is validated against the
 tool schema before it counts as executed (:func:`replaybank.episodic.qx.make_step`), and the
 environment's checker labels the answer (:func:`replaybank.episodic.env.run_check`).
+
+**Turns.** With an environment that runs calls (:class:`~replaybank.episodic.turns.ToolEnvironment`,
+such as the qx environment) an episode is acted turn by turn: each turn generates until the
+closing ``>>`` of one call; the environment executes the call (only if it passes the schema
+check; a refused call's result says why) and its result is appended to the conversation as a
+``tool`` message; the agent then writes the next call, or no call, which ends the episode. An
+episode takes at most :func:`~replaybank.episodic.turns.turn_budget` turns: one per expected call,
+capped at ``max_turns``. Turns are batched across episodes: turn ``t`` of every episode still
+going is one batched generation. A task with one expected call is therefore one turn, generated
+exactly as a single answer: same prompt, same stop rule, same sampling seed. The checker judges
+the whole episode, every turn's output joined by newlines.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from replaybank.episodic import Episode, Task, Verdict
+import numpy as np
+
+from replaybank.episodic import Episode, Step, Task, Verdict
 from replaybank.episodic.env import Environment, run_check
 from replaybank.episodic.qx import make_step
 from replaybank.episodic.retrieval import Retriever
+from replaybank.episodic.turns import ToolEnvironment, run_execute, turn_budget
 from replaybank.llm.rows import _render
 
 SYSTEM = (
@@ -63,7 +77,9 @@ def call_end(text: str, max_calls: int) -> int | None:
 
 @dataclass(frozen=True)
 class Attempt:
-    """One answer to one task: the prompt messages, the output (cut at the call's end), the verdict."""
+    """One episode of one task: the prompt messages, the output (every turn's, cut at the call's
+    end, joined by newlines), the verdict, generated tokens (all turns), whether a turn hit the
+    token budget, and the steps (one per turn; empty for an environment that runs no calls)."""
 
     task: Task
     messages: list[dict[str, str]]
@@ -72,6 +88,18 @@ class Attempt:
     verdict: Verdict
     n_tokens: int
     truncated: bool
+    steps: tuple[Step, ...] = ()
+
+
+def turn_seed(seed: int, turn: int) -> int:
+    """The sampling seed of turn ``turn`` (0-based): ``seed`` itself for the first turn, so a
+    one-turn episode samples exactly as a single answer; a derived seed after that.
+
+    Example:
+        >>> turn_seed(12, 0), turn_seed(12, 1) != turn_seed(13, 0)
+        (12, True)
+    """
+    return seed if turn == 0 else int(np.random.SeedSequence([seed, turn]).generate_state(1)[0])
 
 
 def build_prompts(
@@ -102,50 +130,97 @@ def attempt(
     temperature: float = 0.0,
     seed: int = 0,
     max_calls: int = 1,
+    max_turns: int = 4,
     desc: str | None = None,
+    generate_fn: Callable[..., Any] | None = None,
 ) -> tuple[list[Attempt], dict[str, float]]:
-    """Generate one answer per (task, prompt), cut at the call's end, and check it.
+    """Act out one episode per (task, prompt) and check it.
+
+    With a :class:`~replaybank.episodic.turns.ToolEnvironment`, episodes are multi-turn (see the
+    module doc): one call per turn, at most ``turn_budget(task, max_turns)`` turns, each turn's
+    result fed back as a ``tool`` message. With an environment that only checks, each episode is
+    one answer holding up to ``max_calls`` calls.
+
+    Args:
+        max_new_tokens: the generation budget of each turn.
+        seed: sampling seed of the first turn (later turns: :func:`turn_seed`).
+        generate_fn: stands in for :func:`~replaybank.llm.eval.generate.generate_detailed`
+            (tests script the agent with it).
 
     Returns:
         ``(attempts, stats)``; stats: ``seconds``, ``tokens`` (generated, stop tokens
-        included), ``tokens_per_second``, ``truncated`` (share of rows that hit the budget).
+        included), ``tokens_per_second``, ``truncated`` (share of episodes with a turn that hit
+        the budget), ``turns`` (mean turns per episode).
 
     Raises:
-        CheckerError: the environment's checker raised or returned something else than a
-            Verdict (the message names the checker and the task).
+        CheckerError: the environment's checker or ``execute`` raised or returned something
+            invalid (the message names the environment and the task).
     """
-    from replaybank.llm.eval.generate import generate_detailed
+    if generate_fn is None:
+        from replaybank.llm.eval.generate import generate_detailed
+    generate = generate_fn or generate_detailed
 
-    texts = [_render(tokenizer, msgs, add_generation_prompt=True) for msgs, _ in prompts]
+    tool_env = env if isinstance(env, ToolEnvironment) else None  # None: one answer per episode
+    per_turn = 1 if tool_env is not None else max_calls
+    budgets = [turn_budget(t, max_turns) if tool_env is not None else 1 for t in tasks]
+    convs = [list(msgs) for msgs, _ in prompts]
+    outputs: list[list[str]] = [[] for _ in tasks]
+    steps: list[list[Step]] = [[] for _ in tasks]
+    tokens = [0] * len(tasks)
+    cut_short = [False] * len(tasks)
+    active = list(range(len(tasks)))
 
     def stop(ids: list[int]) -> bool:
         # Only a token that can complete ">>" can end a call: skip decoding otherwise.
-        return bool(ids) and call_end(tokenizer.decode(ids, skip_special_tokens=True), max_calls) is not None
+        return bool(ids) and call_end(tokenizer.decode(ids, skip_special_tokens=True), per_turn) is not None
 
     t0 = time.perf_counter()
-    gens = generate_detailed(
-        model, tokenizer, texts, max_new_tokens=max_new_tokens, batch_size=batch_size, desc=desc,
-        rendered=True, temperature=temperature, seed=seed, stop_when=stop,
-    )
+    turn = 0
+    while active:
+        texts = [_render(tokenizer, convs[i], add_generation_prompt=True) for i in active]
+        gens = generate(
+            model, tokenizer, texts, max_new_tokens=max_new_tokens, batch_size=batch_size,
+            desc=desc if turn == 0 or desc is None else f"{desc} turn {turn + 1}",
+            rendered=True, temperature=temperature, seed=turn_seed(seed, turn), stop_when=stop,
+        )
+        going = []
+        for i, gen in zip(active, gens, strict=True):
+            cut = call_end(gen.text, per_turn)
+            text = gen.text[:cut] if cut is not None else gen.text
+            outputs[i].append(text)
+            tokens[i] += gen.n_tokens
+            cut_short[i] = cut_short[i] or gen.truncated
+            if tool_env is None:
+                continue
+            prompt = tasks[i].text if turn == 0 else convs[i][-1]["content"]
+            ran = run_execute(tool_env, tasks[i], text, steps[i])
+            steps[i].append(Step(prompt, text, *(ran or (None, None))))
+            if ran is not None and turn + 1 < budgets[i]:
+                convs[i] += [{"role": "assistant", "content": text}, {"role": "tool", "content": ran[1]}]
+                going.append(i)
+        active = going
+        turn += 1
     seconds = time.perf_counter() - t0
     out: list[Attempt] = []
-    for task, (msgs, replayed), gen in zip(tasks, prompts, gens, strict=True):
-        cut = call_end(gen.text, max_calls)
-        text = gen.text[:cut] if cut is not None else gen.text
-        out.append(Attempt(task, msgs, replayed, text, run_check(env, task, text), gen.n_tokens, gen.truncated))
-    tokens = sum(a.n_tokens for a in out)
+    for i, (task, (msgs, replayed)) in enumerate(zip(tasks, prompts, strict=True)):
+        text = "\n".join(outputs[i])
+        out.append(Attempt(task, msgs, replayed, text, run_check(env, task, text), tokens[i], cut_short[i],
+                           tuple(steps[i])))
+    total = sum(tokens)
     stats = {
-        "seconds": round(seconds, 3), "tokens": tokens,
-        "tokens_per_second": round(tokens / seconds, 1) if seconds > 0 else 0.0,
-        "truncated": sum(a.truncated for a in out) / max(len(out), 1),
+        "seconds": round(seconds, 3), "tokens": total,
+        "tokens_per_second": round(total / seconds, 1) if seconds > 0 else 0.0,
+        "truncated": sum(cut_short) / max(len(out), 1),
+        "turns": sum(len(o) for o in outputs) / max(len(out), 1),
     }
     return out, stats
 
 
 def to_episode(a: Attempt, *, generation: int, adapter: str, seed: int, started_at: float) -> Episode:
-    """An attempt as the store records it (context = every message before the task)."""
+    """An attempt as the store records it (context = every message before the task; the steps of
+    a multi-turn episode, else one step made by :func:`replaybank.episodic.qx.make_step`)."""
     return Episode(
-        a.task, (make_step(a.task.text, a.output),), a.verdict, generation=generation, adapter=adapter,
+        a.task, a.steps or (make_step(a.task.text, a.output),), a.verdict, generation=generation, adapter=adapter,
         seed=seed, context=tuple(a.messages[:-1]), replayed=a.replayed, started_at=started_at,
         finished_at=time.time(),
     )

@@ -13,8 +13,10 @@ The consolidation loop: the model's own experience, stored, replayed and consoli
 Per generation the current model (base + LoRA adapter) attempts N train tasks (k sampled answers
 each) with up to `context_examples` successful episodes in context, retrieved from the episodic
 store by lexical BM25 similarity; each answer stops at the end of its tool call (>>), its calls
-are validated against the tool schema and checked (exact match + argument-level credit), and
-every attempt is recorded in the store (SQLite). Then the adapter is trained on the successes
+are validated against the tool schema and executed on the simulated qx runtime; a task that
+needs several calls (levels 3 and 4) is acted turn by turn, each result fed back as a tool turn
+(at most max_turns turns). The whole episode is checked (exact match + argument-level credit) and
+every step is recorded in the store (SQLite). Then the adapter is trained on the successes
 of the generations the lineage selects (window = last K, all, best = K best on a validation
 split, never the evaluation set), mixed with self-synthesized rehearsal at a fixed share of the
 rows of every batch. Then held-out tasks are answered without replayed context (is the skill in

@@ -54,14 +54,15 @@ TRAINING_DEFAULTS: dict[str, Any] = {
 class Loop:
     generations: int = _f(5, "generations: act, record, consolidate, evaluate", min=1, max=1000)
     tasks: str = _f("builtin:qx", "task source: builtin:qx (the qx tool API ladder) or a JSONL task file (see docs/episodic.md)", nonempty=True)
-    levels: list[int] = _f([1, 2], "ladder levels of builtin:qx: 1 copy, 2 convert, 3 two calls")
+    levels: list[int] = _f([1, 2], "ladder levels of builtin:qx: 1 copy, 2 convert, 3 two calls, 4 chain (the second call needs the first call's result)")
     demos: int = _f(16, "demonstrations the store is seeded with (train split), as a user would", min=0, max=16)
     tasks_per_generation: int = _f(24, "N: train tasks attempted per generation (a fresh seeded draw each generation)", min=1, max=100_000)
     samples_per_task: int = _f(2, "k: sampled attempts per task", min=1, max=64)
     temperature: float = _f(0.7, "sampling temperature of the attempts (evaluation is greedy)", min=0)
     system_prompt: str = _f(SYSTEM, "the agent's system prompt (acting, evaluation and consolidation rows; empty = the model's default)")
     context_examples: int = _f(3, "successful episodes retrieved (BM25 over the task text) into the context", min=0, max=64)
-    max_new_tokens: int = _f(40, "generation budget per answer; rows stop at the end of the call (>>)", min=1, max=4096)
+    max_new_tokens: int = _f(40, "generation budget per answer (per turn); rows stop at the end of the call (>>)", min=1, max=4096)
+    max_turns: int = _f(4, "most turns of an episode: each turn is one call, executed, its result shown as a tool turn; an episode also ends after as many calls as the task expects, or at a turn without a call", min=1, max=64)
     generation_batch_size: int = _f(32, "prompts generated together", min=1, max=4096)
     lineage: Lineage = _f("window", "generations consolidated: window (last K), all, best (K best on the validation split)")
     window: int = _f(3, "K of window and best", min=1, max=1000)
@@ -135,9 +136,9 @@ class LoopConfig:
 
     def _cross_check(self) -> None:
         lp = self.loop
-        bad = [lv for lv in lp.levels if lv not in (1, 2, 3)]
+        bad = [lv for lv in lp.levels if lv not in (1, 2, 3, 4)]
         if not lp.levels or bad:
-            raise ConfigError(f"{self.source}: [loop] levels = {lp.levels!r}: expected some of 1, 2, 3")
+            raise ConfigError(f"{self.source}: [loop] levels = {lp.levels!r}: expected some of 1, 2, 3, 4")
         if lp.rehearsal not in ("self", "none") and not lp.rehearsal.endswith(".jsonl"):
             raise ConfigError(
                 f"{self.source}: [loop] rehearsal = {lp.rehearsal!r}: expected self, none or a .jsonl file of {{prompt, response}} rows"

@@ -115,7 +115,8 @@ def write_report(out: Path) -> Path:
         lines.append("")
     lines += ["## Runs", ""]
     for run in runs:
-        lines += [f"### {run['name']}", "", *_run_table(run["state"]), "", "```", _store_text(run["folder"]), "```", ""]
+        lines += [f"### {run['name']}", "", *_run_table(run["state"]), "", *_level_table(run["state"]),
+                  "```", _store_text(run["folder"]), "```", ""]
     report = out / "report.md"
     report.write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out / "metrics.json").write_text(json.dumps(agg, indent=1), encoding="utf-8")
@@ -138,6 +139,35 @@ def _run_table(state: dict[str, Any]) -> list[str]:
             f"{_pct(r['suite']['leakage'])} | {r.get('seconds', '-')} |"
         )
     return lines
+
+
+def _level_table(state: dict[str, Any]) -> list[str]:
+    """Held-out exact (credit) per ladder level, without and with context; nothing for one level.
+
+    Example:
+        >>> row = {"generation": 0, "no_context": {"levels": {"1": {"success": 0.5, "credit": 0.75},
+        ...        "4": {"success": 0.0, "credit": 0.5}}}, "context": {"levels": {}}}
+        >>> print("\\n".join(_level_table({"generations": [row]})))
+        Held-out exact (credit) per ladder level, without and with replayed context:
+        <BLANKLINE>
+        | gen | level 1 | level 4 | level 1 ctx | level 4 ctx |
+        |---|---|---|---|---|
+        | 0 | 50% (0.75) | 0% (0.50) | - | - |
+        <BLANKLINE>
+    """
+    levels = sorted({lv for r in state["generations"] for lv in r["no_context"].get("levels", {})}, key=int)
+    if len(levels) < 2:
+        return []
+    head = "| gen | " + " | ".join([f"level {lv}" for lv in levels] + [f"level {lv} ctx" for lv in levels]) + " |"
+    lines = ["Held-out exact (credit) per ladder level, without and with replayed context:", "",
+             head, "|---" * (2 * len(levels) + 1) + "|"]
+    for r in state["generations"]:
+        cells = []
+        for part in ("no_context", "context"):
+            got = r[part].get("levels", {})
+            cells += [f"{_pct(got[lv]['success'])} ({got[lv]['credit']:.2f})" if lv in got else "-" for lv in levels]
+        lines.append(f"| {r['generation']} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _pct(v: float | None) -> str:

@@ -26,9 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from replaybank.episodic import EpisodeStore, Task, demonstration
+from replaybank.episodic import EpisodeStore, Task
 from replaybank.episodic.env import Environment, JsonlTasks, QxChecker, QxEnvironment
 from replaybank.episodic.retrieval import Retriever
+from replaybank.episodic.turns import demonstrate
 from replaybank.llm.loop.act import attempt, build_prompts, summarise, to_episode
 from replaybank.llm.loop.config import LoopConfig
 from replaybank.llm.loop.consolidate import (
@@ -108,7 +109,7 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Log = print, env: Environment |
         state["rehearsal"] = reh_manifest
         state["suite_base"] = {"families": suite.base["families"], "n": suite.base["n"]}
         if demos and not store.episodes(source="demo", limit=1):
-            store.add_many([demonstration(t, [" ".join(t.expected)]) for t in demos])
+            store.add_many([demonstrate(env, t) for t in demos])
             log(f"store seeded with {len(demos)} demonstrations")
         if state["finished"] > 0:
             adapter = load_adapter(model, out / "adapters" / f"gen{state['finished']}")
@@ -165,7 +166,7 @@ def act_generation(
     sample_seed = lp.seed * SPLIT_SEED + g
     attempts, stats = attempt(
         model, tok, env, tasks, prompts, max_new_tokens=lp.max_new_tokens, batch_size=lp.generation_batch_size,
-        temperature=lp.temperature, seed=sample_seed, max_calls=max_calls, desc=f"gen {g} act",
+        temperature=lp.temperature, seed=sample_seed, max_calls=max_calls, max_turns=lp.max_turns, desc=f"gen {g} act",
     )
     episodes = [to_episode(a, generation=g, adapter=adapter, seed=sample_seed, started_at=started) for a in attempts]
     log(f"gen {g}: recording {len(episodes)} attempts")
@@ -181,7 +182,8 @@ def evaluate(
     from replaybank.llm.eval.suite import evaluate_suite
 
     lp = cfg.loop
-    kw = {"max_new_tokens": lp.max_new_tokens, "batch_size": lp.generation_batch_size, "max_calls": max_calls}
+    kw: dict[str, Any] = {"max_new_tokens": lp.max_new_tokens, "batch_size": lp.generation_batch_size,
+                          "max_calls": max_calls, "max_turns": lp.max_turns}
     tag = f"gen {generation} eval"
     sys_ = lp.system_prompt
     bare, s1 = attempt(model, tok, env, evaluation, build_prompts(evaluation, None, 0, system=sys_),
