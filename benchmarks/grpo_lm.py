@@ -11,10 +11,11 @@ accuracy, share of wall time in generation), then, unless ``--async-updates 0``,
 thread overlapping learning, alone on the machine. Writes ``benchmarks/results/grpo_lm.json`` and
 ``grpo_lm.png`` (held-out accuracy against generated tokens and seconds, per seed and arm).
 
-Runtime on the shared 2-core CPU machine: 3 seeds x 60 updates per arm with ``--jobs 2`` took 44 min
-under load (about 7 s per update and 20-30 s per 128-sample evaluation per process), the async
-timing (10 + 10 updates) 2.4 min; the command and table are in docs/rl.md ("GRPO on
-SmolLM2-135M-Instruct").
+Runtime on the shared 2-core CPU machine: 3 seeds x 60 updates per arm took 45.5 min with
+``--jobs 1`` (one core; 3-6 s per update, 11-17 s per 128-sample evaluation) and 44 min with
+``--jobs 2`` under heavier load (about 7 s per update and 20-30 s per evaluation per process); the
+async timing (10 + 10 updates) 2.4 min. The commands and tables (lr 2e-3 and 5e-3) are in
+docs/rl.md ("GRPO on SmolLM2-135M-Instruct").
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     a = result["args"]
     fig.suptitle(f"GRPO + LoRA on {a['model']}: fresh rollouts vs rollout replay "
                  f"(staleness <= {a['max_staleness']}, reuse <= {a['max_reuse']}, {a['fresh_groups']}/"
-                 f"{a['batch_groups']} groups fresh)", fontsize=10)
+                 f"{a['batch_groups']} groups fresh, lr {a['learning_rate']:g})", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -178,3 +178,58 @@ def test_loss_moves_probability_towards_the_better_rollout_and_kl_starts_at_zero
         assert stats["kl"] > 0
     finally:
         policy.unload()
+
+
+def test_replayed_ratio_is_against_the_stored_behaviour_logprobs_and_clips_per_token(base: tuple[Any, Any]) -> None:
+    """A replayed rollout's ratio divides by the log-probs recorded when it was sampled (not by
+    the learner's current ones), and the clip acts token by token: a token whose ratio is already
+    past ``1 + clip`` with a positive advantage adds no gradient, one at ``0.5`` still does."""
+    from replaybank.rl.grpo_lm import add_lora, grpo_loss, lora_parameters, token_logprobs
+    from replaybank.rl.rollouts import RolloutBuffer
+    from replaybank.rl.sampling import sample
+
+    model, tok = base
+    policy = add_lora(model, rank=4, alpha=8, targets=["q_proj", "v_proj"], last_layers=0, seed=0)
+    try:
+        prompt = ArithmeticTask(digits=1, n_heldout=4).prompt_tokens(tok, 7)
+        out = sample(policy, [prompt, prompt], max_new_tokens=5, stop_ids=[tok.eos_token_id],
+                     pad_id=tok.pad_token_id, temperature=1.0, generator=torch.Generator().manual_seed(1))
+        params = [p for _, p in lora_parameters(policy)]
+
+        def loss_and_grads(shift: Any, advantages: list[float]) -> tuple[dict[str, float], list[Any]]:
+            """Row 0's behaviour log-probs lowered by ``shift`` (ratio ``exp(shift)`` on its tokens,
+            as if an older policy had sampled it), row 1's exact."""
+            buf = RolloutBuffer(16, max_staleness=0, max_reuse=1, seed=0)
+            buf.add_group(7, out.tokens, [1.0, 0.0], [out.logprobs[0] - shift, out.logprobs[1]], version=0,
+                          advantages=advantages)
+            loss, stats = grpo_loss(policy, buf.sample(2), [prompt, prompt], tok.pad_token_id, 1.0, clip=0.2)
+            grads = torch.autograd.grad(loss, params)
+            return stats, [g.clone() for g in grads]
+
+        n0, n = len(out.tokens[0]), len(out.tokens[0]) + len(out.tokens[1])
+        stats, clipped = loss_and_grads(np.log(2.0), [1.0, -1.0])
+        assert stats["ratio_mean"] == pytest.approx((2.0 * n0 + (n - n0)) / n, rel=1e-3)
+        assert stats["clip_frac"] == pytest.approx(n0 / n)
+        _, row1_only = loss_and_grads(0.0, [0.0, -1.0])  # row 0 contributes nothing by construction
+        assert any(g.abs().max() > 0 for g in row1_only)
+        for a, b in zip(clipped, row1_only):
+            torch.testing.assert_close(a, b, atol=1e-7, rtol=1e-4)
+        stats, below = loss_and_grads(-np.log(2.0), [1.0, -1.0])  # ratio 0.5: outside the clip, not clipped
+        assert stats["clip_frac"] == pytest.approx(n0 / n)
+        assert any((a - b).abs().max() > 1e-6 for a, b in zip(below, row1_only))
+        # only row 0's first token past the clip: the rest of row 0 still counts (token, not sequence, level)
+        assert n0 >= 2
+        first_only = np.zeros(n0, dtype=np.float32)
+        first_only[0] = np.log(2.0)
+        stats, token_level = loss_and_grads(first_only, [1.0, -1.0])
+        assert stats["clip_frac"] == pytest.approx(1 / n)
+        current = token_logprobs(policy, [prompt, prompt], out.tokens, tok.pad_token_id, 1.0)
+        behaviour = torch.as_tensor(np.concatenate([out.logprobs[0] - first_only, out.logprobs[1]]))
+        rho = (current - behaviour).exp()
+        adv = torch.tensor([1.0] * n0 + [-1.0] * (n - n0))
+        # ratios of the exact tokens are 1 +- numerical noise, inside the clip: the plain surrogate
+        expected = -(rho * adv)[1:].sum() / n
+        for a, b in zip(token_level, torch.autograd.grad(expected, params)):
+            torch.testing.assert_close(a, b, atol=1e-7, rtol=1e-4)
+    finally:
+        policy.unload()
