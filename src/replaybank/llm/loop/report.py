@@ -146,7 +146,7 @@ def write_report(out: Path) -> Path:
                   "| gen | gap | per seed |", "|---|---|---|"]
         for g, vals in enumerate(gap["generations"]):
             shown = ", ".join("-" if v is None else f"{100 * v:+.0f}" for v in vals)
-            lines.append(f"| {g} | {mean_std([None if v is None else 100 * v for v in vals], 0)} | {shown} |")
+            lines.append(f"| {g} | {mean_std([100 * v for v in vals if v is not None], 0)} | {shown} |")
         lines.append("")
     lines += ["## Runs", ""]
     for run in runs:
