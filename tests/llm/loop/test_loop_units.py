@@ -155,3 +155,25 @@ def test_batched_stop_rule_matches_one_prompt_at_a_time(smol_tok):
     assert all(not g.truncated for g in batched if g.n_tokens < 12)  # halted by the rule, not by the budget
     plain = generate_detailed(model, smol_tok, prompts, max_new_tokens=12, batch_size=8)
     assert all(p.text.startswith(b.text) or p.n_tokens <= b.n_tokens for p, b in zip(plain, batched, strict=True))
+
+
+def test_report_pairs_the_rehearsal_arms_per_seed_and_names_the_kl_weight():
+    from replaybank.llm.loop.report import group_key, paired_gaps
+
+    def run(seed, rehearsal, retentions, kl=0.0):
+        gens = [{"no_context": {"success": 0.0, "credit": 0.0}, "context": {"success": 0.0, "credit": 0.0},
+                 "retention": r} for r in retentions]
+        lp = {"lineage": "window", "window": 3, "rehearsal": rehearsal, "rehearsal_ratio": 0.5, "seed": seed,
+              "kl_weight": kl}
+        return {"name": f"{rehearsal}-{seed}", "state": {"config": {"loop": lp}, "generations": gens}}
+
+    runs = [run(0, "self", [1.0, 0.9, 0.8], kl=1.0), run(1, "self", [1.0, 0.95, 0.9], kl=1.0),
+            run(2, "self", [1.0, 0.5, 0.5], kl=1.0),  # seed 2 has no arm without rehearsal: left out
+            run(0, "none", [1.0, 0.7, 0.75]), run(1, "none", [1.0, 0.75])]
+    gaps = paired_gaps(runs)
+    assert gaps["window"]["seeds"] == [0, 1]
+    assert len(gaps["window"]["generations"]) == 2  # the shortest paired run
+    assert gaps["window"]["generations"][1] == pytest.approx([0.2, 0.2])
+    assert group_key(runs[0]["state"]) == "window (K=3), rehearsal self 50% + KL 1"
+    assert group_key(runs[3]["state"]) == "window (K=3), no rehearsal"
+    assert paired_gaps(runs[:3]) == {}

@@ -19,7 +19,7 @@ needs several calls (levels 3 and 4) is acted turn by turn, each result fed back
 every step is recorded in the store (SQLite). Then the adapter is trained on the successes
 of the generations the lineage selects (window = last K, all, best = K best on a validation
 split, never the evaluation set), mixed with self-synthesized rehearsal at a fixed share of the
-rows of every batch. Then held-out tasks are answered without replayed context (is the skill in
+rows of every batch, with a KL-to-base term on the rehearsal rows ([loop] kl_weight). Then held-out tasks are answered without replayed context (is the skill in
 the weights?) and with it, and the general-capability suite measures retention against the base
 model. The store starts with at most 16 demonstrations.
 

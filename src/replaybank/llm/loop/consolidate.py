@@ -86,26 +86,37 @@ def rehearsal_rows(
 
 def consolidate(
     model: Any, pad_id: int, domain: TokenRows, rehearsal: TokenRows | None, ratio: float, cfg: Training,
-    *, desc: str, checkpoint_dir: Path | None = None,
+    *, desc: str, checkpoint_dir: Path | None = None, kl_weight: float = 0.0,
 ) -> dict[str, Any]:
     """Train the PEFT ``model`` in place on ``domain`` mixed with ``rehearsal`` at ``ratio`` of the rows.
 
+    With ``kl_weight > 0`` and rehearsal rows, the loss adds ``kl_weight`` times the KL-to-base
+    term (:mod:`replaybank.llm.train.kl`: ``KL(p_base || p_adapted)`` per answer token of the
+    rehearsal rows, averaged over them; the base distribution comes from the same model with the
+    adapter disabled). It pulls the whole next-token distribution on general prompts back to the
+    base model's, where the rehearsal rows' cross-entropy pulls only toward one sampled answer.
+
     Returns:
         The training log (:meth:`replaybank.llm.train.TrainLog.to_dict`) without per-step rows,
-        plus ``loss_first``/``loss_last`` and ``steps``.
+        plus ``loss_first``/``loss_last``, ``steps``, ``kl_weight`` and ``kl_mean`` (the mean
+        per-token KL over the steps; None without the term).
     """
-    from replaybank.llm.train import Source, train_lora
+    from replaybank.llm.train import KLSpec, Source, train_lora
 
     sources = [Source("rehearsal", rehearsal, ratio)] if rehearsal is not None and ratio > 0 else []
-    log = train_lora(model, pad_id, domain, None, cfg, 0.0, checkpoint_dir=checkpoint_dir, desc=desc, sources=sources)
+    kl = KLSpec(kl_weight) if kl_weight > 0 and sources else None
+    log = train_lora(model, pad_id, domain, None, cfg, 0.0, checkpoint_dir=checkpoint_dir, desc=desc, sources=sources, kl=kl)
     out = log.to_dict()
     steps = out.pop("steps")
+    kls = [s["kl"] for s in steps if s.get("kl") is not None]
     out.update({
         "steps": len(steps),
         "loss_first": steps[0]["loss"] if steps else None,
         "loss_last": steps[-1]["loss"] if steps else None,
         "rehearsal_rows": sum(s["rehearsal_rows"] for s in steps),
         "rows": sum(s["rows"] for s in steps),
+        "kl_weight": kl.weight if kl is not None else 0.0,
+        "kl_mean": sum(kls) / len(kls) if kls else None,
     })
     out.pop("evals", None)
     return out

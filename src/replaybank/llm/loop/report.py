@@ -63,7 +63,33 @@ def collect(out: Path) -> list[dict[str, Any]]:
 def group_key(state: dict[str, Any]) -> str:
     lp = state["config"]["loop"]
     reh = "no rehearsal" if lp["rehearsal"] == "none" else f"rehearsal {lp['rehearsal']} {lp['rehearsal_ratio']:.0%}"
+    if lp["rehearsal"] != "none" and lp.get("kl_weight", 0.0) > 0:
+        reh += f" + KL {lp['kl_weight']:g}"
     return f"{lp['lineage']} (K={lp['window']}), {reh}"
+
+
+def paired_gaps(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per lineage with both arms: ``retention`` with rehearsal minus without, per generation and
+    per seed the two arms share (``{lineage: {"seeds": [...], "generations": [[gap per seed], ...]}}``)."""
+    by: dict[tuple[str, bool], dict[int, list[float | None]]] = {}
+    for run in runs:
+        lp = run["state"]["config"]["loop"]
+        per_gen = [metrics_of(r)["retention"] for r in run["state"]["generations"]]
+        by.setdefault((lp["lineage"], lp["rehearsal"] != "none"), {})[lp["seed"]] = per_gen
+    out: dict[str, Any] = {}
+    for (lineage, on), with_ in by.items():
+        without = by.get((lineage, False))
+        if not on or not without:
+            continue
+        seeds = sorted(set(with_) & set(without))
+        n_gen = min([len(with_[s]) for s in seeds] + [len(without[s]) for s in seeds]) if seeds else 0
+        gens = [[_diff(with_[s][g], without[s][g]) for s in seeds] for g in range(n_gen)]
+        out[lineage] = {"seeds": seeds, "generations": gens}
+    return out
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
 
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -113,13 +139,23 @@ def write_report(out: Path) -> Path:
             shown = ", ".join("inf" if r is None else f"{r:.2f}" for r in ratios)
             lines += ["", f"generation 5 / generation 1 held-out exact without context, per seed: {shown}"]
         lines.append("")
+    gaps = paired_gaps(runs)
+    for lineage, gap in gaps.items():
+        lines += [f"## Retention with rehearsal minus without ({lineage}, paired per seed)", "",
+                  f"seeds {gap['seeds']}; points of retention (percent of base), mean ± std over seeds, then per seed", "",
+                  "| gen | gap | per seed |", "|---|---|---|"]
+        for g, vals in enumerate(gap["generations"]):
+            shown = ", ".join("-" if v is None else f"{100 * v:+.0f}" for v in vals)
+            lines.append(f"| {g} | {mean_std([100 * v for v in vals if v is not None], 0)} | {shown} |")
+        lines.append("")
     lines += ["## Runs", ""]
     for run in runs:
         lines += [f"### {run['name']}", "", *_run_table(run["state"]), "", *_level_table(run["state"]),
                   "```", _store_text(run["folder"]), "```", ""]
     report = out / "report.md"
     report.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (out / "metrics.json").write_text(json.dumps(agg, indent=1), encoding="utf-8")
+    (out / "metrics.json").write_text(json.dumps({**agg, "paired_retention_gap": gaps} if gaps else agg, indent=1),
+                                      encoding="utf-8")
     if agg:
         _plot(agg, out / "loop.png")
     return report

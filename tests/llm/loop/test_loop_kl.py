@@ -1,0 +1,125 @@
+"""The KL-to-base term in the loop's consolidation (``[loop] kl_weight``), on a tiny random Llama."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from replaybank.llm.config import ConfigError, Training
+from replaybank.llm.loop.config import TRAINING_DEFAULTS, LoopConfig
+
+
+def test_kl_weight_is_validated_and_documented():
+    assert LoopConfig().loop.kl_weight >= 0
+    assert LoopConfig.from_dict({"loop": {"kl_weight": 2}}).loop.kl_weight == 2.0
+    with pytest.raises(ConfigError, match=r"\[loop\] kl_weight = -1"):
+        LoopConfig.from_dict({"loop": {"kl_weight": -1}})
+    with pytest.raises(ConfigError, match=r"\[loop\] kl_weight = 'high'"):
+        LoopConfig.from_dict({"loop": {"kl_weight": "high"}})
+    with pytest.raises(ConfigError, match="did you mean 'kl_weight'"):
+        LoopConfig.from_dict({"loop": {"kl_wieght": 1.0}})
+    line = next(x for x in LoopConfig().to_toml().splitlines() if x.startswith("kl_weight"))
+    assert "KL-to-base" in line and "rehearsal" in line
+
+
+@pytest.fixture
+def tiny(tiny_model_dir, smol_tok):
+    """A LoRA-wrapped tiny Llama whose adapter is moved off zero (so it differs from the base),
+    4 domain rows and 4 rehearsal rows, and a config that puts all 8 rows in one batch."""
+    import torch
+
+    from replaybank.llm.model import load_model
+    from replaybank.llm.rows import encode_pair, token_rows
+    from replaybank.llm.train import add_lora
+
+    cfg = dataclasses.replace(
+        Training(**TRAINING_DEFAULTS), base_model=str(tiny_model_dir), lora_rank=2, lora_alpha=4,
+        batch_size=8, num_train_epochs=1, max_seq_length=48, learning_rate=1e-2, seed=3,
+    )
+    base, tok = load_model(str(tiny_model_dir))
+    model = add_lora(base, cfg)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.3 * torch.randn(p.shape, generator=gen))
+    start = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
+    domain = token_rows([encode_pair(tok, f"Add {i} tea.", f"<<qx cart.add; sku=tea; qty={i}>>", 48) for i in range(4)])
+    rehearsal = token_rows([encode_pair(tok, f"Name colour {i}.", f"Colour {i} is blue and green.", 48) for i in range(4)])
+    return model, tok, cfg, start, domain, rehearsal
+
+
+def _kl_to_base(model, rows, pad_id):
+    """Mean per-token KL(base || adapted) over the answer tokens of ``rows``, computed directly."""
+    import torch
+
+    from replaybank.llm.evaluate import collate, logits_at
+    from replaybank.llm.train.kl import base_logits_at, kl_to_base
+
+    ids, att, labels = collate(rows.rows(list(range(len(rows)))), pad_id)
+    mask = labels[:, 1:] != -100
+    with torch.no_grad():
+        adapted = logits_at(model, ids, att, mask)
+        base = base_logits_at(model, ids, att, mask)
+        return float(kl_to_base(adapted, base)) / int(mask.sum())
+
+
+def _lora(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
+
+
+def test_zero_weight_is_the_path_without_kl_and_a_weight_adds_the_predicted_term(tiny):
+    import torch
+
+    from replaybank.llm.loop.consolidate import consolidate
+    from replaybank.llm.train import Source, train_lora
+
+    model, tok, cfg, start, domain, rehearsal = tiny
+    pad = tok.pad_token_id
+    expected_kl = _kl_to_base(model, rehearsal, pad)
+    assert expected_kl > 1e-3  # the moved adapter differs from the base
+
+    old = train_lora(model, pad, domain, None, cfg, 0.0, desc="t", sources=[Source("rehearsal", rehearsal, 0.5)])
+    after_old = _lora(model)
+    model.load_state_dict(start, strict=False)
+    zero = consolidate(model, pad, domain, rehearsal, 0.5, cfg, desc="t", kl_weight=0.0)
+    after_zero = _lora(model)
+    assert zero["steps"] == len(old.steps) == 1 and zero["kl_mean"] is None and zero["kl_weight"] == 0.0
+    assert zero["loss_first"] == old.steps[0]["loss"]
+    assert all(torch.equal(after_old[k], after_zero[k]) for k in after_old)
+
+    model.load_state_dict(start, strict=False)
+    weighted = consolidate(model, pad, domain, rehearsal, 0.5, cfg, desc="t", kl_weight=2.0)
+    after_kl = _lora(model)
+    # the logged term is the KL of the starting adapter on the rehearsal answers (all in the one batch)
+    assert weighted["kl_weight"] == 2.0
+    assert weighted["kl_mean"] == pytest.approx(expected_kl, rel=1e-3, abs=1e-6)
+    assert weighted["loss_first"] == pytest.approx(zero["loss_first"], rel=1e-6)  # the logged loss is the CE
+    assert any(not torch.equal(after_kl[k], after_zero[k]) for k in after_kl)  # and the KL moved the update
+
+
+def test_the_term_pulls_the_rehearsal_answers_toward_the_base_model(tiny):
+    from replaybank.llm.loop.consolidate import consolidate
+
+    model, tok, cfg, start, domain, rehearsal = tiny
+    pad = tok.pad_token_id
+    cfg = dataclasses.replace(cfg, num_train_epochs=40, learning_rate=5e-2)
+    before = _kl_to_base(model, rehearsal, pad)
+    kl_after = {}
+    for weight in (0.0, 100.0):
+        model.load_state_dict(start, strict=False)
+        consolidate(model, pad, domain, rehearsal, 0.5, cfg, desc="t", kl_weight=weight)
+        kl_after[weight] = _kl_to_base(model, rehearsal, pad)
+    # cross-entropy on the rehearsal answers alone moves the distribution elsewhere; the KL term
+    # brings it back to the base model's
+    assert kl_after[100.0] < 0.5 * before
+    assert kl_after[100.0] < 0.5 * kl_after[0.0]
+
+
+def test_without_rehearsal_rows_the_weight_is_inactive(tiny):
+    from replaybank.llm.loop.consolidate import consolidate
+
+    model, tok, cfg, _, domain, _ = tiny
+    out = consolidate(model, tok.pad_token_id, domain, None, 0.5, cfg, desc="t", kl_weight=3.0)
+    assert out["kl_weight"] == 0.0 and out["kl_mean"] is None
