@@ -19,10 +19,13 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from replaybank.errors import ReplayBankError
 
 Source = Literal["agent", "demo"]
 Message = dict[str, str]
@@ -261,3 +264,14 @@ def demonstration(
         prompt = task.text if i == 0 else str(results[i - 1] if i - 1 < len(results) else "")
         steps.append(Step(prompt, out, calls[i] if i < len(calls) else None, results[i] if i < len(results) else None))
     return Episode(task, tuple(steps), Verdict(True, 1.0, {}, "demonstration"), source="demo")
+
+
+def check_episode(ep: Episode, i: int) -> None:
+    """Refuse an episode the store must not record (``i``: its index in the call, for the message)."""
+    if not ep.steps:
+        raise ReplayBankError(f"episode {i} (task {ep.task.id!r}): no steps; record at least one turn")
+    r = ep.verdict.reward
+    if not (isinstance(r, int | float) and math.isfinite(r) and 0.0 <= r <= 1.0):
+        raise ReplayBankError(f"episode {i} (task {ep.task.id!r}): reward {r!r} is not in [0, 1]")
+    if ep.source not in ("agent", "demo"):
+        raise ReplayBankError(f"episode {i}: source {ep.source!r} is not 'agent' or 'demo'")

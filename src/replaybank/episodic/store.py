@@ -36,7 +36,6 @@ Example:
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -46,7 +45,7 @@ from typing import Any
 
 from replaybank.errors import ReplayBankError
 
-from .episode import Episode, StoredEpisode
+from .episode import Episode, StoredEpisode, check_episode
 
 SCHEMA_VERSION = 1
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -260,7 +259,7 @@ class EpisodeStore:
     def add_many(self, episodes: Sequence[Episode]) -> list[int]:
         """Record attempts in one transaction (all or none); returns their episode ids."""
         for i, ep in enumerate(episodes):
-            _validate(ep, i)
+            check_episode(ep, i)
         ids: list[int] = []
         with self._write("add episodes") as c:
             for ep in episodes:
@@ -391,16 +390,6 @@ class EpisodeStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _validate(ep: Episode, i: int) -> None:
-    if not ep.steps:
-        raise ReplayBankError(f"episode {i} (task {ep.task.id!r}): no steps; record at least one turn")
-    r = ep.verdict.reward
-    if not (isinstance(r, int | float) and math.isfinite(r) and 0.0 <= r <= 1.0):
-        raise ReplayBankError(f"episode {i} (task {ep.task.id!r}): reward {r!r} is not in [0, 1]")
-    if ep.source not in ("agent", "demo"):
-        raise ReplayBankError(f"episode {i}: source {ep.source!r} is not 'agent' or 'demo'")
 
 
 def _stored(row: Sequence[Any]) -> StoredEpisode:
