@@ -44,7 +44,7 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "lora_alpha": 16,
     "learning_rate": 1e-3,
     "batch_size": 8,
-    "num_train_epochs": 2,
+    "num_train_epochs": 1,
     "max_seq_length": 160,
     "num_threads": 1,
 }
