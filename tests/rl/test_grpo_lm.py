@@ -110,7 +110,7 @@ def test_both_arms_train_and_replay_generates_less(tiny_dir: Path, base: tuple[A
     before = {n: p.clone() for n, p in model.named_parameters()}
     args = tiny_args(tiny_dir, kl_coef=0.1)
     runs = {arm: train_arm(args, arm, 0, base) for arm in ("no_replay", "replay")}
-    # no replay: 4 fresh groups every update; replay: 2 per update after a batch is stored
+    # no replay: 4 fresh groups every update; replay: 3 (fresh_groups) per update after a batch is stored
     assert runs["replay"]["tokens_generated"] < runs["no_replay"]["tokens_generated"]
     assert runs["no_replay"]["mean_staleness"] == 0.0 and runs["no_replay"]["evicted"]["reuse"] == 4 * 4 * 4
     assert 0 < runs["replay"]["mean_staleness"] <= args.max_staleness

@@ -48,7 +48,7 @@ class GrpoLmArgs:
     n_heldout: int = field(default=32, metadata={"help": "held-out problems (never trained on)"})
     group_size: int = field(default=4, metadata={"help": "completions per prompt (one GRPO group)"})
     batch_groups: int = field(default=4, metadata={"help": "groups per update"})
-    fresh_groups: int = field(default=2, metadata={"help": "groups generated per update with replay"})
+    fresh_groups: int = field(default=3, metadata={"help": "groups generated per update with replay (3 of 4: measured, docs/rl.md)"})
     max_staleness: int = field(default=2, metadata={"help": "policy versions a replayed rollout may lag"})
     max_reuse: int = field(default=2, metadata={"help": "times a rollout may be used"})
     min_fresh: float = field(default=0.5, metadata={"help": "share of each batch from the newest version"})
