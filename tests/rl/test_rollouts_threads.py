@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
+import pytest
 
 from replaybank.errors import ReplayBankError
 from replaybank.rl.rollouts import RolloutBuffer
@@ -88,3 +90,42 @@ def test_sampling_concurrently_from_two_learners_serves_each_group_within_its_re
     assert counts.max() <= 3
     assert len(buf) + buf.evicted["reuse"] == 200 * GROUP  # nothing lost, nothing evicted twice
     assert counts.sum() >= (200 * GROUP - len(buf)) * 3 - 2 * GROUP  # evicted groups were used up
+
+
+def _filled_buffer() -> RolloutBuffer:
+    rng = np.random.default_rng(3)
+    buf = RolloutBuffer(64, max_staleness=1, max_reuse=2, seed=0)
+    for _ in range(4):
+        buf.add_group(0, [rng.integers(0, 50, size=3) for _ in range(GROUP)], rng.random(GROUP),
+                      [-rng.random(3) for _ in range(GROUP)], version=0)
+    return buf
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda b: b.set_policy_version(5),  # evicts every group: the race the producer test once hit
+        lambda b: b.add_group(0, [np.arange(3)] * GROUP, np.zeros(GROUP), [np.zeros(3)] * GROUP, version=0),
+        lambda b: b.sample(2 * GROUP),
+        lambda b: b.state_dict(),
+        lambda b: b.load_state_dict(b.state_dict()),
+        lambda b: len(b),
+        lambda b: b.live_groups,
+        lambda b: b.live_ids,
+    ],
+    ids=["set_policy_version", "add_group", "sample", "state_dict", "load_state_dict", "len", "live_groups", "live_ids"],
+)
+def test_every_public_method_waits_for_the_lock(call: Callable[[RolloutBuffer], object]) -> None:
+    buf = _filled_buffer()
+    finished = threading.Event()
+
+    def other_thread() -> None:
+        call(buf)
+        finished.set()
+
+    with buf.lock:  # a learner (or producer) in the middle of a call
+        t = threading.Thread(target=other_thread)
+        t.start()
+        assert not finished.wait(0.2), "the method ran while another thread held the buffer's lock"
+    t.join(5)
+    assert finished.is_set()

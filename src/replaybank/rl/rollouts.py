@@ -241,14 +241,15 @@ class RolloutBuffer:
     def set_policy_version(self, version: int) -> dict[str, int]:
         """Advance the current policy version and evict every group older than the staleness
         bound. Returns ``{"stale": rollouts evicted}``."""
-        if version < self.policy_version:
-            raise ReplayBankError(f"policy version may not go back: {version} < {self.policy_version}")
-        self.policy_version = int(version)
-        stale = [gid for gid, g in self.groups.items() if version - g.version > self.max_staleness]
-        count = sum(len(self.groups[gid].ids) for gid in stale)
-        for gid in stale:
-            self._evict(gid, "stale")
-        return {"stale": count}
+        with self.lock:  # evicting while a learner's sample() picks groups would serve a removed group
+            if version < self.policy_version:
+                raise ReplayBankError(f"policy version may not go back: {version} < {self.policy_version}")
+            self.policy_version = int(version)
+            stale = [gid for gid, g in self.groups.items() if version - g.version > self.max_staleness]
+            count = sum(len(self.groups[gid].ids) for gid in stale)
+            for gid in stale:
+                self._evict(gid, "stale")
+            return {"stale": count}
 
     # -- reading --------------------------------------------------------------------------------
     def sample(self, batch_size: int) -> RolloutBatch:
