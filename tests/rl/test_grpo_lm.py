@@ -147,17 +147,26 @@ def test_grpo_command_writes_the_summary(tiny_dir: Path, tmp_path: Path) -> None
     assert main(["rl", "grpo", "--arms", "replay,fancy", "--out", str(tmp_path)]) == 2
 
 
-def test_loss_moves_probability_towards_the_better_rollout_and_kl_starts_at_zero(base: tuple[Any, Any]) -> None:
-    from replaybank.rl.grpo_lm import add_lora, grpo_loss, lora_parameters, token_logprobs
-    from replaybank.rl.rollouts import RolloutBuffer
+def _policy_and_two_rollouts(base: tuple[Any, Any]) -> tuple[Any, list[int], Any]:
+    """A fresh LoRA policy on the tiny model and two sampled completions of one arithmetic prompt."""
+    from replaybank.rl.grpo_lm import add_lora
     from replaybank.rl.sampling import sample
 
     model, tok = base
     policy = add_lora(model, rank=4, alpha=8, targets=["q_proj", "v_proj"], last_layers=0, seed=0)
+    prompt = ArithmeticTask(digits=1, n_heldout=4).prompt_tokens(tok, 7)
+    out = sample(policy, [prompt, prompt], max_new_tokens=5, stop_ids=[tok.eos_token_id],
+                 pad_id=tok.pad_token_id, temperature=1.0, generator=torch.Generator().manual_seed(1))
+    return policy, prompt, out
+
+
+def test_loss_moves_probability_towards_the_better_rollout_and_kl_starts_at_zero(base: tuple[Any, Any]) -> None:
+    from replaybank.rl.grpo_lm import grpo_loss, lora_parameters, token_logprobs
+    from replaybank.rl.rollouts import RolloutBuffer
+
+    tok = base[1]
+    policy, prompt, out = _policy_and_two_rollouts(base)
     try:
-        prompt = ArithmeticTask(digits=1, n_heldout=4).prompt_tokens(tok, 7)
-        out = sample(policy, [prompt, prompt], max_new_tokens=5, stop_ids=[tok.eos_token_id],
-                     pad_id=tok.pad_token_id, temperature=1.0, generator=torch.Generator().manual_seed(1))
         buf = RolloutBuffer(16, max_staleness=0, max_reuse=1, seed=0)
         buf.add_group(7, out.tokens, [1.0, 0.0], out.logprobs, version=0)
         batch = buf.sample(2)
@@ -184,16 +193,12 @@ def test_replayed_ratio_is_against_the_stored_behaviour_logprobs_and_clips_per_t
     """A replayed rollout's ratio divides by the log-probs recorded when it was sampled (not by
     the learner's current ones), and the clip acts token by token: a token whose ratio is already
     past ``1 + clip`` with a positive advantage adds no gradient, one at ``0.5`` still does."""
-    from replaybank.rl.grpo_lm import add_lora, grpo_loss, lora_parameters, token_logprobs
+    from replaybank.rl.grpo_lm import grpo_loss, lora_parameters, token_logprobs
     from replaybank.rl.rollouts import RolloutBuffer
-    from replaybank.rl.sampling import sample
 
-    model, tok = base
-    policy = add_lora(model, rank=4, alpha=8, targets=["q_proj", "v_proj"], last_layers=0, seed=0)
+    tok = base[1]
+    policy, prompt, out = _policy_and_two_rollouts(base)
     try:
-        prompt = ArithmeticTask(digits=1, n_heldout=4).prompt_tokens(tok, 7)
-        out = sample(policy, [prompt, prompt], max_new_tokens=5, stop_ids=[tok.eos_token_id],
-                     pad_id=tok.pad_token_id, temperature=1.0, generator=torch.Generator().manual_seed(1))
         params = [p for _, p in lora_parameters(policy)]
 
         def loss_and_grads(shift: Any, advantages: list[float]) -> tuple[dict[str, float], list[Any]]:

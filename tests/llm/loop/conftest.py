@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,21 @@ def to_toml(cfg: dict[str, Any]) -> str:
         lines.append(f"[{section}]")
         lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
     return "\n".join(lines) + "\n"
+
+
+def kill_at(cmd: list[str], marker: str, env: dict[str, str], timeout: float = 300) -> list[str]:
+    """Run ``cmd``, SIGKILL it as soon as a stdout line contains ``marker``; return the lines seen."""
+    seen: list[str] = []
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        seen.append(line)
+        if marker in line:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=timeout)
+    assert proc.returncode == -signal.SIGKILL, f"the loop ended before {marker!r}: {''.join(seen)[-2000:]}"
+    return seen
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,22 +13,7 @@ from replaybank.episodic import EpisodeStore
 from replaybank.llm.loop.config import LoopConfig
 from replaybank.llm.loop.run import run_loop
 
-from .conftest import to_toml  # type: ignore[import-not-found]
-
-
-def _kill_at(cmd: list[str], marker: str, env: dict[str, str]) -> list[str]:
-    """Run ``cmd``, SIGKILL it as soon as a stdout line contains ``marker``; return the lines seen."""
-    seen: list[str] = []
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        seen.append(line)
-        if marker in line:
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-    proc.wait(timeout=120)
-    assert proc.returncode == -signal.SIGKILL, f"the loop ended before {marker!r}: {''.join(seen)[-2000:]}"
-    return seen
+from .conftest import kill_at, to_toml  # type: ignore[import-not-found]
 
 
 def _attempts_per_generation(db: Path) -> dict[int, int]:
@@ -50,7 +33,7 @@ def test_kill_during_store_write_and_during_consolidation_then_resume(tiny_cfg, 
     cmd = [sys.executable, "-m", "replaybank.cli", "loop", str(config), "--out", str(out)]
 
     # 1. killed while generation 2's attempts are being written (the line is printed just before the write)
-    _kill_at(cmd, "gen 2: recording", env)
+    kill_at(cmd, "gen 2: recording", env)
     state = json.loads((run / "state.json").read_text())
     assert state["finished"] == 1
     adapter1 = state["generations"][1]["adapter"]
@@ -58,7 +41,7 @@ def test_kill_during_store_write_and_during_consolidation_then_resume(tiny_cfg, 
     assert counts[1] == 6 and counts.get(2, 0) in (0, 6)  # one transaction: all of generation 2 or none
 
     # 2. resumed, and killed again while generation 2 consolidates (its attempts are recorded by then)
-    seen = _kill_at(cmd, "gen 2: consolidating", env)
+    seen = kill_at(cmd, "gen 2: consolidating", env)
     assert any("resuming after generation 1" in line for line in seen)
     assert _attempts_per_generation(run / "store.db") == {0: 4, 1: 6, 2: 6}
     with EpisodeStore(run / "store.db", readonly=True) as store:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,22 +13,9 @@ from typing import Any
 
 from replaybank.episodic import EpisodeStore
 
-from .conftest import to_toml  # type: ignore[import-not-found]
+from .conftest import kill_at, to_toml  # type: ignore[import-not-found]
 
 SCRIPT = Path(__file__).with_name("scripted.py")
-
-
-def _kill_at(cmd: list[str], marker: str, env: dict[str, str]) -> None:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-    assert proc.stdout is not None
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if marker in line:
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-    proc.wait(timeout=300)
-    assert proc.returncode == -signal.SIGKILL, f"the loop ended before {marker!r}: {''.join(seen)[-2000:]}"
 
 
 def _record(run: Path) -> dict[str, Any]:
@@ -54,8 +40,8 @@ def test_a_killed_multi_turn_loop_resumes_to_exactly_the_uninterrupted_run(tiny_
         return [sys.executable, str(SCRIPT), "loop", str(config), "--out", str(out)]
 
     subprocess.run(cmd(tmp_path / "straight"), env=env, check=True, capture_output=True, timeout=600)
-    _kill_at(cmd(tmp_path / "killed"), "gen 2: recording", env)
-    _kill_at(cmd(tmp_path / "killed"), "gen 2: consolidating", env)
+    kill_at(cmd(tmp_path / "killed"), "gen 2: recording", env)
+    kill_at(cmd(tmp_path / "killed"), "gen 2: consolidating", env)
     subprocess.run(cmd(tmp_path / "killed"), env=env, check=True, capture_output=True, timeout=600)
 
     straight = _record(tmp_path / "straight" / "window-rehearsal-s0")
