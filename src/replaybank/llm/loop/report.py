@@ -135,9 +135,9 @@ def write_report(out: Path) -> Path:
             lines.append(f"| {gen['generation']} | " + " | ".join(mean_std(gen[m]) for m in METRICS) + " |")
         gens = group["generations"]
         if len(gens) > 5:
-            ratios = [b / a if a else None for a, b in zip(gens[1]["exact"], gens[5]["exact"], strict=True)]
-            shown = ", ".join("inf" if r is None else f"{r:.2f}" for r in ratios)
-            lines += ["", f"generation 5 / generation 1 held-out exact without context, per seed: {shown}"]
+            shown = ", ".join(f"{a:.0%} -> {b:.0%}" + (f" ({b / a:.2f}x)" if a else "")
+                              for a, b in zip(gens[1]["exact"], gens[5]["exact"], strict=True))
+            lines += ["", f"held-out exact without context, generation 1 -> 5, per seed: {shown}"]
         lines.append("")
     gaps = paired_gaps(runs)
     for lineage, gap in gaps.items():
