@@ -45,6 +45,7 @@ def main() -> None:
     from replaybank.llm.eval.suite import evaluate_suite, load_suite, prepare_suite
     from replaybank.llm.loop.config import LoopConfig
     from replaybank.llm.loop.consolidate import load_adapter
+    from replaybank.llm.loop.run import suite_retention
     from replaybank.llm.loop.state import read_state
     from replaybank.llm.model import cache_dir, load_model
     from replaybank.llm.train import add_lora
@@ -60,6 +61,10 @@ def main() -> None:
             parser.error(f"{run}: generations {missing} not finished (last finished: {state['finished']})")
         configs[run] = LoopConfig.from_dict(state["config"], source=str(run / "state.json"))
     first = next(iter(configs.values()))
+    for run, cfg in configs.items():
+        if (cfg.training.lora_rank, cfg.training.lora_target_modules) != (first.training.lora_rank,
+                                                                           first.training.lora_target_modules):
+            parser.error(f"{run}: another LoRA shape than {args.runs[0]}; score runs of one adapter shape together")
     base, tok = load_model(first.training.base_model)
     model = add_lora(base, first.training)  # a fresh adapter is the identity: base answers below
     initial = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
@@ -68,16 +73,12 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     for run, cfg in configs.items():
-        if (cfg.training.lora_rank, cfg.training.lora_target_modules) != (first.training.lora_rank,
-                                                                           first.training.lora_target_modules):
-            parser.error(f"{run}: another LoRA shape than {args.runs[0]}; score runs of one adapter shape together")
         for g in gens:
             model.load_state_dict(initial, strict=False)
             adapter = load_adapter(model, run / "adapters" / f"gen{g}")
             res = evaluate_suite(model, tok, suite, batch_size=batch, desc=f"{run.name} gen {g}")
-            kept = [v for v in res["retention"].values() if v is not None]
             row = {"run": run.name, "group": run.name.rsplit("-s", 1)[0], "seed": cfg.loop.seed, "generation": g,
-                   "adapter": adapter, "retention": sum(kept) / len(kept), "families": res["retention"],
+                   "adapter": adapter, "retention": suite_retention(res["retention"]), "families": res["retention"],
                    "leakage": res["leakage"], "n": res["n"], "seconds": res["seconds"]}
             rows.append(row)
             fams = " / ".join(f"{v:.0%}" for v in res["retention"].values() if v is not None)

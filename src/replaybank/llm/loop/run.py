@@ -195,16 +195,27 @@ def evaluate(
     val, _ = attempt(model, tok, env, validation, build_prompts(validation, None, 0, system=sys_),
                      desc=f"{tag} validation", **kw)
     res = evaluate_suite(model, tok, suite, batch_size=lp.generation_batch_size, desc=f"{tag} suite")
-    kept = [v for v in res["retention"].values() if v is not None]
     return {
         "no_context": summarise(bare), "context": summarise(ctx), "validation": summarise(val),
         "suite": {"families": res["families"], "retention": res["retention"], "leakage": res["leakage"],
                   "seconds": res["seconds"]},
-        "retention": sum(kept) / len(kept) if kept else None,
+        "retention": suite_retention(res["retention"]),
         "eval_tokens_per_second": {"no_context": s1["tokens_per_second"], "context": s2["tokens_per_second"]},
         "examples": [{"task": a.task.text, "expected": list(a.task.expected), "output": a.output,
                       "success": a.verdict.success} for a in bare[:5]],
     }
+
+
+def suite_retention(per_family: dict[str, float | None]) -> float | None:
+    """The loop's retention: the mean over suite families of the family's score over the base
+    model's (families the base model scores 0 on, None, are left out).
+
+    Example:
+        >>> suite_retention({"conversation": 0.8, "arithmetic": 1.0, "code": None})
+        0.9
+    """
+    kept = [v for v in per_family.values() if v is not None]
+    return sum(kept) / len(kept) if kept else None
 
 
 def _line(row: dict[str, Any], total: int) -> str:
