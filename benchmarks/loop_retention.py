@@ -35,7 +35,7 @@ for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[var] = "1"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-LOOP_KEYS = {"rehearsal", "rehearsal_ratio", "kl_weight"}
+LOOP_KEYS = {"rehearsal", "rehearsal_ratio", "kl_weight", "self_open_rows"}
 TRAINING_KEYS = {"learning_rate", "num_train_epochs"}
 
 
@@ -46,7 +46,12 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
         key, _, value = part.partition("=")
         if key not in LOOP_KEYS | TRAINING_KEYS:
             raise SystemExit(f"--variant {text!r}: unknown key {key!r} (known: {sorted(LOOP_KEYS | TRAINING_KEYS)})")
-        changes[key] = value if key == "rehearsal" else (int(value) if key == "num_train_epochs" else float(value))
+        if key == "rehearsal":
+            changes[key] = value
+        elif key == "self_open_rows":
+            changes[key] = value.lower() in ("1", "true", "yes")
+        else:
+            changes[key] = int(value) if key == "num_train_epochs" else float(value)
     return name, changes
 
 
@@ -116,13 +121,15 @@ def main() -> None:
             vcfg = cfg.with_(**{k: v for k, v in changes.items() if k in LOOP_KEYS})
             vtrain = dataclasses.replace(training, **{k: v for k, v in changes.items() if k in TRAINING_KEYS})
             source = vcfg.loop.rehearsal
-            if source not in rehearsal_cache:
-                rehearsal_cache[source] = rehearsal_rows(
+            key = f"{source}/open={vcfg.loop.self_open_rows}"
+            if key not in rehearsal_cache:
+                rehearsal_cache[key] = rehearsal_rows(
                     source, model, tok, seed=lp.seed, n_rows=lp.self_rows, max_seq_length=training.max_seq_length,
-                    suite_prompts=[i.prompt for i in all_items if i.id in loop_sample], batch_size=lp.generation_batch_size)[0]
+                    suite_prompts=[i.prompt for i in all_items if i.id in loop_sample], batch_size=lp.generation_batch_size,
+                    keep_truncated=vcfg.loop.self_open_rows)[0]
             model.load_state_dict(initial, strict=False)
             t0 = time.perf_counter()
-            train = consolidate(model, tok.pad_token_id, domain, rehearsal_cache[source], vcfg.loop.rehearsal_ratio,
+            train = consolidate(model, tok.pad_token_id, domain, rehearsal_cache[key], vcfg.loop.rehearsal_ratio,
                                 vtrain, desc=f"{name} consolidate", kl_weight=vcfg.loop.kl_weight)
             t_train = time.perf_counter() - t0
             bare, _ = act_attempt(model, tok, env, evaluation, build_prompts(evaluation, None, 0, system=lp.system_prompt),

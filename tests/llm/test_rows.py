@@ -92,3 +92,16 @@ def test_smollm2_template_known_example(smol_tok):
         [{"role": "user", "content": "What is the capital of France?"}], tokenize=False, add_generation_prompt=True
     ))
     assert (labels[: len(smol_tok(text[:n_prompt], add_special_tokens=False)["input_ids"])] == IGNORE_INDEX).all()
+
+
+def test_open_end_row_has_no_end_of_turn(smol_tok):
+    """A completion cut at a token budget is labelled as written, without the template's end marker."""
+    closed_ids, closed_labels = encode_pair(smol_tok, "Tell me about rivers.", "Rivers carry water to", 128)
+    ids, labels = encode_pair(smol_tok, "Tell me about rivers.", "Rivers carry water to", 128, open_end=True)
+    assert smol_tok.decode(ids[labels != IGNORE_INDEX]) == "Rivers carry water to"
+    assert smol_tok.decode(closed_ids[closed_labels != IGNORE_INDEX]) == "Rivers carry water to<|im_end|>\n"
+    # Same prompt tokens; the open row is the closed row minus its end marker.
+    n = len(ids)
+    assert np.array_equal(closed_ids[:n], ids) and "<|im_end|>" not in smol_tok.decode(ids[-3:])
+    short_ids, short_labels = encode_pair(smol_tok, "Tell me about rivers.", "Rivers carry water to", 10, open_end=True)
+    assert len(short_ids) == len(short_labels) == 10

@@ -10,6 +10,7 @@ import pytest
 from replaybank.errors import ReplayBankError
 from replaybank.llm.data.selfsynth import (
     SelfSynthError,
+    arithmetic_value,
     load_prompt_pool,
     synthesize,
 )
@@ -61,9 +62,50 @@ def test_filters_drop_bad_answers_and_count_them(tmp_path: Path) -> None:
     gen = FakeGen(bad)
     rows, manifest = run(tmp_path, pool_file(tmp_path, prompts), gen, n_rows=10, exclude=["Why is the sky blue?"])
     assert sorted(r["prompt"] for r in rows) == ["good-1", "good-2"]
-    assert manifest["dropped"] == {"overlap": 1, "truncated": 1, "empty": 1, "repetition": 1, "tool_call": 1}
+    assert manifest["dropped"] == {"overlap": 1, "truncated": 1, "empty": 1, "repetition": 1, "tool_call": 1, "wrong": 0}
     assert manifest["generated"] == 7 and manifest["kept"] == 2 and manifest["short"] is True
     assert rows[0]["response"].startswith("A fine answer to: good-")
+
+
+def test_wrong_sums_are_not_rehearsed(tmp_path: Path) -> None:
+    """The base model's wrong answers to checkable sums are dropped; right ones and other prompts kept."""
+    answers = {
+        "What is 14 + 9?": Generation("14 + 9 = 13.", False, 8),
+        "What is 100 - 45?": Generation("100 - 45 = 45.", False, 8),  # only the prompt's own number
+        "Calculate 45 + 23.": Generation("To calculate 45 + 23, we add them, which is 68. So, 45 + 23 = 68.", False, 30),
+        "What is 6 times 7?": Generation("To find 6 times 7, we can use the formula for", True, 96),
+        "What is half of 50?": Generation("Half of 50 is 25.", False, 7),
+    }
+    pool = pool_file(tmp_path, [*answers, "Name a colour."])
+    rows, manifest = run(tmp_path, pool, FakeGen(answers), n_rows=10, keep_truncated=True)
+    assert sorted(r["prompt"] for r in rows) == ["Calculate 45 + 23.", "Name a colour.", "What is half of 50?"]
+    assert manifest["dropped"]["wrong"] == 3  # a cut answer that has not reached its number yet counts as wrong
+
+
+@pytest.mark.parametrize(("prompt", "value"), [
+    ("What is 8 + 5?", 13), ("What is 30 - 12?", 18), ("What is 9 * 4?", 36), ("What is 5 times 9?", 45),
+    ("Calculate 81 - 36.", 45), ("What is 12 + 48? Answer with the number.", 60), ("What is double 16?", 32),
+    ("What is half of 7?", 3.5), ("Write a Python function subtract(a, b) that returns a minus b.", None),
+    ("What is the capital of Canada?", None),
+])
+def test_arithmetic_value(prompt: str, value: float | None) -> None:
+    assert arithmetic_value(prompt) == value
+
+
+def test_keep_truncated_keeps_cut_answers_as_open_rows_and_caches_them_apart(tmp_path: Path) -> None:
+    answers = {"p-trunc": Generation("This answer runs on and on", True, 96),
+               "p-rep": Generation("the cat sat on " * 5, True, 96)}
+    pool = pool_file(tmp_path, ["p-trunc", "p-rep", "good-1"])
+    rows, manifest = run(tmp_path, pool, FakeGen(answers), n_rows=10, keep_truncated=True)
+    by_prompt = {r["prompt"]: r for r in rows}
+    assert sorted(by_prompt) == ["good-1", "p-trunc"]  # other filters still apply to cut answers
+    assert by_prompt["p-trunc"]["open"] is True and "open" not in by_prompt["good-1"]
+    assert manifest["dropped"]["truncated"] == 0 and manifest["dropped"]["repetition"] == 1
+    assert manifest["open"] == 1 and manifest["keep_truncated"] is True
+    again, m2 = run(tmp_path, pool, FakeGen(answers), n_rows=10, keep_truncated=True)
+    assert m2["cached"] is True and again == rows  # the open flag survives the cache
+    dropped, m3 = run(tmp_path, pool, FakeGen(answers), n_rows=10)
+    assert m3["cached"] is False and [r["prompt"] for r in dropped] == ["good-1"]
 
 
 def test_seeded_draws_cache_and_instant_second_call(tmp_path: Path) -> None:

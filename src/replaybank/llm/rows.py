@@ -176,7 +176,7 @@ def _check_prefix(prefix: str, text: str, turn: int) -> None:
 
 
 def encode_pair(
-    tokenizer: Tokenizer, prompt: str, completion: str, max_seq_length: int
+    tokenizer: Tokenizer, prompt: str, completion: str, max_seq_length: int, *, open_end: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """One user prompt and one assistant completion; loss only on the completion.
 
@@ -184,7 +184,18 @@ def encode_pair(
 
         ids, labels = encode_pair(tok, "Capital of France?", "Paris.", 64)
         tok.decode(ids[labels != -100])  # 'Paris.<|im_end|>\\n'
+
+    With ``open_end`` the completion is the start of a longer answer (generation stopped at a
+    token budget): the turn is left open, with no end marker, so training on it never teaches
+    the model to stop where the budget cut it.
     """
+    if open_end:
+        msgs = [{"role": "user", "content": prompt}]
+        header = _render(tokenizer, msgs, add_generation_prompt=True)
+        head, body = _ids(tokenizer, header), _ids(tokenizer, completion)
+        ids = (head + body)[:max_seq_length]
+        labels = ([IGNORE_INDEX] * len(head) + body)[:max_seq_length]
+        return np.asarray(ids, dtype=np.int64), np.asarray(labels, dtype=np.int64)
     return encode_messages(
         tokenizer,
         [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}],

@@ -97,6 +97,9 @@ def test_state_round_trip_and_refusals(tmp_path):
     check_same_config(tmp_path, state, LoopConfig().with_(generations=9).to_dict())  # more generations: fine
     with pytest.raises(StateError, match=r"\[loop\] seed = 0, not 1"):
         check_same_config(tmp_path, state, LoopConfig().with_(seed=1).to_dict())
+    older = {**state, "config": {**state["config"], "loop": {k: v for k, v in state["config"]["loop"].items() if k != "kl_weight"}}}
+    with pytest.raises(StateError, match=r"written before \[loop\] kl_weight existed"):
+        check_same_config(tmp_path, older, cfg)
     (tmp_path / "state.json").write_text(json.dumps({"schema": 7}))
     with pytest.raises(StateError, match="schema 7"):
         read_state(tmp_path)

@@ -14,11 +14,19 @@ Filters, in order (each dropped answer is counted under its reason):
 - ``overlap``: the answer overlaps an evaluation-suite prompt (``exclude``; see
   :func:`~replaybank.llm.eval.suite.overlaps`); a pool *prompt* that overlaps raises instead,
   naming the pool file;
-- ``truncated``: the answer hit ``max_new_tokens`` before the end of its turn;
+- ``truncated``: the answer hit ``max_new_tokens`` before the end of its turn (with
+  ``keep_truncated`` such an answer is kept instead, as an open row: ``"open": True``, trained
+  without an end of turn, see :func:`~replaybank.llm.rows.encode_pair`);
 - ``empty``: no word in the answer;
 - ``repetition``: degenerate text (:func:`~replaybank.llm.eval.checkers.degenerate`: a line or a
   word 4-gram 3+ times, or under half of the word 3-grams distinct);
-- ``tool_call``: the answer looks like a tool call (so rehearsal never teaches tool syntax).
+- ``tool_call``: the answer looks like a tool call (so rehearsal never teaches tool syntax);
+- ``wrong``: the prompt is a small sum the answer can be checked on (``What is 14 + 9?``,
+  ``Calculate 81 - 36.``, ``6 times 7``, ``half of 50``, ``double 16``: :func:`arithmetic_value`)
+  and the answer does not state the right number. SmolLM2-135M gets about a third of the pool's
+  sums wrong ("14 + 9 = 13"); rehearsing them taught the wrong sums and a verbose style that cost
+  the evaluation suite's arithmetic (kept only where the base model is right) up to a third of its
+  items in the consolidation loop.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -37,7 +46,7 @@ import numpy as np
 
 from replaybank.errors import ReplayBankError
 from replaybank.llm.data.magpie import write_prompts
-from replaybank.llm.eval.checkers import degenerate, looks_like_tool_call, words
+from replaybank.llm.eval.checkers import check, degenerate, looks_like_tool_call, words
 from replaybank.llm.eval.generate import (
     Generation,
     base_model_context,
@@ -48,8 +57,8 @@ from replaybank.llm.eval.suite import overlap_key, overlaps
 
 BUILTIN = "builtin"
 MAGPIE = "magpie"
-CACHE_SCHEMA = 1
-FILTERS = ("overlap", "truncated", "empty", "repetition", "tool_call")
+CACHE_SCHEMA = 2  # 2: the "wrong" filter (rows cached by schema 1 may rehearse wrong sums)
+FILTERS = ("overlap", "truncated", "empty", "repetition", "tool_call", "wrong")
 
 GenerateFn = Callable[..., list[Generation]]
 
@@ -105,11 +114,11 @@ def load_prompt_pool(source: str = BUILTIN) -> tuple[list[str], Path]:
     return prompts, path
 
 
-def _reject(prompt: str, gen: Generation, excluded: list[str]) -> str | None:
+def _reject(prompt: str, gen: Generation, excluded: list[str], keep_truncated: bool) -> str | None:
     low = overlap_key(gen.text)
     if any(overlaps(low, e) for e in excluded):
         return "overlap"
-    if gen.truncated:
+    if gen.truncated and not keep_truncated:
         return "truncated"
     if not words(gen.text):
         return "empty"
@@ -117,6 +126,36 @@ def _reject(prompt: str, gen: Generation, excluded: list[str]) -> str | None:
         return "repetition"
     if looks_like_tool_call(gen.text):
         return "tool_call"
+    value = arithmetic_value(prompt)
+    if value is not None and check({"type": "number", "value": value}, gen.text, prompt=prompt)[0] < 1:
+        return "wrong"
+    return None
+
+
+_BINARY = re.compile(r"^(?:what is|calculate|compute)\s+(-?\d+)\s*(\+|-|\*|x|×|plus|minus|times)\s*(-?\d+)\b", re.I)
+_UNARY = re.compile(r"^what is\s+(half of|double|twice)\s+(-?\d+)\b", re.I)
+
+
+def arithmetic_value(prompt: str) -> int | float | None:
+    """The answer to a small-sum prompt, or None when the prompt is not one.
+
+    Example:
+        >>> arithmetic_value("What is 14 + 9?"), arithmetic_value("Calculate 81 - 36."), arithmetic_value("What is 6 times 7?")
+        (23, 45, 42)
+        >>> arithmetic_value("What is half of 50?"), arithmetic_value("Name a famous painting.")
+        (25, None)
+    """
+    text = prompt.strip()
+    m = _BINARY.match(text)
+    if m:
+        a, op, b = int(m.group(1)), m.group(2).lower(), int(m.group(3))
+        return a + b if op in ("+", "plus") else a - b if op in ("-", "minus") else a * b
+    m = _UNARY.match(text)
+    if m:
+        n = int(m.group(2))
+        if m.group(1).lower() != "half of":
+            return 2 * n
+        return n // 2 if n % 2 == 0 else n / 2
     return None
 
 
@@ -131,10 +170,11 @@ def synthesize(
     exclude: Iterable[str] = (),
     batch_size: int = 16,
     max_new_tokens: int = 96,
+    keep_truncated: bool = False,
     model_id: str | None = None,
     generate_fn: GenerateFn | None = None,
     desc: str | None = "self-synthesis",
-) -> tuple[list[dict[str, str]], dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rehearsal rows written by the base model, drawn with ``seed`` from a prompt pool (cached).
 
     Prompts are taken in a seeded random order and answered in rounds until ``n_rows`` pass the
@@ -154,13 +194,18 @@ def synthesize(
             ``"<file>+magpie"`` for both.
         exclude: evaluation prompts that must never be rehearsed (the suite's prompts).
         batch_size, max_new_tokens: generation settings.
+        keep_truncated: keep answers cut at ``max_new_tokens`` as open rows (``"open": True``)
+            instead of dropping them. Dropping them keeps only the answers shorter than the
+            budget (about half of SmolLM2's at 96 tokens), so rehearsal then covers short answers
+            only and training drifts the model toward short answers.
         model_id: identifies the model in the cache key; default: a fingerprint of its weights.
         generate_fn: stands in for :func:`~replaybank.llm.eval.generate.generate_detailed`
             (tests inject a fake).
         desc: progress-bar label (None for none).
 
     Returns:
-        ``(rows, manifest)``: rows are ``{"prompt", "response"}``; the manifest holds the model id,
+        ``(rows, manifest)``: rows are ``{"prompt", "response"}`` (plus ``"open": True`` for a kept
+        truncated answer); the manifest holds the model id,
         seed, prompt source and SHA-256 of the pool, Magpie counts (or None), counts (``generated``, ``kept``, ``dropped`` by filter),
         ``seconds`` of generation and ``cached`` (True when read back).
 
@@ -187,6 +232,7 @@ def synthesize(
         "schema": CACHE_SCHEMA, "model": ident, "seed": seed, "pool": pool_sha, "n_rows": n_rows,
         "max_new_tokens": max_new_tokens, "exclude": hashlib.sha256("\n".join(sorted(excluded)).encode()).hexdigest(),
         "template": str(getattr(tokenizer, "chat_template", "")), "magpie": magpie,
+        **({"keep_truncated": True} if keep_truncated else {}),
     }, sort_keys=True)
     cache = Path(cache_dir) / f"selfsynth-{hashlib.sha256(key_src.encode()).hexdigest()[:16]}.json"
     cached = _read_cache(cache)
@@ -195,7 +241,7 @@ def synthesize(
 
     gen = generate_fn or generate_detailed
     order = np.random.default_rng(seed).permutation(len(pool))
-    rows: list[dict[str, str]] = []
+    rows: list[dict[str, Any]] = []
     dropped: Counter[str] = Counter()
     generated = 0
     t0 = time.perf_counter()
@@ -223,11 +269,11 @@ def synthesize(
             outs = gen(model, tokenizer, batch, max_new_tokens=max_new_tokens, batch_size=batch_size, desc=desc)
             generated += len(batch)
             for prompt, out in zip(batch, outs, strict=True):
-                reason = _reject(prompt, out, excluded)
+                reason = _reject(prompt, out, excluded, keep_truncated)
                 if reason is not None:
                     dropped[reason] += 1
                 elif len(rows) < n_rows:
-                    rows.append({"prompt": prompt, "response": out.text})
+                    rows.append({"prompt": prompt, "response": out.text, **({"open": True} if out.truncated else {})})
     seconds = time.perf_counter() - t0
     if not rows:
         raise SelfSynthError(
@@ -239,6 +285,7 @@ def synthesize(
         "model": ident, "seed": seed, "prompts": where, "prompts_sha256": pool_sha, "magpie": magpie_counts,
         "pool_size": len(pool), "n_rows": n_rows, "max_new_tokens": max_new_tokens,
         "generated": generated, "kept": len(rows), "short": len(rows) < n_rows,
+        "keep_truncated": keep_truncated, "open": sum(bool(r.get("open")) for r in rows),
         "dropped": {k: dropped.get(k, 0) for k in FILTERS}, "seconds": round(seconds, 2),
     }
     _write_cache(cache, {"schema": CACHE_SCHEMA, "manifest": manifest, "rows": rows})
@@ -254,7 +301,7 @@ def _source(prompts: str) -> tuple[str | None, bool]:
     return prompts, False
 
 
-def _read_cache(path: Path) -> tuple[list[dict[str, str]], dict[str, Any]] | None:
+def _read_cache(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
     try:
         obj = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError):
@@ -266,7 +313,10 @@ def _read_cache(path: Path) -> tuple[list[dict[str, str]], dict[str, Any]] | Non
         isinstance(r, dict) and isinstance(r.get("prompt"), str) and isinstance(r.get("response"), str) for r in rows
     ):
         return None
-    return [{"prompt": r["prompt"], "response": r["response"]} for r in rows], manifest
+    if not all(isinstance(r.get("open", False), bool) for r in rows):
+        return None
+    return [{"prompt": r["prompt"], "response": r["response"], **({"open": True} if r.get("open") else {})}
+            for r in rows], manifest
 
 
 def _write_cache(path: Path, obj: dict[str, Any]) -> None:

@@ -71,6 +71,7 @@ class Loop:
     rehearsal_ratio: float = _f(0.5, "rehearsal share of the rows of every batch (replaybank.mixing quota)", min=0, lt=1)
     kl_weight: float = _f(1.0, "weight of the KL-to-base term (llm.train.kl) on the rehearsal rows' answer tokens, added to the loss; 0 = off; inactive with rehearsal = none", min=0, max=1000)
     self_rows: int = _f(48, "self-synthesized rehearsal rows (once per seed, cached)", min=1, max=100_000)
+    self_open_rows: bool = _f(False, "keep the base model's self-synthesized answers that hit the 96-token budget, as open rows trained without an end of turn (dropping them leaves only short answers in rehearsal)")
     eval_tasks: int = _f(40, "held-out tasks of the evaluation (greedy, with and without replayed context)", min=1, max=100_000)
     validation_tasks: int = _f(24, "held-out tasks of the validation split (ranks generations for lineage best; disjoint from the evaluation tasks)", min=1, max=100_000)
     suite_per_family: int = _f(16, "general-capability suite items per family, seeded per run (0 = all 118; 8 per family moves retention by about 7 points from the sample alone)", min=0, max=100_000)

@@ -48,9 +48,13 @@ def domain_rows(
 
 def rehearsal_rows(
     source: str, model: Any, tokenizer: Any, *, seed: int, n_rows: int, max_seq_length: int,
-    suite_prompts: list[str], batch_size: int,
+    suite_prompts: list[str], batch_size: int, keep_truncated: bool = False,
 ) -> tuple[TokenRows | None, dict[str, Any]]:
     """The rehearsal rows: ``self`` (synthesized by the base model, cached), a JSONL file, or none.
+
+    ``keep_truncated`` (self only) keeps the base model's answers cut at the token budget as open
+    rows (no end of turn) instead of dropping them (see
+    :func:`replaybank.llm.data.selfsynth.synthesize`).
 
     Raises:
         ReplayBankError: a JSONL line that is not an object with string ``prompt`` and
@@ -66,9 +70,9 @@ def rehearsal_rows(
 
         rows, manifest = synthesize(
             model, tokenizer, seed=seed, n_rows=n_rows, cache_dir=cache_dir() / "selfsynth",
-            exclude=suite_prompts, batch_size=batch_size,
+            exclude=suite_prompts, batch_size=batch_size, keep_truncated=keep_truncated,
         )
-        manifest = {"source": "self", **{k: manifest.get(k) for k in ("kept", "generated", "cached", "cache")}}
+        manifest = {"source": "self", **{k: manifest.get(k) for k in ("kept", "open", "generated", "cached", "cache")}}
     else:
         from replaybank.jsonl import iter_jsonl
 
@@ -80,7 +84,8 @@ def rehearsal_rows(
         if not rows:
             raise ReplayBankError(f"{source}: no rehearsal rows")
         manifest = {"source": source, "kept": len(rows)}
-    encoded = token_rows([encode_pair(tokenizer, r["prompt"], r["response"], max_seq_length) for r in rows])
+    encoded = token_rows([encode_pair(tokenizer, r["prompt"], r["response"], max_seq_length, open_end=bool(r.get("open")))
+                          for r in rows])
     return encoded, manifest
 
 

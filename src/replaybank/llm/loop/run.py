@@ -105,6 +105,7 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Log = print, env: Environment |
         rehearsal, reh_manifest = rehearsal_rows(
             lp.rehearsal, model, tok, seed=lp.seed, n_rows=lp.self_rows, max_seq_length=training.max_seq_length,
             suite_prompts=[i.prompt for i in suite.items], batch_size=lp.generation_batch_size,
+            keep_truncated=lp.self_open_rows,
         )
         state["rehearsal"] = reh_manifest
         state["suite_base"] = {"families": suite.base["families"], "n": suite.base["n"]}

@@ -78,6 +78,11 @@ def check_same_config(folder: Path, state: dict[str, Any], config: dict[str, Any
         for key in sorted(set(a) | set(b)):
             if section == "loop" and key == "generations":
                 continue
+            if key not in a:
+                raise StateError(
+                    f"{folder}: holds a loop run written before [{section}] {key} existed; resume it with the "
+                    "replaybank version that wrote it, or give another --out"
+                )
             if a.get(key) != b.get(key):
                 raise StateError(
                     f"{folder}: holds a loop run with [{section}] {key} = {a.get(key)!r}, not {b.get(key)!r}; "
