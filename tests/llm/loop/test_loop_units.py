@@ -97,9 +97,11 @@ def test_state_round_trip_and_refusals(tmp_path):
     check_same_config(tmp_path, state, LoopConfig().with_(generations=9).to_dict())  # more generations: fine
     with pytest.raises(StateError, match=r"\[loop\] seed = 0, not 1"):
         check_same_config(tmp_path, state, LoopConfig().with_(seed=1).to_dict())
-    older = {**state, "config": {**state["config"], "loop": {k: v for k, v in state["config"]["loop"].items() if k != "kl_weight"}}}
-    with pytest.raises(StateError, match=r"written before \[loop\] kl_weight existed"):
-        check_same_config(tmp_path, older, cfg)
+    # A run written before a key existed resumes when the key is at its default, else is refused.
+    older = {**state, "config": {**state["config"], "loop": {k: v for k, v in state["config"]["loop"].items() if k != "self_open_rows"}}}
+    check_same_config(tmp_path, older, cfg, LoopConfig().to_dict())
+    with pytest.raises(StateError, match=r"written before \[loop\] self_open_rows existed \(it ran as self_open_rows = False\), not True"):
+        check_same_config(tmp_path, older, LoopConfig().with_(self_open_rows=True).to_dict(), LoopConfig().to_dict())
     (tmp_path / "state.json").write_text(json.dumps({"schema": 7}))
     with pytest.raises(StateError, match="schema 7"):
         read_state(tmp_path)

@@ -64,10 +64,14 @@ def read_state(folder: Path) -> dict[str, Any] | None:
     return state
 
 
-def check_same_config(folder: Path, state: dict[str, Any], config: dict[str, Any]) -> None:
+def check_same_config(
+    folder: Path, state: dict[str, Any], config: dict[str, Any], defaults: dict[str, Any] | None = None
+) -> None:
     """Refuse to resume a run with another config (its store and adapters would be mixed up).
 
-    ``generations`` may grow (a finished run can be extended); nothing else may change.
+    ``generations`` may grow (a finished run can be extended); nothing else may change. A key the
+    run's state does not have (added to the config after the run was written) must be at its
+    value in ``defaults``: a new key's default keeps the behaviour the run had.
 
     Raises:
         StateError: naming the first key that differs.
@@ -79,15 +83,21 @@ def check_same_config(folder: Path, state: dict[str, Any], config: dict[str, Any
             if section == "loop" and key == "generations":
                 continue
             if key not in a:
+                default = (defaults or {}).get(section, {}).get(key, _MISSING)
+                if b.get(key) == default:
+                    continue
                 raise StateError(
-                    f"{folder}: holds a loop run written before [{section}] {key} existed; resume it with the "
-                    "replaybank version that wrote it, or give another --out"
+                    f"{folder}: holds a loop run written before [{section}] {key} existed (it ran as "
+                    f"{key} = {default!r}), not {b.get(key)!r}; resume it with its own config, or give another --out"
                 )
             if a.get(key) != b.get(key):
                 raise StateError(
                     f"{folder}: holds a loop run with [{section}] {key} = {a.get(key)!r}, not {b.get(key)!r}; "
                     "resume it with its own config, or give another --out"
                 )
+
+
+_MISSING = object()
 
 
 def write_state(folder: Path, state: dict[str, Any]) -> None:
