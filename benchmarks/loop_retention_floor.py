@@ -36,17 +36,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def split_retention(items: list[dict[str, Any]], base: dict[str, float]) -> dict[str, float | None]:
-    """Mean over families of score / base score, on all items, checkable items and agreement items."""
+    """The loop's retention (:func:`replaybank.llm.loop.run.suite_retention`) on all items, on the
+    checkable items only and on the agreement items only."""
+    from replaybank.llm.loop.run import suite_retention
 
     def ret(keep: Any) -> float | None:
-        fams: dict[str, list[float]] = {}
+        sums: dict[str, list[float]] = {}
         for it in items:
-            if keep(it) and base[it["id"]] > 0:
-                fams.setdefault(it["family"], [0.0, 0.0])
-                fams[it["family"]][0] += it["score"]
-                fams[it["family"]][1] += base[it["id"]]
-        vals = [a / b for a, b in fams.values() if b > 0]
-        return round(100 * sum(vals) / len(vals), 1) if vals else None
+            if keep(it):
+                pair = sums.setdefault(it["family"], [0.0, 0.0])
+                pair[0] += it["score"]
+                pair[1] += base[it["id"]]
+        value = suite_retention({fam: (a / b if b > 0 else None) for fam, (a, b) in sums.items()})
+        return None if value is None else round(100 * value, 1)
 
     return {"all": ret(lambda it: True), "checkable": ret(lambda it: it["check"] != "agreement"),
             "agreement": ret(lambda it: it["check"] == "agreement")}

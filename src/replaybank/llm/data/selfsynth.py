@@ -24,9 +24,9 @@ Filters, in order (each dropped answer is counted under its reason):
 - ``wrong``: the prompt is a small sum the answer can be checked on (``What is 14 + 9?``,
   ``Calculate 81 - 36.``, ``6 times 7``, ``half of 50``, ``double 16``: :func:`arithmetic_value`)
   and the answer does not state the right number. SmolLM2-135M gets about a third of the pool's
-  sums wrong ("14 + 9 = 13"); rehearsing them taught the wrong sums and a verbose style that cost
-  the evaluation suite's arithmetic (kept only where the base model is right) up to a third of its
-  items in the consolidation loop.
+  sums wrong ("14 + 9 = 13"), and rehearsal rows should carry behaviour worth keeping (the
+  evaluation suite, too, keeps only the sums the base model gets right). In the consolidation
+  loop the filter had no measurable effect on retention (docs/loop.md, "Measurements").
 """
 
 from __future__ import annotations
