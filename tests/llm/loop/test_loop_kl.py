@@ -123,3 +123,48 @@ def test_without_rehearsal_rows_the_weight_is_inactive(tiny):
     model, tok, cfg, _, domain, _ = tiny
     out = consolidate(model, tok.pad_token_id, domain, None, 0.5, cfg, desc="t", kl_weight=3.0)
     assert out["kl_weight"] == 0.0 and out["kl_mean"] is None
+
+
+def test_rehearsal_ce_false_needs_the_kl_term():
+    assert LoopConfig().loop.rehearsal_ce is True
+    assert LoopConfig.from_dict({"loop": {"rehearsal_ce": False}}).loop.rehearsal_ce is False
+    with pytest.raises(ConfigError, match=r"rehearsal_ce = false .* kl_weight = 0"):
+        LoopConfig.from_dict({"loop": {"rehearsal_ce": False, "kl_weight": 0}})
+    # inactive without rehearsal rows: the no-rehearsal arm of a KL-only config is valid
+    assert LoopConfig.from_dict({"loop": {"rehearsal_ce": False, "rehearsal": "none"}}).loop.rehearsal == "none"
+
+
+def test_without_rehearsal_ce_the_rows_train_only_through_the_kl_term(tiny, smol_tok):
+    """From the base model (LoRA B = 0) the KL term and its gradient are exactly zero, so with
+    ``rehearsal_ce=False`` what the rehearsal answers say cannot change the first update; with
+    cross-entropy it does."""
+    import torch
+
+    from replaybank.llm.loop.consolidate import consolidate
+    from replaybank.llm.rows import encode_pair, token_rows
+
+    model, tok, cfg, start, domain, rehearsal = tiny
+    at_base = {k: (torch.zeros_like(v) if "lora_B" in k else v) for k, v in start.items()}
+    other = token_rows([encode_pair(tok, f"Name colour {i}.", f"Colour {i} is green and blue.", 48) for i in range(4)])
+    assert len(other.rows([0])[0][1]) == len(rehearsal.rows([0])[0][1])  # same token counts, other answers
+    after = {}
+    for ce in (True, False):
+        for name, rows in (("blue-green", rehearsal), ("green-blue", other)):
+            model.load_state_dict(at_base, strict=False)
+            log = consolidate(model, tok.pad_token_id, domain, rows, 0.5, cfg, desc="t", kl_weight=1.0, rehearsal_ce=ce)
+            assert log["rehearsal_ce"] is ce and log["kl_mean"] == 0.0
+            after[ce, name] = _lora(model)
+    same = [torch.allclose(after[False, "blue-green"][k], after[False, "green-blue"][k], atol=1e-8) for k in after[False, "blue-green"]]
+    differ = [not torch.allclose(after[True, "blue-green"][k], after[True, "green-blue"][k], atol=1e-8) for k in after[True, "blue-green"]]
+    assert all(same) and any(differ)
+
+
+def test_kl_only_rehearsal_still_pulls_the_answers_toward_the_base_model(tiny):
+    from replaybank.llm.loop.consolidate import consolidate
+
+    model, tok, cfg, start, domain, rehearsal = tiny
+    pad = tok.pad_token_id
+    cfg = dataclasses.replace(cfg, num_train_epochs=40, learning_rate=5e-2)
+    before = _kl_to_base(model, rehearsal, pad)
+    consolidate(model, pad, domain, rehearsal, 0.5, cfg, desc="t", kl_weight=100.0, rehearsal_ce=False)
+    assert _kl_to_base(model, rehearsal, pad) < 0.5 * before

@@ -91,7 +91,7 @@ def rehearsal_rows(
 
 def consolidate(
     model: Any, pad_id: int, domain: TokenRows, rehearsal: TokenRows | None, ratio: float, cfg: Training,
-    *, desc: str, checkpoint_dir: Path | None = None, kl_weight: float = 0.0,
+    *, desc: str, checkpoint_dir: Path | None = None, kl_weight: float = 0.0, rehearsal_ce: bool = True,
 ) -> dict[str, Any]:
     """Train the PEFT ``model`` in place on ``domain`` mixed with ``rehearsal`` at ``ratio`` of the rows.
 
@@ -100,6 +100,8 @@ def consolidate(
     rehearsal rows, averaged over them; the base distribution comes from the same model with the
     adapter disabled). It pulls the whole next-token distribution on general prompts back to the
     base model's, where the rehearsal rows' cross-entropy pulls only toward one sampled answer.
+    With ``rehearsal_ce=False`` (and the KL term on) the rehearsal rows train through the KL
+    term only (:attr:`replaybank.llm.train.KLSpec.rehearsal_ce`).
 
     Returns:
         The training log (:meth:`replaybank.llm.train.TrainLog.to_dict`) without per-step rows,
@@ -109,7 +111,7 @@ def consolidate(
     from replaybank.llm.train import KLSpec, Source, train_lora
 
     sources = [Source("rehearsal", rehearsal, ratio)] if rehearsal is not None and ratio > 0 else []
-    kl = KLSpec(kl_weight) if kl_weight > 0 and sources else None
+    kl = KLSpec(kl_weight, rehearsal_ce=rehearsal_ce) if kl_weight > 0 and sources else None
     log = train_lora(model, pad_id, domain, None, cfg, 0.0, checkpoint_dir=checkpoint_dir, desc=desc, sources=sources, kl=kl)
     out = log.to_dict()
     steps = out.pop("steps")
@@ -121,6 +123,7 @@ def consolidate(
         "rehearsal_rows": sum(s["rehearsal_rows"] for s in steps),
         "rows": sum(s["rows"] for s in steps),
         "kl_weight": kl.weight if kl is not None else 0.0,
+        "rehearsal_ce": kl.rehearsal_ce if kl is not None else sources != [],
         "kl_mean": sum(kls) / len(kls) if kls else None,
     })
     out.pop("evals", None)

@@ -130,9 +130,10 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Log = print, env: Environment |
             domain, n_rows = domain_rows(store, tok, lineage, training.max_seq_length, lp.system_prompt)
             log(f"gen {g}: consolidating {n_rows} successes of generations {lineage} (+ demos)"
                 + (f", rehearsal {lp.rehearsal} at {lp.rehearsal_ratio:.0%} of rows" if rehearsal is not None else ", no rehearsal")
-                + (f", KL-to-base weight {lp.kl_weight:g}" if rehearsal is not None and lp.kl_weight > 0 else ""))
+                + (f", KL-to-base weight {lp.kl_weight:g}" if rehearsal is not None and lp.kl_weight > 0 else "")
+                + (" (rehearsal through the KL term only)" if rehearsal is not None and not lp.rehearsal_ce else ""))
             train = consolidate(model, tok.pad_token_id, domain, rehearsal, lp.rehearsal_ratio, training,
-                                desc=f"gen {g} consolidate", kl_weight=lp.kl_weight)
+                                desc=f"gen {g} consolidate", kl_weight=lp.kl_weight, rehearsal_ce=lp.rehearsal_ce)
             adapter = save_adapter(model, out / "adapters" / f"gen{g}",
                                    {"generation": g, "lineage": lineage, "seed": lp.seed, "rows": n_rows})
             row = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=g)

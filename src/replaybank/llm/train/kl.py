@@ -38,6 +38,10 @@ class KLSpec:
     weight: float
     temperature: float = 1.0
     on: Literal["rehearsal", "all"] = "rehearsal"
+    rehearsal_ce: bool = True
+    """False: rehearsal rows enter the loss through this term only, not through cross-entropy
+    (self-distillation: the base model's distribution on those answers is kept as it is instead
+    of being sharpened toward the one answer written down)."""
 
 
 def kl_to_base(logits: Any, base_logits: Any, temperature: float = 1.0) -> Any:

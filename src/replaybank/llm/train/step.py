@@ -2,7 +2,10 @@
 
 The loss is the token-weighted mean over every labelled token of the step (whatever source or
 micro-batch it is in), plus the optional KL-to-base term (:mod:`replaybank.llm.train.kl`)
-averaged over its positions. Rows are run one source at a time (similar lengths, little padding).
+averaged over its positions. With ``KLSpec.rehearsal_ce = False`` the rehearsal rows' tokens
+leave the cross-entropy's numerator but stay in its denominator, so the domain's gradient has
+the same scale either way and only the rehearsal rows' cross-entropy is removed. Rows are run
+one source at a time (similar lengths, little padding).
 """
 
 from __future__ import annotations
@@ -59,7 +62,8 @@ def train_step(
     for source, rows in groups:
         ids, att, labels = collate(rows, pad_id)
         ce, n, kl_sum = _group_loss(model, ids.to(device), att.to(device), labels.to(device), source, kl)
-        obj = ce / max(n_label, 1)
+        ce_counts = source == DOMAIN or kl is None or kl.rehearsal_ce
+        obj = (ce if ce_counts else ce * 0.0) / max(n_label, 1)
         if kl_sum is not None and kl is not None:
             obj = obj + kl.weight * kl_sum / max(n_kl, 1)
             kl_total += float(kl_sum.detach())
