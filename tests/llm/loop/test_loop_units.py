@@ -102,6 +102,13 @@ def test_state_round_trip_and_refusals(tmp_path):
     check_same_config(tmp_path, older, cfg, LoopConfig().to_dict())
     with pytest.raises(StateError, match=r"written before \[loop\] self_open_rows existed \(it ran as self_open_rows = False\), not True"):
         check_same_config(tmp_path, older, LoopConfig().with_(self_open_rows=True).to_dict(), LoopConfig().to_dict())
+    # a run from before rehearsal_ce trained the rehearsal rows with cross-entropy, whatever the default is now
+    before = LoopConfig.before_keys_existed()
+    assert before["loop"]["rehearsal_ce"] is True
+    older = {**state, "config": {**state["config"], "loop": {k: v for k, v in state["config"]["loop"].items() if k != "rehearsal_ce"}}}
+    check_same_config(tmp_path, older, LoopConfig().with_(rehearsal_ce=True).to_dict(), before)
+    with pytest.raises(StateError, match=r"written before \[loop\] rehearsal_ce existed \(it ran as rehearsal_ce = True\), not False"):
+        check_same_config(tmp_path, older, LoopConfig().with_(rehearsal_ce=False).to_dict(), before)
     (tmp_path / "state.json").write_text(json.dumps({"schema": 7}))
     with pytest.raises(StateError, match="schema 7"):
         read_state(tmp_path)

@@ -49,6 +49,10 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "num_threads": 1,
 }
 
+#: How a run written before a ``[loop]`` key existed behaved, for keys whose default is not that
+#: behaviour (resuming such a run must not switch it silently; see ``state.check_same_config``).
+RAN_BEFORE_THE_KEY: dict[str, Any] = {"rehearsal_ce": True, "self_open_rows": False}
+
 
 @dataclass
 class Loop:
@@ -161,6 +165,14 @@ class LoopConfig:
         data = self.to_dict()
         data["loop"].update(loop)
         return LoopConfig.from_dict(data, source=self.source)
+
+    @staticmethod
+    def before_keys_existed() -> dict[str, Any]:
+        """The config a run written before a key existed ran with, per key: the defaults, except
+        :data:`RAN_BEFORE_THE_KEY`."""
+        data = LoopConfig().to_dict()
+        data["loop"].update(RAN_BEFORE_THE_KEY)
+        return data
 
     def to_dict(self) -> dict[str, Any]:
         return {"loop": dataclasses.asdict(self.loop), "training": dataclasses.asdict(self.training)}

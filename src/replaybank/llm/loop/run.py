@@ -85,7 +85,7 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Log = print, env: Environment |
     if state is None:
         state = new_state(cfg.to_dict())
     else:
-        check_same_config(out, state, cfg.to_dict(), LoopConfig().to_dict())
+        check_same_config(out, state, cfg.to_dict(), LoopConfig.before_keys_existed())
         state["config"] = cfg.to_dict()
     torch.set_num_threads(max(1, cfg.training.num_threads))
     env = env or make_environment(cfg)
