@@ -64,6 +64,15 @@ def test_bad_arms_name_the_key_and_the_fix(data, match):
         Config.from_dict(data)
 
 
+def test_kl_only_rehearsal_arm_needs_sources_and_the_kl_term():
+    cfg = Config.from_dict({"arms": {"distil": {"source": ["self"], "ratio": 0.3, "kl_to_base": 2.0, "rehearsal_ce": False}}})
+    assert cfg.arm_specs()["distil"].rehearsal_ce is False
+    with pytest.raises(ConfigError, match=r"\[arms.distil\] rehearsal_ce = false .* kl_to_base = 0\)"):
+        Config.from_dict({"arms": {"distil": {"source": ["self"], "ratio": 0.3, "rehearsal_ce": False}}})
+    with pytest.raises(ConfigError, match=r"\[arms.distil\] rehearsal_ce = false .* source = \[\]"):
+        Config.from_dict({"arms": {"distil": {"kl_to_base": 1.0, "kl_on": "all", "rehearsal_ce": False}}})
+
+
 def test_naive_arm_with_kl_on_domain_prompts_is_allowed():
     cfg = Config.from_dict({"arms": {"anchored": {"kl_to_base": 0.5, "kl_on": "all"}}})
     assert cfg.arm_specs()["anchored"].source == []

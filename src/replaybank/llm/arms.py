@@ -77,7 +77,7 @@ def train_arm(
     """Train arm ``name`` through every generation; return its measurements (see module docstring)."""
     model = add_lora(copy.deepcopy(base_model), cfg.training)
     orch = cfg.orchestration
-    kl = KLSpec(spec.kl_to_base, spec.kl_temperature, spec.kl_on) if spec.kl_to_base > 0 else None
+    kl = KLSpec(spec.kl_to_base, spec.kl_temperature, spec.kl_on, spec.rehearsal_ce) if spec.kl_to_base > 0 else None
     generations: list[dict[str, Any]] = []
     scores: list[float] = []
     curve: list[dict[str, Any]] = []

@@ -290,6 +290,11 @@ def _parse_arms(raw: Any, source: str) -> dict[str, ArmSpec]:
                 f"{source}: [arms.{name}] kl_to_base = {spec.kl_to_base} applies to rehearsal rows, but the arm has "
                 "no source; add a source or set kl_on = \"all\""
             )
+        if not spec.rehearsal_ce and (spec.kl_to_base == 0 or not spec.source):
+            raise ConfigError(
+                f"{source}: [arms.{name}] rehearsal_ce = false trains the rehearsal rows through the KL term only, "
+                f"which needs rehearsal sources and kl_to_base > 0 (got source = {spec.source}, kl_to_base = {spec.kl_to_base:g})"
+            )
         out[name] = spec
     return out
 

@@ -117,6 +117,7 @@ class ArmSpec:
     kl_to_base: float = _f(0.0, "weight of the KL(base || adapted) term (0 = off)", min=0)
     kl_temperature: float = _f(1.0, "temperature of both distributions in the KL term", gt=0)
     kl_on: KLOn = _f("rehearsal", "KL positions: rehearsal completions, or also the prompts of domain rows (all)")
+    rehearsal_ce: bool = _f(True, "train on the rehearsal completions with cross-entropy as well as the KL term; false = the KL term only (self-distillation; needs kl_to_base > 0)")
 
 
 SECTIONS: dict[str, type] = {
