@@ -49,8 +49,9 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "num_threads": 1,
 }
 
-#: How a run written before a ``[loop]`` key existed behaved, for keys whose default is not that
-#: behaviour (resuming such a run must not switch it silently; see ``state.check_same_config``).
+#: How a run written before a ``[loop]`` key existed behaved, for keys added after runs were
+#: written: resuming such a run must not switch it silently, whatever the key's default becomes
+#: (see ``state.check_same_config``). Today both equal their defaults.
 RAN_BEFORE_THE_KEY: dict[str, Any] = {"rehearsal_ce": True, "self_open_rows": False}
 
 
