@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/loop_retention_floor.py \\
         --runs runs/ep2/out/window-rehearsal-s0 ... --generations 1,5 \\
-        --random-scales 0.002,0.004,0.008 --random-seeds 0,1 [--out benchmarks/results/loop_retention_floor.json]
+        --random-scales 0.002,0.004,0.008 --random-seeds 0,1 [--out benchmarks/results/loop_retention_floor.json [--answers]]
 
 The loop's retention counts a conversation item kept when the adapted model's greedy answer
 agrees with the base model's (token F1 >= 0.5), beside items with deterministic checks (lists,
@@ -84,6 +84,9 @@ def main() -> None:
     parser.add_argument("--random-scales", default="", help="comma-separated std of the random B matrices")
     parser.add_argument("--random-seeds", default="0", help="comma-separated seeds, one random adapter each per scale")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    parser.add_argument("--answers", action="store_true",
+                        help="with --out: also write, per scored adapter, the items it scored below the base model "
+                             "(prompt, base answer, its answer)")
     args = parser.parse_args()
     try:
         gens = [int(g) for g in args.generations.split(",") if g]
@@ -114,7 +117,9 @@ def main() -> None:
     model = add_lora(base, cfg.training)
     initial = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
     suite = prepare_suite(model, tok, load_suite(), cache_dir=cache_dir() / "suite", batch_size=32)
-    base_scores = {o["id"]: o["score"] for o in evaluate_suite(model, tok, suite, batch_size=32, desc=None)["items"]}
+    base_items = {o["id"]: o for o in evaluate_suite(model, tok, suite, batch_size=32, desc=None)["items"]}
+    base_scores = {i: o["score"] for i, o in base_items.items()}
+    prompts = {item.id: item.prompt for item in suite.items}
 
     rows: list[dict[str, Any]] = []
 
@@ -123,8 +128,13 @@ def main() -> None:
         res = evaluate_suite(model, tok, suite, batch_size=32, desc=None)
         row = {"kind": kind, "name": name, "kl_per_token": round(drift(model, tok, suite), 5),
                **split_retention(res["items"], base_scores), "seconds": round(time.perf_counter() - t0, 1)}
+        if args.answers:
+            row["lost"] = [{"id": o["id"], "family": o["family"], "check": o["check"], "prompt": prompts[o["id"]],
+                            "base": base_items[o["id"]]["answer"], "answer": o["answer"],
+                            "score": o["score"], "base_score": base_scores[o["id"]]}
+                           for o in res["items"] if o["score"] < base_scores[o["id"]]]
         rows.append(row)
-        print(json.dumps(row), flush=True)
+        print(json.dumps({k: v for k, v in row.items() if k != "lost"}), flush=True)
 
     for run in args.runs:
         for g in gens:

@@ -187,5 +187,7 @@ def test_report_pairs_the_rehearsal_arms_per_seed_and_names_the_kl_weight():
     assert len(gaps["window"]["generations"]) == 2  # the shortest paired run
     assert gaps["window"]["generations"][1] == pytest.approx([0.2, 0.2])
     assert group_key(runs[0]["state"]) == "window (K=3), rehearsal self 50% + KL 1"
+    kl_only = {"config": {"loop": {**runs[0]["state"]["config"]["loop"], "kl_weight": 3.0, "rehearsal_ce": False}}}
+    assert group_key(kl_only) == "window (K=3), rehearsal self 50% + KL 3 (no cross-entropy on it)"
     assert group_key(runs[3]["state"]) == "window (K=3), no rehearsal"
     assert paired_gaps(runs[:3]) == {}

@@ -65,6 +65,8 @@ def group_key(state: dict[str, Any]) -> str:
     reh = "no rehearsal" if lp["rehearsal"] == "none" else f"rehearsal {lp['rehearsal']} {lp['rehearsal_ratio']:.0%}"
     if lp["rehearsal"] != "none" and lp.get("kl_weight", 0.0) > 0:
         reh += f" + KL {lp['kl_weight']:g}"
+        if not lp.get("rehearsal_ce", True):  # a run from before the key trained with cross-entropy
+            reh += " (no cross-entropy on it)"
     return f"{lp['lineage']} (K={lp['window']}), {reh}"
 
 
