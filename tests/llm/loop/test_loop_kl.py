@@ -126,10 +126,13 @@ def test_without_rehearsal_rows_the_weight_is_inactive(tiny):
 
 
 def test_rehearsal_ce_false_needs_the_kl_term():
-    assert LoopConfig().loop.rehearsal_ce is True
-    assert LoopConfig.from_dict({"loop": {"rehearsal_ce": False}}).loop.rehearsal_ce is False
-    with pytest.raises(ConfigError, match=r"rehearsal_ce = false .* kl_weight = 0"):
-        LoopConfig.from_dict({"loop": {"rehearsal_ce": False, "kl_weight": 0}})
+    # the default: rehearsal through the KL term only, weight 3 (docs/loop.md)
+    assert LoopConfig().loop.rehearsal_ce is False and LoopConfig().loop.kl_weight == 3.0
+    assert LoopConfig.from_dict({"loop": {"rehearsal_ce": True}}).loop.rehearsal_ce is True
+    with pytest.raises(ConfigError, match=r"rehearsal_ce = false \(the default\) .* kl_weight = 0 .* set rehearsal_ce = true"):
+        LoopConfig.from_dict({"loop": {"kl_weight": 0}})
+    # turning the term off with cross-entropy on the rows is valid
+    assert LoopConfig.from_dict({"loop": {"kl_weight": 0, "rehearsal_ce": True}}).loop.kl_weight == 0
     # inactive without rehearsal rows: the no-rehearsal arm of a KL-only config is valid
     assert LoopConfig.from_dict({"loop": {"rehearsal_ce": False, "rehearsal": "none"}}).loop.rehearsal == "none"
 

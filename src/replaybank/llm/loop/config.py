@@ -74,10 +74,10 @@ class Loop:
     init: Init = _f("continue", "continue: the adapter carries over between generations; fresh: a new adapter each generation")
     rehearsal: str = _f("self", "rehearsal rows: self (the base model's answers, llm/data/selfsynth), a JSONL file of {prompt, response}, or none")
     rehearsal_ratio: float = _f(0.5, "rehearsal share of the rows of every batch (replaybank.mixing quota)", min=0, lt=1)
-    kl_weight: float = _f(1.0, "weight of the KL-to-base term (llm.train.kl) on the rehearsal rows' answer tokens, added to the loss; 0 = off; inactive with rehearsal = none", min=0, max=1000)
-    rehearsal_ce: bool = _f(True, "train on the rehearsal rows' answers with cross-entropy as well as the KL term; false = through the KL term only (self-distillation: the base model's distribution on those prompts is kept, not sharpened toward one written answer); needs kl_weight > 0; inactive with rehearsal = none")
-    self_rows: int = _f(48, "self-synthesized rehearsal rows (once per seed, cached)", min=1, max=100_000)
-    self_open_rows: bool = _f(False, "keep the base model's self-synthesized answers that hit the 96-token budget, as open rows trained without an end of turn (dropping them leaves only short answers in rehearsal)")
+    kl_weight: float = _f(3.0, "weight of the KL-to-base term (llm.train.kl) on the rehearsal rows' answer tokens, added to the loss; 0 = off (then also rehearsal_ce = true); inactive with rehearsal = none", min=0, max=1000)
+    rehearsal_ce: bool = _f(False, "true: train on the rehearsal rows' answers with cross-entropy as well as the KL term; false = through the KL term only (self-distillation: the base model's distribution on those prompts is kept, not sharpened toward one written answer); needs kl_weight > 0; inactive with rehearsal = none")
+    self_rows: int = _f(96, "self-synthesized rehearsal rows (once per seed, cached)", min=1, max=100_000)
+    self_open_rows: bool = _f(True, "keep the base model's self-synthesized answers that hit the 96-token budget, as open rows trained without an end of turn (dropping them leaves only short answers in rehearsal)")
     eval_tasks: int = _f(40, "held-out tasks of the evaluation (greedy, with and without replayed context)", min=1, max=100_000)
     validation_tasks: int = _f(24, "held-out tasks of the validation split (ranks generations for lineage best; disjoint from the evaluation tasks)", min=1, max=100_000)
     suite_per_family: int = _f(16, "general-capability suite items per family, seeded per run (0 = all 118; 8 per family moves retention by about 7 points from the sample alone)", min=0, max=100_000)
@@ -156,9 +156,9 @@ class LoopConfig:
 
         if not lp.rehearsal_ce and lp.rehearsal != "none" and lp.kl_weight == 0:
             raise ConfigError(
-                f"{self.source}: [loop] rehearsal_ce = false trains the rehearsal rows through the KL term only, "
-                "and kl_weight = 0 turns that term off (the rows would train nothing); "
-                "set a kl_weight above 0 or rehearsal_ce = true"
+                f"{self.source}: [loop] rehearsal_ce = false (the default) trains the rehearsal rows through the KL term "
+                "only, and kl_weight = 0 turns that term off (the rows would train nothing); to train them with "
+                "cross-entropy alone set rehearsal_ce = true as well, or set a kl_weight above 0"
             )
 
     def with_(self, **loop: Any) -> LoopConfig:
