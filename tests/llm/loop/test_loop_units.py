@@ -97,14 +97,13 @@ def test_state_round_trip_and_refusals(tmp_path):
     check_same_config(tmp_path, state, LoopConfig().with_(generations=9).to_dict())  # more generations: fine
     with pytest.raises(StateError, match=r"\[loop\] seed = 0, not 1"):
         check_same_config(tmp_path, state, LoopConfig().with_(seed=1).to_dict())
-    # A run written before a key existed resumes when the key is at its default, else is refused.
-    older = {**state, "config": {**state["config"], "loop": {k: v for k, v in state["config"]["loop"].items() if k != "self_open_rows"}}}
-    ran_before = LoopConfig.before_keys_existed()
-    check_same_config(tmp_path, older, LoopConfig().with_(self_open_rows=False).to_dict(), ran_before)
-    with pytest.raises(StateError, match=r"written before \[loop\] self_open_rows existed \(it ran as self_open_rows = False\), not True"):
-        check_same_config(tmp_path, older, LoopConfig().to_dict(), ran_before)
-    # a run from before rehearsal_ce trained the rehearsal rows with cross-entropy, whatever the default is now
+    # A run written before a key existed resumes when the key is at the value it ran with then, else is refused.
     before = LoopConfig.before_keys_existed()
+    older = {**state, "config": {**state["config"], "loop": {k: v for k, v in state["config"]["loop"].items() if k != "self_open_rows"}}}
+    check_same_config(tmp_path, older, LoopConfig().with_(self_open_rows=False).to_dict(), before)
+    with pytest.raises(StateError, match=r"written before \[loop\] self_open_rows existed \(it ran as self_open_rows = False\), not True"):
+        check_same_config(tmp_path, older, LoopConfig().to_dict(), before)
+    # a run from before rehearsal_ce trained the rehearsal rows with cross-entropy, whatever the default is now
     assert before["loop"]["rehearsal_ce"] is True
     older = {**state, "config": {**state["config"], "loop": {k: v for k, v in state["config"]["loop"].items() if k != "rehearsal_ce"}}}
     check_same_config(tmp_path, older, LoopConfig().with_(rehearsal_ce=True).to_dict(), before)

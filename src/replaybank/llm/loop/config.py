@@ -51,7 +51,7 @@ TRAINING_DEFAULTS: dict[str, Any] = {
 
 #: How a run written before a ``[loop]`` key existed behaved, for keys added after runs were
 #: written: resuming such a run must not switch it silently, whatever the key's default becomes
-#: (see ``state.check_same_config``). Today both equal their defaults.
+#: (see ``state.check_same_config``). Both differ from today's defaults.
 RAN_BEFORE_THE_KEY: dict[str, Any] = {"rehearsal_ce": True, "self_open_rows": False}
 
 
