@@ -172,10 +172,10 @@ def test_batched_stop_rule_matches_one_prompt_at_a_time(smol_tok):
 def test_report_pairs_the_rehearsal_arms_per_seed_and_names_the_kl_weight():
     from replaybank.llm.loop.report import group_key, paired_gaps
 
-    def run(seed, rehearsal, retentions, kl=0.0):
+    def run(seed, rehearsal, retentions, kl=0.0, lineage="window"):
         gens = [{"no_context": {"success": 0.0, "credit": 0.0}, "context": {"success": 0.0, "credit": 0.0},
                  "retention": r} for r in retentions]
-        lp = {"lineage": "window", "window": 3, "rehearsal": rehearsal, "rehearsal_ratio": 0.5, "seed": seed,
+        lp = {"lineage": lineage, "window": 3, "rehearsal": rehearsal, "rehearsal_ratio": 0.5, "seed": seed,
               "kl_weight": kl}
         return {"name": f"{rehearsal}-{seed}", "state": {"config": {"loop": lp}, "generations": gens}}
 
@@ -183,9 +183,18 @@ def test_report_pairs_the_rehearsal_arms_per_seed_and_names_the_kl_weight():
             run(2, "self", [1.0, 0.5, 0.5], kl=1.0),  # seed 2 has no arm without rehearsal: left out
             run(0, "none", [1.0, 0.7, 0.75]), run(1, "none", [1.0, 0.75])]
     gaps = paired_gaps(runs)
-    assert gaps["window"]["seeds"] == [0, 1]
-    assert len(gaps["window"]["generations"]) == 2  # the shortest paired run
-    assert gaps["window"]["generations"][1] == pytest.approx([0.2, 0.2])
+    kl1 = "window (K=3), rehearsal self 50% + KL 1"
+    assert list(gaps) == [kl1]
+    assert gaps[kl1]["seeds"] == [0, 1]
+    assert len(gaps[kl1]["generations"]) == 2  # the shortest paired run
+    assert gaps[kl1]["generations"][1] == pytest.approx([0.2, 0.2])
+    # a second rehearsal variant of the same lineage gets its own gaps against the same runs
+    # without (it used to overwrite the first one's seeds), and another lineage pairs with nothing
+    both = runs + [run(0, "self", [1.0, 0.6, 0.9], kl=3.0), run(0, "self", [1.0, 0.9], lineage="all")]
+    gaps2 = paired_gaps(both)
+    assert set(gaps2) == {kl1, "window (K=3), rehearsal self 50% + KL 3"}
+    assert gaps2[kl1] == gaps[kl1]
+    assert gaps2["window (K=3), rehearsal self 50% + KL 3"]["generations"][1] == pytest.approx([-0.1])
     assert group_key(runs[0]["state"]) == "window (K=3), rehearsal self 50% + KL 1"
     kl_only = {"config": {"loop": {**runs[0]["state"]["config"]["loop"], "kl_weight": 3.0, "rehearsal_ce": False}}}
     assert group_key(kl_only) == "window (K=3), rehearsal self 50% + KL 3 (no cross-entropy on it)"

@@ -18,9 +18,11 @@ needs several calls (levels 3 and 4) is acted turn by turn, each result fed back
 (at most max_turns turns). The whole episode is checked (exact match + argument-level credit) and
 every step is recorded in the store (SQLite). Then the adapter is trained on the successes
 of the generations the lineage selects (window = last K, all, best = K best on a validation
-split, never the evaluation set), mixed with self-synthesized rehearsal at a fixed share of the
-rows of every batch, with a KL-to-base term on the rehearsal rows ([loop] kl_weight). Then held-out tasks are answered without replayed context (is the skill in
-the weights?) and with it, and the general-capability suite measures retention against the base
+split, never the evaluation set), mixed with rehearsal rows the base model wrote itself at a
+fixed share of the rows of every batch; by default those rows are learnt through a KL-to-base
+term only (the base model's distribution on its own answers is kept; [loop] kl_weight,
+rehearsal_ce). Then held-out tasks are answered without replayed context (is the skill in the
+weights?) and with it, and the general-capability suite measures retention against the base
 model. The store starts with at most 16 demonstrations.
 
 A killed loop resumes from its last finished generation: run the same command again.

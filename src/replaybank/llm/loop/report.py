@@ -71,22 +71,29 @@ def group_key(state: dict[str, Any]) -> str:
 
 
 def paired_gaps(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per lineage with both arms: ``retention`` with rehearsal minus without, per generation and
-    per seed the two arms share (``{lineage: {"seeds": [...], "generations": [[gap per seed], ...]}}``)."""
-    by: dict[tuple[str, bool], dict[int, list[float | None]]] = {}
+    """Per rehearsal group (:func:`group_key`) with runs without rehearsal of the same lineage and
+    window: ``retention`` with rehearsal minus without, per generation and per seed both have
+    (``{group: {"seeds": [...], "generations": [[gap per seed], ...]}}``). Two rehearsal variants
+    of one lineage in one folder each get their own gaps against the same runs without.
+    """
+    with_: dict[str, dict[int, list[float | None]]] = {}
+    without: dict[tuple[str, int], dict[int, list[float | None]]] = {}
     for run in runs:
         lp = run["state"]["config"]["loop"]
         per_gen = [metrics_of(r)["retention"] for r in run["state"]["generations"]]
-        by.setdefault((lp["lineage"], lp["rehearsal"] != "none"), {})[lp["seed"]] = per_gen
+        if lp["rehearsal"] == "none":
+            without.setdefault((lp["lineage"], lp["window"]), {})[lp["seed"]] = per_gen
+        else:
+            with_.setdefault(group_key(run["state"]), {})[lp["seed"]] = per_gen
     out: dict[str, Any] = {}
-    for (lineage, on), with_ in by.items():
-        without = by.get((lineage, False))
-        if not on or not without:
+    for key, on in with_.items():
+        lp = next(r["state"]["config"]["loop"] for r in runs if group_key(r["state"]) == key)
+        off = without.get((lp["lineage"], lp["window"]), {})
+        seeds = sorted(set(on) & set(off))
+        if not seeds:
             continue
-        seeds = sorted(set(with_) & set(without))
-        n_gen = min([len(with_[s]) for s in seeds] + [len(without[s]) for s in seeds]) if seeds else 0
-        gens = [[_diff(with_[s][g], without[s][g]) for s in seeds] for g in range(n_gen)]
-        out[lineage] = {"seeds": seeds, "generations": gens}
+        n_gen = min([len(on[s]) for s in seeds] + [len(off[s]) for s in seeds])
+        out[key] = {"seeds": seeds, "generations": [[_diff(on[s][g], off[s][g]) for s in seeds] for g in range(n_gen)]}
     return out
 
 
@@ -142,8 +149,8 @@ def write_report(out: Path) -> Path:
             lines += ["", f"held-out exact without context, generation 1 -> 5, per seed: {shown}"]
         lines.append("")
     gaps = paired_gaps(runs)
-    for lineage, gap in gaps.items():
-        lines += [f"## Retention with rehearsal minus without ({lineage}, paired per seed)", "",
+    for key, gap in gaps.items():
+        lines += [f"## Retention with rehearsal minus without ({key}, paired per seed)", "",
                   f"seeds {gap['seeds']}; points of retention (percent of base), mean ± std over seeds, then per seed", "",
                   "| gen | gap | per seed |", "|---|---|---|"]
         for g, vals in enumerate(gap["generations"]):
