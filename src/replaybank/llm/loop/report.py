@@ -76,19 +76,19 @@ def paired_gaps(runs: list[dict[str, Any]]) -> dict[str, Any]:
     (``{group: {"seeds": [...], "generations": [[gap per seed], ...]}}``). Two rehearsal variants
     of one lineage in one folder each get their own gaps against the same runs without.
     """
-    with_: dict[str, dict[int, list[float | None]]] = {}
+    with_: dict[str, tuple[tuple[str, int], dict[int, list[float | None]]]] = {}
     without: dict[tuple[str, int], dict[int, list[float | None]]] = {}
     for run in runs:
         lp = run["state"]["config"]["loop"]
+        arm = (lp["lineage"], lp["window"])
         per_gen = [metrics_of(r)["retention"] for r in run["state"]["generations"]]
         if lp["rehearsal"] == "none":
-            without.setdefault((lp["lineage"], lp["window"]), {})[lp["seed"]] = per_gen
+            without.setdefault(arm, {})[lp["seed"]] = per_gen
         else:
-            with_.setdefault(group_key(run["state"]), {})[lp["seed"]] = per_gen
+            with_.setdefault(group_key(run["state"]), (arm, {}))[1][lp["seed"]] = per_gen
     out: dict[str, Any] = {}
-    for key, on in with_.items():
-        lp = next(r["state"]["config"]["loop"] for r in runs if group_key(r["state"]) == key)
-        off = without.get((lp["lineage"], lp["window"]), {})
+    for key, (arm, on) in with_.items():
+        off = without.get(arm, {})
         seeds = sorted(set(on) & set(off))
         if not seeds:
             continue
