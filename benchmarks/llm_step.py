@@ -186,7 +186,7 @@ def main() -> None:
 
     from replaybank.hf import mix
     from replaybank.llm.config import Training
-    from replaybank.llm.rows import token_rows
+    from replaybank.llm.data.rows import token_rows
     from replaybank.llm.train import add_lora
 
     torch.set_num_threads(1)

@@ -53,10 +53,10 @@ def main() -> None:
     from replaybank.episodic import EpisodeStore, demonstration
     from replaybank.episodic.env import QxEnvironment
     from replaybank.episodic.retrieval import Retriever
+    from replaybank.llm.data.rows import _render
     from replaybank.llm.eval.generate import stop_token_ids
     from replaybank.llm.loop.act import attempt, build_prompts, call_end
     from replaybank.llm.model import load_model
-    from replaybank.llm.rows import _render
 
     torch.set_num_threads(1)
     model, tok = load_model("SmolLM2-135M-Instruct", log=lambda m: None)

@@ -86,8 +86,8 @@ def main() -> None:
     from replaybank.llm.loop.config import LoopConfig
     from replaybank.llm.loop.consolidate import consolidate, domain_rows, rehearsal_rows
     from replaybank.llm.loop.lineage import split_heldout
-    from replaybank.llm.loop.run import SPLIT_SEED, act_generation, make_environment
     from replaybank.llm.model import cache_dir, load_model
+    from replaybank.llm.recipes.loop import SPLIT_SEED, act_generation, make_environment
     from replaybank.llm.seed import sample_suite
     from replaybank.llm.train import add_lora
 

@@ -36,9 +36,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def split_retention(items: list[dict[str, Any]], base: dict[str, float]) -> dict[str, float | None]:
-    """The loop's retention (:func:`replaybank.llm.loop.run.suite_retention`) on all items, on the
+    """The loop's retention (:func:`replaybank.llm.recipes.loop.suite_retention`) on all items, on the
     checkable items only and on the agreement items only."""
-    from replaybank.llm.loop.run import suite_retention
+    from replaybank.llm.recipes.loop import suite_retention
 
     def ret(keep: Any) -> float | None:
         sums: dict[str, list[float]] = {}
@@ -58,7 +58,7 @@ def drift(model: Any, tok: Any, suite: Any) -> float:
     """Mean per-token KL(base || model) over the base model's own answers to the suite."""
     import torch
 
-    from replaybank.llm.rows import IGNORE_INDEX, encode_pair
+    from replaybank.llm.data.rows import IGNORE_INDEX, encode_pair
     from replaybank.llm.train.kl import kl_to_base
 
     total, count = 0.0, 0

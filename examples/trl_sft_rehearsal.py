@@ -45,9 +45,9 @@ def builtin_rows(n_domain: int = 200, n_general: int = 200) -> tuple[list[dict[s
     """The main job's embedded data as conversational {prompt, completion} rows (rendered with the
     model's chat template by SFTTrainer): tool-API requests and calls; Python documentation
     passages, each prompted by its first 128 characters, as the main job's rehearsal rows are."""
-    from replaybank.llm.corpus import python_docs_corpus
-    from replaybank.llm.rows import rehearsal_prompt
-    from replaybank.llm.toolapi import generate_examples
+    from replaybank.llm.data.corpus import python_docs_corpus
+    from replaybank.llm.data.rows import rehearsal_prompt
+    from replaybank.llm.data.toolapi import generate_examples
 
     def turn(prompt: str, answer: str) -> dict[str, Any]:
         return {"prompt": [{"role": "user", "content": prompt}],

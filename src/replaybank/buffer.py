@@ -385,4 +385,4 @@ class ReplayBuffer:
         """
         from .persist import load
 
-        return load(path, mmap=mmap, directory=directory)
+        return load(path, cls, mmap=mmap, directory=directory)

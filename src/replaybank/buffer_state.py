@@ -14,24 +14,45 @@ raising ``ReplayBankError``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from .admission import Fifo, Reservoir
+from .admission import Admission, Fifo, Reservoir
 from .errors import ReplayBankError
+from .samplers.base import Sampler, View
 from .schema import fields, integer, mapping
 from .schema import rng as check_rng
 from .slots import RingTable, SlotTable
-from .spec import ColumnSpec
-from .storage import check_columns
-
-if TYPE_CHECKING:
-    from .buffer import ReplayBuffer
+from .spec import ColumnSpec, Spec
+from .storage import Storage, check_columns
 
 SCHEMA_VERSION = 2  # 1: fixed columns held every slot, ragged ones were split in two keys
 KEYS = ("schema_version", "capacity", "spec", "rng", "table", "sampler", "admission", "columns")
+
+
+class BufferParts(Protocol):
+    """The parts of a ``ReplayBuffer`` that its state (and ``replaybank.persist``) reads and sets.
+
+    A protocol rather than the class itself, so that neither this module nor ``persist`` imports
+    ``buffer.py``, which imports them: the buffer calls into its state, never the other way round.
+    """
+
+    sampler: Sampler
+    admission: Admission
+    storage: Storage
+    _rng: np.random.Generator
+    _table: SlotTable | RingTable
+    _lock: threading.RLock
+    _view: View
+
+    @property
+    def capacity(self) -> int: ...
+
+    @property
+    def spec(self) -> Spec | None: ...
 
 
 def copied(tree: Any) -> Any:
@@ -52,7 +73,7 @@ def holes(table: SlotTable | RingTable) -> np.ndarray:
     return np.flatnonzero(table.ids_of(np.arange(table.high, dtype=np.int64)) < 0)
 
 
-def snapshot(buffer: ReplayBuffer, *, copy_columns: bool = True) -> dict[str, Any]:
+def snapshot(buffer: BufferParts, *, copy_columns: bool = True) -> dict[str, Any]:
     """The buffer's state; call with the buffer's lock held, or let this take it.
 
     Everything but the columns is copied. Fixed columns hold rows ``[0, table.high)``: copies with
@@ -94,7 +115,7 @@ def _component(obj: Any, state: Any, where: str) -> None:
     _call(obj.load_state_dict, state, f"{where} ({type(obj).__name__})")
 
 
-def _check_counters(buffer: ReplayBuffer, arrivals: int) -> None:
+def _check_counters(buffer: BufferParts, arrivals: int) -> None:
     """Admission counters that must equal the slot table's arrival count."""
     for cls, attr in ((Fifo, "count"), (Reservoir, "seen")):
         if isinstance(buffer.admission, cls) and getattr(buffer.admission, attr) != arrivals:
@@ -104,7 +125,7 @@ def _check_counters(buffer: ReplayBuffer, arrivals: int) -> None:
             )
 
 
-def restore(buffer: ReplayBuffer, state: Any) -> None:
+def restore(buffer: BufferParts, state: Any) -> None:
     """Check ``state`` (``snapshot`` output) against the buffer and load it; see the module doc.
 
     Raises:

@@ -94,7 +94,8 @@ def run_demo(args: argparse.Namespace) -> int:
 def run_inspect(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .persist import load, read_manifest
+    from .buffer import ReplayBuffer
+    from .persist import read_manifest
 
     m = read_manifest(Path(args.path))
     raw = m.raw
@@ -106,7 +107,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         print(f"  column    {name}: {kind}{col.dtype.str} {col.shape}")
     total = sum(nbytes for _, nbytes in m.files.values())
     if args.verify:
-        load(args.path, mmap=True)
+        ReplayBuffer.load(args.path, mmap=True)
         check = "every file and field verified (sha256, schema, consistency)"
     else:
         check = "manifest verified; --verify to check every file"

@@ -33,14 +33,15 @@ import re
 import shutil
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from . import npyio
 from .buffer_state import SCHEMA_VERSION as STATE_SCHEMA
-from .buffer_state import holes, snapshot
+from .buffer_state import BufferParts, holes, snapshot
 from .errors import CorruptSaveError, ReplayBankError
 from .manifest import (
     ARRAY_NAME,
@@ -58,8 +59,12 @@ from .ragged import Ragged
 from .spec import check_dtype
 from .storage import ColumnarStorage, MemmapStorage, file_stems
 
-if TYPE_CHECKING:
-    from .buffer import ReplayBuffer
+
+class _Loadable(Protocol):
+    def load_state_dict(self, state: Any) -> None: ...
+
+
+B = TypeVar("B", bound=_Loadable)
 
 __all__ = ["save", "load", "read_manifest", "FORMAT", "MANIFEST"]
 
@@ -190,7 +195,7 @@ def _prepare(root: Path) -> None:
             shutil.rmtree(entry)
 
 
-def save(buffer: ReplayBuffer, path: str | os.PathLike[str]) -> None:
+def save(buffer: BufferParts, path: str | os.PathLike[str]) -> None:
     """Write ``buffer`` to directory ``path`` atomically (see the module doc).
 
     Raises:
@@ -227,7 +232,7 @@ def save(buffer: ReplayBuffer, path: str | os.PathLike[str]) -> None:
 
 
 def _write_version(
-    buffer: ReplayBuffer, root: Path, staging: Path, version: str, configs: dict[str, Any]
+    buffer: BufferParts, root: Path, staging: Path, version: str, configs: dict[str, Any]
 ) -> None:
     (staging / "columns").mkdir(parents=True)
     (staging / "state").mkdir()
@@ -287,18 +292,18 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
 
 def load(
     path: str | os.PathLike[str],
+    make: Callable[..., B],
     *,
     mmap: bool | None = None,
     directory: str | os.PathLike[str] | None = None,
-) -> ReplayBuffer:
-    """Load a save; see ``ReplayBuffer.load`` for the arguments.
+) -> B:
+    """Load a save into ``make(capacity, sampler=, admission=, storage=)``; see ``ReplayBuffer.load``.
 
-    Every check (manifest schema and checksum, path confinement, each file's size, sha256 and
-    header, the state against the spec and capacity) runs before the buffer is returned; any
-    failure is a ``CorruptSaveError`` naming the file and key.
+    ``make`` is the buffer class (``ReplayBuffer.load`` passes its own), so that this module never
+    imports ``buffer.py``. Every check (manifest schema and checksum, path confinement, each file's
+    size, sha256 and header, the state against the spec and capacity) runs before the buffer is
+    returned; any failure is a ``CorruptSaveError`` naming the file and key.
     """
-    from .buffer import ReplayBuffer
-
     root = Path(path)
     m = Manifest.read(root)
     where = str(m.path)
@@ -339,7 +344,7 @@ def load(
         sampler = build("sampler", m.raw["sampler"], "sampler")
         admission = build("admission", m.raw["admission"], "admission")
         _check_capacity(m.capacity, state, sampler, admission)
-        buffer = ReplayBuffer(m.capacity, sampler=sampler, admission=admission, storage=storage)
+        buffer = make(m.capacity, sampler=sampler, admission=admission, storage=storage)
     except ReplayBankError as err:
         if isinstance(err, MemoryError):  # a real save too big for this machine
             raise

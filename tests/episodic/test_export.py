@@ -116,7 +116,7 @@ def test_a_template_without_a_tool_role_shows_results_as_user_turns(store, tok):
 
 
 def test_tool_turns_are_masked_without_a_chat_template(store):
-    from replaybank.llm.rows import DEFAULT_TOOL_HEADER
+    from replaybank.llm.data.rows import DEFAULT_TOOL_HEADER
 
     class Plain(CharTokenizer):
         chat_template = None

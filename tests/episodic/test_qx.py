@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from replaybank.episodic.qx import SCHEMA, TYPES, execute, make_step, parse_calls, score, validate
-from replaybank.llm.toolapi import generate_examples
+from replaybank.llm.data.toolapi import generate_examples
 
 TIMER = "<<qx timer.arm; dur=300s; tag=tea>>"
 SHOP = "<<qx cart.add; sku=eggs; qty=3>>"
@@ -91,7 +91,7 @@ def test_make_step_executes_only_valid_calls():
 
 def test_cart_add_returns_the_total_of_a_fixed_price_list():
     from replaybank.episodic.qx import OTHER_PRICE, PRICES
-    from replaybank.llm.toolapi import _ITEMS
+    from replaybank.llm.data.toolapi import _ITEMS
 
     assert sorted(PRICES) == sorted(i.replace(" ", "_") for i in _ITEMS)  # every item the requests name
     assert execute(parse_calls("<<qx cart.add; sku=olive_oil; qty=3>>")[0]) == "ok cart.add sku=olive_oil qty=3 total=3297"

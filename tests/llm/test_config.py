@@ -6,7 +6,7 @@ import pytest
 import tomllib
 
 from replaybank.llm.config import Config, ConfigError
-from replaybank.llm.sources import check_sources
+from replaybank.llm.config.check import check_sources
 
 
 def test_defaults_are_the_embedded_experiment():

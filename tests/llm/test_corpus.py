@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from replaybank.llm.corpus import (
+from replaybank.llm.data.corpus import (
     PYTHON_DOCS,
     CorpusError,
     load_corpus,

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from replaybank.llm.data.toolapi import generate_examples
 from replaybank.llm.eval import domain
 from replaybank.llm.eval.domain import (
     DomainEvalError,
@@ -14,7 +15,6 @@ from replaybank.llm.eval.domain import (
     parse_qx_call,
 )
 from replaybank.llm.eval.generate import Generation
-from replaybank.llm.toolapi import generate_examples
 
 
 def test_parse_qx_call() -> None:

@@ -53,7 +53,7 @@ def test_builtin_suite_does_not_overlap_any_rehearsal_pool() -> None:
     pool, path = load_prompt_pool()
     check_no_overlap(items, pool, str(path))
     check_no_overlap(items, general_text_paragraphs(), "general_text.txt")
-    from replaybank.llm.corpus import PYTHON_DOCS, load_corpus
+    from replaybank.llm.data.corpus import PYTHON_DOCS, load_corpus
 
     check_no_overlap(items, load_corpus(PYTHON_DOCS).texts, PYTHON_DOCS)  # the corpus arm's pool
 

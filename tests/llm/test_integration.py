@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from replaybank.llm.config import Config
-from replaybank.llm.corpus import CorpusError
+from replaybank.llm.data.corpus import CorpusError
 from replaybank.llm.model import ModelError
 
 
@@ -29,7 +29,7 @@ def _cfg(model_dir, out, **training):
 
 
 def test_tiny_run_writes_complete_report(tiny_model_dir, tmp_path):
-    from replaybank.llm.run import run_experiment
+    from replaybank.llm.recipes.rehearsal import run_experiment
 
     out = tmp_path / "run"
     metrics = run_experiment(_cfg(tiny_model_dir, out), log=lambda m: None)
@@ -56,7 +56,7 @@ def test_tiny_run_writes_complete_report(tiny_model_dir, tmp_path):
 
 
 def test_generations_window(tiny_model_dir, tmp_path):
-    from replaybank.llm.run import run_experiment
+    from replaybank.llm.recipes.rehearsal import run_experiment
 
     cfg = Config.from_dict({
         "orchestration": {"num_generations": 3, "training_window_size": 2},
@@ -76,7 +76,7 @@ def test_generations_window(tiny_model_dir, tmp_path):
 def test_resume_sees_same_data_order(tiny_model_dir, tmp_path):
     import copy
 
-    from replaybank.llm.data_prep import prepare
+    from replaybank.llm.data.prepare import prepare
     from replaybank.llm.model import load_model
     from replaybank.llm.train import add_lora, train_lora
 
@@ -100,7 +100,7 @@ def test_resume_sees_same_data_order(tiny_model_dir, tmp_path):
 
 
 def test_bad_target_module_lists_the_real_ones(tiny_model_dir, tmp_path):
-    from replaybank.llm.run import run_experiment
+    from replaybank.llm.recipes.rehearsal import run_experiment
 
     cfg = _cfg(tiny_model_dir, tmp_path / "o", lora_target_modules=["q_proj", "c_attn"])
     with pytest.raises(ModelError, match=r"c_attn not found in the model; its linear modules are: .*down_proj.*q_proj"):
@@ -120,7 +120,7 @@ def test_missing_base_model_path(tmp_path):
 
 
 def test_bad_domain_data_and_interrupted_run_leaves_nothing_complete(tiny_model_dir, tmp_path):
-    from replaybank.llm.run import run_experiment
+    from replaybank.llm.recipes.rehearsal import run_experiment
 
     bad = tmp_path / "dom.jsonl"
     bad.write_text('{"prompt": "a", "response": "b"}\n{"prompt": "a"}\n')
@@ -143,7 +143,7 @@ def test_bad_domain_data_and_interrupted_run_leaves_nothing_complete(tiny_model_
 
 
 def test_out_dir_that_is_not_a_run_is_refused(tiny_model_dir, tmp_path):
-    from replaybank.llm.run import OutputError, run_experiment
+    from replaybank.llm.recipes.rehearsal import OutputError, run_experiment
 
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("precious")
@@ -153,7 +153,7 @@ def test_out_dir_that_is_not_a_run_is_refused(tiny_model_dir, tmp_path):
 
 
 def test_probe_on_tiny_model(tiny_model_dir, tmp_path):
-    from replaybank.llm.run_probe import run_probe
+    from replaybank.llm.recipes.probe import run_probe
 
     rep = run_probe(_cfg(tiny_model_dir, tmp_path), pairs=2, log=lambda m: None)
     assert len(rep.pairs) == 2

@@ -59,7 +59,7 @@ def test_base_logits_come_from_the_disabled_adapter(tiny_model_dir):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from replaybank.llm.evaluate import logits_at
+    from replaybank.llm.eval.losses import logits_at
 
     plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     ids = torch.tensor([[5, 9, 13, 2, 7]])

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replaybank.llm.generations import select_lineage
-from replaybank.llm.probe import flat_grad, min_alpha, summarise
-from replaybank.llm.report import effect
-from replaybank.llm.toolapi import generate_examples
+from replaybank.llm.data.toolapi import generate_examples
+from replaybank.llm.eval.interference import flat_grad, min_alpha, summarise
+from replaybank.llm.report.metrics import effect
 from replaybank.llm.train import epoch_slice
+from replaybank.llm.train.lineage import select_lineage
 
 
 def test_epoch_slice_seeded_distinct_without_replacement():
@@ -92,13 +92,13 @@ def test_doctests():
     import doctest
 
     import replaybank.llm.config as config
-    import replaybank.llm.corpus as corpus
-    import replaybank.llm.generations as generations
-    import replaybank.llm.probe as probe
-    import replaybank.llm.report as report
-    import replaybank.llm.rows as rows
-    import replaybank.llm.run as run
+    import replaybank.llm.data.corpus as corpus
+    import replaybank.llm.data.rows as rows
+    import replaybank.llm.eval.interference as probe
+    import replaybank.llm.recipes.rehearsal as run
+    import replaybank.llm.report.metrics as report
     import replaybank.llm.train.kl as train
+    import replaybank.llm.train.lineage as generations
 
     for module in (config, corpus, generations, probe, report, rows, run, train):
         assert doctest.testmod(module).failed == 0, module.__name__

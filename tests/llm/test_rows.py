@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replaybank.llm.rows import (
+from replaybank.llm.data.rows import (
     IGNORE_INDEX,
     FormatError,
     encode_messages,

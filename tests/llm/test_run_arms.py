@@ -42,7 +42,7 @@ def fake_self_answers(monkeypatch):
 
 
 def test_self_kl_replay_arms_over_two_domains_and_two_seeds(tiny_model_dir, tmp_path, fake_self_answers):
-    from replaybank.llm.run import run_experiment
+    from replaybank.llm.recipes.rehearsal import run_experiment
 
     out = tmp_path / "run"
     cfg = _cfg(tiny_model_dir, arms=["base", "naive", "rehearsal-corpus", "rehearsal-self-kl", "mixed"])
@@ -77,7 +77,7 @@ def test_self_kl_replay_arms_over_two_domains_and_two_seeds(tiny_model_dir, tmp_
 
 
 def test_earlier_output_is_never_replaced_without_force(tiny_model_dir, tmp_path):
-    from replaybank.llm.run import OutputError, run_experiment
+    from replaybank.llm.recipes.rehearsal import OutputError, run_experiment
 
     out = tmp_path / "run"
     cfg = _cfg(tiny_model_dir, arms=["naive"])
@@ -100,7 +100,7 @@ def test_earlier_output_is_never_replaced_without_force(tiny_model_dir, tmp_path
 def test_self_synthesis_that_yields_nothing_stops_the_run(tiny_model_dir, tmp_path, monkeypatch):
     import replaybank.llm.data.selfsynth as selfsynth
     from replaybank.llm.eval.generate import Generation
-    from replaybank.llm.run import run_experiment
+    from replaybank.llm.recipes.rehearsal import run_experiment
 
     monkeypatch.setattr(selfsynth, "generate_detailed",
                         lambda model, tok, prompts, **kw: [Generation("word " * 40, True, 96) for _ in prompts])
@@ -129,7 +129,7 @@ def test_cli_seeds_and_force_flags(tiny_model_dir, tmp_path, capsys):
 
 
 def test_seeds_in_worker_processes_match_the_sequential_run(tiny_model_dir, tmp_path):
-    from replaybank.llm.run import run_experiment
+    from replaybank.llm.recipes.rehearsal import run_experiment
 
     cfg = _cfg(tiny_model_dir, arms=["base", "naive"], probe_sources=False)
     seq = run_experiment(cfg, tmp_path / "seq", log=lambda m: None, max_steps=1, seeds=2)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replaybank.llm.measure import flatten
-from replaybank.llm.seeds import aggregate, check_targets
+from replaybank.llm.eval.measure import flatten
+from replaybank.llm.report.seeds import aggregate, check_targets
 
 
 def _seed(leak_naive: float, leak_self: float, dom: float) -> dict[str, dict[str, float]]:

@@ -1,20 +1,24 @@
-"""Save and load of a ``ShardedReplayBuffer`` (layout and trust rules in ``manifest.py``)."""
+"""Save and load of a ``ShardedReplayBuffer`` (layout and trust rules in ``manifest.py``).
+
+The buffer (and, for ``load``, its class) is passed in and typed ``Any`` here: ``sharded.py``
+imports this module, so this one does not import it back.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..errors import CorruptSaveError
 from ..ratelimit import RateLimiter
 from ..spec import ColumnSpec
 from . import manifest as manifest_mod
 
-if TYPE_CHECKING:
-    from .sharded import ShardedReplayBuffer
+B = TypeVar("B")
 
 
-def save(buffer: ShardedReplayBuffer, root: Path) -> None:
+def save(buffer: Any, root: Path) -> None:
     version, staging = manifest_mod.prepare(root)
     names = [manifest_mod.shard_dir_name(i) for i in range(buffer.num_shards)]
     refs = [s.save.remote(str(staging / name)) for s, name in zip(buffer.shards, names)]
@@ -48,7 +52,7 @@ def _shard_spec(path: str) -> tuple[Any, Any]:
     return core.get("state", {}).get("spec"), core.get("sampler")
 
 
-def load(cls: type[ShardedReplayBuffer], root: Path, kwargs: dict[str, Any]) -> ShardedReplayBuffer:
+def load(cls: Callable[..., B], root: Path, kwargs: dict[str, Any]) -> B:
     manifest = manifest_mod.read(root)
     shards = manifest["shards"]
     specs = [_shard_spec(s["path"]) for s in shards]
@@ -74,7 +78,7 @@ def load(cls: type[ShardedReplayBuffer], root: Path, kwargs: dict[str, Any]) -> 
         )
     if rate_limiter is not None and limiter_state is not None:
         rate_limiter.load_state_dict(limiter_state)
-    buffer = cls(
+    buffer: Any = cls(
         len(shards),
         capacity,
         sampler=sampler,

@@ -20,7 +20,7 @@ An environment is a **task source** (``tasks(n, split=..., seed=...)``) plus a *
 An environment that can also run calls (``execute``), so that episodes have several turns, is a
 :class:`replaybank.episodic.turns.ToolEnvironment`; :class:`QxChecker` is one.
 
-The embedded default is :class:`QxEnvironment`: the qx tool API of :mod:`replaybank.llm.toolapi`
+The embedded default is :class:`QxEnvironment`: the qx tool API of :mod:`replaybank.llm.data.toolapi`
 as a ladder of tasks, judged by :func:`replaybank.episodic.qx.score`. Tasks can also be read from a
 JSONL file (:class:`JsonlTasks`), one object per line::
 
@@ -141,7 +141,7 @@ class QxEnvironment(QxChecker):
     """The embedded default: qx tool-API requests on a ladder of difficulty.
 
     Level 1 (copy) states every argument in its final form ("Set a timer: dur 300s, tag tea.");
-    level 2 (convert) is the natural request of :mod:`replaybank.llm.toolapi` ("Set a timer for
+    level 2 (convert) is the natural request of :mod:`replaybank.llm.data.toolapi` ("Set a timer for
     5 minutes for the tea."); level 3 joins two level-2 requests of different tools and expects
     both calls in order; level 4 chains two calls through a result: a level-2 ``cart.add``
     request, then "send <name> the total", whose ``cents`` is the ``total=`` the runtime returned
@@ -177,7 +177,7 @@ class QxEnvironment(QxChecker):
     def tasks(self, n: int, *, split: Split = "train", seed: int = 0) -> list[Task]:
         if split not in SPLITS:
             raise ReplayBankError(f"split {split!r} is not one of {SPLITS}")
-        from replaybank.llm.toolapi import generate_examples
+        from replaybank.llm.data.toolapi import generate_examples
 
         pool_size = int(3 * n / min(self.heldout_fraction, 1 - self.heldout_fraction)) + 64
         if 4 in self.levels:  # a chain uses two requests, and its payment call must be in the split

@@ -6,8 +6,8 @@ point of consolidation is that the skill works *without* the examples in context
 the request and everything the agent wrote (the format of the core's domain rows), ``messages``
 keeps the turns (for multi-turn episodes, tool results are user turns). :func:`encode_rows`
 tokenizes ``messages`` completion-only with the tokenizer's chat template, through
-:func:`replaybank.llm.rows.encode_messages`, into the core's ragged storage
-(:func:`replaybank.llm.rows.token_rows`).
+:func:`replaybank.llm.data.rows.encode_messages`, into the core's ragged storage
+(:func:`replaybank.llm.data.rows.token_rows`).
 
 Example:
     >>> import tempfile, os
@@ -74,11 +74,11 @@ def encode_rows(tokenizer: Any, rows: Sequence[dict[str, Any]], max_seq_length: 
         max_seq_length: longer rows are cut.
 
     Returns:
-        :class:`replaybank.llm.rows.TokenRows`, backed by a ``ReplayBuffer`` with ``RaggedStorage``.
+        :class:`replaybank.llm.data.rows.TokenRows`, backed by a ``ReplayBuffer`` with ``RaggedStorage``.
 
     Raises:
-        replaybank.llm.rows.FormatError: a row the chat template cannot label exactly.
+        replaybank.llm.data.rows.FormatError: a row the chat template cannot label exactly.
     """
-    from replaybank.llm.rows import encode_messages, token_rows
+    from replaybank.llm.data.rows import encode_messages, token_rows
 
     return token_rows([encode_messages(tokenizer, r["messages"], max_seq_length) for r in rows])

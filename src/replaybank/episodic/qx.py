@@ -1,7 +1,7 @@
 """The qx tool runtime as a checker: parse ``<<qx tool.name; k=v; ...>>`` calls, validate them
 against the tool schema, execute them, and score them against the expected calls.
 
-The schema is the one :mod:`replaybank.llm.toolapi` generates data for (five tools; durations in
+The schema is the one :mod:`replaybank.llm.data.toolapi` generates data for (five tools; durations in
 seconds, cities upper-cased, money in cents, days as ``+N`` offsets). A call counts as *executed*
 only if :func:`validate` finds nothing wrong with it: the tool exists, every required argument is
 there, none is unknown or repeated, and every value has its type.

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from replaybank.hf.plan import MixError
-from replaybank.llm.rows import IGNORE_INDEX
+from replaybank.llm.data.rows import IGNORE_INDEX
 from replaybank.llm.train.kl import base_logits_at, kl_to_base
 
 

@@ -3,7 +3,7 @@
 An arm (:class:`replaybank.llm.config.ArmSpec`) names its rehearsal sources, their total share,
 what the share is of (rows or labelled tokens) and the optional KL-to-base term. Per generation:
 
-1. the domain rows are the generation's lineage (:func:`replaybank.llm.generations.select_lineage`);
+1. the domain rows are the generation's lineage (:func:`replaybank.llm.train.lineage.select_lineage`);
 2. the sources are built: ``corpus`` (the rehearsal pool, sliced per virtual epoch), ``self``
    (the base model's own answers, synthesized per seed), ``replay`` (the stored training rows of
    earlier generations not in the lineage; absent in the first generation, where its share goes
@@ -25,17 +25,17 @@ from typing import Any
 import numpy as np
 
 from replaybank.llm.config import ArmSpec, Config
-from replaybank.llm.evaluate import mean_loss
-from replaybank.llm.generations import select_lineage
-from replaybank.llm.measure import (
+from replaybank.llm.data.rows import TokenRows, token_rows
+from replaybank.llm.eval.losses import mean_loss
+from replaybank.llm.eval.measure import (
     EvalContext,
     domain_row,
     matrix_metrics,
     measure_behaviour,
     measure_losses,
 )
-from replaybank.llm.rows import TokenRows, token_rows
 from replaybank.llm.train import KLSpec, Source, add_lora, train_lora
+from replaybank.llm.train.lineage import select_lineage
 
 Log = Callable[[str], None]
 

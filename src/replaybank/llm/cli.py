@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.llm.config import Config, ConfigError
-from replaybank.llm.sources import check_sources
+from replaybank.llm.config.check import check_sources
 
 
 def add_subcommands(subparsers: Any) -> None:
@@ -84,7 +84,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from replaybank.errors import ReplayBankError
-    from replaybank.llm.run import run_experiment
+    from replaybank.llm.recipes.rehearsal import run_experiment
 
     if args.seeds is not None and args.seeds < 1:
         return _fail(ValueError(f"--seeds {args.seeds}: need at least 1"))
@@ -106,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from replaybank.errors import ReplayBankError
-    from replaybank.llm.run_probe import run_probe
+    from replaybank.llm.recipes.probe import run_probe
 
     try:
         cfg = load_config(args.config)

@@ -1,6 +1,6 @@
 """One seed of the experiment: suite sample, data, self rows, base, probe, every trained arm.
 
-:func:`run_seed` is what :func:`replaybank.llm.run.run_experiment` calls per seed (in-process, or
+:func:`run_seed` is what :func:`replaybank.llm.recipes.rehearsal.run_experiment` calls per seed (in-process, or
 in a worker process with ``--jobs``); it writes ``seeds/seed<N>.json`` into the partial output
 folder and reads it back instead of rerunning a seed an interrupted run already finished.
 """
@@ -19,10 +19,10 @@ from typing import Any
 from replaybank.errors import ReplayBankError
 from replaybank.llm.arms import train_arm
 from replaybank.llm.config import Config
-from replaybank.llm.data_prep import Prepared, prepare
-from replaybank.llm.evaluate import mean_loss, probe_score
-from replaybank.llm.measure import EvalContext, domain_row, flatten, measure_losses
-from replaybank.llm.rows import TokenRows, encode_pair, token_rows
+from replaybank.llm.data.prepare import Prepared, prepare
+from replaybank.llm.data.rows import TokenRows, encode_pair, token_rows
+from replaybank.llm.eval.losses import mean_loss, probe_score
+from replaybank.llm.eval.measure import EvalContext, domain_row, flatten, measure_losses
 
 Log = Callable[[str], None]
 
@@ -188,7 +188,7 @@ def synthesize_rows(model: Any, tokenizer: Any, cfg: Config, suite: list[Any], l
 
 def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> dict[str, Any]:
     """Gradient interference of the domain against each rehearsal source, on a fresh LoRA."""
-    from replaybank.llm.run_probe import probe_sources
+    from replaybank.llm.recipes.probe import probe_sources
     from replaybank.llm.train import add_lora
 
     sources = {"corpus": ctx.data.rehearsal_pool}

@@ -7,7 +7,7 @@ import pytest
 
 from replaybank.cli import main
 from replaybank.llm.loop.config import LoopConfig
-from replaybank.llm.loop.run import run_loop
+from replaybank.llm.recipes.loop import run_loop
 
 
 def test_help_explains_the_loop(capsys):

@@ -29,8 +29,8 @@ def tiny(tiny_model_dir, smol_tok):
     4 domain rows and 4 rehearsal rows, and a config that puts all 8 rows in one batch."""
     import torch
 
+    from replaybank.llm.data.rows import encode_pair, token_rows
     from replaybank.llm.model import load_model
-    from replaybank.llm.rows import encode_pair, token_rows
     from replaybank.llm.train import add_lora
 
     cfg = dataclasses.replace(
@@ -54,7 +54,7 @@ def _kl_to_base(model, rows, pad_id):
     """Mean per-token KL(base || adapted) over the answer tokens of ``rows``, computed directly."""
     import torch
 
-    from replaybank.llm.evaluate import collate, logits_at
+    from replaybank.llm.eval.losses import collate, logits_at
     from replaybank.llm.train.kl import base_logits_at, kl_to_base
 
     ids, att, labels = collate(rows.rows(list(range(len(rows)))), pad_id)
@@ -143,8 +143,8 @@ def test_without_rehearsal_ce_the_rows_train_only_through_the_kl_term(tiny, smol
     cross-entropy it does."""
     import torch
 
+    from replaybank.llm.data.rows import encode_pair, token_rows
     from replaybank.llm.loop.consolidate import consolidate
-    from replaybank.llm.rows import encode_pair, token_rows
 
     model, tok, cfg, start, domain, rehearsal = tiny
     at_base = {k: (torch.zeros_like(v) if "lora_B" in k else v) for k, v in start.items()}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from replaybank.episodic import EpisodeStore
 from replaybank.llm.loop.config import LoopConfig
-from replaybank.llm.loop.run import run_loop
+from replaybank.llm.recipes.loop import run_loop
 
 from .conftest import kill_at, to_toml  # type: ignore[import-not-found]
 

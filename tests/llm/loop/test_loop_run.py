@@ -14,8 +14,8 @@ from replaybank.episodic.env import CheckerError, QxEnvironment, TaskFileError
 from replaybank.episodic.store import CorruptStoreError, SchemaVersionError
 from replaybank.llm.loop.config import LoopConfig
 from replaybank.llm.loop.report import write_report
-from replaybank.llm.loop.run import run_loop
 from replaybank.llm.loop.state import StateError
+from replaybank.llm.recipes.loop import run_loop
 
 
 def test_two_generations_write_store_adapters_state_and_report(tiny_cfg, tmp_path):

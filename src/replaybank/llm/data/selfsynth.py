@@ -16,7 +16,7 @@ Filters, in order (each dropped answer is counted under its reason):
   naming the pool file;
 - ``truncated``: the answer hit ``max_new_tokens`` before the end of its turn (with
   ``keep_truncated`` such an answer is kept instead, as an open row: ``"open": True``, trained
-  without an end of turn, see :func:`~replaybank.llm.rows.encode_pair`);
+  without an end of turn, see :func:`~replaybank.llm.data.rows.encode_pair`);
 - ``empty``: no word in the answer;
 - ``repetition``: degenerate text (:func:`~replaybank.llm.eval.checkers.degenerate`: a line or a
   word 4-gram 3+ times, or under half of the word 3-grams distinct);

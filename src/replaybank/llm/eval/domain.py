@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from replaybank.errors import ReplayBankError
-from replaybank.llm.corpus import normalise
+from replaybank.llm.data.corpus import normalise
 from replaybank.llm.eval.generate import generate_detailed
 
 ParsedCall = tuple[str, dict[str, str]]
@@ -81,7 +81,7 @@ def generated_accuracy(
 
     Args:
         model, tokenizer: the model under test.
-        records: ``{"prompt", "response"}`` dicts (:data:`~replaybank.llm.data_prep.DomainRecord`);
+        records: ``{"prompt", "response"}`` dicts (:data:`~replaybank.llm.data.prepare.DomainRecord`);
             records without both (``messages`` or ``text`` ones) are skipped and counted.
         max_new_tokens: generation budget (qx calls take at most ~30 tokens).
         batch_size: generation batch size.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from replaybank.errors import ReplayBankError
-from replaybank.llm.rows import _render
+from replaybank.llm.data.rows import _render
 
 END_OF_TURN = "<|im_end|>"
 

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from replaybank.errors import ReplayBankError
 from replaybank.jsonl import iter_jsonl
-from replaybank.llm.corpus import normalise
+from replaybank.llm.data.corpus import normalise
 from replaybank.llm.eval.checkers import CheckError, check, looks_like_tool_call, validate_spec
 from replaybank.llm.eval.generate import (
     Generation,
@@ -353,6 +353,6 @@ def general_text_rows(tokenizer: Any, max_seq_length: int) -> Any:
     documentation). Every token is labelled (no chat template), one row per paragraph, cut to
     ``max_seq_length`` tokens.
     """
-    from replaybank.llm.rows import encode_text, token_rows
+    from replaybank.llm.data.rows import encode_text, token_rows
 
     return token_rows([encode_text(tokenizer, p, max_seq_length) for p in general_text_paragraphs()])

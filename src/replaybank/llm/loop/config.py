@@ -25,7 +25,7 @@ from typing import Any, Literal, get_type_hints
 
 import tomllib
 
-from replaybank.llm.config import (
+from replaybank.llm.config.parse import (
     ConfigError,
     Lineage,
     Training,

@@ -26,7 +26,7 @@ from typing import Any
 from replaybank.episodic import EpisodeStore
 from replaybank.errors import ReplayBankError
 from replaybank.llm.config import Training
-from replaybank.llm.rows import TokenRows
+from replaybank.llm.data.rows import TokenRows
 
 
 class AdapterError(ReplayBankError):
@@ -60,7 +60,7 @@ def rehearsal_rows(
         ReplayBankError: a JSONL line that is not an object with string ``prompt`` and
             ``response`` (``file:line``), an empty file, or self-synthesis that kept no row.
     """
-    from replaybank.llm.rows import encode_pair, token_rows
+    from replaybank.llm.data.rows import encode_pair, token_rows
 
     if source == "none":
         return None, {"source": "none"}

@@ -39,7 +39,7 @@ def cells(
 
 
 def _run_one(name: str, data: dict[str, Any], source: str, folder: str) -> str:
-    from replaybank.llm.loop.run import run_loop
+    from replaybank.llm.recipes.loop import run_loop
 
     cfg = LoopConfig.from_dict(data, source=source)
     path = Path(folder)

@@ -7,7 +7,7 @@ consolidation trains on). Consolidation ``g`` always trains on generation ``g``'
 model that produced a generation's data is the adapter of the generation before it; generation
 1 acted with the base model). Validation tasks are held-out tasks disjoint from the evaluation
 tasks (:func:`split_heldout`), so the evaluation set never steers training. This is
-:func:`replaybank.llm.generations.select_lineage` (the main job's rule) shifted to 1-based
+:func:`replaybank.llm.train.lineage.select_lineage` (the main job's rule) shifted to 1-based
 generations.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from replaybank.episodic import Task
 from replaybank.llm.config import Lineage
-from replaybank.llm.generations import select_lineage
+from replaybank.llm.train.lineage import select_lineage
 
 
 def lineage_for(generation: int, window: int, policy: Lineage, validation: Sequence[float] = ()) -> list[int]:

@@ -79,7 +79,7 @@ def base_logits_at(model: Any, ids: Any, att: Any, mask: Any) -> Any:
     """
     import torch
 
-    from replaybank.llm.evaluate import logits_at
+    from replaybank.llm.eval.losses import logits_at
 
     if not hasattr(model, "disable_adapter"):
         raise ValueError("kl_to_base needs a PEFT model (its base distribution comes from disable_adapter())")

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from replaybank.llm.config import Training
+from replaybank.llm.data.rows import TokenRows
 from replaybank.llm.model import check_target_modules
-from replaybank.llm.rows import TokenRows
 from replaybank.llm.train.checkpoint import (
     CHECKPOINT_SCHEMA_VERSION,
     load_checkpoint,

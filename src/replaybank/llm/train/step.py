@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.llm.evaluate import collate, logits_at, token_loss_sum
-from replaybank.llm.rows import IGNORE_INDEX
+from replaybank.llm.data.rows import IGNORE_INDEX
+from replaybank.llm.eval.losses import collate, logits_at, token_loss_sum
 from replaybank.llm.train.kl import KLSpec, base_logits_at, kl_to_base
 
 DOMAIN, REHEARSAL = 0, 1

@@ -6,7 +6,7 @@ in lower case, weekdays as three upper-case letters, times as 24-hour ``HHMM``, 
 minutes, topics hyphenated, fields joined by ``|``. It overlaps the ``qx`` tool API in what the
 requests talk about (people, days, times), so learning it after the tool API can overwrite the
 earlier skill: what a replay of earlier domains is for. Examples come from a seed, like
-:mod:`replaybank.llm.toolapi`.
+:mod:`replaybank.llm.data.toolapi`.
 
 Example:
     >>> generate_examples(1, seed=3)[0]["response"].startswith("@agenda{kind:")
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replaybank.llm.toolapi import distinct_examples
+from replaybank.llm.data.toolapi import distinct_examples
 
 _NAMES = [
     "Anna", "Bilal", "Chen", "Dora", "Emeka", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kemi",

@@ -3,7 +3,7 @@
 :func:`effect` is the pure summary of the historical three arms (rise of the held-out general
 loss, its ratio between arms, the domain-loss gap); :func:`build_metrics` assembles every arm over
 seeds (means, spreads, measured loss shares, the accuracy matrix, the probe side by side with the
-measured forgetting, the targets); :mod:`replaybank.llm.report_write` only formats what it is given.
+measured forgetting, the targets); :mod:`replaybank.llm.report.markdown` only formats what it is given.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def build_metrics(
     probes: dict[str, Any], manifests: list[dict[str, Any]], suites: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """The ``metrics.json`` dict (schema in docs/llm.md) from every seed's arms and their aggregate."""
-    from replaybank.llm.seeds import check_targets
+    from replaybank.llm.report.seeds import check_targets
 
     specs = cfg.arm_specs()
     first = per_seed[0]
@@ -173,7 +173,7 @@ def _compat_mixing(arm: dict[str, Any] | None, manifest: dict[str, Any], cfg: An
 
 def write_outputs(folder: Path, metrics: dict[str, Any]) -> None:
     """``losses.png``, ``behaviour.png``, ``report.md``, then ``metrics.json`` (last)."""
-    from replaybank.llm.report_write import plot_behaviour, plot_losses, write_report
+    from replaybank.llm.report.markdown import plot_behaviour, plot_losses, write_report
 
     plot_losses(folder / PLOT_NAME, metrics)
     plot_behaviour(folder / BEHAVIOUR_PLOT, metrics)

@@ -147,7 +147,7 @@ def interference(
     rehearsal_batches: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]],
 ) -> InterferenceReport:
     """Probe a LoRA model on paired batches of tokenized rows (see module docstring)."""
-    from replaybank.llm.evaluate import collate, token_loss_sum
+    from replaybank.llm.eval.losses import collate, token_loss_sum
 
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.llm.data_prep import Prepared
-from replaybank.llm.evaluate import mean_loss, probe_score
-from replaybank.llm.rows import TokenRows
+from replaybank.llm.data.prepare import Prepared
+from replaybank.llm.data.rows import TokenRows
+from replaybank.llm.eval.losses import mean_loss, probe_score
 from replaybank.metrics import average_accuracy, backward_transfer, forgetting
 
 

@@ -2,7 +2,7 @@
 
 Every key lives in one section; the reference's ``[orchestration]`` and ``[training]`` keys are
 accepted as written. The sections, their keys, defaults, help and ranges are the schema in
-:mod:`replaybank.llm.config_schema` (re-exported here); this module checks values against it,
+:mod:`replaybank.llm.config.schema` (re-exported here); this module checks values against it,
 checks keys against each other, and writes the effective config back as TOML.
 
 Validation runs before anything heavy: a wrong type, a value out of range or an unknown key raises
@@ -31,7 +31,7 @@ from typing import Any, Literal, get_args, get_type_hints
 import tomllib
 
 from replaybank.errors import ReplayBankError
-from replaybank.llm.config_schema import (
+from replaybank.llm.config.schema import (
     ALL_LINEAR,
     ARM_SOURCES,
     BUILTIN_AGENDA,
@@ -51,7 +51,7 @@ from replaybank.llm.config_schema import (
     Output,
     Training,
 )
-from replaybank.llm.config_schema import _f as _f  # the loop's config declares its keys with it
+from replaybank.llm.config.schema import _f as _f  # the loop's config declares its keys with it
 
 __all__ = [
     "ALL_LINEAR", "ARM_SOURCES", "BUILTIN_AGENDA", "BUILTIN_PROBE", "BUILTIN_TOOLAPI", "DEFAULT_ARMS",

@@ -134,7 +134,7 @@ def distinct_examples(
 ) -> list[dict[str, str]]:
     """``n`` rows from makers drawn uniformly by a ``seed``-ed generator, skipping repeated or excluded prompts.
 
-    Shared by the synthetic skills (:mod:`replaybank.llm.toolapi`, :mod:`replaybank.llm.agenda`).
+    Shared by the synthetic skills (:mod:`replaybank.llm.data.toolapi`, :mod:`replaybank.llm.data.agenda`).
 
     Raises:
         ValueError: if ``n`` distinct examples cannot be produced (``what`` names the skill).

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from replaybank.llm.config import (
+from replaybank.llm.config.parse import (
     BUILTIN_AGENDA,
     BUILTIN_PROBE,
     BUILTIN_TOOLAPI,
@@ -38,7 +38,7 @@ def check_sources(cfg: Config) -> None:
         ConfigError: listing every problem found, one per line, each naming the file,
             ``[section] key``, the value and what was expected.
     """
-    from replaybank.llm.corpus import PYTHON_DOCS
+    from replaybank.llm.data.corpus import PYTHON_DOCS
 
     d, t = cfg.data, cfg.training
     problems = [
@@ -123,7 +123,7 @@ def _check_probe(value: str) -> str | None:
 
 
 def _check_corpus(value: str, expected: str) -> str | None:
-    from replaybank.llm.corpus import PYTHON_DOCS, SUPPORTED_SUFFIXES
+    from replaybank.llm.data.corpus import PYTHON_DOCS, SUPPORTED_SUFFIXES
 
     if value == PYTHON_DOCS:
         return None

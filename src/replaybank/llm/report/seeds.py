@@ -1,6 +1,6 @@
 """Aggregating arms over seeds, and checking the experiment's targets on the aggregate.
 
-Every arm of every seed is reduced to flat scalars (:func:`replaybank.llm.measure.flatten`);
+Every arm of every seed is reduced to flat scalars (:func:`replaybank.llm.eval.measure.flatten`);
 :func:`aggregate` gives, per arm and scalar, the mean, the sample standard deviation (``ddof=1``;
 ``None`` for a single seed, where no spread is measured), the count and the values in seed order.
 """

@@ -1,6 +1,6 @@
 """Formatting a finished run: ``report.md`` and the two plots (matplotlib, Agg backend).
 
-Only formats what :func:`replaybank.llm.report.build_metrics` assembled; computes nothing new.
+Only formats what :func:`replaybank.llm.report.metrics.build_metrics` assembled; computes nothing new.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from replaybank.llm.report import BEHAVIOUR_PLOT, PLOT_NAME
+from replaybank.llm.report.metrics import BEHAVIOUR_PLOT, PLOT_NAME
 
 BARS = [
     ("retention_conversation", "conversation\nretention"),

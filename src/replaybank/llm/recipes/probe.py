@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from replaybank.llm.config import Config
-from replaybank.llm.probe import InterferenceReport, interference
-from replaybank.llm.rows import TokenRows
+from replaybank.llm.data.rows import TokenRows
+from replaybank.llm.eval.interference import InterferenceReport, interference
 
 
 def run_probe(
@@ -30,13 +30,13 @@ def run_probe(
         raise ValueError(f"--source {source!r}: expected corpus or self")
     import torch
 
-    from replaybank.llm.data_prep import prepare
+    from replaybank.llm.data.prepare import prepare
     from replaybank.llm.model import load_model
-    from replaybank.llm.run import pick_device
+    from replaybank.llm.recipes.rehearsal import pick_device
     from replaybank.llm.train import add_lora
 
     t = cfg.training
-    from replaybank.llm.run import _loadavg, resolve_threads
+    from replaybank.llm.recipes.rehearsal import _loadavg, resolve_threads
 
     torch.set_num_threads(resolve_threads(t.num_threads, _loadavg()))
     model, tokenizer = load_model(t.base_model, pick_device(t.device), log)
@@ -79,8 +79,8 @@ def probe_sources(
     Raises:
         ValueError: when the model has no trainable parameters or a source is empty.
     """
-    from replaybank.llm.evaluate import collate, token_loss_sum
-    from replaybank.llm.probe import flat_grad, summarise
+    from replaybank.llm.eval.interference import flat_grad, summarise
+    from replaybank.llm.eval.losses import collate, token_loss_sum
 
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from replaybank.llm import agenda, toolapi
 from replaybank.llm.config import BUILTIN_AGENDA, BUILTIN_PROBE, BUILTIN_TOOLAPI, Config
-from replaybank.llm.corpus import (
+from replaybank.llm.data import agenda, toolapi
+from replaybank.llm.data.corpus import (
     Corpus,
     CorpusError,
     iter_jsonl,
@@ -23,8 +23,7 @@ from replaybank.llm.corpus import (
     remove_overlap,
     split_heldout,
 )
-from replaybank.llm.evaluate import ProbeItem, default_probe_items
-from replaybank.llm.rows import (
+from replaybank.llm.data.rows import (
     FormatError,
     TokenRows,
     encode_messages,
@@ -33,6 +32,7 @@ from replaybank.llm.rows import (
     encode_text,
     token_rows,
 )
+from replaybank.llm.eval.losses import ProbeItem, default_probe_items
 
 DomainRecord = dict[str, Any]  # {"prompt", "response"} | {"messages"} | {"text"}
 
@@ -151,7 +151,7 @@ def prepare(cfg: Config, tokenizer: Any) -> Prepared:
     """Load, split, cut and tokenize everything the run needs.
 
     Raises:
-        CorpusError: for any bad data source (see :mod:`replaybank.llm.corpus`).
+        CorpusError: for any bad data source (see :mod:`replaybank.llm.data.corpus`).
     """
     t, d = cfg.training, cfg.data
     general = load_corpus(t.rehearsal_dataset, t.rehearsal_text_field, t.rehearsal_split)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.llm.rows import IGNORE_INDEX, TokenRows, encode_pair
+from replaybank.llm.data.rows import IGNORE_INDEX, TokenRows, encode_pair
 
 
 def collate(rows: Sequence[tuple[np.ndarray, np.ndarray]], pad_id: int) -> tuple[Any, Any, Any]:

@@ -7,14 +7,14 @@ Order of calls (one job per step; the modules named do the work):
 2. prepare the general-capability suite once: the base model's answers are generated and cached
    (:func:`replaybank.llm.eval.suite.prepare_suite`), plus the held-out general text;
 3. per seed (``training.seed + k``; :func:`replaybank.llm.seed.run_seed`, in worker processes with ``jobs``):
-   a. :func:`replaybank.llm.data_prep.prepare` the corpus pool, held-out sets, domain data, probe;
+   a. :func:`replaybank.llm.data.prepare.prepare` the corpus pool, held-out sets, domain data, probe;
    b. synthesize the ``self`` rehearsal rows when an arm uses them
       (:func:`replaybank.llm.data.selfsynth.synthesize`, base model, cached per seed);
    c. check that no training text contains a suite prompt;
    d. measure ``base``; on the first seed, probe gradient interference per rehearsal source;
    e. train and measure every other arm through every generation (:mod:`replaybank.llm.arms`);
-4. aggregate the arms over seeds (:mod:`replaybank.llm.seeds`), check the targets, write
-   ``metrics.json``, ``report.md``, ``behaviour.png`` and ``losses.png`` (:mod:`replaybank.llm.report`).
+4. aggregate the arms over seeds (:mod:`replaybank.llm.report.seeds`), check the targets, write
+   ``metrics.json``, ``report.md``, ``behaviour.png`` and ``losses.png`` (:mod:`replaybank.llm.report.metrics`).
 
 Everything is written into ``OUT.partial/`` and renamed to ``OUT`` at the very end, so an
 interrupted run never leaves an output folder that looks complete; a rerun with the same config
@@ -36,14 +36,14 @@ from typing import Any
 
 from replaybank.errors import ReplayBankError
 from replaybank.llm.config import Config
-from replaybank.llm.measure import flatten
-from replaybank.llm.report import (
+from replaybank.llm.eval.measure import flatten
+from replaybank.llm.report.metrics import (
     METRICS_SCHEMA_VERSION,
     build_metrics,
     write_outputs,
 )
+from replaybank.llm.report.seeds import aggregate
 from replaybank.llm.seed import run_seed
-from replaybank.llm.seeds import aggregate
 
 Log = Callable[[str], None]
 
