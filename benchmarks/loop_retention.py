@@ -80,15 +80,15 @@ def main() -> None:
     import torch
 
     from replaybank.episodic import EpisodeStore, demonstration
-    from replaybank.llm.eval.suite import evaluate_suite, load_suite, prepare_suite
+    from replaybank.llm.config.loop import LoopConfig
+    from replaybank.llm.eval.suite import evaluate_suite, load_suite, prepare_suite, sample_suite
     from replaybank.llm.loop.act import attempt as act_attempt
     from replaybank.llm.loop.act import build_prompts, summarise
-    from replaybank.llm.loop.config import LoopConfig
     from replaybank.llm.loop.consolidate import consolidate, domain_rows, rehearsal_rows
     from replaybank.llm.loop.lineage import split_heldout
+    from replaybank.llm.loop.tasks import make_environment
     from replaybank.llm.model import cache_dir, load_model
-    from replaybank.llm.recipes.loop import SPLIT_SEED, act_generation, make_environment
-    from replaybank.llm.seed import sample_suite
+    from replaybank.llm.recipes.loop import SPLIT_SEED, act_generation
     from replaybank.llm.train import add_lora
 
     torch.set_num_threads(1)

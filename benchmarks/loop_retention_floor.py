@@ -36,9 +36,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def split_retention(items: list[dict[str, Any]], base: dict[str, float]) -> dict[str, float | None]:
-    """The loop's retention (:func:`replaybank.llm.recipes.loop.suite_retention`) on all items, on the
+    """The loop's retention (:func:`replaybank.llm.loop.report.suite_retention`) on all items, on the
     checkable items only and on the agreement items only."""
-    from replaybank.llm.recipes.loop import suite_retention
+    from replaybank.llm.loop.report import suite_retention
 
     def ret(keep: Any) -> float | None:
         sums: dict[str, list[float]] = {}
@@ -99,8 +99,8 @@ def main() -> None:
 
     import torch
 
+    from replaybank.llm.config.loop import LoopConfig
     from replaybank.llm.eval.suite import evaluate_suite, load_suite, prepare_suite
-    from replaybank.llm.loop.config import LoopConfig
     from replaybank.llm.loop.consolidate import load_adapter
     from replaybank.llm.loop.state import read_state
     from replaybank.llm.model import cache_dir, load_model

@@ -42,12 +42,12 @@ def main() -> None:
 
     import torch
 
+    from replaybank.llm.config.loop import LoopConfig
     from replaybank.llm.eval.suite import evaluate_suite, load_suite, prepare_suite
-    from replaybank.llm.loop.config import LoopConfig
     from replaybank.llm.loop.consolidate import load_adapter
+    from replaybank.llm.loop.report import suite_retention
     from replaybank.llm.loop.state import read_state
     from replaybank.llm.model import cache_dir, load_model
-    from replaybank.llm.recipes.loop import suite_retention
     from replaybank.llm.train import add_lora
 
     torch.set_num_threads(1)

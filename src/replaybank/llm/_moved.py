@@ -15,44 +15,60 @@ import warnings
 from types import ModuleType
 from typing import Any
 
-MOVED: dict[str, str] = {
+MOVED: dict[str, str | tuple[str, ...]] = {
+    # old module: its new module, or the modules its names went to (looked up in this order)
     "agenda": "data.agenda",
-    "arms": "recipes.rehearsal",
+    "arms": ("recipes.rehearsal", "train.sources", "eval.measure"),
     "corpus": "data.corpus",
     "config_schema": "config.schema",
     "data_prep": "data.prepare",
-    "evaluate": "eval.losses",
+    "evaluate": ("eval.losses", "eval.probe"),
     "generations": "train.lineage",
     "measure": "eval.measure",
     "probe": "eval.interference",
-    "report": "report.metrics",
-    "report_write": "report.markdown",
+    "report_write": ("report.markdown", "report.plots"),
     "rows": "data.rows",
-    "run": "recipes.rehearsal",
-    "run_probe": "recipes.probe",
-    "seed": "recipes.rehearsal",
+    "run": ("recipes.rehearsal", "runtime", "report.folder"),
+    "run_probe": ("recipes.probe", "eval.interference"),
+    "seed": ("recipes.rehearsal", "eval.suite", "data.selfsynth", "data.prepare", "config.parse", "report.folder"),
     "seeds": "report.seeds",
     "sources": "config.check",
     "toolapi": "data.toolapi",
-    "loop.run": "recipes.loop",
+    "loop.cli": "cli",
+    "loop.config": "config.loop",
+    "loop.run": ("recipes.loop", "loop.tasks", "loop.report"),
 }
 _PREFIX = "replaybank.llm."
 
 
 class _Alias(importlib.abc.Loader):
-    def __init__(self, target: str) -> None:
-        self.target = target
+    def __init__(self, targets: tuple[str, ...]) -> None:
+        self.targets = targets
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        where = " and ".join(self.targets)
         warnings.warn(
-            f"{spec.name} moved to {self.target}; import it from there (the old path will be removed)",
+            f"{spec.name} moved to {where}; import from there (the old path will be removed)",
             DeprecationWarning,
             stacklevel=2,
         )
-        return importlib.import_module(self.target)
+        if len(self.targets) == 1:
+            return importlib.import_module(self.targets[0])
+        module = ModuleType(spec.name, f"Moved to {where}.")
+        targets = self.targets
+
+        def __getattr__(name: str) -> Any:
+            for target in targets:
+                found = importlib.import_module(target)
+                if hasattr(found, name):
+                    return getattr(found, name)
+            raise AttributeError(f"{spec.name}.{name} is gone: it was moved or renamed (look in {where})")
+
+        module.__getattr__ = __getattr__  # type: ignore[method-assign]
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """Nothing to run: the target module is already imported."""
+        """Nothing to run: the target modules are imported on use."""
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):
@@ -62,7 +78,8 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
         new = MOVED.get(fullname[len(_PREFIX):])
         if new is None:
             return None
-        return importlib.machinery.ModuleSpec(fullname, _Alias(_PREFIX + new))
+        targets = (new,) if isinstance(new, str) else new
+        return importlib.machinery.ModuleSpec(fullname, _Alias(tuple(_PREFIX + t for t in targets)))
 
 
 def install() -> None:

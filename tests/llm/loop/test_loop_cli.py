@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from replaybank.cli import main
-from replaybank.llm.loop.config import LoopConfig
+from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.recipes.loop import run_loop
 
 

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from replaybank.llm.config import ConfigError, Training
-from replaybank.llm.loop.config import TRAINING_DEFAULTS, LoopConfig
+from replaybank.llm.config.loop import TRAINING_DEFAULTS, LoopConfig
 
 
 def test_kl_weight_is_validated_and_documented():

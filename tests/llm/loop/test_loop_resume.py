@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from replaybank.episodic import EpisodeStore
-from replaybank.llm.loop.config import LoopConfig
+from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.recipes.loop import run_loop
 
 from .conftest import kill_at, to_toml  # type: ignore[import-not-found]

@@ -12,7 +12,7 @@ import pytest
 from replaybank.episodic import EpisodeStore, Task, Verdict
 from replaybank.episodic.env import CheckerError, QxEnvironment, TaskFileError
 from replaybank.episodic.store import CorruptStoreError, SchemaVersionError
-from replaybank.llm.loop.config import LoopConfig
+from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.loop.report import write_report
 from replaybank.llm.loop.state import StateError
 from replaybank.llm.recipes.loop import run_loop

@@ -10,8 +10,8 @@ import pytest
 from replaybank.episodic import Task
 from replaybank.episodic.env import QxEnvironment
 from replaybank.llm.config import ConfigError
+from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.loop.act import call_end
-from replaybank.llm.loop.config import LoopConfig
 from replaybank.llm.loop.lineage import lineage_for, split_heldout
 from replaybank.llm.loop.state import (
     StateError,

@@ -17,6 +17,7 @@ from replaybank.episodic.export import training_rows
 from replaybank.episodic.qx import make_step
 from replaybank.episodic.turns import demonstrate
 from replaybank.llm.config import ConfigError
+from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.data.rows import _render
 from replaybank.llm.loop.act import (
     SYSTEM,
@@ -26,7 +27,6 @@ from replaybank.llm.loop.act import (
     to_episode,
     turn_seed,
 )
-from replaybank.llm.loop.config import LoopConfig
 from replaybank.llm.loop.consolidate import domain_rows
 
 from .scripted import JUNK, Scripted, oracle, request_and_turn, seeded, turns  # type: ignore[import-not-found]

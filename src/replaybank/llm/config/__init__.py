@@ -1,11 +1,15 @@
-"""The experiment config: the schema of every section (:mod:`.schema`), reading and validating a
-TOML file (:mod:`.parse`) and checking what it names against this machine (:mod:`.check`).
+"""The configs of every job, one schema: the sections and their keys, defaults and bounds
+(:mod:`.schema`), one reader that checks a section (:mod:`.values`), the main job's config
+(:mod:`.parse`, ``replaybank run``), the loop's (:mod:`.loop`, ``replaybank loop``: the shared
+``[training]`` section with the loop's defaults, beside its own ``[loop]``), and the check of what a
+config names against this machine (:mod:`.check`).
 
 ``from replaybank.llm.config import Config`` is the public path; the names below are re-exported.
 """
 
 from __future__ import annotations
 
+from replaybank.llm.config.loop import Loop, LoopConfig
 from replaybank.llm.config.parse import (
     ALL_LINEAR,
     ARM_SOURCES,
@@ -32,5 +36,5 @@ from replaybank.llm.config.parse import (
 __all__ = [
     "ALL_LINEAR", "ARM_SOURCES", "BUILTIN_AGENDA", "BUILTIN_PROBE", "BUILTIN_TOOLAPI", "DEFAULT_ARMS",
     "SECTIONS", "Arm", "ArmSpec", "Config", "ConfigError", "Data", "Device", "Evaluation", "KLOn",
-    "Lineage", "MixBy", "Orchestration", "Output", "Training",
+    "Lineage", "Loop", "LoopConfig", "MixBy", "Orchestration", "Output", "Training",
 ]

@@ -20,17 +20,15 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import difflib
 import json
-import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, get_args, get_type_hints
+from typing import Any
 
 import tomllib
 
-from replaybank.errors import ReplayBankError
 from replaybank.llm.config.schema import (
     ALL_LINEAR,
     ARM_SOURCES,
@@ -51,17 +49,13 @@ from replaybank.llm.config.schema import (
     Output,
     Training,
 )
-from replaybank.llm.config.schema import _f as _f  # the loop's config declares its keys with it
+from replaybank.llm.config.values import ConfigError, did_you_mean, read_section, toml_value
 
 __all__ = [
     "ALL_LINEAR", "ARM_SOURCES", "BUILTIN_AGENDA", "BUILTIN_PROBE", "BUILTIN_TOOLAPI", "DEFAULT_ARMS",
     "SECTIONS", "Arm", "ArmSpec", "Config", "ConfigError", "Data", "Device", "Evaluation", "KLOn",
     "Lineage", "MixBy", "Orchestration", "Output", "Training",
 ]
-
-
-class ConfigError(ReplayBankError):
-    """An invalid config: the message names the file, the key, the value and what was expected."""
 
 
 @dataclass
@@ -118,22 +112,12 @@ class Config:
         declared = _parse_arms(data.pop("arms", {}), source)
         for name, values in data.items():
             if name not in SECTIONS:
-                raise ConfigError(f"{source}: unknown section [{name}]{_did_you_mean(name, SECTIONS)}")
+                raise ConfigError(f"{source}: unknown section [{name}]{did_you_mean(name, SECTIONS)}")
             if not isinstance(values, dict):
                 raise ConfigError(f"{source}: [{name}] must be a table, got {values!r}")
         for name, klass in SECTIONS.items():
-            values = data.get(name, {})
-            hints = get_type_hints(klass)
-            known = {f.name: f for f in fields(klass)}
-            kwargs = {}
-            for key, value in values.items():
-                if key not in known:
-                    raise ConfigError(
-                        f"{source}: unknown key [{name}] {key}{_did_you_mean(key, known)}"
-                    )
-                kwargs[key] = _check_value(source, name, key, value, hints[key], known[key].metadata)
-                explicit.add(f"{name}.{key}")
-            sections[name] = klass(**kwargs)
+            sections[name], keys = read_section(source, name, klass, data.get(name, {}))
+            explicit.update(f"{name}.{key}" for key in keys)
         if declared and "evaluation.arms" not in explicit:
             sections["evaluation"].arms = sections["evaluation"].arms + [a for a in declared if a not in sections["evaluation"].arms]
         cfg = cls(**sections, arms=declared, source=source, explicit=frozenset(explicit))
@@ -149,7 +133,7 @@ class Config:
             if arm not in self.arm_specs() and arm != "base":
                 raise ConfigError(
                     f"{where}: [evaluation] arms contains {arm!r}; expected base, a built-in arm or an [arms.NAME] table"
-                    f"{_did_you_mean(arm, ['base', *self.arm_specs()])}"
+                    f"{did_you_mean(arm, ['base', *self.arm_specs()])}"
                 )
         if len(set(self.evaluation.arms)) != len(self.evaluation.arms):
             raise ConfigError(f"{where}: [evaluation] arms = {self.evaluation.arms!r} lists an arm twice; list each once")
@@ -246,14 +230,14 @@ class Config:
             lines.append(f"\n[{name}]")
             section = getattr(self, name)
             for f in fields(klass):
-                value = _toml_value(getattr(section, f.name))
+                value = toml_value(getattr(section, f.name))
                 comment = f"  # {f.metadata['help']}" if with_help else ""
                 lines.append(f"{f.name} = {value}{comment}")
         for arm, spec in self.arms.items():
             lines.append(f"\n[arms.{json.dumps(arm)}]")
             for f in fields(ArmSpec):
                 comment = f"  # {f.metadata['help']}" if with_help else ""
-                lines.append(f"{f.name} = {_toml_value(getattr(spec, f.name))}{comment}")
+                lines.append(f"{f.name} = {toml_value(getattr(spec, f.name))}{comment}")
         return "\n".join(lines) + "\n"
 
 
@@ -261,25 +245,18 @@ def _parse_arms(raw: Any, source: str) -> dict[str, ArmSpec]:
     """``[arms.NAME]`` tables -> :class:`ArmSpec` per name, each key checked like any other."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: [arms] must hold tables [arms.NAME], got {raw!r}")
-    hints = get_type_hints(ArmSpec)
-    known = {f.name: f for f in fields(ArmSpec)}
     out: dict[str, ArmSpec] = {}
     for name, values in raw.items():
         if name == "base":
             raise ConfigError(f"{source}: [arms.base] cannot be declared; base is the untouched model")
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: [arms.{name}] must be a table, got {values!r}")
-        kwargs = {}
-        for key, value in values.items():
-            if key not in known:
-                raise ConfigError(f"{source}: unknown key [arms.{name}] {key}{_did_you_mean(key, known)}")
-            kwargs[key] = _check_value(source, f"arms.{name}", key, value, hints[key], known[key].metadata)
-        spec = ArmSpec(**kwargs)
+        spec, _ = read_section(source, f"arms.{name}", ArmSpec, values)
         for src in spec.source:
             if src not in ARM_SOURCES:
                 raise ConfigError(
                     f"{source}: [arms.{name}] source contains {src!r}; expected some of "
-                    f"{', '.join(ARM_SOURCES)}{_did_you_mean(src, ARM_SOURCES)}"
+                    f"{', '.join(ARM_SOURCES)}{did_you_mean(src, ARM_SOURCES)}"
                 )
         if len(set(spec.source)) != len(spec.source):
             raise ConfigError(f"{source}: [arms.{name}] source lists a source twice: {spec.source}")
@@ -299,82 +276,16 @@ def _parse_arms(raw: Any, source: str) -> dict[str, ArmSpec]:
     return out
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, (int, str, list)):
-        return json.dumps(value)
-    raise TypeError(f"cannot write {value!r} as TOML")
-
-
-def _did_you_mean(word: str, options: Any) -> str:
-    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
-    if close:
-        return f"; did you mean {close[0]!r}?"
-    return f"; expected one of: {', '.join(sorted(options))}"
-
-
-def _check_value(source: str, section: str, key: str, value: Any, hint: Any, meta: Any) -> Any:
-    where = f"{source}: [{section}] {key} = {value!r}"
-    choices = get_args(hint) if getattr(hint, "__origin__", None) is Literal else ()
-    if choices:
-        if value not in choices:
-            raise ConfigError(f"{where}: expected one of {', '.join(map(repr, choices))}{_did_you_mean(str(value), choices)}")
-        return value
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer")
-        if "max" not in meta and not -(2**63) <= value < 2**63:  # keys with a max say their range below
-            raise ConfigError(f"{where}: expected an integer that fits in 64 bits")
-    elif hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number")
-        try:
-            value = float(value)
-        except OverflowError:  # an integer beyond float range
-            raise ConfigError(f"{where}: expected a finite number") from None
-        if not math.isfinite(value):
-            raise ConfigError(f"{where}: expected a finite number, got {value}")
-    elif hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string")
-        if meta.get("nonempty") and not value.strip():
-            raise ConfigError(f"{where}: expected a non-empty string")
-    elif hint == list[str]:
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where}: expected a list of strings")
-        if meta.get("nonempty") and any(not v.strip() for v in value):
-            raise ConfigError(f"{where}: expected non-empty strings, got an empty entry")
-        return list(value)
-    if isinstance(value, (int, float)):
-        lo = meta.get("min", meta.get("gt"))
-        if "min" in meta and value < meta["min"]:
-            raise ConfigError(f"{where}: expected a value >= {meta['min']}" + _upper(meta))
-        if "gt" in meta and value <= meta["gt"]:
-            raise ConfigError(f"{where}: expected a value > {meta['gt']}" + _upper(meta))
-        if "lt" in meta and value >= meta["lt"]:
-            raise ConfigError(f"{where}: expected a value in [{lo}, {meta['lt']})")
-        if "max" in meta and value > meta["max"]:
-            bracket = "[" if "min" in meta else "("
-            raise ConfigError(f"{where}: expected a value in {bracket}{lo}, {meta['max']}]")
-    return value
-
-
-def _upper(meta: Any) -> str:
-    return f" and <= {meta['max']}" if "max" in meta else ""
-
-
 def _empty_file_message(path: Path) -> str:
     return (
         f"{path}: config file sets no keys (it is empty, or holds only comments or empty [section] "
         "headers); to run with the defaults leave the config argument out, or write them to a file "
         f"to edit with `replaybank config > {path.name}`"
     )
+
+
+def with_seed(cfg: Config, seed: int) -> Config:
+    """A copy of ``cfg`` with ``[training] seed = seed`` (explicit keys kept)."""
+    out = copy.deepcopy(cfg)
+    out.training = dataclasses.replace(cfg.training, seed=seed)
+    return out

@@ -120,6 +120,19 @@ class ArmSpec:
     rehearsal_ce: bool = _f(True, "train on the rehearsal completions with cross-entropy as well as the KL term; false = the KL term only (self-distillation; needs kl_to_base > 0)")
 
 
+#: ``[training]`` defaults of the consolidation loop (``replaybank loop``): a small, fast adapter.
+#: Every other key, and every type and bound, is :class:`Training`'s, shared by both jobs.
+LOOP_TRAINING: dict[str, Any] = {
+    "lora_rank": 8,
+    "lora_alpha": 16,
+    "learning_rate": 1e-3,
+    "batch_size": 8,
+    "num_train_epochs": 1,
+    "max_seq_length": 160,
+    "num_threads": 1,
+}
+
+
 SECTIONS: dict[str, type] = {
     "orchestration": Orchestration,
     "training": Training,

@@ -32,7 +32,7 @@ from replaybank.llm.data.rows import (
     encode_text,
     token_rows,
 )
-from replaybank.llm.eval.losses import ProbeItem, default_probe_items
+from replaybank.llm.eval.probe import ProbeItem, default_probe_items
 
 DomainRecord = dict[str, Any]  # {"prompt", "response"} | {"messages"} | {"text"}
 
@@ -216,3 +216,13 @@ def prepare(cfg: Config, tokenizer: Any) -> Prepared:
         domain_train_records=train_records,
         rehearsal_texts=pool_texts,
     )
+
+
+def check_overlaps(suite: Any, data: Prepared) -> None:
+    """No training text of this seed may contain any suite prompt (the whole suite, not the sample)."""
+    from replaybank.llm.eval.suite import check_no_overlap
+
+    check_no_overlap(suite, data.rehearsal_texts, "rehearsal corpus")
+    for g, recs in enumerate(data.domain_train_records):
+        texts = [str(r.get("prompt", r.get("text", ""))) for r in recs]
+        check_no_overlap(suite, texts, f"domain training data of generation {g}")

@@ -45,7 +45,9 @@ from typing import Any
 import numpy as np
 
 from replaybank.errors import ReplayBankError
+from replaybank.llm.config import Config
 from replaybank.llm.data.magpie import write_prompts
+from replaybank.llm.data.rows import TokenRows, encode_pair, token_rows
 from replaybank.llm.eval.checkers import check, degenerate, looks_like_tool_call, words
 from replaybank.llm.eval.generate import (
     Generation,
@@ -329,3 +331,23 @@ def _write_cache(path: Path, obj: dict[str, Any]) -> None:
 def row_texts(rows: Sequence[dict[str, str]]) -> list[str]:
     """Prompts and responses of ``rows`` as one list (for overlap checks)."""
     return [r["prompt"] for r in rows] + [r["response"] for r in rows]
+
+
+def synthesize_rows(model: Any, tokenizer: Any, cfg: Config, suite: list[Any], log: Callable[[str], None]) -> tuple[TokenRows, dict[str, Any]]:
+    """Self-synthesized rehearsal rows of ``cfg.training.seed`` (cached), checked against the suite."""
+    from replaybank.llm.eval.suite import check_no_overlap
+    from replaybank.llm.model import cache_dir
+
+    t, d = cfg.training, cfg.data
+    rows, manifest = synthesize(
+        model, tokenizer, seed=t.seed, n_rows=d.self_rows, cache_dir=cache_dir() / "selfsynth",
+        prompts=d.self_prompts, exclude=[i.prompt for i in suite], batch_size=cfg.evaluation.generation_batch_size,
+    )
+    if not rows:
+        raise ReplayBankError(
+            f"self-synthesis from {d.self_prompts!r} (seed {t.seed}) yielded no usable row; "
+            "check the prompt pool or raise [data] self_rows"
+        )
+    check_no_overlap(suite, [r["prompt"] + "\n" + r["response"] for r in rows], f"self-synthesized rows ({d.self_prompts})")
+    log(f"self rows: {len(rows)} ({manifest.get('cache', 'generated')})")
+    return token_rows([encode_pair(tokenizer, r["prompt"], r["response"], t.max_seq_length) for r in rows]), manifest

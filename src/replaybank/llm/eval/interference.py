@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from replaybank.llm.data.rows import TokenRows
+
 
 def min_alpha(dot: float, rehearsal_sq_norm: float) -> float:
     """Smallest ``alpha`` in [0, 1] with ``(1 - alpha) * dot + alpha * |g_r|^2 >= 0``.
@@ -165,3 +167,44 @@ def interference(
         for d, r in zip(domain_batches, rehearsal_batches, strict=True)
     ]
     return summarise(grads)
+
+
+def probe_sources(
+    model: Any, pad_id: int, domain: TokenRows, sources: dict[str, TokenRows], *, pairs: int, batch_size: int, seed: int,
+) -> dict[str, InterferenceReport]:
+    """The interference probe of one domain against several rehearsal sources, on the same domain batches.
+
+    Each pair's domain gradient is computed once and compared with one batch of every source, so the
+    sources are judged on identical domain batches.
+
+    Returns:
+        ``{source name: InterferenceReport}``.
+
+    Raises:
+        ValueError: when the model has no trainable parameters or a source is empty.
+    """
+    from replaybank.llm.eval.losses import collate, token_loss_sum
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model has no trainable parameters; wrap it with LoRA first")
+    for name, rows in sources.items():
+        if len(rows) == 0:
+            raise ValueError(f"probe source {name!r} has no rows")
+
+    def loss_of(rows: list[tuple[np.ndarray, np.ndarray]]) -> Any:
+        def fn() -> Any:
+            ids, att, labels = collate(rows, pad_id)
+            loss, n = token_loss_sum(model, ids, att, labels)
+            return loss / max(n, 1)
+        return fn
+
+    rng = np.random.default_rng(seed)
+    grads: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {name: [] for name in sources}
+    for _ in range(pairs):
+        d_rows = domain.rows(rng.choice(len(domain), min(batch_size, len(domain)), replace=False))
+        g_d = flat_grad(loss_of(d_rows), params)
+        for name, rows in sources.items():
+            r_rows = rows.rows(rng.choice(len(rows), min(batch_size, len(rows)), replace=False))
+            grads[name].append((g_d, flat_grad(loss_of(r_rows), params)))
+    return {name: summarise(pairs_) for name, pairs_ in grads.items()}

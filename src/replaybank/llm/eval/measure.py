@@ -16,7 +16,8 @@ import numpy as np
 
 from replaybank.llm.data.prepare import Prepared
 from replaybank.llm.data.rows import TokenRows
-from replaybank.llm.eval.losses import mean_loss, probe_score
+from replaybank.llm.eval.losses import mean_loss
+from replaybank.llm.eval.probe import probe_score
 from replaybank.metrics import average_accuracy, backward_transfer, forgetting
 
 
@@ -141,3 +142,37 @@ def flatten(result: dict[str, Any]) -> dict[str, float]:
             if key in matrix:
                 out[key] = float(matrix[key])
     return out
+
+
+def final_domain(row: list[dict[str, Any]]) -> dict[str, Any]:
+    """Domain accuracy after the last generation: the mean over the distinct domains of its matrix row."""
+    exact = [float(c["exact_match"]) for c in row]
+    calls = [float(c["call_score"]) for c in row if c.get("call_score") is not None]
+    return {
+        "exact_match": float(np.mean(exact)),
+        "call_score": float(np.mean(calls)) if calls else None,
+        "n": int(sum(int(c["n"]) for c in row)),
+    }
+
+
+def loss_shares(generations: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Measured share of each source in the rows and in the labelled tokens (= the loss), over all steps.
+
+    Example:
+        >>> steps = [{"source_rows": {"domain": 9, "self": 1}, "label_tokens": {"domain": 90, "self": 30}}]
+        >>> loss_shares([{"train": {"steps": steps}}])
+        {'rows': {'domain': 0.9, 'self': 0.1}, 'label_tokens': {'domain': 0.75, 'self': 0.25}}
+    """
+    rows: dict[str, int] = {}
+    tokens: dict[str, int] = {}
+    for gen in generations:
+        for s in gen["train"]["steps"]:
+            for k, v in s.get("source_rows", {}).items():
+                rows[k] = rows.get(k, 0) + int(v)
+            for k, v in s.get("label_tokens", {}).items():
+                tokens[k] = tokens.get(k, 0) + int(v)
+    n_rows, n_tok = sum(rows.values()), sum(tokens.values())
+    return {
+        "rows": {k: round(v / n_rows, 4) for k, v in rows.items()} if n_rows else {},
+        "label_tokens": {k: round(v / n_tok, 4) for k, v in tokens.items()} if n_tok else {},
+    }

@@ -356,3 +356,29 @@ def general_text_rows(tokenizer: Any, max_seq_length: int) -> Any:
     from replaybank.llm.data.rows import encode_text, token_rows
 
     return token_rows([encode_text(tokenizer, p, max_seq_length) for p in general_text_paragraphs()])
+
+
+def sample_suite(items: list[Any], per_family: int, seed: int) -> list[Any]:
+    """A seeded sample of at most ``per_family`` items of each family, in suite order (0 = all items).
+
+    Each seed evaluates its own sample, so a multi-seed run covers more of the suite and its spread
+    includes the item sampling.
+
+    Example:
+        >>> from types import SimpleNamespace as I
+        >>> items = [I(id=str(k), family="code" if k % 2 else "conversation") for k in range(10)]
+        >>> [i.id for i in sample_suite(items, 2, seed=0)] == [i.id for i in sample_suite(items, 2, seed=0)]
+        True
+        >>> len(sample_suite(items, 2, seed=0)), len(sample_suite(items, 0, seed=0))
+        (4, 10)
+    """
+    if per_family <= 0:
+        return list(items)
+    import numpy as np
+
+    rng = np.random.default_rng([seed, 8])
+    keep: set[int] = set()
+    for fam in dict.fromkeys(i.family for i in items):
+        idx = [k for k, i in enumerate(items) if i.family == fam]
+        keep.update(int(k) for k in rng.permutation(idx)[:per_family])
+    return [i for k, i in enumerate(items) if k in keep]

@@ -39,12 +39,9 @@ from replaybank.episodic.env import Environment, run_check
 from replaybank.episodic.qx import make_step
 from replaybank.episodic.retrieval import Retriever
 from replaybank.episodic.turns import ToolEnvironment, run_execute, turn_budget
+from replaybank.llm.config.loop import SYSTEM
 from replaybank.llm.data.rows import _render
 
-SYSTEM = (
-    "You turn requests into qx tool calls. Answer with the calls only, each written "
-    "<<qx tool.name; key=value; ...>>."
-)
 _CLOSED = re.compile(r"<<qx\b.*?>>", re.DOTALL)
 
 

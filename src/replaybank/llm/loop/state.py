@@ -72,7 +72,7 @@ def check_same_config(
     ``generations`` may grow (a finished run can be extended); nothing else may change. A key the
     run's state does not have (added to the config after the run was written) must be at its
     value in ``defaults``: the behaviour the run had before the key existed
-    (:meth:`replaybank.llm.loop.config.LoopConfig.before_keys_existed`).
+    (:meth:`replaybank.llm.config.loop.LoopConfig.before_keys_existed`).
 
     Raises:
         StateError: naming the first key that differs.

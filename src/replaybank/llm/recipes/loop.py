@@ -1,4 +1,5 @@
-"""One run of the consolidation loop (one lineage, rehearsal setting and seed), resumable.
+"""The consolidation loop (``replaybank loop``): one run (one lineage, rehearsal setting and seed),
+resumable, and :func:`run_grid` for several runs side by side.
 
 Per generation ``g = 1..G``:
 
@@ -15,7 +16,8 @@ Per generation ``g = 1..G``:
    general-capability suite (retention against the base model).
 
 Generation 0 is the base model measured the same way, after the store is seeded with at most 16
-demonstrations. See :mod:`.state` for what survives a kill.
+demonstrations. See :mod:`replaybank.llm.loop.state` for what survives a kill. The components
+are in :mod:`replaybank.llm.loop` (tasks, act, consolidate, lineage, state, report).
 """
 
 from __future__ import annotations
@@ -23,15 +25,17 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 from replaybank.episodic import EpisodeStore, Task
-from replaybank.episodic.env import Environment, JsonlTasks, QxChecker, QxEnvironment
+from replaybank.episodic.env import Environment
 from replaybank.episodic.retrieval import Retriever
 from replaybank.episodic.turns import demonstrate
+from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.loop.act import attempt, build_prompts, summarise, to_episode
-from replaybank.llm.loop.config import LoopConfig
 from replaybank.llm.loop.consolidate import (
     consolidate,
     domain_rows,
@@ -40,27 +44,12 @@ from replaybank.llm.loop.consolidate import (
     save_adapter,
 )
 from replaybank.llm.loop.lineage import lineage_for, split_heldout
+from replaybank.llm.loop.report import suite_retention, write_report
 from replaybank.llm.loop.state import check_same_config, new_state, read_state, write_state
+from replaybank.llm.loop.tasks import make_environment
 
 Log = Callable[[str], None]
 SPLIT_SEED = 7919  # task draws: seed * SPLIT_SEED + generation, so seeds and generations never share a draw
-
-
-class FileEnvironment(QxChecker):
-    """Tasks from a JSONL file (:class:`~replaybank.episodic.env.JsonlTasks`), checked as qx calls."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.source = JsonlTasks(path)
-
-    def tasks(self, n: int, *, split: str = "train", seed: int = 0) -> list[Task]:
-        return self.source.tasks(n, split=split, seed=seed)  # type: ignore[arg-type]
-
-
-def make_environment(cfg: LoopConfig) -> Environment:
-    """``builtin:qx`` (the ladder at ``[loop] levels``) or a JSONL task file."""
-    if cfg.loop.tasks == "builtin:qx":
-        return QxEnvironment(levels=cfg.loop.levels)
-    return FileEnvironment(cfg.loop.tasks)
 
 
 def run_loop(cfg: LoopConfig, out: Path, *, log: Log = print, env: Environment | None = None) -> dict[str, Any]:
@@ -74,9 +63,8 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Log = print, env: Environment |
     """
     import torch
 
-    from replaybank.llm.eval.suite import load_suite, prepare_suite
+    from replaybank.llm.eval.suite import load_suite, prepare_suite, sample_suite
     from replaybank.llm.model import cache_dir, load_model
-    from replaybank.llm.seed import sample_suite
     from replaybank.llm.train import add_lora
 
     lp = cfg.loop
@@ -208,18 +196,6 @@ def evaluate(
     }
 
 
-def suite_retention(per_family: dict[str, float | None]) -> float | None:
-    """The loop's retention: the mean over suite families of the family's score over the base
-    model's (families the base model scores 0 on, None, are left out).
-
-    Example:
-        >>> suite_retention({"conversation": 0.8, "arithmetic": 1.0, "code": None})
-        0.9
-    """
-    kept = [v for v in per_family.values() if v is not None]
-    return sum(kept) / len(kept) if kept else None
-
-
 def _line(row: dict[str, Any], total: int) -> str:
     """The per-generation log line."""
     nc, c = row["no_context"], row["context"]
@@ -232,3 +208,32 @@ def _line(row: dict[str, Any], total: int) -> str:
     return (f"{head} | held-out exact {nc['success']:.0%} (credit {nc['credit']:.2f}) without context, "
             f"{c['success']:.0%} ({c['credit']:.2f}) with | validation {row['validation']['credit']:.2f} | "
             f"retention {'-' if ret is None else f'{ret:.0%}'}" + (f" | {row['seconds']:.0f} s" if "seconds" in row else ""))
+
+
+def _run_one(name: str, data: dict[str, Any], source: str, folder: str) -> str:
+    cfg = LoopConfig.from_dict(data, source=source)
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    with open(path / "log.txt", "a", encoding="utf-8") as logf:
+
+        def log(msg: str) -> None:
+            print(f"[{name}] {msg}", flush=True)
+            logf.write(msg + "\n")
+            logf.flush()
+
+        run_loop(cfg, path, log=log)
+    return name
+
+
+def run_grid(runs: list[tuple[str, LoopConfig]], out: Path, *, jobs: int = 1, log: Callable[[str], None] = print) -> None:
+    """Run (or resume) every run, ``jobs`` at a time, then write the report."""
+    out.mkdir(parents=True, exist_ok=True)
+    args = [(name, cfg.to_dict(), cfg.source, str(out / name)) for name, cfg in runs]
+    if jobs <= 1 or len(runs) == 1:
+        for a in args:
+            _run_one(*a)
+    else:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+            for done in pool.map(_run_one, *zip(*args, strict=True)):
+                log(f"[{done}] finished")
+    log(f"report: {write_report(out)}")

@@ -1,4 +1,9 @@
-"""``replaybank probe``: load the model and data of a config and run the interference probe."""
+"""The probe (``replaybank probe``): does the domain data pull against the rehearsal rows?
+
+Set up (threads, device, model, optional self rows), wrap with a fresh LoRA or a saved adapter,
+prepare the data, then compare gradients of domain and rehearsal batches
+(:mod:`replaybank.llm.eval.interference`) and return the report.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,12 @@ from typing import Any
 import numpy as np
 
 from replaybank.llm.config import Config
-from replaybank.llm.data.rows import TokenRows
+from replaybank.llm.data.prepare import prepare
+from replaybank.llm.data.selfsynth import synthesize_rows
 from replaybank.llm.eval.interference import InterferenceReport, interference
+from replaybank.llm.eval.suite import load_suite
+from replaybank.llm.runtime import loadavg, pick_device, resolve_threads
+from replaybank.llm.train import add_lora
 
 
 def run_probe(
@@ -30,21 +39,13 @@ def run_probe(
         raise ValueError(f"--source {source!r}: expected corpus or self")
     import torch
 
-    from replaybank.llm.data.prepare import prepare
     from replaybank.llm.model import load_model
-    from replaybank.llm.recipes.rehearsal import pick_device
-    from replaybank.llm.train import add_lora
 
     t = cfg.training
-    from replaybank.llm.recipes.rehearsal import _loadavg, resolve_threads
-
-    torch.set_num_threads(resolve_threads(t.num_threads, _loadavg()))
+    torch.set_num_threads(resolve_threads(t.num_threads, loadavg()))
     model, tokenizer = load_model(t.base_model, pick_device(t.device), log)
     self_rows = None
     if source == "self":
-        from replaybank.llm.eval.suite import load_suite
-        from replaybank.llm.seed import synthesize_rows
-
         self_rows, _ = synthesize_rows(model, tokenizer, cfg, load_suite(cfg.data.suite), log)
     if adapter:
         from peft import PeftModel
@@ -65,43 +66,3 @@ def run_probe(
     return interference(model, int(pad_id), d_batches, r_batches)
 
 
-def probe_sources(
-    model: Any, pad_id: int, domain: TokenRows, sources: dict[str, TokenRows], *, pairs: int, batch_size: int, seed: int,
-) -> dict[str, InterferenceReport]:
-    """The interference probe of one domain against several rehearsal sources, on the same domain batches.
-
-    Each pair's domain gradient is computed once and compared with one batch of every source, so the
-    sources are judged on identical domain batches.
-
-    Returns:
-        ``{source name: InterferenceReport}``.
-
-    Raises:
-        ValueError: when the model has no trainable parameters or a source is empty.
-    """
-    from replaybank.llm.eval.interference import flat_grad, summarise
-    from replaybank.llm.eval.losses import collate, token_loss_sum
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("model has no trainable parameters; wrap it with LoRA first")
-    for name, rows in sources.items():
-        if len(rows) == 0:
-            raise ValueError(f"probe source {name!r} has no rows")
-
-    def loss_of(rows: list[tuple[np.ndarray, np.ndarray]]) -> Any:
-        def fn() -> Any:
-            ids, att, labels = collate(rows, pad_id)
-            loss, n = token_loss_sum(model, ids, att, labels)
-            return loss / max(n, 1)
-        return fn
-
-    rng = np.random.default_rng(seed)
-    grads: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {name: [] for name in sources}
-    for _ in range(pairs):
-        d_rows = domain.rows(rng.choice(len(domain), min(batch_size, len(domain)), replace=False))
-        g_d = flat_grad(loss_of(d_rows), params)
-        for name, rows in sources.items():
-            r_rows = rows.rows(rng.choice(len(rows), min(batch_size, len(rows)), replace=False))
-            grads[name].append((g_d, flat_grad(loss_of(r_rows), params)))
-    return {name: summarise(pairs_) for name, pairs_ in grads.items()}

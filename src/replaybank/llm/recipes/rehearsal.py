@@ -1,117 +1,76 @@
-"""The experiment: every arm over every seed, measured where it matters, then the report.
+"""The main job (``replaybank run``): every arm over every seed, measured where it matters, reported.
 
-Order of calls (one job per step; the modules named do the work):
+Read top to bottom; each step names the component that does the work.
 
-1. validate the config, refuse to touch an earlier run's output without ``force``, pick the
-   device, load the base model and tokenizer (:mod:`replaybank.llm.model`);
-2. prepare the general-capability suite once: the base model's answers are generated and cached
-   (:func:`replaybank.llm.eval.suite.prepare_suite`), plus the held-out general text;
-3. per seed (``training.seed + k``; :func:`replaybank.llm.seed.run_seed`, in worker processes with ``jobs``):
-   a. :func:`replaybank.llm.data.prepare.prepare` the corpus pool, held-out sets, domain data, probe;
-   b. synthesize the ``self`` rehearsal rows when an arm uses them
-      (:func:`replaybank.llm.data.selfsynth.synthesize`, base model, cached per seed);
-   c. check that no training text contains a suite prompt;
-   d. measure ``base``; on the first seed, probe gradient interference per rehearsal source;
-   e. train and measure every other arm through every generation (:mod:`replaybank.llm.arms`);
-4. aggregate the arms over seeds (:mod:`replaybank.llm.report.seeds`), check the targets, write
-   ``metrics.json``, ``report.md``, ``behaviour.png`` and ``losses.png`` (:mod:`replaybank.llm.report.metrics`).
+1. :func:`run_experiment` sets up: validates the output folder (:mod:`..report.folder`), picks
+   threads and device (:mod:`..runtime`), loads the base model (:mod:`..model`) and the suite;
+2. per seed (``training.seed + k``; :func:`run_seed`, in worker processes with ``jobs``):
+   a. samples the general-capability suite and gets the base model's answers (cached;
+      :mod:`..eval.suite`);
+   b. prepares the corpus pool, held-out sets, domain data and probe (:mod:`..data.prepare`) and
+      checks that no training text contains a suite prompt;
+   c. synthesizes the ``self`` rehearsal rows when an arm uses them (:mod:`..data.selfsynth`);
+   d. measures ``base`` (:mod:`..eval.measure`); on the first seed, probes gradient interference
+      per rehearsal source (:mod:`..eval.interference`);
+   e. trains and measures every other arm (:func:`train_arm`): per generation the lineage
+      (:mod:`..train.lineage`), the rehearsal sources (:mod:`..train.sources`), the LoRA loop
+      (:mod:`..train`), one row of the accuracy matrix; after the last, the suite;
+3. aggregates the arms over seeds (:mod:`..report.seeds`), checks the targets, and writes
+   ``metrics.json``, ``report.md``, ``behaviour.png`` and ``losses.png`` (:mod:`..report.metrics`).
 
 Everything is written into ``OUT.partial/`` and renamed to ``OUT`` at the very end, so an
 interrupted run never leaves an output folder that looks complete; a rerun with the same config
-resumes the arms' checkpoints from ``OUT.partial/``. An existing ``OUT`` (or leftovers of a run
-with another config) is only replaced with ``force``.
+resumes the arms' checkpoints and finished seeds from ``OUT.partial/``. An existing ``OUT`` (or
+leftovers of a run with another config) is only replaced with ``force``.
 """
 
 from __future__ import annotations
 
-import hashlib
+import copy
 import json
 import os
-import platform
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from replaybank.errors import ReplayBankError
-from replaybank.llm.config import Config
-from replaybank.llm.eval.measure import flatten
-from replaybank.llm.report.metrics import (
-    METRICS_SCHEMA_VERSION,
-    build_metrics,
-    write_outputs,
+from replaybank.llm.config import ArmSpec, Config
+from replaybank.llm.config.parse import with_seed
+from replaybank.llm.data.prepare import check_overlaps, prepare
+from replaybank.llm.data.rows import TokenRows
+from replaybank.llm.data.selfsynth import synthesize_rows
+from replaybank.llm.eval.interference import probe_sources
+from replaybank.llm.eval.losses import mean_loss
+from replaybank.llm.eval.measure import (
+    EvalContext,
+    domain_row,
+    final_domain,
+    flatten,
+    loss_shares,
+    matrix_metrics,
+    measure_behaviour,
+    measure_losses,
 )
+from replaybank.llm.eval.probe import probe_score
+from replaybank.llm.eval.suite import general_text_rows, load_suite, prepare_suite, sample_suite
+from replaybank.llm.report.folder import (
+    OutputError,
+    check_out_dir,
+    finish,
+    partial_dir,
+    read_seed,
+    write_seed,
+)
+from replaybank.llm.report.metrics import METRICS_SCHEMA_VERSION, build_metrics, write_outputs
 from replaybank.llm.report.seeds import aggregate
-from replaybank.llm.seed import run_seed
+from replaybank.llm.runtime import environment, loadavg, pick_device, resolve_threads
+from replaybank.llm.train import KLSpec, add_lora, train_lora
+from replaybank.llm.train.lineage import select_lineage
+from replaybank.llm.train.sources import build_sources, concat_rows
+
+__all__ = ["OutputError", "run_experiment", "run_seed", "train_arm"]
 
 Log = Callable[[str], None]
-
-
-class OutputError(ReplayBankError):
-    """The output folder cannot be used."""
-
-
-def resolve_threads(setting: int, load: float | None) -> int:
-    """Torch CPU threads for ``num_threads = setting`` (0 = auto).
-
-    Auto uses every CPU on an idle machine and 1 thread otherwise: with other processes running,
-    multi-threaded torch slowed the 2-CPU development machine 5-13x (threads wait for each other
-    while one is descheduled), while 1 thread kept about 120 tokens/s of LoRA training.
-
-    Example:
-        >>> resolve_threads(3, 5.0), resolve_threads(0, 4.0)
-        (3, 1)
-    """
-    if setting > 0:
-        return setting
-    cpus = os.cpu_count() or 1
-    return cpus if load is not None and load < 0.5 else 1
-
-
-def pick_device(setting: str) -> str:
-    import torch
-
-    if setting == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if setting == "cuda" and not torch.cuda.is_available():
-        raise ValueError("[training] device = 'cuda' but no CUDA device is available")
-    return setting
-
-
-def check_out_dir(out: Path, force: bool) -> None:
-    """Refuse an ``out`` that holds anything unless ``force`` (and never a folder that is not a run).
-
-    Raises:
-        OutputError: ``out`` is a non-empty folder of something else (always), or an earlier run
-            (without ``force``).
-    """
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise OutputError(f"{out}: exists and is not a folder; choose another --out")
-    if not any(out.iterdir()):
-        return
-    if not (out / "metrics.json").is_file():
-        raise OutputError(f"{out}: exists and is not a replaybank run folder (no metrics.json); choose another --out")
-    if not force:
-        raise OutputError(f"{out}: holds an earlier run's output; pass --force to replace it, or choose another --out")
-
-
-def _partial_dir(out: Path, cfg: Config, n_seeds: int, force: bool) -> Path:
-    partial = out.with_name(out.name + ".partial")
-    key = hashlib.sha256(json.dumps([cfg.to_dict(), n_seeds], sort_keys=True).encode()).hexdigest()
-    stamp = partial / "config.sha256"
-    if partial.exists() and (not stamp.is_file() or stamp.read_text().strip() != key):
-        if not force:
-            raise OutputError(
-                f"{partial}: leftovers of an interrupted run with another config; rerun that config to resume "
-                "it, or pass --force to discard them"
-            )
-        shutil.rmtree(partial)
-    partial.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(key)
-    return partial
 
 
 def run_experiment(
@@ -135,11 +94,10 @@ def run_experiment(
     """
     import torch
 
-    from replaybank.llm.eval.suite import general_text_rows, load_suite
     from replaybank.llm.model import check_target_modules, load_model
 
     wall0 = time.perf_counter()
-    load_start = _loadavg()
+    load_start = loadavg()
     if load_start is not None and load_start > (os.cpu_count() or 1):
         log(f"note: load average {load_start} on {os.cpu_count()} CPUs; other processes will slow this run")
     out = Path(out if out is not None else cfg.output.out_dir)
@@ -159,7 +117,7 @@ def run_experiment(
     timings["model_load"] = time.perf_counter() - t0
 
     general_text = general_text_rows(tokenizer, t.max_seq_length)
-    partial = _partial_dir(out, cfg, n_seeds, force)
+    partial = partial_dir(out, cfg.to_dict(), n_seeds, force)
 
     per_seed: list[dict[str, dict[str, Any]]] = []
     probes: dict[str, Any] = {}
@@ -182,23 +140,209 @@ def run_experiment(
 
     agg = aggregate([{a: flatten(r) for a, r in arms.items()} for arms in per_seed])
     metrics = build_metrics(cfg, per_seed, agg, probes, manifests, suites)
-    metrics["environment"] = {**_environment(device), "loadavg_1min_start": load_start, "loadavg_1min_end": _loadavg()}
+    metrics["environment"] = {**environment(device), "loadavg_1min_start": load_start, "loadavg_1min_end": loadavg()}
     metrics["timings"] = {key: round(v, 2) for key, v in timings.items()}
     metrics["seeds"] = [t.seed + k for k in range(n_seeds)]
     metrics["schema_version"] = METRICS_SCHEMA_VERSION
     metrics["wall_seconds"] = round(time.perf_counter() - wall0, 2)
     write_outputs(partial, metrics)  # metrics.json last: its presence marks a complete run
-    for leftover in partial.glob("*/checkpoint.pt"):
-        leftover.unlink()
-    for empty in partial.iterdir():
-        if empty.is_dir() and not any(empty.iterdir()):
-            empty.rmdir()
-    (partial / "config.sha256").unlink()
-    if out.exists():
-        shutil.rmtree(out)  # only reached with force (check_out_dir) or for an empty folder
-    partial.rename(out)
+    finish(partial, out)  # checkpoints dropped, OUT.partial renamed to OUT
     log(f"wrote {out / 'report.md'}, {out / 'metrics.json'} and plots in {metrics['wall_seconds']:.1f} s")
     return metrics
+
+
+def run_seed(
+    cfg: Config, k: int, base_model: Any, tokenizer: Any, items: list[Any], general_text: TokenRows, *,
+    partial: Path, log: Log, max_steps: int | None,
+) -> dict[str, Any]:
+    """Seed ``training.seed + k``: suite sample, data, self rows, base, (probe), every trained arm.
+
+    A seed already finished in ``partial`` (``seeds/seed<N>.json`` of an interrupted run with the
+    same config) is read back instead of rerun.
+
+    Returns:
+        ``{"arms", "manifest", "suite", "probes", "timings"}``.
+    """
+    from replaybank.llm.model import cache_dir
+
+    t, ev = cfg.training, cfg.evaluation
+    seed = t.seed + k
+    label = f"seed{seed}"
+    earlier = read_seed(partial, label)
+    if earlier is not None:
+        log(f"{label}: finished in an earlier, interrupted run; read back from {partial / 'seeds' / label}.json")
+        return earlier
+    specs = cfg.arm_specs()
+    trained = [a for a in ev.arms if a != "base"]
+    scfg = with_seed(cfg, seed)
+    timings: dict[str, float] = {}
+    pad_id = int(tokenizer.pad_token_id)
+    t0 = time.perf_counter()
+    suite = prepare_suite(
+        base_model, tokenizer, sample_suite(items, ev.suite_per_family, seed), cache_dir=cache_dir() / "suite",
+        batch_size=ev.generation_batch_size, desc=f"suite {label}: base answers",
+    )
+    log(f"suite {label}: {len(suite.items)} items kept of {len(items)} ({suite.base['n']}); "
+        f"base leakage {suite.base['leakage']:.3f}")
+    timings[f"suite_{label}"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    data = prepare(scfg, tokenizer)
+    share, how = scfg.effective_mixing_ratio(len(data.domain_generations[0]))
+    check_overlaps(items, data)
+    uses_self = any("self" in specs[a].source for a in trained)
+    self_rows, self_manifest = synthesize_rows(base_model, tokenizer, scfg, items, log) if uses_self else (None, None)
+    timings[f"data_{label}"] = time.perf_counter() - t0
+    log(
+        f"{label}: {len(data.rehearsal_pool)} corpus passages, {len(self_rows) if self_rows else 0} self rows, "
+        f"domain train {data.manifest['domain_train_rows']}, eval {[len(r) for r in data.domain_eval_records]}; "
+        f"corpus share {share:.4f} ({how})"
+    )
+    ctx = EvalContext(tokenizer, pad_id, data, suite, general_text, ev.max_new_tokens, ev.generation_batch_size, self_rows)
+    t0 = time.perf_counter()
+    arms: dict[str, dict[str, Any]] = {"base": _measure_base(base_model, ctx, label)}
+    ctx.baseline = arms["base"]["matrix_row"]
+    timings[f"base_{label}"] = time.perf_counter() - t0
+    probes: dict[str, Any] = {}
+    if k == 0 and ev.probe_sources and trained:
+        t0 = time.perf_counter()
+        probes = _probe_sources(base_model, ctx, scfg, log)
+        timings["probe"] = time.perf_counter() - t0
+    for arm in trained:
+        spec = specs[arm]
+        ratio = share if spec.source and arm not in cfg.arms else spec.ratio
+        t0 = time.perf_counter()
+        arms[arm] = train_arm(arm, spec, ratio, base_model, ctx, scfg, partial=partial, log=log,
+                              max_steps=max_steps, seed_label=label)
+        timings[f"{arm}_{label}"] = time.perf_counter() - t0
+        log(f"{arm} {label}: " + ", ".join(f"{key} {v:.3f}" for key, v in flatten(arms[arm]).items()))
+    result = {
+        "arms": arms,
+        "manifest": {"seed": seed, "share": share, "how": how, "data": data.manifest, "self": self_manifest},
+        "suite": {"seed": seed, **suite.manifest, "ids": [i.id for i in suite.items], "dropped_ids": suite.dropped},
+        "probes": probes,
+        "timings": timings,
+    }
+    write_seed(partial, label, result)
+    return result
+
+
+def train_arm(
+    name: str, spec: ArmSpec, ratio: float, base_model: Any, ctx: EvalContext, cfg: Config, *,
+    partial: Path, log: Log, max_steps: int | None, seed_label: str,
+) -> dict[str, Any]:
+    """Train arm ``name`` through every generation; return its measurements (see module docstring)."""
+    model = add_lora(copy.deepcopy(base_model), cfg.training)
+    orch = cfg.orchestration
+    kl = KLSpec(spec.kl_to_base, spec.kl_temperature, spec.kl_on, spec.rehearsal_ce) if spec.kl_to_base > 0 else None
+    generations: list[dict[str, Any]] = []
+    scores: list[float] = []
+    curve: list[dict[str, Any]] = []
+    matrix_rows: list[list[dict[str, Any]]] = []
+    offset = 0
+    tag = f"{name} {seed_label}"
+    for g in range(orch.num_generations):
+        lineage = select_lineage(g, orch.training_window_size, orch.lineage, scores)
+        domain = concat_rows([ctx.data.domain_generations[i] for i in lineage])
+        sources = build_sources(spec, ratio, g, lineage, ctx)
+
+        def on_eval(step: int, _offset: int = offset, _g: int = g) -> dict[str, float]:
+            result = measure_losses(model, ctx)
+            curve.append({"step": _offset + step, "generation": _g, **result})
+            log(f"{tag} gen {_g} step {step}: general {result['general_loss']:.4f}, domain {result['domain_loss']:.4f}")
+            return {k: v for k, v in result.items() if k != "domain_losses"}
+
+        train_log = train_lora(
+            model, ctx.pad_id, domain, None, cfg.training, 0.0,
+            checkpoint_dir=partial / f"{name}-{seed_label}-gen{g}", on_eval=on_eval,
+            eval_points=cfg.evaluation.eval_points, desc=f"{tag} gen {g}", max_steps=max_steps,
+            sources=sources, mix_by=spec.mix_by, kl=kl,
+        )
+        if not train_log.evals or train_log.evals[-1]["step"] != len(train_log.steps):
+            train_log.evals.append(dict(on_eval(len(train_log.steps)), step=len(train_log.steps)))
+        final = dict(curve[-1])
+        offset += len(train_log.steps)
+        matrix_rows.append(domain_row(model, ctx, f"{tag} gen {g}"))
+        scores.append(-float(final["domain_losses"][g]))
+        generations.append({
+            "generation": g, "lineage": lineage, "domain_rows": len(domain),
+            "sources": {s.name: {"rows": len(s.rows), "share": s.share} for s in sources},
+            "train": train_log.to_dict(), "general_loss": final["general_loss"], "domain_loss": final["domain_loss"],
+            "domain_accuracy": [{k: c[k] for k in ("exact_match", "call_score", "n")} for c in matrix_rows[-1]],
+        })
+        if cfg.output.save_adapters:
+            _save_adapter(model, partial / "adapters" / name / seed_label / f"gen{g}", cfg, ctx, name, spec, ratio, lineage)
+        log(f"{tag} gen {g}: {len(train_log.steps)} steps, {train_log.tokens} tokens in {train_log.seconds:.1f} s; "
+            f"domain exact match {[round(c['exact_match'], 3) for c in matrix_rows[-1]]}")
+    behaviour = measure_behaviour(model, ctx, tag)
+    if ctx.self_rows is not None:
+        behaviour["self_loss"] = mean_loss(model, ctx.self_rows, ctx.pad_id)
+    last = curve[-1]
+    total_tokens = sum(gen["train"]["tokens"] for gen in generations)
+    total_seconds = sum(gen["train"]["seconds"] for gen in generations)
+    return {
+        "general_loss": last["general_loss"],
+        "docs_loss": last["docs_loss"],
+        "domain_loss": last["domain_loss"],
+        "domain_losses": last["domain_losses"],
+        **behaviour,
+        "domain": final_domain(matrix_rows[-1]),
+        "matrix": matrix_metrics(matrix_rows, ctx.baseline),
+        "share": ratio,
+        "loss_share": loss_shares(generations),
+        "curve": curve,
+        "generations": generations,
+        "train_total": {
+            "tokens": total_tokens,
+            "seconds": round(total_seconds, 2),
+            "tokens_per_second": round(total_tokens / total_seconds, 1) if total_seconds else None,
+        },
+    }
+
+
+def _measure_base(model: Any, ctx: EvalContext, label: str) -> dict[str, Any]:
+    losses = measure_losses(model, ctx)
+    probe = probe_score(model, ctx.tokenizer, ctx.data.probe, ctx.pad_id)
+    row = domain_row(model, ctx, f"base {label}")
+    out = {
+        **losses,
+        "probe_score": probe["exact_match"],
+        "probe_logprob": probe["answer_logprob"],
+        # The base answers were generated (or read from the cache) once; the base keeps all it has.
+        "suite": {**ctx.suite.base, "retention": {f: 1.0 if v > 0 else None for f, v in ctx.suite.base["families"].items()}},
+        "domain": {k: row[-1][k] for k in ("exact_match", "call_score", "n")},
+        "matrix_row": row,
+        "matrix": {"R": [[float(c["exact_match"]) for c in row]]},  # the forward-transfer baseline row
+    }
+    if ctx.self_rows is not None:
+        out["self_loss"] = mean_loss(model, ctx.self_rows, ctx.pad_id)
+    return out
+
+
+def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> dict[str, Any]:
+    """Gradient interference of the domain against each rehearsal source, on a fresh LoRA."""
+    sources = {"corpus": ctx.data.rehearsal_pool}
+    if ctx.self_rows is not None:
+        sources["self"] = ctx.self_rows
+    model = add_lora(copy.deepcopy(base_model), cfg.training)
+    reports = probe_sources(
+        model, ctx.pad_id, ctx.data.domain_generations[0], sources,
+        pairs=cfg.evaluation.probe_pairs, batch_size=cfg.training.batch_size, seed=cfg.training.seed,
+    )
+    for name, rep in reports.items():
+        log(f"probe {name}: cosine {rep.cosine_mean:.4f} +/- {rep.cosine_std:.4f}, alpha {rep.alpha_suggested:.3f}, "
+            f"needed {rep.rehearsal_needed}")
+    return {name: rep.to_dict() for name, rep in reports.items()}
+
+
+def _save_adapter(model: Any, where: Path, cfg: Config, ctx: EvalContext, arm: str, spec: ArmSpec, ratio: float, lineage: list[int]) -> None:
+    model.save_pretrained(where)
+    (where / "replaybank.json").write_text(
+        json.dumps(
+            {"arm": arm, "spec": spec.__dict__, "rehearsal_share": ratio, "lineage": lineage,
+             "config": cfg.to_dict(), "data": ctx.data.manifest},
+            indent=2, sort_keys=True,
+        )
+    )
 
 
 def _parallel_seeds(cfg: Config, n_seeds: int, jobs: int, partial: Path, log: Log, max_steps: int | None) -> list[dict[str, Any]]:
@@ -217,7 +361,6 @@ def _seed_worker(cfg: Config, k: int, partial: Path, max_steps: int | None) -> d
 
     import torch
 
-    from replaybank.llm.eval.suite import general_text_rows, load_suite
     from replaybank.llm.model import load_model
 
     torch.set_num_threads(1)
@@ -229,27 +372,3 @@ def _seed_worker(cfg: Config, k: int, partial: Path, max_steps: int | None) -> d
     items = load_suite(cfg.data.suite)
     general_text = general_text_rows(tokenizer, cfg.training.max_seq_length)
     return run_seed(cfg, k, model, tokenizer, items, general_text, partial=partial, log=log, max_steps=max_steps)
-
-
-def _loadavg() -> float | None:
-    # Other processes on a small machine change the timings a lot; the report says how busy it was.
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return None
-
-
-def _environment(device: str) -> dict[str, Any]:
-    import peft
-    import torch
-    import transformers
-
-    return {
-        "device": device,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "peft": peft.__version__,
-        "python": platform.python_version(),
-        "threads": torch.get_num_threads(),
-        "machine": platform.machine(),
-    }

@@ -1,4 +1,4 @@
-"""Formatting a finished run: ``report.md`` and the two plots (matplotlib, Agg backend).
+"""Formatting a finished run as ``report.md``.
 
 Only formats what :func:`replaybank.llm.report.metrics.build_metrics` assembled; computes nothing new.
 """
@@ -9,93 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from replaybank.llm.report.metrics import BEHAVIOUR_PLOT, PLOT_NAME
-
-BARS = [
-    ("retention_conversation", "conversation\nretention"),
-    ("retention_arithmetic", "arithmetic\nretention"),
-    ("retention_code", "code\nretention"),
-    ("leakage", "tool-call\nleakage"),
-    ("domain_exact_match", "domain exact\nmatch"),
-]
-COLORS = ["tab:gray", "tab:red", "tab:blue", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:olive"]
-
-
-def _arms(metrics: dict[str, Any]) -> list[str]:
-    return [a for a, v in metrics["arms"].items() if "alias_of" not in v]
-
-
-def plot_behaviour(path: Path, metrics: dict[str, Any]) -> None:
-    """Bars per family per arm (seed mean), error bars = std over seeds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    arms = _arms(metrics)
-    fig, ax = plt.subplots(figsize=(max(8.0, 1.6 * len(BARS) * max(1, len(arms)) / 3), 4.4))
-    width = 0.8 / max(1, len(arms))
-    for i, arm in enumerate(arms):
-        summary = metrics["arms"][arm]["summary"]
-        xs, ys, es = [], [], []
-        for j, (key, _) in enumerate(BARS):
-            if key in summary:
-                xs.append(j + (i - (len(arms) - 1) / 2) * width)
-                ys.append(summary[key]["mean"])
-                es.append(summary[key]["std"] or 0.0)
-        ax.bar(xs, ys, width, yerr=es, capsize=3, color=COLORS[i % len(COLORS)], label=arm)
-    ax.set_xticks(range(len(BARS)), [label for _, label in BARS])
-    ax.axhline(1.0, color="black", lw=0.6, ls=":")
-    ax.axhline(0.9, color="gray", lw=0.6, ls="--")
-    n = len(metrics.get("seeds", [0]))
-    ax.set_title(f"behaviour kept, per arm (mean of {n} seed{'s' if n > 1 else ''}; bars: std)")
-    ax.set_ylim(0, 1.15)
-    ax.legend(fontsize=8, ncol=min(len(arms), 5), loc="upper center", bbox_to_anchor=(0.5, -0.2))
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_losses(path: Path, metrics: dict[str, Any]) -> None:
-    """Training loss per step (first seed), held-out general and domain loss at the evaluation points."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    arms = metrics["arms"]
-    base = arms.get("base", {})
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for i, arm in enumerate(_arms(metrics)):
-        if arm == "base":
-            continue
-        color = COLORS[i % len(COLORS)]
-        steps = [s for gen in arms[arm]["generations"] for s in gen["train"]["steps"]]
-        x = list(range(1, len(steps) + 1))
-        axes[0].plot(x, [s["domain_loss"] for s in steps], color=color, label=f"{arm}: domain rows")
-        pts = [(k, s["rehearsal_loss"]) for k, s in zip(x, steps, strict=True) if s["rehearsal_loss"] is not None]
-        if pts:
-            axes[0].plot(*zip(*pts, strict=True), color=color, ls="--", marker=".", label=f"{arm}: rehearsal rows")
-        curve = arms[arm]["curve"]
-        for ax, key in ((axes[1], "general_loss"), (axes[2], "domain_loss")):
-            xs = [0] + [c["step"] for c in curve]
-            ys = [base.get(key, float("nan"))] + [c[key] for c in curve]
-            ax.plot(xs, ys, marker="o", color=color, label=arm)
-    for ax, key in ((axes[1], "general_loss"), (axes[2], "domain_loss")):
-        if key in base:
-            ax.axhline(base[key], color="gray", ls=":", label="base")
-    axes[0].set_title("training loss per step (first seed)")
-    axes[1].set_title("held-out general text loss")
-    axes[2].set_title("held-out domain loss")
-    for ax in axes:
-        ax.set_xlabel("optimizer step")
-        ax.set_ylabel("nats / token")
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+from replaybank.llm.report.plots import BEHAVIOUR_PLOT, PLOT_NAME, arm_names
 
 
 def fmt(entry: dict[str, Any] | None, digits: int = 3, pct: bool = False) -> str:
@@ -118,7 +32,7 @@ def fmt(entry: dict[str, Any] | None, digits: int = 3, pct: bool = False) -> str
 def write_report(path: Path, metrics: dict[str, Any]) -> None:
     """``report.md``: the arms table with spreads, loss shares, matrix, probe, targets, timings."""
     arms = metrics["arms"]
-    names = _arms(metrics)
+    names = arm_names(metrics)
     seeds = metrics.get("seeds", [])
     env = metrics.get("environment", {})
     lines = [

@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from replaybank.llm.report.markdown import write_report
+from replaybank.llm.report.plots import BEHAVIOUR_PLOT, PLOT_NAME, plot_behaviour, plot_losses
+
 METRICS_SCHEMA_VERSION = 2
-PLOT_NAME = "losses.png"
-BEHAVIOUR_PLOT = "behaviour.png"
 COMPAT_KEYS = ("general_loss", "domain_loss", "probe_score", "probe_logprob")
 SOURCE_LOSS = {"corpus": "docs_loss", "self": "self_loss"}
 
@@ -173,8 +174,6 @@ def _compat_mixing(arm: dict[str, Any] | None, manifest: dict[str, Any], cfg: An
 
 def write_outputs(folder: Path, metrics: dict[str, Any]) -> None:
     """``losses.png``, ``behaviour.png``, ``report.md``, then ``metrics.json`` (last)."""
-    from replaybank.llm.report.markdown import plot_behaviour, plot_losses, write_report
-
     plot_losses(folder / PLOT_NAME, metrics)
     plot_behaviour(folder / BEHAVIOUR_PLOT, metrics)
     write_report(folder / "report.md", metrics)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from replaybank.llm.train.loop import TrainLog
+    from replaybank.llm.train.log import TrainLog
     from replaybank.mixing import Mixer
 
 CHECKPOINT_SCHEMA_VERSION = 1

@@ -16,7 +16,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from replaybank.llm.train.checkpoint import (
     save_checkpoint,
 )
 from replaybank.llm.train.kl import KLSpec
+from replaybank.llm.train.log import TrainLog
 from replaybank.llm.train.step import DOMAIN, train_step
 from replaybank.mixing import MixBy, Mixer, row_shares
 
@@ -64,27 +65,6 @@ def epoch_slice(pool_size: int, rows_per_epoch: int, seed: int, epoch: int) -> n
         stacklevel=2,
     )
     return rng.choice(pool_size, size=rows_per_epoch, replace=True)
-
-
-@dataclass
-class TrainLog:
-    """What one training run did, step by step."""
-
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    evals: list[dict[str, Any]] = field(default_factory=list)
-    tokens: int = 0
-    seconds: float = 0.0
-    resumed_from_step: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "steps": self.steps,
-            "evals": self.evals,
-            "tokens": self.tokens,
-            "seconds": round(self.seconds, 3),
-            "tokens_per_second": round(self.tokens / self.seconds, 1) if self.seconds else None,
-            "resumed_from_step": self.resumed_from_step,
-        }
 
 
 def add_lora(model: Any, cfg: Training) -> Any:

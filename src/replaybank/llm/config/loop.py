@@ -1,9 +1,9 @@
 """The loop's config: ``[loop]`` (acting, lineage, rehearsal, evaluation) and ``[training]``.
 
 ``[training]`` is the main job's section (:class:`replaybank.llm.config.Training`: LoRA, AdamW,
-batch size, base model) with defaults sized for the loop; every key is validated like
-``replaybank run``'s (a wrong type, range or unknown key names the file, ``[section] key`` and
-the value, with a "did you mean").
+batch size, base model) with the loop's defaults (:data:`replaybank.llm.config.schema.LOOP_TRAINING`);
+every key is read by the same reader as ``replaybank run``'s (:func:`.values.read_section`: a wrong
+type, range or unknown key names the file, ``[section] key`` and the value, with a "did you mean").
 
 Example:
     >>> cfg = LoopConfig.from_dict({"loop": {"generations": 3}, "training": {"learning_rate": 1e-3}})
@@ -21,33 +21,20 @@ import dataclasses
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, get_type_hints
+from typing import Any, Literal
 
 import tomllib
 
-from replaybank.llm.config.parse import (
-    ConfigError,
-    Lineage,
-    Training,
-    _check_value,
-    _did_you_mean,
-    _f,
-    _toml_value,
-)
-from replaybank.llm.loop.act import SYSTEM
+from replaybank.llm.config.schema import LOOP_TRAINING, Lineage, Training, _f
+from replaybank.llm.config.values import ConfigError, did_you_mean, read_section, toml_value
 
 Init = Literal["continue", "fresh"]
 
-#: ``[training]`` defaults of the loop (the rest are the main job's): a small, fast adapter.
-TRAINING_DEFAULTS: dict[str, Any] = {
-    "lora_rank": 8,
-    "lora_alpha": 16,
-    "learning_rate": 1e-3,
-    "batch_size": 8,
-    "num_train_epochs": 1,
-    "max_seq_length": 160,
-    "num_threads": 1,
-}
+SYSTEM = (
+    "You turn requests into qx tool calls. Answer with the calls only, each written "
+    "<<qx tool.name; key=value; ...>>."
+)
+TRAINING_DEFAULTS = LOOP_TRAINING  # the name this module used to define
 
 #: How a run written before a ``[loop]`` key existed behaved, for keys added after runs were
 #: written: resuming such a run must not switch it silently, whatever the key's default becomes
@@ -89,7 +76,7 @@ class LoopConfig:
     """The whole loop config."""
 
     loop: Loop = field(default_factory=Loop)
-    training: Training = field(default_factory=lambda: Training(**TRAINING_DEFAULTS))
+    training: Training = field(default_factory=lambda: Training(**LOOP_TRAINING))
     source: str = "<defaults>"
 
     @classmethod
@@ -120,24 +107,13 @@ class LoopConfig:
         sections = {"loop": Loop, "training": Training}
         for name, values in data.items():
             if name not in sections:
-                raise ConfigError(f"{source}: unknown section [{name}]{_did_you_mean(name, sections)}")
+                raise ConfigError(f"{source}: unknown section [{name}]{did_you_mean(name, sections)}")
             if not isinstance(values, dict):
                 raise ConfigError(f"{source}: [{name}] must be a table, got {values!r}")
         built: dict[str, Any] = {}
         for name, klass in sections.items():
-            hints = get_type_hints(klass)
-            known = {f.name: f for f in fields(klass)}
-            kwargs: dict[str, Any] = dict(TRAINING_DEFAULTS) if name == "training" else {}
-            for key, value in data.get(name, {}).items():
-                if key not in known:
-                    raise ConfigError(f"{source}: unknown key [{name}] {key}{_did_you_mean(key, known)}")
-                if hints[key] == list[int]:
-                    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-                        raise ConfigError(f"{source}: [{name}] {key} = {value!r}: expected a list of integers")
-                    kwargs[key] = list(value)
-                else:
-                    kwargs[key] = _check_value(source, name, key, value, hints[key], known[key].metadata)
-            built[name] = klass(**kwargs)
+            defaults = LOOP_TRAINING if name == "training" else None
+            built[name], _ = read_section(source, name, klass, data.get(name, {}), defaults)
         cfg = cls(built["loop"], built["training"], source)
         cfg._cross_check()
         return cfg
@@ -186,6 +162,6 @@ class LoopConfig:
             lines.append(f"\n[{name}]")
             for f in fields(section):
                 value = getattr(section, f.name)
-                text = json.dumps(value) if isinstance(value, list) else _toml_value(value)
+                text = json.dumps(value) if isinstance(value, list) else toml_value(value)
                 lines.append(f"{f.name} = {text}  # {f.metadata['help']}")
         return "\n".join(lines) + "\n"

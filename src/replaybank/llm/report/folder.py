@@ -1,0 +1,92 @@
+"""The run's output folder: refused unless it is empty or an earlier run (with ``force``), written
+as ``OUT.partial/`` (keyed by the config) and renamed to ``OUT`` only when the run is complete.
+
+A seed's finished results (``seeds/seed<N>.json``) are written atomically, so a rerun of an
+interrupted run with the same config reads them back instead of running the seed again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from replaybank.errors import ReplayBankError
+
+
+class OutputError(ReplayBankError):
+    """The output folder cannot be used."""
+
+
+def check_out_dir(out: Path, force: bool) -> None:
+    """Refuse an ``out`` that holds anything unless ``force`` (and never a folder that is not a run).
+
+    Raises:
+        OutputError: ``out`` is a non-empty folder of something else (always), or an earlier run
+            (without ``force``).
+    """
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise OutputError(f"{out}: exists and is not a folder; choose another --out")
+    if not any(out.iterdir()):
+        return
+    if not (out / "metrics.json").is_file():
+        raise OutputError(f"{out}: exists and is not a replaybank run folder (no metrics.json); choose another --out")
+    if not force:
+        raise OutputError(f"{out}: holds an earlier run's output; pass --force to replace it, or choose another --out")
+
+
+def partial_dir(out: Path, config: dict[str, Any], n_seeds: int, force: bool) -> Path:
+    """``OUT.partial/``, created, stamped with a hash of ``config`` and ``n_seeds``.
+
+    Raises:
+        OutputError: it holds leftovers of a run with another config (without ``force``; with
+            ``force`` they are removed).
+    """
+    partial = out.with_name(out.name + ".partial")
+    key = hashlib.sha256(json.dumps([config, n_seeds], sort_keys=True).encode()).hexdigest()
+    stamp = partial / "config.sha256"
+    if partial.exists() and (not stamp.is_file() or stamp.read_text().strip() != key):
+        if not force:
+            raise OutputError(
+                f"{partial}: leftovers of an interrupted run with another config; rerun that config to resume "
+                "it, or pass --force to discard them"
+            )
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(key)
+    return partial
+
+
+def finish(partial: Path, out: Path) -> None:
+    """Drop checkpoints, empty folders and the stamp from ``partial``, then rename it to ``out``."""
+    for leftover in partial.glob("*/checkpoint.pt"):
+        leftover.unlink()
+    for empty in partial.iterdir():
+        if empty.is_dir() and not any(empty.iterdir()):
+            empty.rmdir()
+    (partial / "config.sha256").unlink()
+    if out.exists():
+        shutil.rmtree(out)  # only reached with force (check_out_dir) or for an empty folder
+    partial.rename(out)
+
+
+def read_seed(partial: Path, label: str) -> dict[str, Any] | None:
+    """The results of seed ``label`` finished by an earlier, interrupted run, or None."""
+    done = partial / "seeds" / f"{label}.json"
+    if not done.is_file():
+        return None
+    return dict(json.loads(done.read_text(encoding="utf-8")))
+
+
+def write_seed(partial: Path, label: str, result: dict[str, Any]) -> None:
+    """Per-seed details (every measurement and generated answer) in ``seeds/<label>.json``, atomically."""
+    folder = partial / "seeds"
+    folder.mkdir(exist_ok=True)
+    tmp = folder / f".{label}.json.tmp"
+    tmp.write_text(json.dumps(result, indent=1, sort_keys=True, default=str), encoding="utf-8")
+    os.replace(tmp, folder / f"{label}.json")

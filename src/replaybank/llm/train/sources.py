@@ -1,0 +1,47 @@
+"""The rehearsal sources of one generation of an arm, mixed into its domain batches.
+
+An arm (:class:`replaybank.llm.config.ArmSpec`) names its sources: ``corpus`` (the rehearsal pool,
+sliced per virtual epoch), ``self`` (the base model's own answers, synthesized per seed) and
+``replay`` (the stored training rows of earlier generations not in the lineage; absent in the first
+generation, where its share goes to the arm's other sources or, alone, leaves the generation naive).
+The arm's share is split evenly over the sources that have rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from replaybank.llm.config import ArmSpec
+from replaybank.llm.data.rows import TokenRows, token_rows
+from replaybank.llm.eval.measure import EvalContext
+from replaybank.llm.train.loop import Source
+
+
+def concat_rows(parts: list[TokenRows]) -> TokenRows:
+    """One :class:`TokenRows` holding every row of ``parts`` in order."""
+    if len(parts) == 1:
+        return parts[0]
+    return token_rows([r for p in parts for r in p.rows(np.arange(len(p)))])
+
+
+def build_sources(spec: ArmSpec, ratio: float, generation: int, lineage: list[int], ctx: EvalContext) -> list[Source]:
+    """The rehearsal sources of one generation, the ratio split evenly over those that have rows.
+
+    Raises:
+        ValueError: when the arm asks for ``self`` rows and none were synthesized.
+    """
+    available: list[tuple[str, TokenRows, bool]] = []
+    for name in spec.source:
+        if name == "corpus":
+            available.append(("corpus", ctx.data.rehearsal_pool, True))
+        elif name == "self":
+            if ctx.self_rows is None or len(ctx.self_rows) == 0:
+                raise ValueError("arm needs self-synthesized rehearsal rows, but none were generated")
+            available.append(("self", ctx.self_rows, False))
+        elif name == "replay":
+            earlier = [g for g in range(generation) if g not in lineage]
+            if earlier:
+                available.append(("replay", concat_rows([ctx.data.domain_generations[g] for g in earlier]), False))
+    if not available or ratio <= 0:
+        return []
+    return [Source(name, rows, ratio / len(available), sliced) for name, rows, sliced in available]
