@@ -45,7 +45,12 @@ def test_tiny_run_writes_complete_report(tiny_model_dir, tmp_path):
     # 20 domain rows at 90% of batches of 5: quotas alternate 4/5 domain rows; 10% => 0 or 1 rehearsal row
     assert {s["rehearsal_rows"] for s in reh} <= {0, 1}
     assert saved["mixing"]["share"] == 0.1
-    assert abs(saved["mixing"]["measured_row_share"] - 0.1) < 0.05
+    # The quota carries its fractional credit from batch to batch: the running count of rehearsal
+    # rows is never a full row away from 10% of the rows drawn so far (a floor per batch would give 0).
+    rows = np.cumsum([s["rows"] for s in reh])
+    drawn = np.cumsum([s["rehearsal_rows"] for s in reh])
+    assert drawn[-1] > 0 and np.all(np.abs(drawn - 0.1 * rows) < 1), list(zip(rows, drawn))
+    assert saved["mixing"]["measured_row_share"] == pytest.approx(drawn[-1] / rows[-1], abs=1e-12)
     naive = saved["arms"]["naive"]["generations"][0]["train"]["steps"]
     assert all(s["rehearsal_rows"] == 0 for s in naive)
     assert len(saved["arms"]["naive"]["curve"]) == 2
@@ -158,3 +163,37 @@ def test_probe_on_tiny_model(tiny_model_dir, tmp_path):
     rep = run_probe(_cfg(tiny_model_dir, tmp_path), pairs=2, log=lambda m: None)
     assert len(rep.pairs) == 2
     assert all(-1 <= p.cosine <= 1 and 0 <= p.alpha <= 1 for p in rep.pairs)
+
+
+class _Stop(Exception):
+    """Stands for a kill: raised from the log once the naive arm of seed 0 has been trained."""
+
+
+def test_interrupted_run_resumes_from_partial_without_retraining(tiny_model_dir, tmp_path):
+    from replaybank.llm.recipes.rehearsal import run_experiment
+
+    def cfg(out):
+        return _cfg(tiny_model_dir, out)
+
+    def stop_after_naive(message: str) -> None:
+        if message.startswith("naive seed0:"):
+            raise _Stop
+
+    out = tmp_path / "run"
+    with pytest.raises(_Stop):
+        run_experiment(cfg(out), log=stop_after_naive)
+    partial = tmp_path / "run.partial"
+    assert not out.exists() and (partial / "naive-seed0-gen0" / "checkpoint.pt").is_file()
+    assert not (partial / "rehearsal-seed0-gen0").exists()  # the kill came before the next arm
+
+    resumed = run_experiment(cfg(out), log=lambda m: None)
+    assert out.is_dir() and not partial.exists()
+    naive = resumed["arms"]["naive"]["generations"][0]["train"]
+    assert naive["resumed_from_step"] == len(naive["steps"]) > 0  # read back, not trained again
+    assert resumed["arms"]["rehearsal"]["generations"][0]["train"]["resumed_from_step"] == 0
+
+    reference = run_experiment(cfg(tmp_path / "ref"), log=lambda m: None)
+    for arm in ("base", "naive", "rehearsal"):
+        for key in ("general_loss", "domain_loss", "docs_loss", "probe_score"):
+            assert resumed["arms"][arm][key] == reference["arms"][arm][key], (arm, key)
+        assert resumed["arms"][arm]["suite"] == reference["arms"][arm]["suite"], arm

@@ -13,6 +13,7 @@ from replaybank.episodic import EpisodeStore, Task, Verdict
 from replaybank.episodic.env import CheckerError, QxEnvironment, TaskFileError
 from replaybank.episodic.store import CorruptStoreError, SchemaVersionError
 from replaybank.llm.config.loop import LoopConfig
+from replaybank.llm.loop.consolidate import AdapterError
 from replaybank.llm.loop.report import write_report
 from replaybank.llm.loop.state import StateError
 from replaybank.llm.recipes.loop import run_loop
@@ -102,3 +103,14 @@ def test_resuming_with_another_config_is_refused(tiny_cfg, tmp_path):
     run_loop(LoopConfig.from_dict(tiny_cfg(generations=1)), out, log=lambda m: None)
     with pytest.raises(StateError, match=r"\[loop\] lineage = 'window', not 'all'"):
         run_loop(LoopConfig.from_dict(tiny_cfg(generations=1, lineage="all")), out, log=lambda m: None)
+    # Resuming checks the adapter it carries on against the hash recorded when it was saved: one
+    # changed byte in the weights stops the resume, naming the file, before generation 2 trains.
+    weights = out / "adapters" / "gen1" / "adapter.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x01
+    weights.write_bytes(bytes(data))
+    state_before = (out / "state.json").read_bytes()
+    with pytest.raises(AdapterError, match=r"gen1/adapter.safetensors: sha256 \w+ does not match adapter.json"):
+        run_loop(LoopConfig.from_dict(tiny_cfg(generations=2)), out, log=lambda m: None)
+    assert (out / "state.json").read_bytes() == state_before  # nothing recorded for generation 2
+    assert not (out / "adapters" / "gen2").exists()

@@ -86,7 +86,17 @@ def test_config_errors_name_the_key_and_value():
         LoopConfig.from_dict({"loop": {"rehearsal": "corpus"}})
     cfg = LoopConfig.from_dict({"training": {"learning_rate": 5e-4}})
     assert cfg.training.learning_rate == 5e-4 and cfg.training.lora_rank == 8  # loop defaults kept
-    assert LoopConfig.from_dict(cfg.to_dict()) == LoopConfig.from_dict(cfg.to_dict(), source="<config>")
+    # the effective config written as TOML reads back as the same config, every key
+    assert LoopConfig.from_dict(cfg.to_dict()).to_dict() == cfg.to_dict()
+
+
+def test_printed_config_reads_back_as_the_same_config(tmp_path):
+    cfg = LoopConfig.from_dict({"loop": {"generations": 3, "levels": [1, 3], "system_prompt": 'say "hi"\n'},
+                                "training": {"learning_rate": 5e-4, "lora_target_modules": ["q_proj"]}})
+    path = tmp_path / "loop.toml"
+    path.write_text(cfg.to_toml(), encoding="utf-8")
+    assert LoopConfig.from_toml(path).to_dict() == cfg.to_dict()
+    assert LoopConfig.from_toml(path).to_dict() != LoopConfig().to_dict()  # the changes survived
 
 
 def test_state_round_trip_and_refusals(tmp_path):
@@ -200,3 +210,14 @@ def test_report_pairs_the_rehearsal_arms_per_seed_and_names_the_kl_weight():
     assert group_key(kl_only) == "window (K=3), rehearsal self 50% + KL 3 (no cross-entropy on it)"
     assert group_key(runs[3]["state"]) == "window (K=3), no rehearsal"
     assert paired_gaps(runs[:3]) == {}
+
+
+def test_the_defaults_are_the_config_the_published_tables_measured():
+    # The README's and docs/loop.md's loop tables (benchmarks/results/loop.md) were measured with
+    # `replaybank loop` and no config; benchmarks/results/loop_config.toml is that config, as
+    # `replaybank loop --print-config` printed it. A changed default makes those tables describe
+    # something else: re-measure them (and rewrite this file) in the same change.
+    from pathlib import Path
+
+    measured = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "loop_config.toml"
+    assert LoopConfig().to_dict() == LoopConfig.from_toml(measured).to_dict()
