@@ -59,7 +59,7 @@ def test_smoke_default_experiment_tiny_budget(tmp_path, capsys):
     cfg = tmp_path / "tiny.toml"
     cfg.write_text(
         "[data]\ndomain_train_rows = 12\ndomain_eval_rows = 4\ngeneral_eval_rows = 3\n"
-        "[training]\nbatch_size = 4\nnum_threads = 1\n[evaluation]\neval_points = 1\n"
+        "[training]\nbatch_size = 4\nnum_threads = 1\nmax_seq_length = 96\n[evaluation]\neval_points = 1\n"
         'arms = ["base", "naive", "rehearsal"]\nsuite_per_family = 1\nmax_new_tokens = 8\nprobe_sources = false\n'
         "[output]\nsave_adapters = false\n"
     )
