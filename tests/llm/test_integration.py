@@ -183,17 +183,22 @@ def test_interrupted_run_resumes_from_partial_without_retraining(tiny_model_dir,
     with pytest.raises(_Stop):
         run_experiment(cfg(out), log=stop_after_naive)
     partial = tmp_path / "run.partial"
-    assert not out.exists() and (partial / "naive-seed0-gen0" / "checkpoint.pt").is_file()
-    assert not (partial / "rehearsal-seed0-gen0").exists()  # the kill came before the next arm
+    assert not out.exists() and (partial / "arms" / "seed0-naive.json").is_file()
+    assert not (partial / "arms" / "seed0-rehearsal.json").exists()  # the kill came before the next arm
 
-    resumed = run_experiment(cfg(out), log=lambda m: None)
-    assert out.is_dir() and not partial.exists()
-    naive = resumed["arms"]["naive"]["generations"][0]["train"]
-    assert naive["resumed_from_step"] == len(naive["steps"]) > 0  # read back, not trained again
-    assert resumed["arms"]["rehearsal"]["generations"][0]["train"]["resumed_from_step"] == 0
+    lines: list[str] = []
+    resumed = run_experiment(cfg(out), log=lines.append)
+    assert out.is_dir() and not partial.exists() and not (out / "arms").exists()
+    assert "naive seed0: finished in an earlier, interrupted run; read back" in lines
+    assert not [m for m in lines if m.startswith("naive seed0 gen")]  # not trained again
+    assert [m for m in lines if m.startswith("rehearsal seed0 gen 0:")]  # the arm the kill cut off
 
     reference = run_experiment(cfg(tmp_path / "ref"), log=lambda m: None)
+    from replaybank.llm.eval.measure import flatten
+
     for arm in ("base", "naive", "rehearsal"):
-        for key in ("general_loss", "domain_loss", "docs_loss", "probe_score"):
-            assert resumed["arms"][arm][key] == reference["arms"][arm][key], (arm, key)
-        assert resumed["arms"][arm]["suite"] == reference["arms"][arm]["suite"], arm
+        # every scalar the report aggregates (losses, probe, suite retention per family, leakage,
+        # domain accuracy) is the uninterrupted run's, bit for bit
+        got, want = flatten(resumed["arms"][arm]), flatten(reference["arms"][arm])
+        assert got.keys() == want.keys() and len(got) >= 5, (arm, sorted(got))
+        assert got == want, arm

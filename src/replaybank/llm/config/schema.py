@@ -72,7 +72,7 @@ class Training:
     seed: int = _f(0, "seed of data order, slices and LoRA init", min=0, max=2**31 - 1)
     device: Device = _f("auto", "auto = cuda when available (bf16), else cpu (fp32)")
     num_threads: int = _f(0, "torch CPU threads; 0 = auto: every CPU when the 1-minute load average is below 0.5, else 1", min=0, max=4096)
-    save_every: int = _f(0, "save a resumable checkpoint every N optimizer steps (0 = only at the end)", min=0)
+    save_every: int = _f(0, "save a resumable checkpoint every N optimizer steps (0 = none: an arm cut short restarts; finished arms are kept in OUT.partial either way)", min=0)
 
 
 @dataclass

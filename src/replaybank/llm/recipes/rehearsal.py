@@ -58,8 +58,8 @@ from replaybank.llm.report.folder import (
     check_out_dir,
     finish,
     partial_dir,
-    read_seed,
-    write_seed,
+    read_result,
+    write_result,
 )
 from replaybank.llm.report.metrics import METRICS_SCHEMA_VERSION, build_metrics, write_outputs
 from replaybank.llm.report.seeds import aggregate
@@ -168,7 +168,7 @@ def run_seed(
     t, ev = cfg.training, cfg.evaluation
     seed = t.seed + k
     label = f"seed{seed}"
-    earlier = read_seed(partial, label)
+    earlier = read_result(partial, f"seeds/{label}")
     if earlier is not None:
         log(f"{label}: finished in an earlier, interrupted run; read back from {partial / 'seeds' / label}.json")
         return earlier
@@ -211,8 +211,14 @@ def run_seed(
         spec = specs[arm]
         ratio = share if spec.source and arm not in cfg.arms else spec.ratio
         t0 = time.perf_counter()
-        arms[arm] = train_arm(arm, spec, ratio, base_model, ctx, scfg, partial=partial, log=log,
-                              max_steps=max_steps, seed_label=label)
+        finished = read_result(partial, f"arms/{label}-{arm}")  # an interrupted run trained it already
+        if finished is not None:
+            log(f"{arm} {label}: finished in an earlier, interrupted run; read back")
+            arms[arm] = finished
+        else:
+            arms[arm] = train_arm(arm, spec, ratio, base_model, ctx, scfg, partial=partial, log=log,
+                                  max_steps=max_steps, seed_label=label)
+            write_result(partial, f"arms/{label}-{arm}", arms[arm])
         timings[f"{arm}_{label}"] = time.perf_counter() - t0
         log(f"{arm} {label}: " + ", ".join(f"{key} {v:.3f}" for key, v in flatten(arms[arm]).items()))
     result = {
@@ -222,7 +228,7 @@ def run_seed(
         "probes": probes,
         "timings": timings,
     }
-    write_seed(partial, label, result)
+    write_result(partial, f"seeds/{label}", result)
     return result
 
 
@@ -259,6 +265,8 @@ def train_arm(
         )
         if not train_log.evals or train_log.evals[-1]["step"] != len(train_log.steps):
             train_log.evals.append(dict(on_eval(len(train_log.steps)), step=len(train_log.steps)))
+        elif not curve or curve[-1]["generation"] != g:  # resumed from a checkpoint at its last step
+            on_eval(len(train_log.steps))
         final = dict(curve[-1])
         offset += len(train_log.steps)
         matrix_rows.append(domain_row(model, ctx, f"{tag} gen {g}"))

@@ -1,8 +1,9 @@
 """The run's output folder: refused unless it is empty or an earlier run (with ``force``), written
 as ``OUT.partial/`` (keyed by the config) and renamed to ``OUT`` only when the run is complete.
 
-A seed's finished results (``seeds/seed<N>.json``) are written atomically, so a rerun of an
-interrupted run with the same config reads them back instead of running the seed again.
+A seed's finished results (``seeds/seed<N>.json``), and each arm's within it
+(``arms/seed<N>-<arm>.json``), are written atomically, so a rerun of an interrupted run with the
+same config reads them back instead of running that seed or arm again.
 """
 
 from __future__ import annotations
@@ -63,30 +64,32 @@ def partial_dir(out: Path, config: dict[str, Any], n_seeds: int, force: bool) ->
 
 
 def finish(partial: Path, out: Path) -> None:
-    """Drop checkpoints, empty folders and the stamp from ``partial``, then rename it to ``out``."""
+    """Drop checkpoints, per-arm files, empty folders and the stamp from ``partial``; rename it."""
     for leftover in partial.glob("*/checkpoint.pt"):
         leftover.unlink()
     for empty in partial.iterdir():
         if empty.is_dir() and not any(empty.iterdir()):
             empty.rmdir()
     (partial / "config.sha256").unlink()
+    shutil.rmtree(partial / "arms", ignore_errors=True)  # the seeds' files hold every arm
     if out.exists():
         shutil.rmtree(out)  # only reached with force (check_out_dir) or for an empty folder
     partial.rename(out)
 
 
-def read_seed(partial: Path, label: str) -> dict[str, Any] | None:
-    """The results of seed ``label`` finished by an earlier, interrupted run, or None."""
-    done = partial / "seeds" / f"{label}.json"
+def read_result(partial: Path, name: str) -> dict[str, Any] | None:
+    """The results ``name`` (``seeds/seed0``, ``arms/seed0-naive``) an earlier, interrupted run
+    finished, or None."""
+    done = partial / f"{name}.json"
     if not done.is_file():
         return None
     return dict(json.loads(done.read_text(encoding="utf-8")))
 
 
-def write_seed(partial: Path, label: str, result: dict[str, Any]) -> None:
-    """Per-seed details (every measurement and generated answer) in ``seeds/<label>.json``, atomically."""
-    folder = partial / "seeds"
-    folder.mkdir(exist_ok=True)
-    tmp = folder / f".{label}.json.tmp"
+def write_result(partial: Path, name: str, result: dict[str, Any]) -> None:
+    """Finished results (every measurement and generated answer) in ``<name>.json``, atomically."""
+    path = partial / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(result, indent=1, sort_keys=True, default=str), encoding="utf-8")
-    os.replace(tmp, folder / f"{label}.json")
+    os.replace(tmp, path)
