@@ -13,7 +13,7 @@ from replaybank.dist.ids import generation_of, shard_of  # noqa: E402
 from replaybank.ratelimit import RateLimitTimeout, SampleToInsertRatio  # noqa: E402
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(autouse=True)
 def _ray(ray_session):
     return ray_session
 
