@@ -2,14 +2,16 @@
 
 pytest skips whole folders by name (``norecursedirs``; its default list has ``dist``, which once
 hid tests/dist without a word). When a run covers all of tests/ and a ``test_*.py`` file on disk
-was never collected, the run gets one extra failing test that names the files. A run of one
-file or one folder, or one with ``--ignore``, is not checked.
+was never collected (and not left out with ``--ignore`` / ``--ignore-glob``), the run gets one
+extra failing test that names the files. A run of one file or one folder is not checked.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,8 +29,6 @@ def pytest_collectstart(collector: pytest.Collector) -> None:
 
 
 def _covers_all_tests(config: pytest.Config) -> bool:
-    if config.getoption("ignore") or config.getoption("ignore_glob"):
-        return False
     here = config.invocation_params.dir
     for arg in config.args:
         path = (here / arg.split("::")[0]).resolve()
@@ -37,19 +37,29 @@ def _covers_all_tests(config: pytest.Config) -> bool:
     return False
 
 
+def _ignored(path: Path, config: pytest.Config) -> bool:
+    """Left out on purpose, by ``--ignore`` or ``--ignore-glob``."""
+    here = config.invocation_params.dir
+    for ignored in config.getoption("ignore") or []:
+        target = (here / ignored).resolve()
+        if path == target or target in path.parents:
+            return True
+    return any(fnmatch.fnmatch(str(path), pattern) for pattern in config.getoption("ignore_glob") or [])
+
+
 def uncollected_test_files(config: pytest.Config, collected: set[Path]) -> list[str]:
     """The ``test_*.py`` files under tests/ this run did not collect ([] if it need not cover them)."""
     if not _covers_all_tests(config):
         return []
     on_disk = sorted(p.resolve() for p in TESTS.rglob("test_*.py") if "__pycache__" not in p.parts)
-    return [str(p.relative_to(TESTS.parent)) for p in on_disk if p not in collected]
+    return [str(p.relative_to(TESTS.parent)) for p in on_disk if p not in collected and not _ignored(p, config)]
 
 
 class UncollectedTestFiles(pytest.Item):
     """A test that fails because test files on disk were not collected."""
 
-    def __init__(self, *, missing: list[str], **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, *, missing: list[str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.missing = missing
 
     def runtest(self) -> None:

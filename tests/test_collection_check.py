@@ -41,7 +41,10 @@ def test_a_folder_left_out_by_norecursedirs_fails_the_run_and_is_named(tmp_path:
     # a run of one file (or one folder) is not a run of all of tests/: not checked
     one = pytest_in(root, "tests/test_a.py")
     assert one.returncode == 0 and "1 passed" in one.stdout, one.stdout
+    # a folder left out on purpose is not missing; other files still are
     assert pytest_in(root, "--ignore", "tests/dist").returncode == 0
+    assert pytest_in(root, "--ignore-glob", "*/dist/*").returncode == 0
+    assert pytest_in(root, "--ignore", "tests/test_a.py").returncode == 1
 
 
 def test_a_run_that_collects_every_file_passes(tmp_path: Path) -> None:
