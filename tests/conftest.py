@@ -1,5 +1,83 @@
+"""Offline defaults for every test, and a check that every test file under tests/ is collected.
+
+pytest skips whole folders by name (``norecursedirs``; its default list has ``dist``, which once
+hid tests/dist without a word). When a run covers all of tests/ and a ``test_*.py`` file on disk
+was never collected (and not left out with ``--ignore`` / ``--ignore-glob``), the run gets one
+extra failing test that names the files. A run of one file or one folder is not checked.
+"""
+
+from __future__ import annotations
+
+import fnmatch
 import os
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+TESTS = Path(__file__).resolve().parent
+_collected: set[Path] = set()
+
+
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    if isinstance(collector, pytest.File):
+        _collected.add(Path(collector.path).resolve())
+
+
+def _covers_all_tests(config: pytest.Config) -> bool:
+    here = config.invocation_params.dir
+    for arg in config.args:
+        path = (here / arg.split("::")[0]).resolve()
+        if "::" not in arg and (path == TESTS or path in TESTS.parents):
+            return True
+    return False
+
+
+def _ignored(path: Path, config: pytest.Config) -> bool:
+    """Left out on purpose, by ``--ignore`` or ``--ignore-glob``."""
+    here = config.invocation_params.dir
+    for ignored in config.getoption("ignore") or []:
+        target = (here / ignored).resolve()
+        if path == target or target in path.parents:
+            return True
+    return any(fnmatch.fnmatch(str(path), pattern) for pattern in config.getoption("ignore_glob") or [])
+
+
+def uncollected_test_files(config: pytest.Config, collected: set[Path]) -> list[str]:
+    """The ``test_*.py`` files under tests/ this run did not collect ([] if it need not cover them)."""
+    if not _covers_all_tests(config):
+        return []
+    on_disk = sorted(p.resolve() for p in TESTS.rglob("test_*.py") if "__pycache__" not in p.parts)
+    return [str(p.relative_to(TESTS.parent)) for p in on_disk if p not in collected and not _ignored(p, config)]
+
+
+class UncollectedTestFiles(pytest.Item):
+    """A test that fails because test files on disk were not collected."""
+
+    def __init__(self, *, missing: list[str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.missing = missing
+
+    def runtest(self) -> None:
+        raise AssertionError(
+            f"{len(self.missing)} test file(s) under tests/ were not collected (a folder name in "
+            f"norecursedirs? see [tool.pytest.ini_options] in pyproject.toml): {', '.join(self.missing)}")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: object = None) -> str:
+        return str(excinfo.value)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return TESTS, 0, "every test file under tests/ is collected"
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection, so the check is never deselected
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    missing = uncollected_test_files(config, _collected)
+    if missing:
+        items.append(UncollectedTestFiles.from_parent(
+            session, name="every_test_file_under_tests_is_collected", missing=missing))

@@ -155,6 +155,27 @@ def test_group_balanced_gives_equal_shares_and_uniform_within_groups():
     stored = buf.state_dict()["columns"]
     assert np.bincount(stored["g"], minlength=3).tolist() == [20, 20, 20]
 
+    # uniform within groups: over 200 buffer seeds on this same stream, an item's chance to be
+    # kept must not depend on where it arrived in its group's stream (group 0 keeps 20 of its
+    # 2000 items: arrival ranks in 20 bins of 100, 200 expected hits each; groups 1 and 2 keep 20
+    # of 200: 10 bins of 20, 400 expected hits each); chi-square against equal bins
+    g = groups[order]
+    rank = np.empty(len(g), dtype=np.int64)  # arrival rank of each stream position in its group
+    for k in range(3):
+        rank[g == k] = np.arange((g == k).sum())
+    bin_width = {0: 100, 1: 20, 2: 20}
+    hits = {k: np.zeros(len(g[g == k]) // w) for k, w in bin_width.items()}
+    for trial in range(200):
+        buf = ReplayBuffer(capacity, admission=GroupBalanced(), seed=100 + trial)
+        buf.extend({"pos": np.arange(len(g))}, groups=g)
+        pos = buf.state_dict()["columns"]["pos"]
+        for k, w in bin_width.items():
+            np.add.at(hits[k], rank[pos[g[pos] == k]] // w, 1)
+    for k, h in hits.items():
+        assert h.sum() == 200 * 20
+        p = stats.chisquare(h).pvalue
+        assert p > ALPHA_LEVEL, (k, p, h.tolist())
+
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_group_balanced_reservoir_inside_a_group_is_uniform(seed):

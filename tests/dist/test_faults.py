@@ -13,7 +13,7 @@ from replaybank.dist.ids import generation_of, shard_of  # noqa: E402
 from replaybank.ratelimit import RateLimitTimeout, SampleToInsertRatio  # noqa: E402
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(autouse=True)
 def _ray(ray_session):
     return ray_session
 
@@ -79,18 +79,26 @@ def _writer(buf, items, batch):
 
 
 def test_rate_limiter_is_shared_by_writers_in_other_processes():
+    # offset = 2 * min_size = 40, so diff = 2 * inserts - samples stays in [0, 80] once sampling starts
     limiter = SampleToInsertRatio(2.0, min_size=20, error_buffer=40, timeout=30)
     buf = ShardedReplayBuffer(2, 1000, seed=0, rate_limiter=limiter)
     with pytest.raises(RateLimitTimeout, match="needs 20 stored items first"):
         buf.sample(8, timeout=0)
     done = _writer.remote(buf, 400, 10)  # a Ray task writing through its own copy of buf
-    sampled = 0
-    while sampled < 2 * 400 - 40 - 40:  # what the writer's inserts allow, minus the window
+    sampled, ahead, finished_at = 0, [], None
+    while sampled < 2 * 400 - 80:  # the last insert needs 2 * 400 - samples <= max_diff = 80
         sampled += len(buf.sample(8))
+        # items the writer has stored (counted by the shards, not the limiter) against the samples
+        # drawn so far: an insert is admitted before it is stored, so a shared limiter keeps
+        # 2 * stored - sampled <= max_diff = 80; a writer that is not held back reaches 800 - sampled
+        ahead.append(2 * len(buf) - sampled)
+        if finished_at is None and ray.wait([done], timeout=0)[0]:
+            finished_at = sampled
     assert ray.get(done, timeout=60) == 400
     state = ray.get(buf.limiter.state.remote())
     assert state == {"inserts": 400, "samples": sampled, "size": 400}
-    # the writer could never run more than error_buffer items ahead of the ratio: it was blocked
-    # until the samples caught up, so it finished only after most samples were drawn
-    assert abs(2.0 * 400 - 2.0 * 20 - sampled) <= 40 + 8
+    assert max(ahead) <= 80, max(ahead)
+    # the writer finished only once the samples had caught up: its last insert was admitted at
+    # samples >= 720, and every sample admitted so far is one the driver already has back
+    assert finished_at is None or finished_at >= 720, finished_at
     buf.close()

@@ -24,7 +24,7 @@ from replaybank.dist.ids import SHARD_SHIFT, generation_of, shard_of  # noqa: E4
 P_MIN = 1e-4
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(autouse=True)
 def _ray(ray_session):
     return ray_session
 

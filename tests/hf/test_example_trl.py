@@ -48,7 +48,14 @@ def test_trl_example_trains_with_quota_and_kl(tiny_lm, tmp_path, monkeypatch):
     # The main job's suite, every 2 steps, through the trainer's log.
     logged = [h for h in trainer.state.log_history if "retention/retention" in h]
     assert [h["step"] for h in logged] == [2, 4]
-    assert all(0.0 <= h["retention/retention"] <= 1.5 for h in logged)
+    # what was logged at step 4 (the last) is the suite's score of the trained model: asked again
+    # now, the suite gives the same numbers, and below 1 (the base model, adapter off, gives 1.0)
+    (cb,) = [c for c in trainer.callback_handler.callbacks if type(c).__name__ == "RetentionCallback"]
+    trainer.model.eval()
+    with torch.no_grad():
+        again = cb.evaluator(trainer.model)
+    assert {k: logged[-1][f"retention/{k}"] for k in again} == again
+    assert again["retention"] < 1.0, again
     # Every batch SFTTrainer's dataloader yields holds 1 rehearsal row of 4, marked in `source`,
     # and the rows marked rehearsal are the '#' ones.
     marker = trainer.processing_class.convert_tokens_to_ids("#")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -136,17 +137,37 @@ def test_importance_ratio_and_advantages() -> None:
     assert (group_advantages([0.5, 0.5]) == 0).all()
 
 
+def _same_batch(x, y) -> None:
+    for name in ("ids", "prompt_id", "group_id", "reward", "advantage", "version", "staleness", "uses"):
+        np.testing.assert_array_equal(getattr(x, name), getattr(y, name), err_msg=name)
+    for name in ("tokens", "logprobs"):
+        np.testing.assert_array_equal(getattr(x, name).values, getattr(y, name).values, err_msg=name)
+        np.testing.assert_array_equal(getattr(x, name).lengths, getattr(y, name).lengths, err_msg=name)
+    assert x.fresh_share == y.fresh_share
+
+
 def test_state_dict_resumes_exactly() -> None:
+    """A buffer loaded from a state dict behaves like the original from then on: the same batches
+    (groups, use counts, staleness), the same evictions by staleness, reuse and capacity, the same
+    new group ids, over several versions of further use, not just the next batch."""
     rng = np.random.default_rng(6)
-    a = RolloutBuffer(200, max_staleness=2, max_reuse=3, min_fresh=0.25, seed=7)
+    a = RolloutBuffer(32, max_staleness=2, max_reuse=3, min_fresh=0.25, seed=7)
     for v in range(4):
         a.set_policy_version(v)
         for _ in range(3):
             _add(a, rng, version=v)
         a.sample(8)
-    b = RolloutBuffer(200, max_staleness=2, max_reuse=3, min_fresh=0.25, seed=99)
-    b.load_state_dict(a.state_dict())
-    x, y = a.sample(8), b.sample(8)
-    assert x.ids.tolist() == y.ids.tolist()
-    np.testing.assert_array_equal(x.tokens.values, y.tokens.values)
-    assert a.evicted == b.evicted
+    assert any(g.uses > 0 for g in a.groups.values())  # the state carries use counts to restore
+    b = RolloutBuffer(32, max_staleness=2, max_reuse=3, min_fresh=0.25, seed=99)
+    b.load_state_dict(copy.deepcopy(a.state_dict()))  # as if saved: nothing shared with a
+    assert len(b) == len(a) and b.live_ids.tolist() == a.live_ids.tolist()
+    rng_a, rng_b = np.random.default_rng(8), np.random.default_rng(8)
+    for v in range(4, 9):
+        for _ in range(3):
+            _same_batch(a.sample(8), b.sample(8))
+        assert a.set_policy_version(v) == b.set_policy_version(v)
+        for _ in range(3):  # capacity 32 = 8 groups: FIFO overwrite evicts whole groups too
+            assert _add(a, rng_a, version=v) == _add(b, rng_b, version=v)
+        assert a.evicted == b.evicted and a.live_ids.tolist() == b.live_ids.tolist()
+    assert a.evicted["stale"] > 0 and a.evicted["reuse"] > 0 and a.evicted["capacity"] > 0
+    assert a.state_dict()["rng"] == b.state_dict()["rng"]
