@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 # The one import: the `replaybank` command, whose `config` and `loop` subcommands call the loaders
-# (today replaybank.llm.config.Config.from_toml and replaybank.llm.loop.config.LoopConfig.from_toml).
+# (today replaybank.llm.config.Config.from_toml and replaybank.llm.config.loop.LoopConfig.from_toml).
 from replaybank.cli import main as replaybank
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
