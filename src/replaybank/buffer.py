@@ -26,7 +26,7 @@ from .errors import (
 )
 from .ragged import Ragged
 from .samplers.base import Sampler, View
-from .samplers.prioritized import check_priorities
+from .samplers.priorities import check_priorities
 from .samplers.uniform import Uniform
 from .slots import RingTable, SlotTable
 from .spec import Cast, Spec, as_spec, cast_to, check_batch, infer_spec

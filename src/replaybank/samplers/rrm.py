@@ -1,5 +1,5 @@
 """Prioritized sampling with random reshuffling by masking (RR-M): the expected-count bookkeeping
-and the masked draws. The plain prioritized sampler it extends is :mod:`.prioritized`.
+and the masked draws. The plain prioritized sampler it extends is :mod:`.per`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 from ..checks import state_array, state_number
 from ..errors import InvalidStateError, ReplayBankError
 from .base import View, check_can_sample
-from .prioritized import Prioritized
+from .per import Prioritized
 from .sumtree import make_pair
 
 
