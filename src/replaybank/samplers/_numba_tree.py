@@ -101,21 +101,33 @@ def _stratified(
 
 @numba.njit(cache=True, nogil=True)
 def _refresh(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarray) -> None:
-    """Recompute every ancestor of ``index`` from all its children, level by level."""
+    """Recompute every ancestor of ``index`` from all its children, level by level. Near the top,
+    where a level has fewer nodes than there are leaves to refresh, the whole level is recomputed
+    instead (the ancestors of a batch share those few nodes, so that is less work)."""
     node = index.copy()
     for level in range(1, len(offsets) - 1):
         below, here = offsets[level - 1], offsets[level]
-        for i in range(len(node)):
-            parent = node[i] // k
-            node[i] = parent
+        parents = (here - below) // k
+        whole = parents <= len(node)
+        for i in range(parents if whole else len(node)):
+            if whole:
+                parent = i
+            else:
+                parent = node[i] // k
+                node[i] = parent
             first = below + parent * k
             total = 0.0
             low = np.inf
             for j in range(k):
                 total += sums[first + j]
-                low = min(low, mins[first + j])
+                v = mins[first + j]
+                if v < low:
+                    low = v
             sums[here + parent] = total
             mins[here + parent] = low
+        if whole:  # every level above is smaller still
+            _rebuild_from(sums, mins, offsets, k, level + 1)
+            return
 
 
 @numba.njit(cache=True, nogil=True)
@@ -170,17 +182,25 @@ def _update_pair(
 
 
 @numba.njit(cache=True, nogil=True)
-def _rebuild(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, k: int) -> None:
-    for level in range(1, len(offsets) - 1):
+def _rebuild_from(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, k: int, start: int) -> None:
+    """Recompute every node of levels ``start`` and above from their children."""
+    for level in range(start, len(offsets) - 1):
         below, here = offsets[level - 1], offsets[level]
         for parent in range((here - below) // k):
             total = 0.0
             low = np.inf
             for j in range(below + parent * k, below + parent * k + k):
                 total += sums[j]
-                low = min(low, mins[j])
+                v = mins[j]
+                if v < low:
+                    low = v
             sums[here + parent] = total
             mins[here + parent] = low
+
+
+@numba.njit(cache=True, nogil=True)
+def _rebuild(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, k: int) -> None:
+    _rebuild_from(sums, mins, offsets, k, 1)
 
 
 @numba.njit(cache=True, nogil=True)
