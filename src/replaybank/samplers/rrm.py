@@ -15,6 +15,16 @@ from .per import Prioritized
 from .sumtree import make_pair
 
 
+def _compiled(*trees: Any) -> Any:
+    """The compiled RR-M steps when every tree is a ``NumbaPairTree``, else None (numpy path)."""
+    try:
+        from . import _numba_rrm
+        from ._numba_tree import NumbaPairTree
+    except ImportError:
+        return None
+    return _numba_rrm if all(isinstance(t, NumbaPairTree) for t in trees) else None
+
+
 class PrioritizedReshuffled(Prioritized):
     """Prioritized sampling with random reshuffling by masking (RR-M, Fujita 2025, arXiv 2503.02269).
 
@@ -63,11 +73,15 @@ class PrioritizedReshuffled(Prioritized):
         # come from), its min leaves the due time of masked ones (the accumulator value at which
         # E reaches C). The kernels' default branching: its updates are the hot part here.
         self.mask = make_pair(capacity)
+        self._fast = _compiled(self.trees, self.mask)
 
     def _expected(self, slots: np.ndarray) -> np.ndarray:
         return self.base[slots] + self.trees.leaves[slots] * (self.accumulated - self.anchor[slots])
 
     def _reanchor(self, slots: np.ndarray) -> None:
+        if self._fast is not None:
+            self._fast.reanchor(slots, self.trees.leaves, self.base, self.anchor, self.accumulated)
+            return
         self.base[slots] = self._expected(slots)
         self.anchor[slots] = self.accumulated
 
@@ -80,6 +94,13 @@ class PrioritizedReshuffled(Prioritized):
     def _sync(self, slots: np.ndarray, only_masked: bool = False) -> None:
         """Put ``slots`` in the mask tree's sum (eligible) or, if ahead of their expected count,
         in its min (due times); ``only_masked`` skips the ones that are still eligible."""
+        if self._fast is not None:
+            m = self.mask
+            self._fast.sync(
+                m.sums, m.mins, m.offsets, m.k, np.ascontiguousarray(slots, dtype=np.int64), only_masked,
+                self.trees.leaves, self.count, self.base, self.anchor, self.accumulated, self.TOL,
+            )
+            return
         masked = self.count[slots] > self._expected(slots) + self.TOL
         if only_masked:
             slots, masked = slots[masked], masked[masked]
@@ -126,8 +147,17 @@ class PrioritizedReshuffled(Prioritized):
                 continue
             u = rng.random(need)
             mass = (np.arange(need) + u) * (total / need) if stratified else u * total
-            candidates = self.mask.find(mass)
             stratified = False
+            if self._fast is not None:  # the three steps below in one compiled call
+                m = self.mask
+                accepted = self._fast.draw(
+                    m.sums, m.mins, m.offsets, m.k, mass, self.trees.leaves,
+                    self.count, self.base, self.anchor, self.accumulated, self.TOL,
+                )
+                found.append(accepted)
+                need -= len(accepted)
+                continue
+            candidates = self.mask.find(mass)
             ok = self._accept(candidates)
             found.append(candidates[ok])
             need -= int(ok.sum())
@@ -136,6 +166,10 @@ class PrioritizedReshuffled(Prioritized):
         return slots, self.trees.weights(slots, self.beta)
 
     def _unmask(self) -> None:
+        if self._fast is not None:
+            m = self.mask
+            self._fast.unmask(m.sums, m.mins, m.offsets, m.k, m.capacity, self.trees.leaves, self.accumulated)
+            return
         back = self.mask.below(self.accumulated)
         if len(back):
             self.mask.update_pair(back, self.trees.leaves[back], np.zeros(len(back)))
