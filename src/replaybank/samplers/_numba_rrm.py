@@ -90,7 +90,14 @@ def draw(
     order (the r-th of an item passes iff ``C + r <= E``), count the accepted ones, and mask the
     items now ahead of their expected count. Returns the accepted slots in draw order."""
     candidates = _walk(sums, offsets, k, mass)
-    order = np.argsort(candidates, kind="mergesort")  # stable, as the numpy path
+    ascending = True
+    for i in range(1, len(candidates)):
+        if candidates[i] < candidates[i - 1]:
+            ascending = False
+            break
+    # stable, as the numpy path; a stratified round walks increasing masses, so its candidates
+    # come out in slot order already and need no sort
+    order = np.arange(len(candidates)) if ascending else np.argsort(candidates, kind="mergesort")
     ok = np.empty(len(candidates), dtype=np.bool_)
     rank = 0
     for j in range(len(order)):
