@@ -73,3 +73,37 @@ def test_ring_table_arrivals_are_checked():
         r.load_state_dict({"arrivals": 3, "size": 3})
     r.load_state_dict({"arrivals": 11})
     assert (r.size, r.high) == (8, 8)
+
+
+@pytest.mark.parametrize("capacity", [1, 7, 64])
+@pytest.mark.parametrize("arrivals", [0, 5, 64, 200])
+def test_ring_table_compiled_maps_match_the_numpy_fallback_exactly(capacity, arrivals, monkeypatch):
+    pytest.importorskip("numba")
+    fast = RingTable(capacity)
+    monkeypatch.setenv("REPLAYBANK_KERNELS", "numpy")
+    slow = RingTable(capacity)
+    assert fast._kernels is not None and slow._kernels is None
+    for t in (fast, slow):
+        t.fill(np.zeros(0, np.int64), np.zeros(0, np.int64), arrivals)
+    slots = np.arange(-2, capacity + 3, dtype=np.int64)
+    np.testing.assert_array_equal(fast.ids_of(slots), slow.ids_of(slots))
+    grid = slots.reshape(1, -1).repeat(2, axis=0)  # trajectory slices: 2-D slots keep their shape
+    np.testing.assert_array_equal(fast.ids_of(grid), slow.ids_of(grid))
+    # every id a ring ever issued (live and overwritten), in random order with repeats
+    issued = (np.arange(arrivals, dtype=np.int64) << fast.shift) | (np.arange(arrivals) % capacity)
+    ids = np.random.default_rng(0).choice(issued, 50) if arrivals else issued
+    for got, want in zip(fast.slots_of(ids), slow.slots_of(ids)):
+        np.testing.assert_array_equal(got, want)
+    # ids a ring would not issue take the general path in both: it names the ones never issued
+    # and reads the others (here arrival 0 in slot 1, which FIFO never does) as not live
+    for bad in ([-1], [arrivals << fast.shift]):
+        errors = []
+        for t in (fast, slow):
+            with pytest.raises(ReplayBankError) as err:
+                t.slots_of(np.array(bad + ids[:1].tolist(), dtype=np.int64))
+            errors.append(str(err.value))
+        assert errors[0] == errors[1] and "never issued" in errors[0]
+    if capacity > 1 and arrivals:
+        odd = np.array([1, *ids[:3]], dtype=np.int64)
+        for got, want in zip(fast.slots_of(odd), slow.slots_of(odd)):
+            np.testing.assert_array_equal(got, want)

@@ -174,3 +174,55 @@ def test_update_pair_and_below_match_brute_force(kernels, branching, monkeypatch
             assert sorted(tree.below(limit).tolist()) == expected.tolist()
         draws = tree.find(rng.random(200) * tree.total)
         assert (sums[draws] > 0).all()
+
+
+def _dyadic_pair(impl, capacity, branching, rng):
+    # multiples of 1/64 below 16: every sum of them is exact in float64, so the compiled kernels
+    # and the numpy fallback must agree bit for bit whatever order they add in
+    tree = PAIRS[impl](capacity, branching=branching)
+    values = np.where(rng.random(capacity) < 0.2, 0.0, rng.integers(1, 1024, capacity) / 64)
+    tree.update(np.arange(capacity), values)
+    return tree
+
+
+@pytest.mark.parametrize("branching", [2, 8])
+@pytest.mark.parametrize("capacity", [1, 7, 100, 5000])
+def test_fused_stratified_and_update_powered_match_the_numpy_fallback_exactly(capacity, branching):
+    # the one-call fast paths (walk + weights; update with (p + eps) ** alpha and the max) against
+    # PairedTrees doing the same steps as separate numpy calls, on the same leaves
+    trees = {impl: _dyadic_pair(impl, capacity, branching, np.random.default_rng(capacity)) for impl in PAIRS}
+    if trees["numpy"].total == 0:
+        trees = {impl: PAIRS[impl](capacity, branching=branching) for impl in PAIRS}
+        for t in trees.values():
+            t.update(np.arange(capacity), np.ones(capacity))
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        u = rng.random(64)
+        got = {impl: t.stratified(u, 1.0) for impl, t in trees.items()}
+        np.testing.assert_array_equal(got["numba"][0], got["numpy"][0])
+        np.testing.assert_array_equal(got["numba"][1], got["numpy"][1])
+        assert got["numba"][1].dtype == got["numpy"][1].dtype == np.float32
+        index = rng.integers(0, capacity, 64)  # repeats included: the last value wins
+        p = rng.integers(0, 1024, 64) / 64
+        tops = {impl: t.update_powered(index, p, 0.0, 1.0) for impl, t in trees.items()}
+        assert tops["numba"] == tops["numpy"] == p.max()
+        np.testing.assert_array_equal(trees["numba"].leaves, trees["numpy"].leaves)
+        assert trees["numba"].total == trees["numpy"].total
+        assert trees["numba"].minimum == trees["numpy"].minimum
+    # general exponents: the same draws, weights and leaves up to the last bits of pow
+    u = rng.random(64)
+    p = rng.random(capacity) * 3
+    for t in trees.values():
+        t.update_powered(np.arange(capacity), p, 1e-6, 0.6)
+    np.testing.assert_allclose(trees["numba"].leaves, trees["numpy"].leaves, rtol=1e-15)
+    (s1, w1), (s2, w2) = (t.stratified(u, 0.4) for t in trees.values())
+    np.testing.assert_array_equal(s1, s2)
+    np.testing.assert_allclose(w1, w2, rtol=1e-6)
+
+
+@pytest.mark.parametrize("impl", PAIRS)
+def test_update_powered_with_no_items_changes_nothing(impl):
+    t = PAIRS[impl](10, branching=4)
+    t.update(np.arange(10), np.arange(10.0))
+    assert t.update_powered(np.zeros(0, np.int64), np.zeros(0), 1e-6, 0.6) == -np.inf
+    assert t.total == 45.0 and t.minimum == 1.0

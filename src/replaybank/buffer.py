@@ -26,7 +26,7 @@ from .errors import (
 )
 from .ragged import Ragged
 from .samplers.base import Sampler, View
-from .samplers.prioritized import check_priorities
+from .samplers.priorities import check_priorities
 from .samplers.uniform import Uniform
 from .slots import RingTable, SlotTable
 from .spec import Cast, Spec, as_spec, cast_to, check_batch, infer_spec
@@ -310,9 +310,12 @@ class ReplayBuffer:
         p = check_priorities(priorities, ids.size, limit=limit)
         with self._lock:
             slots, live = self._table.slots_of(ids)
+            applied = int(np.count_nonzero(live))
+            if applied < len(live):  # the common case, every id still stored, needs no masking
+                slots, p = slots[live], p[live]
             # repeated ids are passed on in order: samplers apply them so the last one wins
-            self.sampler.update_priorities(slots[live], p[live])
-            return int(live.sum())
+            self.sampler.update_priorities(slots, p)
+            return applied
 
     def contains(self, ids: Any) -> np.ndarray:
         """Boolean per id: is that item still stored?"""

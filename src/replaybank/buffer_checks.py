@@ -13,7 +13,7 @@ import numpy as np
 from .admission import Admission
 from .errors import InsufficientMemoryError, InvalidArgumentError, InvalidTypeError, ReplayBankError
 from .samplers.base import Sampler
-from .samplers.prioritized import check_priorities
+from .samplers.priorities import check_priorities
 from .slots import RingTable, SlotTable
 from .spec import Spec, cast_to
 from .storage import available_memory

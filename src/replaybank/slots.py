@@ -13,6 +13,7 @@ ids follow from the arrival counter and no per-slot memory is needed at all.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -131,8 +132,24 @@ class SlotTable(_Ids):
         self._occupied = None
 
 
+def _ring_kernels() -> Any:
+    """The compiled maps of ``_ring_kernels`` (None without numba, or when REPLAYBANK_KERNELS=numpy
+    asks for the numpy fallback, as for the sum trees)."""
+    if os.environ.get("REPLAYBANK_KERNELS", "").lower() == "numpy":
+        return None
+    try:
+        from . import _ring_kernels
+    except ImportError:
+        return None
+    return _ring_kernels
+
+
 class RingTable(_Ids):
     """FIFO admission: arrival ``a`` is in slot ``a % capacity``; ids are computed, not stored."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self._kernels = _ring_kernels()
 
     def fill(self, slots: np.ndarray, ids: np.ndarray, arrivals: int) -> None:
         self.arrivals = arrivals
@@ -152,6 +169,11 @@ class RingTable(_Ids):
         if ids.dtype.kind not in "iu":
             raise ReplayBankError(f"ids must be integers, got dtype {ids.dtype}")
         ids = ids.astype(np.int64, copy=False).ravel()
+        if self._kernels is not None:
+            slots, live, ok = self._kernels.ring_slots(
+                ids, self.shift, self.mask, self.capacity, self.arrivals, self.size
+            )
+            return (slots, live) if ok else super().slots_of(ids)
         slots = ids & self.mask
         arrival = ids >> self.shift
         if len(ids) and (
@@ -164,6 +186,10 @@ class RingTable(_Ids):
 
     def ids_of(self, slots: np.ndarray) -> np.ndarray:
         slots = np.asarray(slots, dtype=np.int64)
+        if self._kernels is not None:
+            flat = np.ascontiguousarray(slots).reshape(-1)
+            ids = self._kernels.ring_ids(flat, self.shift, self.capacity, self.arrivals, self.size)
+            return ids.reshape(slots.shape)  # type: ignore[no-any-return]
         last = self.arrivals - 1
         arrival = last - (last - slots) % self.capacity  # the latest arrival that went to this slot
         return np.where(slots < self.size, (arrival << self.shift) | slots, -1)

@@ -204,7 +204,7 @@ class ShardedReplayBuffer:
         return self._route_priorities(ids, priorities)[0]
 
     def _route_priorities(self, ids: Any, priorities: Any) -> tuple[list[Any], list[int]]:
-        from ..samplers.prioritized import check_priorities
+        from ..samplers.priorities import check_priorities
 
         ids = idmod.as_ids(ids)
         p = check_priorities(priorities, ids.size)

@@ -6,7 +6,7 @@
 """
 
 from .base import Sampler, View
-from .prioritized import Prioritized
+from .per import Prioritized
 from .reshuffled import Reshuffled
 from .rrm import PrioritizedReshuffled
 from .trajectories import Trajectories

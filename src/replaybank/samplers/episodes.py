@@ -17,7 +17,7 @@ import numpy as np
 from ..checks import check_state_keys, check_zero_on_empty, state_array, state_number
 from ..errors import InvalidArgumentError, InvalidStateError
 from .base import SamplerBase, View, last_wins
-from .prioritized import leaf_limit
+from .priorities import leaf_limit
 from .sumtree import make_pair
 
 

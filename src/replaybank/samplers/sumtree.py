@@ -114,6 +114,12 @@ class PairedTrees:
         self.sum.update(index, values)
         self.min.update(index, np.where(values > 0, values, np.inf))
 
+    def update_powered(self, index: np.ndarray, priorities: np.ndarray, eps: float, alpha: float) -> float:
+        """Set ``leaves[index] = (priorities + eps) ** alpha`` (the last value wins for a repeated
+        index); returns ``max(priorities)``, ``-inf`` when there are none."""
+        self.update(index, (priorities + eps) ** alpha)
+        return float(priorities.max()) if len(priorities) else -np.inf
+
     def update_pair(self, index: np.ndarray, sums: np.ndarray, mins: np.ndarray) -> None:
         """Set the sum-tree and min-tree leaves to different values (zero min = not in it)."""
         self.sum.update(index, sums)

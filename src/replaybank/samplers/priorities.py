@@ -1,0 +1,58 @@
+"""The priority checks and the sum-tree leaf limit that the buffer and every prioritized sampler
+share (``Prioritized``, ``PrioritizedReshuffled``, prioritized ``Trajectories``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError, InvalidTypeError
+
+
+# Every leaf of a sum tree stays below this share of the largest float, so the total of
+# ``capacity`` leaves stays finite.
+def leaf_limit(capacity: int) -> float:
+    """The largest scaled priority ``(p + eps) ** alpha`` one slot may hold in a tree of
+    ``capacity`` leaves (so their total stays below the largest float64)."""
+    return float(np.finfo(np.float64).max) / max(int(capacity), 1) / 2
+
+
+def check_priorities(
+    priorities: Any, n: int, where: str = "priorities", limit: float = np.inf
+) -> np.ndarray:
+    """Validate priorities: a finite, non-negative real number per item (at most ``limit``).
+
+    Raises ``InvalidTypeError`` for strings, complex or object values, ``InvalidArgumentError``
+    for a wrong count, NaN, infinite, negative or too large values; the message names ``where``.
+    """
+    try:
+        p = np.asarray(priorities)
+    except (ValueError, TypeError) as err:  # ragged nested lists
+        raise InvalidTypeError(f"{where}: expected {n} real numbers, got {_brief(priorities)} ({err})") from None
+    if p.dtype.kind not in "iuf":
+        raise InvalidTypeError(
+            f"{where}: expected real numbers, got dtype {p.dtype} ({_brief(priorities)}); "
+            "complex, bool, string and object values are refused"
+        )
+    p = p.astype(np.float64, copy=False)
+    if p.ndim == 0:
+        p = np.full(n, float(p))
+    if p.shape != (n,):
+        raise InvalidArgumentError(f"{where}: expected {n} values (one per item), got shape {p.shape}")
+    # two reductions cover NaN (min is NaN), -inf and negatives (min < 0) and +inf / too large (max)
+    if n and not (p.min() >= 0 and p.max() <= limit):
+        bad = ~(p >= 0) | ~(p <= limit)
+        i = int(np.argmax(bad))
+        if np.isfinite(p[i]) and p[i] >= 0:
+            raise InvalidArgumentError(
+                f"{where}[{i}] = {p[i]!r} is above {limit:.6g}, the largest priority this sampler can hold "
+                "(larger ones would overflow its sum tree); rescale the priorities"
+            )
+        raise InvalidArgumentError(f"{where}[{i}] = {p[i]!r}: priorities must be finite and >= 0")
+    return p
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
