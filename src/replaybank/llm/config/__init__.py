@@ -10,7 +10,8 @@ config names against this machine (:mod:`.check`).
 from __future__ import annotations
 
 from replaybank.llm.config.loop import Loop, LoopConfig
-from replaybank.llm.config.parse import (
+from replaybank.llm.config.parse import Config, with_seed
+from replaybank.llm.config.schema import (
     ALL_LINEAR,
     ARM_SOURCES,
     BUILTIN_AGENDA,
@@ -20,8 +21,6 @@ from replaybank.llm.config.parse import (
     SECTIONS,
     Arm,
     ArmSpec,
-    Config,
-    ConfigError,
     Data,
     Device,
     Evaluation,
@@ -32,9 +31,10 @@ from replaybank.llm.config.parse import (
     Output,
     Training,
 )
+from replaybank.llm.config.values import ConfigError, read_section
 
 __all__ = [
     "ALL_LINEAR", "ARM_SOURCES", "BUILTIN_AGENDA", "BUILTIN_PROBE", "BUILTIN_TOOLAPI", "DEFAULT_ARMS",
     "SECTIONS", "Arm", "ArmSpec", "Config", "ConfigError", "Data", "Device", "Evaluation", "KLOn",
-    "Lineage", "Loop", "LoopConfig", "MixBy", "Orchestration", "Output", "Training",
+    "Lineage", "Loop", "LoopConfig", "MixBy", "Orchestration", "Output", "Training", "read_section", "with_seed",
 ]

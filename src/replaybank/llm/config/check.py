@@ -10,13 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from replaybank.llm.config.parse import (
-    BUILTIN_AGENDA,
-    BUILTIN_PROBE,
-    BUILTIN_TOOLAPI,
-    Config,
-    ConfigError,
-)
+from replaybank.llm.config.parse import Config
+from replaybank.llm.config.schema import BUILTIN_AGENDA, BUILTIN_PROBE, BUILTIN_TOOLAPI
+from replaybank.llm.config.values import ConfigError
 
 __all__ = ["check_sources"]
 

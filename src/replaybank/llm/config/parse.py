@@ -30,32 +30,19 @@ from typing import Any
 import tomllib
 
 from replaybank.llm.config.schema import (
-    ALL_LINEAR,
     ARM_SOURCES,
-    BUILTIN_AGENDA,
-    BUILTIN_PROBE,
     BUILTIN_TOOLAPI,
-    DEFAULT_ARMS,
     SECTIONS,
-    Arm,
     ArmSpec,
     Data,
-    Device,
     Evaluation,
-    KLOn,
-    Lineage,
-    MixBy,
     Orchestration,
     Output,
     Training,
 )
 from replaybank.llm.config.values import ConfigError, did_you_mean, read_section, toml_value
 
-__all__ = [
-    "ALL_LINEAR", "ARM_SOURCES", "BUILTIN_AGENDA", "BUILTIN_PROBE", "BUILTIN_TOOLAPI", "DEFAULT_ARMS",
-    "SECTIONS", "Arm", "ArmSpec", "Config", "ConfigError", "Data", "Device", "Evaluation", "KLOn",
-    "Lineage", "MixBy", "Orchestration", "Output", "Training",
-]
+__all__ = ["Config", "ConfigError", "with_seed"]
 
 
 @dataclass
