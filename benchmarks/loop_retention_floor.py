@@ -36,9 +36,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def split_retention(items: list[dict[str, Any]], base: dict[str, float]) -> dict[str, float | None]:
-    """The loop's retention (:func:`replaybank.llm.loop.report.suite_retention`) on all items, on the
+    """The loop's retention (:func:`replaybank.llm.eval.measure.suite_retention`) on all items, on the
     checkable items only and on the agreement items only."""
-    from replaybank.llm.loop.report import suite_retention
+    from replaybank.llm.eval.measure import suite_retention
 
     def ret(keep: Any) -> float | None:
         sums: dict[str, list[float]] = {}

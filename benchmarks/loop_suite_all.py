@@ -43,9 +43,9 @@ def main() -> None:
     import torch
 
     from replaybank.llm.config.loop import LoopConfig
+    from replaybank.llm.eval.measure import suite_retention
     from replaybank.llm.eval.suite import evaluate_suite, load_suite, prepare_suite
     from replaybank.llm.loop.consolidate import load_adapter
-    from replaybank.llm.loop.report import suite_retention
     from replaybank.llm.loop.state import read_state
     from replaybank.llm.model import cache_dir, load_model
     from replaybank.llm.train import add_lora

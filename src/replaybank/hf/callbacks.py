@@ -41,10 +41,13 @@ def suite_retention(result: Mapping[str, Any]) -> dict[str, float]:
         ...                  "retention": {"code": 0.5, "arithmetic": 1.0}, "leakage": 0.0})
         {'retention': 0.75, 'retention/code': 0.5, 'retention/arithmetic': 1.0, 'score/code': 0.5, 'score/arithmetic': 1.0, 'leakage': 0.0}
     """
+    from replaybank.llm.eval.measure import suite_retention as mean_retention
+
     ret = {f: v for f, v in result.get("retention", {}).items() if v is not None}
     out: dict[str, float] = {}
-    if ret:
-        out["retention"] = sum(ret.values()) / len(ret)
+    mean = mean_retention(ret)
+    if mean is not None:
+        out["retention"] = mean
     out.update({f"retention/{f}": float(v) for f, v in ret.items()})
     out.update({f"score/{f}": float(v) for f, v in result.get("families", {}).items()})
     if "leakage" in result:

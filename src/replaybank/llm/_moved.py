@@ -36,7 +36,7 @@ MOVED: dict[str, str | tuple[str, ...]] = {
     "toolapi": "data.toolapi",
     "loop.cli": "cli",
     "loop.config": "config.loop",
-    "loop.run": ("recipes.loop", "loop.tasks", "loop.report"),
+    "loop.run": ("recipes.loop", "loop.tasks", "eval.measure"),
 }
 _PREFIX = "replaybank.llm."
 

@@ -176,3 +176,15 @@ def loss_shares(generations: list[dict[str, Any]]) -> dict[str, dict[str, float]
         "rows": {k: round(v / n_rows, 4) for k, v in rows.items()} if n_rows else {},
         "label_tokens": {k: round(v / n_tok, 4) for k, v in tokens.items()} if n_tok else {},
     }
+
+
+def suite_retention(per_family: dict[str, float | None]) -> float | None:
+    """Retention over the suite: the mean over families of the family's score over the base
+    model's (families the base model scores 0 on, None, are left out).
+
+    Example:
+        >>> suite_retention({"conversation": 0.8, "arithmetic": 1.0, "code": None})
+        0.9
+    """
+    kept = [v for v in per_family.values() if v is not None]
+    return sum(kept) / len(kept) if kept else None

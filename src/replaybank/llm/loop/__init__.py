@@ -8,5 +8,5 @@
 * :mod:`.consolidate`: LoRA training on successes mixed with rehearsal; adapters as safetensors.
 * :mod:`.state`: the resumable per-generation state.
 * :mod:`.grid`: the runs of lineages x rehearsal x seeds, each in its own folder.
-* :mod:`.report`: tables, seeds aggregated, plots, the loop's suite retention.
+* :mod:`.report`: tables, seeds aggregated, plots.
 """

@@ -255,15 +255,3 @@ def _plot(agg: dict[str, Any], path: Path) -> None:
     fig.tight_layout(rect=(0, 0.06 * ((len(labels) + 1) // 2), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def suite_retention(per_family: dict[str, float | None]) -> float | None:
-    """The loop's retention: the mean over suite families of the family's score over the base
-    model's (families the base model scores 0 on, None, are left out).
-
-    Example:
-        >>> suite_retention({"conversation": 0.8, "arithmetic": 1.0, "code": None})
-        0.9
-    """
-    kept = [v for v in per_family.values() if v is not None]
-    return sum(kept) / len(kept) if kept else None

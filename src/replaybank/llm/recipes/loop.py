@@ -35,6 +35,7 @@ from replaybank.episodic.env import Environment
 from replaybank.episodic.retrieval import Retriever
 from replaybank.episodic.turns import demonstrate
 from replaybank.llm.config.loop import LoopConfig
+from replaybank.llm.eval.measure import suite_retention
 from replaybank.llm.loop.act import attempt, build_prompts, summarise, to_episode
 from replaybank.llm.loop.consolidate import (
     consolidate,
@@ -44,7 +45,7 @@ from replaybank.llm.loop.consolidate import (
     save_adapter,
 )
 from replaybank.llm.loop.lineage import lineage_for, split_heldout
-from replaybank.llm.loop.report import suite_retention, write_report
+from replaybank.llm.loop.report import write_report
 from replaybank.llm.loop.state import check_same_config, new_state, read_state, write_state
 from replaybank.llm.loop.tasks import make_environment
 
