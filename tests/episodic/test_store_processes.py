@@ -38,7 +38,12 @@ def test_sigkill_mid_write_keeps_every_committed_episode(tmp_path):
         reported = [proc.stdout.readline().split()]  # the writer is up and has committed once
         time.sleep(float(rng.uniform(0.0, 0.3)))
         os.kill(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
+        # read the rest through the same buffered reader as the first line: communicate() reads the
+        # raw pipe and would drop lines readline() had already buffered (seen: two batches "lost")
+        out = proc.stdout.read()
+        assert proc.stderr is not None
+        proc.stderr.read()
+        proc.wait()
         assert proc.returncode == -signal.SIGKILL
         reported += [line.split() for line in out.splitlines() if line.strip()]
         with EpisodeStore(db) as store:
