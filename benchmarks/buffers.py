@@ -1,12 +1,23 @@
 """Replay-buffer throughput and memory: replaybank vs a plain numpy ring, cpprb and TorchRL.
 
 Run ``bash benchmarks/setup.sh && .venv-bench/bin/python benchmarks/buffers.py``. Prints a table
-and writes ``benchmarks/results/buffers.json``. Every figure is measured in this run, on this
+and writes ``benchmarks/results/buffers.json``; the prioritized step split (``--per-sizes``, issue
+30) is printed after it and written to ``benchmarks/results/per_split.json`` (``--only per`` runs
+just that part). Every figure is measured in this run, on this
 machine, with one thread (OMP/MKL/torch), so the ratios compare like with like. cpprb and TorchRL
 columns appear when they are installed (they are not dependencies of replaybank).
 
 Workload (issue #2): capacity 1,000,000; item = obs float32[64], action int64, reward float32,
 done bool; batch 256; alpha 0.6, beta 0.4.
+
+The prioritized split times, in the same loop and so with the caches as a real step leaves them,
+each part of replaybank's ``sample(256)`` + ``update_priorities(256)`` as a direct call: the tree
+walk and the importance weights (one compiled call; the weights are timed again alone and
+subtracted), the row gather (``storage.read``, i.e. numpy ``take`` per column) and the priority
+update (the tree write); "Python overhead" is the step measured through the public API minus
+those four (it goes slightly negative when noise exceeds it). cpprb and TorchRL are timed through their public calls only. The split is
+timed with this thread's CPU clock by default (``--clock wall`` for wall time), so that on a shared
+machine the time other processes hold the core is not counted; their cache pollution still is.
 """
 
 from __future__ import annotations
@@ -146,6 +157,174 @@ def fill_buffer(buf: rb.ReplayBuffer, fill: dict[str, np.ndarray], priorities: n
     return buf
 
 
+# -- the prioritized step, split (issue 30) -------------------------------------------------------
+# The split's clock. "cpu" (default): this thread's CPU time, so that on a shared machine the
+# time other processes hold the core is not counted (their cache pollution still is); "wall":
+# perf_counter. Set from --clock.
+CLOCK: Callable[[], float] = time.thread_time
+
+
+def fill_repeating(extend: Callable[[dict[str, np.ndarray], np.ndarray], object], n: int,
+                   block: dict[str, np.ndarray], prios: np.ndarray) -> None:
+    """Write ``n`` items by repeating ``block`` (so 10^7 items need no 10^7-row source array)."""
+    size, step = len(block["action"]), 100_000
+    for s in range(0, n, step):
+        k = min(step, n - s)
+        lo = s % size
+        extend({key: v[lo : lo + k] for key, v in block.items()}, prios[lo : lo + k])
+
+
+def replaybank_parts(buf: rb.ReplayBuffer, prios: np.ndarray, rng: np.random.Generator) -> dict[str, float]:
+    """Seconds of each part of one step, measured in place (one step; the caller repeats). The
+    walk and the weights are one compiled call (``stratified``); the weights are timed again on
+    their own right after it, with the leaves as hot as the fused call had them, and subtracted."""
+    s = buf.sampler
+    trees, storage = s.trees, buf.storage  # type: ignore[attr-defined]
+    u = rng.random(BATCH)
+    clock = CLOCK
+    t0 = clock()
+    slots, _ = trees.stratified(u, s.beta)  # type: ignore[attr-defined]
+    t1 = clock()
+    trees.weights(slots, s.beta)
+    t2 = clock()
+    storage.read(slots)
+    t3 = clock()
+    if hasattr(trees, "update_powered"):
+        trees.update_powered(slots, prios, s.eps, s.alpha)  # type: ignore[attr-defined]
+    else:  # replaybank before issue 30 (for a before/after run of this script)
+        trees.update(slots, (prios + s.eps) ** s.alpha)
+    t4 = clock()
+    return {"walk": (t1 - t0) - (t2 - t1), "weights": t2 - t1, "gather": t3 - t2, "update": t4 - t3}
+
+
+def timed_step(sample: Callable[[], object], update: Callable[[object], object]) -> dict[str, float]:
+    clock = CLOCK
+    t0 = clock()
+    got = sample()
+    t1 = clock()
+    update(got)
+    t2 = clock()
+    return {"sample": t1 - t0, "update": t2 - t1}
+
+
+def best_mean(step: Callable[[], dict[str, float]], seconds: float, best: dict[str, float]) -> None:
+    """Run ``step`` for about ``seconds``; keep, per key, the lowest mean seen over rounds (the
+    whole step's mean decides which round is kept, so the parts of one round add up)."""
+    sums: dict[str, float] = {}
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for key, value in step().items():
+            sums[key] = sums.get(key, 0.0) + value
+        n += 1
+    means = {key: value / n for key, value in sums.items()}
+    if sum(means.values()) < sum(best.get(key, np.inf) for key in means):
+        best.update(means)
+
+
+Steps = dict[str, Callable[[], dict[str, float]]]
+
+
+def interleaved(steps: Steps, seconds: float, rounds: int) -> dict[str, dict[str, float]]:
+    """Microseconds per call of each step's parts, best round of each, rounds interleaved."""
+    best: dict[str, dict[str, float]] = {who: {} for who in steps}
+    for step in steps.values():
+        step()  # warm up (numba compiles, caches fill)
+    for _ in range(rounds):
+        for who, step in steps.items():
+            best_mean(step, seconds, best[who])
+    return {who: {k: v * 1e6 for k, v in b.items()} for who, b in best.items()}
+
+
+class Workload:
+    """The items every contestant is filled with, and the priorities every update sets."""
+
+    def __init__(self, largest: int) -> None:
+        rng = np.random.default_rng(0)
+        self.block = data(min(largest, 1_000_000), rng)
+        self.block_prios = rng.random(len(self.block["action"])) + 0.1
+        self.prios = rng.random(BATCH) + 0.1
+        self.rng = np.random.default_rng(1)
+
+    def replaybank(self, n: int, sampler: rb.Prioritized) -> rb.ReplayBuffer:
+        buf = rb.ReplayBuffer(n, sampler=sampler, seed=0)
+        fill_repeating(lambda c, p: buf.extend(c, priorities=p), n, self.block, self.block_prios)
+        return buf
+
+    def step(self, buf: rb.ReplayBuffer) -> Callable[[], dict[str, float]]:
+        return lambda: timed_step(lambda: buf.sample(BATCH), lambda b: buf.update_priorities(b.ids, self.prios))  # type: ignore[attr-defined]
+
+
+def per_vs_peers(n: int, w: Workload, seconds: float, rounds: int, use_cpprb: bool, use_trl: bool
+                 ) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
+    """replaybank's step (whole and split) against cpprb's and TorchRL's, all alive together."""
+    per = w.replaybank(n, rb.Prioritized(alpha=0.6, beta=0.4))
+    steps: Steps = {"replaybank": w.step(per), "replaybank parts": lambda: replaybank_parts(per, w.prios, w.rng)}
+    notes: dict[str, str] = {}
+    if use_cpprb:
+        import cpprb
+
+        cper = cpprb.PrioritizedReplayBuffer(n, cpprb_env(), alpha=0.6)
+        fill_repeating(lambda c, p: cper.add(**c, priorities=p), n, w.block, w.block_prios)
+        steps["cpprb"] = lambda: timed_step(lambda: cper.sample(BATCH, beta=0.4),
+                                            lambda s: cper.update_priorities(s["indexes"], w.prios))  # type: ignore[index]
+    if use_trl:
+        import torch
+
+        try:
+            tper = make_torchrl(n, prioritized=True)
+            fill_repeating(lambda c, p: tper.extend(to_td(c)), n, w.block, w.block_prios)
+        except RuntimeError as err:  # its binary sum tree is missing from some builds (TorchRL #3508)
+            notes["torchrl"] = f"unavailable: {str(err).splitlines()[0]}"
+            print(f"  TorchRL prioritized buffer {notes['torchrl']}", flush=True)
+        else:
+            tprios = torch.from_numpy(w.prios)
+            steps["torchrl"] = lambda: timed_step(tper.sample, lambda s: tper.update_priority(s["index"], tprios))  # type: ignore[index]
+    return interleaved(steps, seconds, rounds), notes
+
+
+def rr_vs_per(n: int, w: Workload, seconds: float, rounds: int) -> dict[str, dict[str, float]]:
+    """PrioritizedReshuffled against Prioritized at the same size (after the peers are freed)."""
+    per = w.replaybank(n, rb.Prioritized(alpha=0.6, beta=0.4))
+    rr = w.replaybank(n, rb.PrioritizedReshuffled(alpha=0.6, beta=0.4))
+    return interleaved({"Prioritized": w.step(per), "PrioritizedReshuffled": w.step(rr)}, seconds, rounds)
+
+
+def per_split(sizes: list[int], seconds: float, rounds: int, use_cpprb: bool, use_trl: bool) -> dict[str, object]:
+    """Microseconds per call of each contestant's prioritized step at each size, and replaybank's
+    split; contestants of one size are alive together and their timing windows interleaved."""
+    w = Workload(max(sizes))
+    out: dict[str, object] = {}
+    for n in sizes:
+        print(f"prioritized step split, {n:,} items", flush=True)
+        us, notes = per_vs_peers(n, w, seconds, rounds, use_cpprb, use_trl)
+        parts = us.pop("replaybank parts")
+        total = step_us(us["replaybank"])
+        split = {**parts, "python overhead": total - sum(parts.values()), "step": total}
+        pair = rr_vs_per(n, w, seconds, rounds)
+        us["PrioritizedReshuffled"] = pair["PrioritizedReshuffled"]
+        us["Prioritized (RR-M pass)"] = pair["Prioritized"]
+        out[str(n)] = {"us_per_call": us, "replaybank_split_us": split, "notes": notes}
+        print_split(n, us, split, notes)
+    return out
+
+
+def step_us(row: dict[str, float]) -> float:
+    return row["sample"] + row["update"]
+
+
+def print_split(n: int, us: dict[str, dict[str, float]], split: dict[str, float], notes: dict[str, str]) -> None:
+    print(f"\n| {n:,} items: us per call | sample(256) | update(256) | step | replaybank step speed-up |")
+    print("|---|---:|---:|---:|---:|")
+    mine = step_us(us["replaybank"])
+    for who, row in us.items():
+        print(f"| {who} | {row['sample']:.1f} | {row['update']:.1f} | {step_us(row):.1f} | {step_us(row) / mine:.2f}x |")
+    for who, why in notes.items():
+        print(f"| {who} | {why} | | | |")
+    print("\n| replaybank step, split (us) | " + " | ".join(split) + " |")
+    print("|---|" + "---:|" * len(split))
+    print("| | " + " | ".join(f"{v:.1f}" for v in split.values()) + " |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--capacity", type=int, default=1_000_000)
@@ -154,7 +333,28 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved windows per contestant (best is kept)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "buffers.json")
     parser.add_argument("--skip-peers", action="store_true", help="only replaybank and numpy")
+    parser.add_argument("--per-sizes", default="100000,1000000,10000000",
+                        help="buffer sizes of the prioritized split, comma-separated ('' skips it)")
+    parser.add_argument("--per-out", type=Path, default=Path(__file__).parent / "results" / "per_split.json")
+    parser.add_argument("--only", choices=("all", "per"), default="all", help="'per': only the prioritized split")
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                        help="the split's clock: this thread's CPU time (default) or wall time")
     args = parser.parse_args()
+    global CLOCK
+    CLOCK = time.thread_time if args.clock == "cpu" else time.perf_counter
+    use_cpprb = not args.skip_peers and have("cpprb")
+    use_trl = not args.skip_peers and have("torchrl")
+    sizes = [int(float(x)) for x in args.per_sizes.split(",") if x.strip()]
+    if args.only == "per":
+        run_per_split(args, sizes, use_cpprb, use_trl)
+        return
+    classic(args, use_cpprb, use_trl)  # its buffers are freed before the split fills its own
+    if sizes:
+        run_per_split(args, sizes, use_cpprb, use_trl)
+
+
+def classic(args: argparse.Namespace, use_cpprb: bool, use_trl: bool) -> None:
+    """The table of issue 2: add, extend, uniform / reshuffled / prioritized sampling at one size."""
     cap = args.capacity
     rng = np.random.default_rng(0)
     fill = data(cap, rng)
@@ -162,8 +362,6 @@ def main() -> None:
     single = {k: v[0] for k, v in data(1, rng).items()}
     chunk = data(1000, rng)
     prios = rng.random(BATCH) + 0.1
-    use_cpprb = not args.skip_peers and have("cpprb")
-    use_trl = not args.skip_peers and have("torchrl")
     rows: dict[str, dict[str, float]] = {}
 
     def measure(case: str, contestants: dict[str, Callable[[], object]], scale: float = 1.0) -> None:
@@ -281,6 +479,29 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"capacity": cap, "batch": BATCH, "ops_per_second": rows, "ratios": ratios}, indent=1))
     print(f"\nwrote {args.out}")
+
+
+def run_per_split(args: argparse.Namespace, sizes: list[int], use_cpprb: bool, use_trl: bool) -> None:
+    result = per_split(sizes, args.seconds, args.rounds, use_cpprb, use_trl)
+    ratios = {}
+    for n, case in result.items():
+        us = case["us_per_call"]  # type: ignore[index]
+        mine = step_us(us["replaybank"])
+        ratios[n] = {f"step vs {who}": step_us(us[who]) / mine for who in ("cpprb", "torchrl") if who in us}
+        ratios[n]["PrioritizedReshuffled vs Prioritized (speed)"] = step_us(us["Prioritized (RR-M pass)"]) / step_us(us["PrioritizedReshuffled"])
+    print("\n| size | " + " | ".join(next(iter(ratios.values()))) + " |")
+    print("|---|" + "---:|" * len(next(iter(ratios.values()))))
+    for n, r in ratios.items():
+        print(f"| {int(n):,} | " + " | ".join(f"{v:.2f}x" for v in r.values()) + " |")
+    args.per_out.parent.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()
+    args.per_out.write_text(json.dumps({
+        "batch": BATCH, "alpha": 0.6, "beta": 0.4, "obs": "float32[64]", "threads": 1,
+        "seconds_per_window": args.seconds, "rounds": args.rounds, "clock": args.clock,
+        "load_average_at_end": load, "cpus": os.cpu_count(),
+        "sizes": result, "ratios": ratios,
+    }, indent=1))
+    print(f"\nwrote {args.per_out} ({args.clock} clock; load average at the end: {load[0]:.2f} on {os.cpu_count()} CPUs)")
 
 
 def ratio(rows: dict[str, dict[str, float]], case: str, peer: str) -> float | None:

@@ -21,8 +21,7 @@ def _expected(s: int, leaves: np.ndarray, base: np.ndarray, anchor: np.ndarray, 
 
 @numba.njit(cache=True, nogil=True)
 def sync(
-    sums: np.ndarray,
-    mins: np.ndarray,
+    tree: np.ndarray,
     offsets: np.ndarray,
     k: int,
     slots: np.ndarray,
@@ -44,38 +43,35 @@ def sync(
         if not masked and only_masked:
             continue
         if masked:
-            sums[s] = 0.0
+            tree[2 * s] = 0.0
             if leaves[s] == 0.0:  # a masked item with priority 0 is due never
                 due = np.inf
             else:
                 due = anchor[s] + (count[s] - tol / 2 - base[s]) / leaves[s]
-            mins[s] = due if due > 0.0 else np.inf
+            tree[2 * s + 1] = due if due > 0.0 else np.inf
         else:
-            sums[s] = leaves[s]
-            mins[s] = np.inf
+            tree[2 * s] = leaves[s]
+            tree[2 * s + 1] = np.inf
         touched[n] = s
         n += 1
     if n:
-        _refresh(sums, mins, offsets, k, touched[:n])
+        _refresh(tree, offsets, k, touched[:n])
 
 
 @numba.njit(cache=True, nogil=True)
-def unmask(
-    sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, k: int, capacity: int, leaves: np.ndarray, acc: float
-) -> None:
-    """Masked items whose due time has come (mins <= ``acc``) go back into the draw."""
-    back = _below(mins, offsets, k, capacity, acc)
+def unmask(tree: np.ndarray, offsets: np.ndarray, k: int, capacity: int, leaves: np.ndarray, acc: float) -> None:
+    """Masked items whose due time has come (min <= ``acc``) go back into the draw."""
+    back = _below(tree, offsets, k, capacity, acc)
     if len(back):
         for s in back:
-            sums[s] = leaves[s]
-            mins[s] = np.inf
-        _refresh(sums, mins, offsets, k, back)
+            tree[2 * s] = leaves[s]
+            tree[2 * s + 1] = np.inf
+        _refresh(tree, offsets, k, back)
 
 
 @numba.njit(cache=True, nogil=True)
 def draw(
-    sums: np.ndarray,
-    mins: np.ndarray,
+    tree: np.ndarray,
     offsets: np.ndarray,
     k: int,
     mass: np.ndarray,
@@ -89,7 +85,7 @@ def draw(
     """One round of masked draws: walk the mask tree for each ``mass``, accept the candidates in
     order (the r-th of an item passes iff ``C + r <= E``), count the accepted ones, and mask the
     items now ahead of their expected count. Returns the accepted slots in draw order."""
-    candidates = _walk(sums, offsets, k, mass)
+    candidates = _walk(tree, offsets, k, mass)
     ascending = True
     for i in range(1, len(candidates)):
         if candidates[i] < candidates[i - 1]:
@@ -111,7 +107,7 @@ def draw(
             count[candidates[i]] += 1.0
             accepted[n] = candidates[i]
             n += 1
-    sync(sums, mins, offsets, k, candidates, True, leaves, count, base, anchor, acc, tol)
+    sync(tree, offsets, k, candidates, True, leaves, count, base, anchor, acc, tol)
     return accepted[:n]
 
 

@@ -7,10 +7,11 @@ cost is cache misses, so the layout is chosen for them:
 
 * 8 children per node (8 measured fastest among 2..64): a walk is 7 steps, each a scan of
   adjacent values, instead of 20 dependent steps in a binary tree;
-* the sums and the mins in two arrays, each aligned to 64 bytes, so that one node of sums is
-  one cache line: the walk reads only sums and touches half the memory it did when the two
-  were interleaved node by node (measured at 10^6 leaves, one thread, walk + weights + update of
-  256 leaves: 109 us split against 156 us interleaved; at 10^7, 126 against 158);
+* sum and min interleaved node by node, a node's 8 pairs on one 128-byte-aligned pair of cache
+  lines: ``update_priorities`` follows ``sample`` on the same slots, and the walk that sampling
+  did has already brought the min values into cache (measured in place, in the benchmark's step
+  with the row gather between: the update costs about half of what it does with the sums and
+  the mins in two arrays, while the walk costs about the same);
 * walks and updates go level by level across the batch, so the misses of different leaves
   overlap, and each is one compiled call with its loops written inline (a call per node into a
   helper cost ~50 us per 256-leaf update).
@@ -24,35 +25,35 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-_LINE = 64  # bytes: one cache line holds one node of 8 float64 children
+_ALIGN = 128  # bytes: the 8 (sum, min) pairs of one node, two adjacent cache lines
 
 
-def _aligned(n: int, fill: float) -> np.ndarray:
-    """``n`` float64 values filled with ``fill``, starting on a cache-line boundary."""
-    pad = _LINE // 8
-    raw = np.full(n + pad, fill)
-    start = (-raw.ctypes.data % _LINE) // 8
+def _aligned(n: int) -> np.ndarray:
+    """``n`` float64 zeros starting on an ``_ALIGN``-byte boundary."""
+    pad = _ALIGN // 8
+    raw = np.zeros(n + pad)
+    start = (-raw.ctypes.data % _ALIGN) // 8
     return raw[start : start + n]
 
 
 @numba.njit(cache=True, nogil=True)
-def _top_total(sums: np.ndarray, top: int) -> float:
+def _top_total(tree: np.ndarray, top: int) -> float:
     total = 0.0
-    for j in range(top, len(sums)):
-        total += sums[j]
+    for j in range(top, len(tree) // 2):
+        total += tree[2 * j]
     return total
 
 
 @numba.njit(cache=True, nogil=True)
-def _top_min(mins: np.ndarray, top: int) -> float:
+def _top_min(tree: np.ndarray, top: int) -> float:
     low = np.inf
-    for j in range(top, len(mins)):
-        low = min(low, mins[j])
+    for j in range(top, len(tree) // 2):
+        low = min(low, tree[2 * j + 1])
     return low
 
 
 @numba.njit(cache=True, nogil=True)
-def _walk(sums: np.ndarray, offsets: np.ndarray, k: int, mass: np.ndarray) -> np.ndarray:
+def _walk(tree: np.ndarray, offsets: np.ndarray, k: int, mass: np.ndarray) -> np.ndarray:
     """The leaf holding each ``mass``: the child where the running sum first exceeds what is left
     of it, never a zero-mass child (rounding overflow lands on the last positive one)."""
     node = np.zeros(len(mass), dtype=np.int64)
@@ -63,7 +64,7 @@ def _walk(sums: np.ndarray, offsets: np.ndarray, k: int, mass: np.ndarray) -> np
             pick = -1
             mi = m[i]
             for j in range(k):
-                v = sums[first + j]
+                v = tree[2 * (first + j)]
                 if v > 0.0:
                     pick = j
                     if mi < v:
@@ -75,32 +76,32 @@ def _walk(sums: np.ndarray, offsets: np.ndarray, k: int, mass: np.ndarray) -> np
 
 
 @numba.njit(cache=True, nogil=True)
-def _weights(sums: np.ndarray, slots: np.ndarray, low: float, beta: float) -> np.ndarray:
+def _weights(tree: np.ndarray, slots: np.ndarray, low: float, beta: float) -> np.ndarray:
     # a weight below float32's smallest normal number is rounded up to it, never to 0
     tiny = np.float32(1.1754944e-38)
     out = np.empty(len(slots), dtype=np.float32)
     for i in range(len(slots)):
-        out[i] = max(np.float32((sums[slots[i]] / low) ** -beta), tiny)
+        out[i] = max(np.float32((tree[2 * slots[i]] / low) ** -beta), tiny)
     return out
 
 
 @numba.njit(cache=True, nogil=True)
 def _stratified(
-    sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, k: int, u: np.ndarray, beta: float
+    tree: np.ndarray, offsets: np.ndarray, k: int, u: np.ndarray, beta: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Walk + weights in one call: draw ``i`` takes mass ``(i + u[i]) * total / n``."""
     top = offsets[len(offsets) - 2]
     n = len(u)
-    step = _top_total(sums, top) / n
+    step = _top_total(tree, top) / n
     mass = np.empty(n)
     for i in range(n):
         mass[i] = (i + u[i]) * step
-    slots = _walk(sums, offsets, k, mass)
-    return slots, _weights(sums, slots, _top_min(mins, top), beta)
+    slots = _walk(tree, offsets, k, mass)
+    return slots, _weights(tree, slots, _top_min(tree, top), beta)
 
 
 @numba.njit(cache=True, nogil=True)
-def _refresh(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarray) -> None:
+def _refresh(tree: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarray) -> None:
     """Recompute every ancestor of ``index`` from all its children, level by level. Near the top,
     where a level has fewer nodes than there are leaves to refresh, the whole level is recomputed
     instead (the ancestors of a batch share those few nodes, so that is less work)."""
@@ -118,33 +119,30 @@ def _refresh(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, k: int, in
             first = below + parent * k
             total = 0.0
             low = np.inf
-            for j in range(k):
-                total += sums[first + j]
-                v = mins[first + j]
+            for j in range(first, first + k):
+                total += tree[2 * j]
+                v = tree[2 * j + 1]
                 if v < low:
                     low = v
-            sums[here + parent] = total
-            mins[here + parent] = low
+            tree[2 * (here + parent)] = total
+            tree[2 * (here + parent) + 1] = low
         if whole:  # every level above is smaller still
-            _rebuild_from(sums, mins, offsets, k, level + 1)
+            _rebuild_from(tree, offsets, k, level + 1)
             return
 
 
 @numba.njit(cache=True, nogil=True)
-def _update(
-    sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarray, values: np.ndarray
-) -> None:
+def _update(tree: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarray, values: np.ndarray) -> None:
     """Set leaves (zero mass is +inf for the min, so empty slots never set the weight normaliser)."""
     for i in range(len(index)):
-        sums[index[i]] = values[i]
-        mins[index[i]] = values[i] if values[i] > 0.0 else np.inf
-    _refresh(sums, mins, offsets, k, index)
+        tree[2 * index[i]] = values[i]
+        tree[2 * index[i] + 1] = values[i] if values[i] > 0.0 else np.inf
+    _refresh(tree, offsets, k, index)
 
 
 @numba.njit(cache=True, nogil=True)
 def _update_powered(
-    sums: np.ndarray,
-    mins: np.ndarray,
+    tree: np.ndarray,
     offsets: np.ndarray,
     k: int,
     index: np.ndarray,
@@ -158,31 +156,25 @@ def _update_powered(
         p = priorities[i]
         top = max(top, p)
         v = (p + eps) ** alpha
-        sums[index[i]] = v
-        mins[index[i]] = v if v > 0.0 else np.inf
-    _refresh(sums, mins, offsets, k, index)
+        tree[2 * index[i]] = v
+        tree[2 * index[i] + 1] = v if v > 0.0 else np.inf
+    _refresh(tree, offsets, k, index)
     return top
 
 
 @numba.njit(cache=True, nogil=True)
 def _update_pair(
-    sums: np.ndarray,
-    mins: np.ndarray,
-    offsets: np.ndarray,
-    k: int,
-    index: np.ndarray,
-    new_sums: np.ndarray,
-    new_mins: np.ndarray,
+    tree: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarray, sums: np.ndarray, mins: np.ndarray
 ) -> None:
     """Set the sum and the min of leaves separately (a zero min is +inf: not in the min tree)."""
     for i in range(len(index)):
-        sums[index[i]] = new_sums[i]
-        mins[index[i]] = new_mins[i] if new_mins[i] > 0.0 else np.inf
-    _refresh(sums, mins, offsets, k, index)
+        tree[2 * index[i]] = sums[i]
+        tree[2 * index[i] + 1] = mins[i] if mins[i] > 0.0 else np.inf
+    _refresh(tree, offsets, k, index)
 
 
 @numba.njit(cache=True, nogil=True)
-def _rebuild_from(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, k: int, start: int) -> None:
+def _rebuild_from(tree: np.ndarray, offsets: np.ndarray, k: int, start: int) -> None:
     """Recompute every node of levels ``start`` and above from their children."""
     for level in range(start, len(offsets) - 1):
         below, here = offsets[level - 1], offsets[level]
@@ -190,21 +182,21 @@ def _rebuild_from(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, k: in
             total = 0.0
             low = np.inf
             for j in range(below + parent * k, below + parent * k + k):
-                total += sums[j]
-                v = mins[j]
+                total += tree[2 * j]
+                v = tree[2 * j + 1]
                 if v < low:
                     low = v
-            sums[here + parent] = total
-            mins[here + parent] = low
+            tree[2 * (here + parent)] = total
+            tree[2 * (here + parent) + 1] = low
 
 
 @numba.njit(cache=True, nogil=True)
-def _rebuild(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, k: int) -> None:
-    _rebuild_from(sums, mins, offsets, k, 1)
+def _rebuild(tree: np.ndarray, offsets: np.ndarray, k: int) -> None:
+    _rebuild_from(tree, offsets, k, 1)
 
 
 @numba.njit(cache=True, nogil=True)
-def _below(mins: np.ndarray, offsets: np.ndarray, k: int, capacity: int, limit: float) -> np.ndarray:
+def _below(tree: np.ndarray, offsets: np.ndarray, k: int, capacity: int, limit: float) -> np.ndarray:
     """Leaves whose min value is <= ``limit`` (zero leaves count as +inf, so never). Descends
     level by level, only into subtrees whose min is <= limit, keeping the whole frontier of a level
     together so that its cache misses overlap (as ``_walk`` does)."""
@@ -216,7 +208,7 @@ def _below(mins: np.ndarray, offsets: np.ndarray, k: int, capacity: int, limit: 
         for i in range(len(frontier)):
             first = frontier[i] * k
             for j in range(first, first + k):
-                if mins[offsets[level] + j] <= limit:
+                if tree[2 * (offsets[level] + j) + 1] <= limit:
                     nxt[n] = j
                     n += 1
         frontier = nxt[:n]
@@ -232,68 +224,67 @@ def _values(values: np.ndarray) -> np.ndarray:
 
 
 class NumbaPairTree:
-    """Sum and min trees over ``capacity`` leaves, with ``branching`` children per node.
+    """Sum and min trees over ``capacity`` leaves, interleaved, with ``branching`` children per node.
 
-    Levels are stored bottom-up in one flat array per reduction (``sums``, ``mins``), each level
-    padded to a multiple of ``branching``; the top level holds the root's children.
+    Levels are stored bottom-up in one flat array of (sum, min) pairs, each level padded to a
+    multiple of ``branching``; the top level holds the root's children.
     """
 
     def __init__(self, capacity: int, *, branching: int = 8) -> None:
         self.capacity = int(capacity)
         self.k = int(branching)
         self.offsets = _level_offsets(self.capacity, self.k)
-        self.sums = _aligned(int(self.offsets[-1]), 0.0)
-        self.mins = _aligned(int(self.offsets[-1]), np.inf)
+        self.tree = _aligned(2 * int(self.offsets[-1]))
+        self.tree[1::2] = np.inf
         self._top = int(self.offsets[-2])
 
     @property
     def total(self) -> float:
-        return float(_top_total(self.sums, self._top))
+        return float(_top_total(self.tree, self._top))
 
     @property
     def minimum(self) -> float:
-        return float(_top_min(self.mins, self._top))
+        return float(_top_min(self.tree, self._top))
 
     @property
     def leaves(self) -> np.ndarray:
-        """The sum-tree leaves (a view: read-only use)."""
-        return self.sums[: self.capacity]
+        """The sum-tree leaves (a strided view: read-only use)."""
+        return self.tree[: 2 * self.capacity : 2]
 
     def update(self, index: np.ndarray, values: np.ndarray) -> None:
-        _update(self.sums, self.mins, self.offsets, self.k, _index(index), _values(values))
+        _update(self.tree, self.offsets, self.k, _index(index), _values(values))
 
     def update_powered(self, index: np.ndarray, priorities: np.ndarray, eps: float, alpha: float) -> float:
         """Set ``leaves[index] = (priorities + eps) ** alpha`` (the last value wins for a repeated
         index) in one pass; returns ``max(priorities)``, ``-inf`` when there are none."""
         return float(
             _update_powered(
-                self.sums, self.mins, self.offsets, self.k, _index(index), _values(priorities),
-                float(eps), float(alpha),
+                self.tree, self.offsets, self.k, _index(index), _values(priorities), float(eps), float(alpha)
             )
         )
 
     def update_pair(self, index: np.ndarray, sums: np.ndarray, mins: np.ndarray) -> None:
         """Set the sum-tree and min-tree leaves to different values (zero min = not in it)."""
-        _update_pair(self.sums, self.mins, self.offsets, self.k, _index(index), _values(sums), _values(mins))
+        _update_pair(self.tree, self.offsets, self.k, _index(index), _values(sums), _values(mins))
 
     def load(self, values: np.ndarray) -> None:
-        self.sums[: self.capacity] = values
-        self.mins[: self.capacity] = np.where(values > 0, values, np.inf)
-        _rebuild(self.sums, self.mins, self.offsets, self.k)
+        self.tree[: 2 * self.capacity : 2] = values
+        self.tree[1 : 2 * self.capacity : 2] = np.where(values > 0, values, np.inf)
+        _rebuild(self.tree, self.offsets, self.k)
 
     def find(self, mass: np.ndarray) -> np.ndarray:
-        return _walk(self.sums, self.offsets, self.k, _values(mass))  # type: ignore[no-any-return]
+        return _walk(self.tree, self.offsets, self.k, _values(mass))  # type: ignore[no-any-return]
 
     def weights(self, slots: np.ndarray, beta: float) -> np.ndarray:
-        return _weights(self.sums, _index(slots), self.minimum, float(beta))  # type: ignore[no-any-return]
+        return _weights(self.tree, _index(slots), self.minimum, float(beta))  # type: ignore[no-any-return]
 
     def stratified(self, u: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray]:
         """One draw per equal slice of the mass, and normalised importance weights (one call)."""
-        return _stratified(self.sums, self.mins, self.offsets, self.k, _values(u), float(beta))  # type: ignore[no-any-return]
+        return _stratified(self.tree, self.offsets, self.k, _values(u), float(beta))  # type: ignore[no-any-return]
 
     def below(self, limit: float) -> np.ndarray:
         """Leaves holding a positive value <= ``limit``, in no particular order."""
-        return _below(self.mins, self.offsets, self.k, self.capacity, float(limit))  # type: ignore[no-any-return]
+        return _below(self.tree, self.offsets, self.k, self.capacity, float(limit))  # type: ignore[no-any-return]
 
 
 def _level_offsets(capacity: int, k: int) -> np.ndarray:

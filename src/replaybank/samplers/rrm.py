@@ -100,7 +100,7 @@ class PrioritizedReshuffled(Prioritized):
         if self._fast is not None:
             m = self.mask
             self._fast.sync(
-                m.sums, m.mins, m.offsets, m.k, np.ascontiguousarray(slots, dtype=np.int64), only_masked,
+                m.tree, m.offsets, m.k, np.ascontiguousarray(slots, dtype=np.int64), only_masked,
                 self.trees.leaves, self.count, self.base, self.anchor, self.accumulated, self.TOL,
             )
             return
@@ -154,7 +154,7 @@ class PrioritizedReshuffled(Prioritized):
             if self._fast is not None:  # the three steps below in one compiled call
                 m = self.mask
                 accepted = self._fast.draw(
-                    m.sums, m.mins, m.offsets, m.k, mass, self.trees.leaves,
+                    m.tree, m.offsets, m.k, mass, self.trees.leaves,
                     self.count, self.base, self.anchor, self.accumulated, self.TOL,
                 )
                 found.append(accepted)
@@ -171,7 +171,7 @@ class PrioritizedReshuffled(Prioritized):
     def _unmask(self) -> None:
         if self._fast is not None:
             m = self.mask
-            self._fast.unmask(m.sums, m.mins, m.offsets, m.k, m.capacity, self.trees.leaves, self.accumulated)
+            self._fast.unmask(m.tree, m.offsets, m.k, m.capacity, self.trees.leaves, self.accumulated)
             return
         back = self.mask.below(self.accumulated)
         if len(back):
