@@ -178,6 +178,26 @@ def load_model(name: str, device: str = "cpu", log: Any = print) -> tuple[Any, A
     return model, tok
 
 
+def cache_argument(model: Any) -> str:
+    """The forward keyword of the KV cache: ``cache`` (transformers >= 5.x) or ``past_key_values``.
+
+    transformers renamed ``past_key_values`` to ``cache`` in 5.x (the old name warns, and goes in
+    5.40); earlier releases accept only the old one. The name is read off the forward signature of
+    the model under any PEFT wrapper.
+    """
+    import inspect
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    params = inspect.signature(inner.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def output_cache(output: Any) -> Any:
+    """The KV cache of a forward's output, under either name (see :func:`cache_argument`)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else getattr(output, "past_key_values", None)
+
+
 def linear_module_names(model: Any) -> list[str]:
     """Distinct last-name parts of the model's ``nn.Linear`` modules (valid LoRA targets)."""
     import torch

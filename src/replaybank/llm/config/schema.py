@@ -20,7 +20,8 @@ from typing import Any, Literal
 
 Lineage = Literal["window", "all", "best"]
 Arm = Literal["base", "naive", "rehearsal"]
-Device = Literal["auto", "cpu", "cuda"]
+#: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (checked by :func:`.values.parse_device`).
+Device = str
 MixBy = Literal["rows", "tokens"]
 KLOn = Literal["rehearsal", "all"]
 ARM_SOURCES = ("corpus", "self", "replay")
@@ -70,7 +71,7 @@ class Training:
     rehearsal_max_chars: int = _f(400, "passages are cut to this many characters", min=1, max=100_000_000)
     max_seq_length: int = _f(256, "rows are truncated to this many tokens", min=8, max=1_048_576)
     seed: int = _f(0, "seed of data order, slices and LoRA init", min=0, max=2**31 - 1)
-    device: Device = _f("auto", "auto = cuda when available (bf16), else cpu (fp32)")
+    device: Device = _f("auto", "auto = cuda when available (bf16), else cpu (fp32); cpu, cuda, or cuda:N for GPU N (checked against the machine before the model loads; with --jobs a bare cuda puts worker k on GPU k mod n_gpus)", device=True)
     num_threads: int = _f(0, "torch CPU threads; 0 = auto: every CPU when the 1-minute load average is below 0.5, else 1", min=0, max=4096)
     save_every: int = _f(0, "save a resumable checkpoint every N optimizer steps (0 = none: an arm cut short restarts; finished arms are kept in OUT.partial either way)", min=0)
 

@@ -63,7 +63,7 @@ from replaybank.llm.report.folder import (
 )
 from replaybank.llm.report.metrics import METRICS_SCHEMA_VERSION, build_metrics, write_outputs
 from replaybank.llm.report.seeds import aggregate
-from replaybank.llm.runtime import environment, loadavg, pick_device, resolve_threads
+from replaybank.llm.runtime import environment, loadavg, pick_device, resolve_threads, use_device
 from replaybank.llm.train import KLSpec, add_lora, train_lora
 from replaybank.llm.train.lineage import select_lineage
 from replaybank.llm.train.sources import build_sources, concat_rows
@@ -108,7 +108,8 @@ def run_experiment(
     t = cfg.training
     items = load_suite(cfg.data.suite)  # bad suite files fail before the model loads
     torch.set_num_threads(resolve_threads(t.num_threads, load_start))
-    device = pick_device(t.device)
+    device = pick_device(t.device, where=f"{cfg.source}: [training] device")  # before the model loads
+    use_device(device)
     timings: dict[str, float] = {}
 
     t0 = time.perf_counter()
@@ -376,7 +377,10 @@ def _seed_worker(cfg: Config, k: int, partial: Path, max_steps: int | None) -> d
     def log(message: str) -> None:
         print(f"[seed {cfg.training.seed + k}] {message}", file=sys.stderr, flush=True)
 
-    model, tokenizer = load_model(cfg.training.base_model, pick_device(cfg.training.device), log)
+    device = pick_device(cfg.training.device, worker=k, where=f"{cfg.source}: [training] device")
+    use_device(device)  # worker k on GPU k mod n_gpus: its CUDA RNG and new tensors live there
+    log(f"device {device}")
+    model, tokenizer = load_model(cfg.training.base_model, device, log)
     items = load_suite(cfg.data.suite)
     general_text = general_text_rows(tokenizer, cfg.training.max_seq_length)
     return run_seed(cfg, k, model, tokenizer, items, general_text, partial=partial, log=log, max_steps=max_steps)
