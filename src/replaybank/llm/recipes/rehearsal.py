@@ -94,7 +94,7 @@ def run_experiment(
     """
     import torch
 
-    from replaybank.llm.model import check_target_modules, load_model
+    from replaybank.llm.model import check_target_modules, enable_gradient_checkpointing, load_model
 
     wall0 = time.perf_counter()
     load_start = loadavg()
@@ -115,6 +115,8 @@ def run_experiment(
     t0 = time.perf_counter()
     base_model, tokenizer = load_model(t.base_model, device, log)
     check_target_modules(base_model, list(t.lora_target_modules))
+    if t.gradient_checkpointing:
+        enable_gradient_checkpointing(base_model, f"{cfg.source}: [training] gradient_checkpointing")
     timings["model_load"] = time.perf_counter() - t0
 
     general_text = general_text_rows(tokenizer, t.max_seq_length)
