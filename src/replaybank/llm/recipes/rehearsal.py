@@ -26,7 +26,6 @@ leftovers of a run with another config) is only replaced with ``force``.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import time
@@ -64,7 +63,8 @@ from replaybank.llm.report.folder import (
 from replaybank.llm.report.metrics import METRICS_SCHEMA_VERSION, build_metrics, write_outputs
 from replaybank.llm.report.seeds import aggregate
 from replaybank.llm.runtime import environment, loadavg, pick_device, resolve_threads, use_device
-from replaybank.llm.train import KLSpec, add_lora, train_lora
+from replaybank.llm.train import KLSpec, train_lora
+from replaybank.llm.train.adapter import fresh_adapter
 from replaybank.llm.train.lineage import select_lineage
 from replaybank.llm.train.sources import build_sources, concat_rows
 
@@ -239,8 +239,20 @@ def train_arm(
     name: str, spec: ArmSpec, ratio: float, base_model: Any, ctx: EvalContext, cfg: Config, *,
     partial: Path, log: Log, max_steps: int | None, seed_label: str,
 ) -> dict[str, Any]:
-    """Train arm ``name`` through every generation; return its measurements (see module docstring)."""
-    model = add_lora(copy.deepcopy(base_model), cfg.training)
+    """Train arm ``name`` through every generation; return its measurements (see module docstring).
+
+    The arm's adapter is put on ``base_model`` itself (:func:`..train.adapter.fresh_adapter`, no
+    copy of the base) and taken off again when the arm is done.
+    """
+    with fresh_adapter(base_model, cfg.training) as model:
+        return _train_arm(name, spec, ratio, model, ctx, cfg, partial=partial, log=log, max_steps=max_steps,
+                          seed_label=seed_label)
+
+
+def _train_arm(
+    name: str, spec: ArmSpec, ratio: float, model: Any, ctx: EvalContext, cfg: Config, *,
+    partial: Path, log: Log, max_steps: int | None, seed_label: str,
+) -> dict[str, Any]:
     orch = cfg.orchestration
     kl = KLSpec(spec.kl_to_base, spec.kl_temperature, spec.kl_on, spec.rehearsal_ce) if spec.kl_to_base > 0 else None
     generations: list[dict[str, Any]] = []
@@ -334,11 +346,11 @@ def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> 
     sources = {"corpus": ctx.data.rehearsal_pool}
     if ctx.self_rows is not None:
         sources["self"] = ctx.self_rows
-    model = add_lora(copy.deepcopy(base_model), cfg.training)
-    reports = probe_sources(
-        model, ctx.pad_id, ctx.data.domain_generations[0], sources,
-        pairs=cfg.evaluation.probe_pairs, batch_size=cfg.training.batch_size, seed=cfg.training.seed,
-    )
+    with fresh_adapter(base_model, cfg.training) as model:  # no copy of the base model
+        reports = probe_sources(
+            model, ctx.pad_id, ctx.data.domain_generations[0], sources,
+            pairs=cfg.evaluation.probe_pairs, batch_size=cfg.training.batch_size, seed=cfg.training.seed,
+        )
     for name, rep in reports.items():
         log(f"probe {name}: cosine {rep.cosine_mean:.4f} +/- {rep.cosine_std:.4f}, alpha {rep.alpha_suggested:.3f}, "
             f"needed {rep.rehearsal_needed}")

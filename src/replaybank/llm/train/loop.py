@@ -92,7 +92,15 @@ def add_lora(model: Any, cfg: Training) -> Any:
     # PEFT initialises adapters from torch's global generator; seeding it here is the only way
     # to make the init reproducible.
     torch.manual_seed(cfg.seed)
-    return get_peft_model(model, lora)
+    peft_model = get_peft_model(model, lora)
+    dtype = next(p.dtype for p in model.parameters() if not p.requires_grad)
+    if dtype != torch.float32:
+        # PEFT keeps adapters fp32 on a bf16 base, which casts every adapter input to fp32 (a
+        # copy of every activation entering a LoRA layer); the adapter follows the base instead.
+        for p in peft_model.parameters():
+            if p.requires_grad:
+                p.data = p.data.to(dtype)
+    return peft_model
 
 
 def _batch_digest(sources: np.ndarray, rows: np.ndarray) -> str:
