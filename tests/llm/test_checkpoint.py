@@ -106,6 +106,7 @@ def test_checkpoint_with_a_pickled_object_is_refused_without_running_it(tmp_path
         ({"torch_rng": [1, 2]}, r"field 'torch_rng' is list, expected Tensor"),
         ({"log": {"steps": [], "evals": [], "tokens": 1.5, "seconds": 0.0}}, r"field 'log.tokens' is float"),
         ({"adapter": {"w": [1.0]}}, r"'adapter' holds non-tensor values"),
+        ({"cuda_rng": [1, 2]}, r"field 'cuda_rng' is list, expected Tensor"),
     ],
 )
 def test_checkpoint_fields_are_checked_before_use(tmp_path: Path, change: dict[str, Any], match: str) -> None:
@@ -125,3 +126,28 @@ def test_truncated_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:20])
     with pytest.raises(ReplayBankError, match=r"not a readable checkpoint"):
         load_checkpoint(path, None, None, None, TrainLog())  # type: ignore[arg-type]
+
+
+def test_cuda_rng_is_saved_and_restored_on_a_gpu_and_absent_on_cpu(tmp_path: Path, monkeypatch: Any) -> None:
+    from replaybank.llm.train import checkpoint
+
+    model, opt = _lora(0)
+    mixer, log = Mixer([20, 8], [0.75, 0.25], 4, seed=3), TrainLog()
+    save_checkpoint(tmp_path / "cpu.pt", model, opt, mixer, log, step=1)
+    assert "cuda_rng" not in torch.load(tmp_path / "cpu.pt", weights_only=True)
+
+    gpu = torch.device("cuda", 1)
+    saved_state = torch.arange(16, dtype=torch.uint8)
+    restored: list[tuple[Any, Any]] = []
+    monkeypatch.setattr(checkpoint, "model_device", lambda m: gpu)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: saved_state.clone() if device == gpu else None)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: restored.append((state, device)))
+    save_checkpoint(tmp_path / "gpu.pt", model, opt, mixer, log, step=1)
+    assert torch.equal(torch.load(tmp_path / "gpu.pt", weights_only=True)["cuda_rng"], saved_state)
+    load_checkpoint(tmp_path / "gpu.pt", model, opt, Mixer([20, 8], [0.75, 0.25], 4, seed=3), TrainLog())
+    assert len(restored) == 1 and torch.equal(restored[0][0], saved_state) and restored[0][1] == gpu
+
+    restored.clear()
+    monkeypatch.setattr(checkpoint, "model_device", lambda m: torch.device("cpu"))
+    load_checkpoint(tmp_path / "gpu.pt", model, opt, Mixer([20, 8], [0.75, 0.25], 4, seed=3), TrainLog())
+    assert restored == []  # resumed on the CPU: no CUDA generator to restore

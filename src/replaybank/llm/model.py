@@ -178,6 +178,50 @@ def load_model(name: str, device: str = "cpu", log: Any = print) -> tuple[Any, A
     return model, tok
 
 
+def cache_argument(model: Any) -> str:
+    """The forward keyword of the KV cache: ``cache`` (transformers >= 5.x) or ``past_key_values``.
+
+    transformers renamed ``past_key_values`` to ``cache`` in 5.x (the old name warns, and goes in
+    5.40); earlier releases accept only the old one. The name is read off the forward signature of
+    the model under any PEFT wrapper.
+    """
+    import inspect
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    params = inspect.signature(inner.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def output_cache(output: Any) -> Any:
+    """The KV cache of a forward's output, under either name (see :func:`cache_argument`)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else getattr(output, "past_key_values", None)
+
+
+def enable_gradient_checkpointing(model: Any, where: str = "[training] gradient_checkpointing") -> None:
+    """Turn on activation checkpointing of a transformers model (non-reentrant, so the frozen
+    embeddings need no ``requires_grad`` and LoRA gradients flow through every recomputed layer).
+
+    Raises:
+        ModelError: the model (its class named) does not support gradient checkpointing.
+    """
+    enable = getattr(model, "activation_checkpointing_enable", None) or getattr(model, "gradient_checkpointing_enable", None)
+    if not getattr(model, "supports_gradient_checkpointing", False) or enable is None:
+        raise ModelError(
+            f"{where} = true but the model ({type(model).__name__}) does not support gradient checkpointing; "
+            "set it to false"
+        )
+    # transformers 5.x renamed it activation_checkpointing_enable (the old name warns, goes in v6).
+    enable({"use_reentrant": False})
+
+
+def is_checkpointing(model: Any) -> bool:
+    """Whether activation checkpointing is on (under either transformers name)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    flag = getattr(type(inner), "is_activation_checkpointing", None)
+    return bool(inner.is_activation_checkpointing if flag is not None else getattr(inner, "is_gradient_checkpointing", False))
+
+
 def linear_module_names(model: Any) -> list[str]:
     """Distinct last-name parts of the model's ``nn.Linear`` modules (valid LoRA targets)."""
     import torch

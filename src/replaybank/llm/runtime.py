@@ -28,19 +28,55 @@ def resolve_threads(setting: int, load: float | None) -> int:
     return cpus if load is not None and load < 0.5 else 1
 
 
-def pick_device(setting: str) -> str:
-    """``auto`` -> ``cuda`` when available, else ``cpu``; an explicit ``cuda`` must exist.
+def pick_device(setting: str, worker: int | None = None, where: str = "[training] device") -> str:
+    """The torch device for ``device = setting``, checked against this machine before a model loads.
+
+    ``auto`` -> ``cuda`` when available, else ``cpu``. ``cuda`` and ``cuda:N`` must exist.
+    ``worker`` k (of ``--jobs``) given a bare ``cuda``/``auto`` gets GPU ``k mod n_gpus``, so
+    every GPU of the machine is used; an explicit ``cuda:N`` pins every worker to GPU N.
 
     Raises:
-        ValueError: ``cuda`` asked for on a machine without a CUDA device.
+        ConfigError: a spelling other than auto/cpu/cuda/cuda:N, ``cuda`` without a CUDA device,
+            or ``cuda:N`` beyond the GPUs present (the message says how many there are).
+
+    Example:
+        >>> pick_device("cpu"), pick_device("cpu", worker=3)
+        ('cpu', 'cpu')
     """
+    from replaybank.llm.config.values import ConfigError, parse_device
+
+    try:
+        kind, index = parse_device(setting)
+    except ValueError as exc:
+        raise ConfigError(f"{where} = {setting!r}: {exc}") from None
+    if kind == "cpu":
+        return "cpu"
     import torch
 
-    if setting == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if setting == "cuda" and not torch.cuda.is_available():
-        raise ValueError("[training] device = 'cuda' but no CUDA device is available")
-    return setting
+    available = torch.cuda.is_available()
+    count = torch.cuda.device_count() if available else 0
+    if kind == "auto":
+        if not count:
+            return "cpu"
+        kind = "cuda"
+    if not count:
+        raise ConfigError(f"{where} = {setting!r} but no CUDA device is available here (torch.cuda.is_available() is False)")
+    if index is None:
+        return f"cuda:{worker % count}" if worker is not None and count > 1 else "cuda"
+    if index >= count:
+        raise ConfigError(
+            f"{where} = {setting!r} but this machine has {count} CUDA device{'s' if count > 1 else ''} "
+            f"(cuda:0{f' .. cuda:{count - 1}' if count > 1 else ''})"
+        )
+    return f"cuda:{index}"
+
+
+def use_device(device: str) -> None:
+    """Make ``device``'s GPU the current one (CUDA RNG state, new tensors); no-op on CPU."""
+    if device.startswith("cuda:"):
+        import torch
+
+        torch.cuda.set_device(int(device.split(":", 1)[1]))
 
 
 def loadavg() -> float | None:

@@ -32,7 +32,7 @@ from replaybank.errors import ReplayBankError
 from replaybank.rl.grpo_lm import add_lora, grpo_loss, lora_parameters, make_actor, sync_actor
 from replaybank.rl.grpo_task import ArithmeticTask
 from replaybank.rl.rollouts import RolloutBuffer
-from replaybank.rl.sampling import sample
+from replaybank.rl.sampling import generator_for, sample
 
 Arm = Literal["no_replay", "replay"]
 ARMS: tuple[Arm, ...] = ("no_replay", "replay")
@@ -149,10 +149,9 @@ class _Policy:
         return groups, out.generated
 
     def heldout_accuracy(self) -> float:
-        import torch
 
         pids = np.repeat(self.task.heldout_ids, self.args.eval_samples)
-        generator = torch.Generator().manual_seed(12345)  # the same draws at every evaluation
+        generator = generator_for(self.model, 12345)  # the same draws at every evaluation
         out = sample(self.model, [self.prompt(int(p)) for p in pids], max_new_tokens=self.args.max_new_tokens,
                      stop_ids=self.stop_ids, pad_id=self.pad_id, temperature=self.args.temperature,
                      top_p=self.args.top_p, generator=generator)
@@ -167,7 +166,7 @@ def train_arm(args: GrpoLmArgs, arm: Arm, seed: int, base: tuple[Any, Any], prog
     task = ArithmeticTask(args.digits, args.ops, args.n_heldout, seed=0)  # one split for every run
     pol = _Policy(args, seed, task, base)
     rng = np.random.default_rng(seed)
-    generator = torch.Generator().manual_seed(seed)
+    generator = generator_for(pol.model, seed)  # on the model's device: CUDA sampling refuses a CPU generator
     if arm == "replay":
         buf = RolloutBuffer(args.capacity, max_staleness=args.max_staleness, max_reuse=args.max_reuse,
                             min_fresh=args.min_fresh, seed=seed)
@@ -254,8 +253,9 @@ def train_arm(args: GrpoLmArgs, arm: Arm, seed: int, base: tuple[Any, Any], prog
 def load_base(args: GrpoLmArgs) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of ``args.model`` on ``args.device``, frozen (the LoRA is per run)."""
     from replaybank.llm.model import load_model
+    from replaybank.llm.runtime import pick_device
 
-    model, tok = load_model(args.model, args.device, log=lambda *_: None)
+    model, tok = load_model(args.model, pick_device(args.device, where="--device"), log=lambda *_: None)
     model.requires_grad_(False)
     return model, tok
 

@@ -39,6 +39,13 @@ class Completions:
         return int(sum(len(t) for t in self.tokens))
 
 
+def generator_for(model: Any, seed: int) -> Any:
+    """A seeded ``torch.Generator`` on ``model``'s device (``torch.multinomial`` on CUDA refuses a CPU one)."""
+    import torch
+
+    return torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+
+
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any]:
     """``(ids, attention_mask)`` as (B, T) int64 tensors, prompts aligned to the right edge.
 
@@ -111,6 +118,9 @@ def sample(
         raise ReplayBankError(f"temperature must be > 0 for sampling (use greedy=True for argmax), got {temperature}")
     if not 0 < top_p <= 1:
         raise ReplayBankError(f"top_p must lie in (0, 1], got {top_p}")
+    from replaybank.llm.model import cache_argument, output_cache
+
+    cache_name = cache_argument(model)
     ids, mask = left_pad(prompts, pad_id)
     device = next(model.parameters()).device
     ids, mask = ids.to(device), mask.to(device)
@@ -126,9 +136,9 @@ def sample(
     try:
         with torch.no_grad():
             for _ in range(max_new_tokens):
-                out = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=past,
+                out = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, **{cache_name: past},
                             use_cache=True, logits_to_keep=1)  # no vocabulary projection of the prompt
-                past = out.past_key_values
+                past = output_cache(out)
                 logits = out.logits[:, -1].float()
                 if greedy:
                     lp = logits.log_softmax(-1)

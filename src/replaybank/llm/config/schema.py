@@ -20,7 +20,8 @@ from typing import Any, Literal
 
 Lineage = Literal["window", "all", "best"]
 Arm = Literal["base", "naive", "rehearsal"]
-Device = Literal["auto", "cpu", "cuda"]
+#: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (checked by :func:`.values.parse_device`).
+Device = str
 MixBy = Literal["rows", "tokens"]
 KLOn = Literal["rehearsal", "all"]
 ARM_SOURCES = ("corpus", "self", "replay")
@@ -59,6 +60,7 @@ class Training:
     batch_size: int = _f(8, "rows per micro-batch (the mixing quota applies to each)", min=1, max=65_536)
     gradient_accumulation_steps: int = _f(1, "micro-batches per optimizer step", min=1, max=65_536)
     max_grad_norm: float = _f(1.0, "gradient clipping norm (0 = off)", min=0)
+    gradient_checkpointing: bool = _f(False, "recompute each decoder layer's activations in the backward pass instead of keeping them (less memory, about a third more compute; needed for a 7B model at 8 x 2048 tokens); a model that does not support it is an error")
     mixing_ratio: float = _f(0.1, "share of every batch taken from the rehearsal corpus, in [0, 1)", min=0, lt=1)
     mix_by: MixBy = _f("rows", "what the rehearsal share is a share of: rows of every batch, or labelled tokens (= of the loss)")
     rehearsal_dataset: str = _f("python-docs", "python-docs (embedded), a .txt/.jsonl/.parquet file or folder, or a locally cached HF dataset", nonempty=True)
@@ -70,7 +72,7 @@ class Training:
     rehearsal_max_chars: int = _f(400, "passages are cut to this many characters", min=1, max=100_000_000)
     max_seq_length: int = _f(256, "rows are truncated to this many tokens", min=8, max=1_048_576)
     seed: int = _f(0, "seed of data order, slices and LoRA init", min=0, max=2**31 - 1)
-    device: Device = _f("auto", "auto = cuda when available (bf16), else cpu (fp32)")
+    device: Device = _f("auto", "auto = cuda when available (bf16), else cpu (fp32); cpu, cuda, or cuda:N for GPU N (checked against the machine before the model loads; with --jobs a bare cuda puts worker k on GPU k mod n_gpus)", device=True)
     num_threads: int = _f(0, "torch CPU threads; 0 = auto: every CPU when the 1-minute load average is below 0.5, else 1", min=0, max=4096)
     save_every: int = _f(0, "save a resumable checkpoint every N optimizer steps (0 = none: an arm cut short restarts; finished arms are kept in OUT.partial either way)", min=0)
 

@@ -106,6 +106,11 @@ def check_value(source: str, section: str, key: str, value: Any, hint: Any, meta
     elif hint is str:
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string")
+        if meta.get("device"):
+            try:
+                parse_device(value)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
         if meta.get("nonempty") and not value.strip():
             raise ConfigError(f"{where}: expected a non-empty string")
     elif hint == list[int]:
@@ -132,6 +137,24 @@ def check_value(source: str, section: str, key: str, value: Any, hint: Any, meta
             bracket = "[" if "min" in meta else "("
             raise ConfigError(f"{where}: expected a value in {bracket}{lo}, {meta['max']}]")
     return value
+
+
+def parse_device(text: str) -> tuple[str, int | None]:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` -> ``(kind, index)``; torch is not imported.
+
+    Raises:
+        ValueError: any other spelling (the caller names the key and the file).
+
+    Example:
+        >>> parse_device("cuda:3"), parse_device("cpu")
+        (('cuda', 3), ('cpu', None))
+    """
+    if text in ("auto", "cpu", "cuda"):
+        return text, None
+    kind, _, index = text.partition(":")
+    if kind == "cuda" and index.isdigit() and str(int(index)) == index:
+        return "cuda", int(index)
+    raise ValueError(f"expected auto, cpu, cuda or cuda:N (N = 0, 1, ...), got {text!r}")
 
 
 def upper_bound(meta: Any) -> str:

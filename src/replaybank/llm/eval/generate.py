@@ -189,13 +189,15 @@ def _decode(
     alive = torch.arange(ids.shape[0], device=ids.device)  # original row of each running row
     done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     step_ids, step_pos = ids, (att.cumsum(-1) - 1).clamp(min=0)
-    cache = None
+    from replaybank.llm.model import cache_argument, output_cache
+
+    cache, cache_name = None, cache_argument(model)
     for _ in range(max_new_tokens):
         res = model(
-            input_ids=step_ids, attention_mask=att, position_ids=step_pos, cache=cache,
+            input_ids=step_ids, attention_mask=att, position_ids=step_pos, **{cache_name: cache},
             use_cache=True, logits_to_keep=1,
         )
-        cache = res.cache
+        cache = output_cache(res)
         logits = res.logits[:, -1].float()
         if temperature > 0:
             nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=sampler).squeeze(1)

@@ -48,15 +48,22 @@ from replaybank.llm.loop.lineage import lineage_for, split_heldout
 from replaybank.llm.loop.report import write_report
 from replaybank.llm.loop.state import check_same_config, new_state, read_state, write_state
 from replaybank.llm.loop.tasks import make_environment
+from replaybank.llm.runtime import pick_device, use_device
 
 Log = Callable[[str], None]
 SPLIT_SEED = 7919  # task draws: seed * SPLIT_SEED + generation, so seeds and generations never share a draw
 
 
-def run_loop(cfg: LoopConfig, out: Path, *, log: Log = print, env: Environment | None = None) -> dict[str, Any]:
+def run_loop(
+    cfg: LoopConfig, out: Path, *, log: Log = print, env: Environment | None = None, worker: int | None = None,
+) -> dict[str, Any]:
     """Run (or resume) the loop of ``cfg`` in ``out``; return the final state.
 
+    The model loads on ``[training] device`` (bf16 on a GPU, fp32 on CPU); ``worker`` k of a grid
+    given a bare ``cuda`` runs on GPU k mod n_gpus.
+
     Raises:
+        ConfigError: ``[training] device`` names a device this machine lacks.
         StateError: ``out`` holds a run with another config.
         CheckerError: the environment's checker raised (naming the checker and task).
         TaskFileError: a malformed task file line (``file:line``).
@@ -77,6 +84,8 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Log = print, env: Environment |
         check_same_config(out, state, cfg.to_dict(), LoopConfig.before_keys_existed())
         state["config"] = cfg.to_dict()
     torch.set_num_threads(max(1, cfg.training.num_threads))
+    device = pick_device(cfg.training.device, worker, where=f"{cfg.source}: [training] device")  # before the model loads
+    use_device(device)
     env = env or make_environment(cfg)
     t_start = time.perf_counter()
     heldout = list(env.tasks(lp.eval_tasks + lp.validation_tasks, split="heldout", seed=lp.seed))
@@ -85,7 +94,7 @@ def run_loop(cfg: LoopConfig, out: Path, *, log: Log = print, env: Environment |
     max_calls = max([len(t.expected) for t in heldout + demos] + [1])
 
     with EpisodeStore(out / "store.db") as store:  # opened first: a bad store fails before the model loads
-        base, tok = load_model(cfg.training.base_model, log=log)
+        base, tok = load_model(cfg.training.base_model, device, log=log)
         training = dataclasses.replace(cfg.training, seed=lp.seed)
         model = add_lora(base, training)
         initial = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
@@ -211,7 +220,7 @@ def _line(row: dict[str, Any], total: int) -> str:
             f"retention {'-' if ret is None else f'{ret:.0%}'}" + (f" | {row['seconds']:.0f} s" if "seconds" in row else ""))
 
 
-def _run_one(name: str, data: dict[str, Any], source: str, folder: str) -> str:
+def _run_one(name: str, data: dict[str, Any], source: str, folder: str, worker: int | None = None) -> str:
     cfg = LoopConfig.from_dict(data, source=source)
     path = Path(folder)
     path.mkdir(parents=True, exist_ok=True)
@@ -222,17 +231,17 @@ def _run_one(name: str, data: dict[str, Any], source: str, folder: str) -> str:
             logf.write(msg + "\n")
             logf.flush()
 
-        run_loop(cfg, path, log=log)
+        run_loop(cfg, path, log=log, worker=worker)
     return name
 
 
 def run_grid(runs: list[tuple[str, LoopConfig]], out: Path, *, jobs: int = 1, log: Callable[[str], None] = print) -> None:
     """Run (or resume) every run, ``jobs`` at a time, then write the report."""
     out.mkdir(parents=True, exist_ok=True)
-    args = [(name, cfg.to_dict(), cfg.source, str(out / name)) for name, cfg in runs]
+    args = [(name, cfg.to_dict(), cfg.source, str(out / name), k) for k, (name, cfg) in enumerate(runs)]
     if jobs <= 1 or len(runs) == 1:
         for a in args:
-            _run_one(*a)
+            _run_one(*a[:4])  # one after another: each on the configured device
     else:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
             for done in pool.map(_run_one, *zip(*args, strict=True)):

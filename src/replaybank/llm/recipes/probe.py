@@ -43,7 +43,7 @@ def run_probe(
 
     t = cfg.training
     torch.set_num_threads(resolve_threads(t.num_threads, loadavg()))
-    model, tokenizer = load_model(t.base_model, pick_device(t.device), log)
+    model, tokenizer = load_model(t.base_model, pick_device(t.device, where=f"{cfg.source}: [training] device"), log)
     self_rows = None
     if source == "self":
         self_rows, _ = synthesize_rows(model, tokenizer, cfg, load_suite(cfg.data.suite), log)

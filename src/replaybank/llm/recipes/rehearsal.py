@@ -26,7 +26,6 @@ leftovers of a run with another config) is only replaced with ``force``.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import time
@@ -63,8 +62,9 @@ from replaybank.llm.report.folder import (
 )
 from replaybank.llm.report.metrics import METRICS_SCHEMA_VERSION, build_metrics, write_outputs
 from replaybank.llm.report.seeds import aggregate
-from replaybank.llm.runtime import environment, loadavg, pick_device, resolve_threads
-from replaybank.llm.train import KLSpec, add_lora, train_lora
+from replaybank.llm.runtime import environment, loadavg, pick_device, resolve_threads, use_device
+from replaybank.llm.train import KLSpec, train_lora
+from replaybank.llm.train.adapter import fresh_adapter
 from replaybank.llm.train.lineage import select_lineage
 from replaybank.llm.train.sources import build_sources, concat_rows
 
@@ -94,7 +94,7 @@ def run_experiment(
     """
     import torch
 
-    from replaybank.llm.model import check_target_modules, load_model
+    from replaybank.llm.model import check_target_modules, enable_gradient_checkpointing, load_model
 
     wall0 = time.perf_counter()
     load_start = loadavg()
@@ -108,12 +108,15 @@ def run_experiment(
     t = cfg.training
     items = load_suite(cfg.data.suite)  # bad suite files fail before the model loads
     torch.set_num_threads(resolve_threads(t.num_threads, load_start))
-    device = pick_device(t.device)
+    device = pick_device(t.device, where=f"{cfg.source}: [training] device")  # before the model loads
+    use_device(device)
     timings: dict[str, float] = {}
 
     t0 = time.perf_counter()
     base_model, tokenizer = load_model(t.base_model, device, log)
     check_target_modules(base_model, list(t.lora_target_modules))
+    if t.gradient_checkpointing:
+        enable_gradient_checkpointing(base_model, f"{cfg.source}: [training] gradient_checkpointing")
     timings["model_load"] = time.perf_counter() - t0
 
     general_text = general_text_rows(tokenizer, t.max_seq_length)
@@ -236,8 +239,20 @@ def train_arm(
     name: str, spec: ArmSpec, ratio: float, base_model: Any, ctx: EvalContext, cfg: Config, *,
     partial: Path, log: Log, max_steps: int | None, seed_label: str,
 ) -> dict[str, Any]:
-    """Train arm ``name`` through every generation; return its measurements (see module docstring)."""
-    model = add_lora(copy.deepcopy(base_model), cfg.training)
+    """Train arm ``name`` through every generation; return its measurements (see module docstring).
+
+    The arm's adapter is put on ``base_model`` itself (:func:`..train.adapter.fresh_adapter`, no
+    copy of the base) and taken off again when the arm is done.
+    """
+    with fresh_adapter(base_model, cfg.training) as model:
+        return _train_arm(name, spec, ratio, model, ctx, cfg, partial=partial, log=log, max_steps=max_steps,
+                          seed_label=seed_label)
+
+
+def _train_arm(
+    name: str, spec: ArmSpec, ratio: float, model: Any, ctx: EvalContext, cfg: Config, *,
+    partial: Path, log: Log, max_steps: int | None, seed_label: str,
+) -> dict[str, Any]:
     orch = cfg.orchestration
     kl = KLSpec(spec.kl_to_base, spec.kl_temperature, spec.kl_on, spec.rehearsal_ce) if spec.kl_to_base > 0 else None
     generations: list[dict[str, Any]] = []
@@ -331,11 +346,11 @@ def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> 
     sources = {"corpus": ctx.data.rehearsal_pool}
     if ctx.self_rows is not None:
         sources["self"] = ctx.self_rows
-    model = add_lora(copy.deepcopy(base_model), cfg.training)
-    reports = probe_sources(
-        model, ctx.pad_id, ctx.data.domain_generations[0], sources,
-        pairs=cfg.evaluation.probe_pairs, batch_size=cfg.training.batch_size, seed=cfg.training.seed,
-    )
+    with fresh_adapter(base_model, cfg.training) as model:  # no copy of the base model
+        reports = probe_sources(
+            model, ctx.pad_id, ctx.data.domain_generations[0], sources,
+            pairs=cfg.evaluation.probe_pairs, batch_size=cfg.training.batch_size, seed=cfg.training.seed,
+        )
     for name, rep in reports.items():
         log(f"probe {name}: cosine {rep.cosine_mean:.4f} +/- {rep.cosine_std:.4f}, alpha {rep.alpha_suggested:.3f}, "
             f"needed {rep.rehearsal_needed}")
@@ -376,7 +391,10 @@ def _seed_worker(cfg: Config, k: int, partial: Path, max_steps: int | None) -> d
     def log(message: str) -> None:
         print(f"[seed {cfg.training.seed + k}] {message}", file=sys.stderr, flush=True)
 
-    model, tokenizer = load_model(cfg.training.base_model, pick_device(cfg.training.device), log)
+    device = pick_device(cfg.training.device, worker=k, where=f"{cfg.source}: [training] device")
+    use_device(device)  # worker k on GPU k mod n_gpus: its CUDA RNG and new tensors live there
+    log(f"device {device}")
+    model, tokenizer = load_model(cfg.training.base_model, device, log)
     items = load_suite(cfg.data.suite)
     general_text = general_text_rows(tokenizer, cfg.training.max_seq_length)
     return run_seed(cfg, k, model, tokenizer, items, general_text, partial=partial, log=log, max_steps=max_steps)

@@ -1,4 +1,6 @@
-"""The resumable checkpoint of the LoRA loop: adapter, optimizer, mixer position and torch RNG.
+"""The resumable checkpoint of the LoRA loop: adapter, optimizer, mixer position and torch RNG
+(the CPU generator, and the CUDA generator of the model's GPU when it is on one: LoRA dropout
+draws from it there).
 
 With them a resumed run sees exactly the data order of an uninterrupted one. The file holds
 tensors and plain containers only and is read with ``torch.load(weights_only=True)``, so a
@@ -34,6 +36,7 @@ def save_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLo
         "optimizer": opt.state_dict(),
         "mixer": json.loads(json.dumps(mixer.state_dict())),
         "torch_rng": torch.get_rng_state(),
+        **cuda_rng_state(model_device(model)),
         "log": json.loads(json.dumps(log.to_dict(), default=float)),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,6 +86,8 @@ def load_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLo
     for key, kinds in log_fields.items():
         if not isinstance(saved.get(key), kinds):
             raise ReplayBankError(f"{path}: checkpoint field 'log.{key}' is {type(saved.get(key)).__name__}")
+    if "cuda_rng" in state and not isinstance(state["cuda_rng"], torch.Tensor):
+        raise ReplayBankError(f"{path}: checkpoint field 'cuda_rng' is {type(state['cuda_rng']).__name__}, expected Tensor")
     if not all(isinstance(v, torch.Tensor) for v in state["adapter"].values()):
         raise ReplayBankError(f"{path}: checkpoint field 'adapter' holds non-tensor values")
     if state["step"] < 0:
@@ -91,6 +96,36 @@ def load_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLo
     opt.load_state_dict(state["optimizer"])
     mixer.load_state_dict(state["mixer"])
     torch.set_rng_state(state["torch_rng"])
+    restore_cuda_rng(state.get("cuda_rng"), model_device(model))
     log.steps, log.evals = list(saved["steps"]), list(saved["evals"])
     log.tokens, log.seconds = int(saved["tokens"]), float(saved["seconds"])
     return int(state["step"])
+
+
+def model_device(model: Any) -> Any:
+    """The device of ``model``'s first parameter (``cpu`` for a model without parameters)."""
+    import torch
+
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
+
+
+def cuda_rng_state(device: Any) -> dict[str, Any]:
+    """``{"cuda_rng": state}`` of ``device``'s CUDA generator; ``{}`` on any other device."""
+    import torch
+
+    if getattr(device, "type", None) != "cuda":
+        return {}
+    return {"cuda_rng": torch.cuda.get_rng_state(device)}
+
+
+def restore_cuda_rng(state: Any, device: Any) -> None:
+    """Put a saved CUDA generator state back on ``device``'s GPU; nothing when either is absent.
+
+    A checkpoint written on a GPU and resumed on the CPU has no CUDA generator to restore (the
+    CPU run draws from the CPU generator, which is restored either way).
+    """
+    import torch
+
+    if state is None or getattr(device, "type", None) != "cuda":
+        return
+    torch.cuda.set_rng_state(state, device)

@@ -24,7 +24,7 @@ import numpy as np
 
 from replaybank.llm.config import Training
 from replaybank.llm.data.rows import TokenRows
-from replaybank.llm.model import check_target_modules
+from replaybank.llm.model import check_target_modules, enable_gradient_checkpointing
 from replaybank.llm.train.checkpoint import (
     CHECKPOINT_SCHEMA_VERSION,
     load_checkpoint,
@@ -68,15 +68,19 @@ def epoch_slice(pool_size: int, rows_per_epoch: int, seed: int, epoch: int) -> n
 
 
 def add_lora(model: Any, cfg: Training) -> Any:
-    """Wrap ``model`` with fresh LoRA adapters (seeded by ``cfg.seed``).
+    """Wrap ``model`` with fresh LoRA adapters (seeded by ``cfg.seed``), with gradient
+    checkpointing when ``cfg.gradient_checkpointing``.
 
     Raises:
-        ModelError: when a target module does not exist in the model (the message lists those that do).
+        ModelError: when a target module does not exist in the model (the message lists those that
+            do), or gradient checkpointing is asked of a model that does not support it.
     """
     import torch
     from peft import LoraConfig, get_peft_model
 
     check_target_modules(model, list(cfg.lora_target_modules))
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     lora = LoraConfig(
         r=cfg.lora_rank,
         lora_alpha=cfg.lora_alpha,
@@ -88,7 +92,15 @@ def add_lora(model: Any, cfg: Training) -> Any:
     # PEFT initialises adapters from torch's global generator; seeding it here is the only way
     # to make the init reproducible.
     torch.manual_seed(cfg.seed)
-    return get_peft_model(model, lora)
+    peft_model = get_peft_model(model, lora)
+    dtype = next(p.dtype for p in model.parameters() if not p.requires_grad)
+    if dtype != torch.float32:
+        # PEFT keeps adapters fp32 on a bf16 base, which casts every adapter input to fp32 (a
+        # copy of every activation entering a LoRA layer); the adapter follows the base instead.
+        for p in peft_model.parameters():
+            if p.requires_grad:
+                p.data = p.data.to(dtype)
+    return peft_model
 
 
 def _batch_digest(sources: np.ndarray, rows: np.ndarray) -> str:

@@ -1,0 +1,41 @@
+"""A fresh LoRA adapter on the one base model, removed again afterwards: no copy of the base.
+
+Every trained arm and the interference probe get their own adapter, seeded as
+:func:`replaybank.llm.train.loop.add_lora` seeds it, on the same base model object; when the
+arm is done the adapter layers are taken out again (PEFT's ``unload``: the original modules go
+back, the base weights were never touched), so the next arm starts from the same base. A 7B base
+in bf16 is about 15 GB: a deep copy per arm, as before, kept two of them resident.
+
+The adapter's weights take the base model's dtype (bf16 on a GPU): PEFT keeps them fp32 by
+default, which casts every adapter input to fp32 (a copy of every activation that enters a
+LoRA layer). On an fp32 base (the CPU) nothing changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from replaybank.llm.config import Training
+from replaybank.llm.train.loop import add_lora
+
+
+@contextmanager
+def fresh_adapter(base_model: Any, cfg: Training) -> Iterator[Any]:
+    """``base_model`` wrapped with a fresh LoRA (see :func:`add_lora`) for the ``with`` block.
+
+    On exit the adapter is removed (whatever happened inside) and the base parameters'
+    ``requires_grad`` flags are put back, so ``base_model`` is again exactly what it was.
+
+    Yields:
+        The PEFT model; ``model.get_base_model() is base_model``.
+    """
+    flags = [p.requires_grad for p in base_model.parameters()]
+    model = add_lora(base_model, cfg)
+    try:
+        yield model
+    finally:
+        model.unload()  # the LoRA layers out, the original modules back; nothing merged
+        for p, flag in zip(base_model.parameters(), flags, strict=True):
+            p.requires_grad_(flag)
