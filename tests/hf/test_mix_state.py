@@ -60,3 +60,15 @@ def test_the_bound_is_the_stream_length_when_epochs_are_set():
     with pytest.raises(MixError, match=r"in \[0, 8\]"):
         ds.load_state_dict(state)
     assert MAX_RESUME_EXAMPLES == 2**20
+
+
+def test_the_torch_dataset_refuses_a_bool_for_consumed():
+    pytest.importorskip("torch")
+    from replaybank.hf.torch import MixedIterableDataset
+
+    ds = MixedIterableDataset([{"t": i} for i in range(6)], [{"t": -i} for i in range(4)], 0.25, batch_size=4,
+                              seed=0, world_size=1, rank=0)
+    state = ds.state_dict()
+    with pytest.raises(MixError, match="consumed=True"):
+        ds.load_state_dict({**state, "consumed": True})
+    ds.load_state_dict(state)
