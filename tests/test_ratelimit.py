@@ -1,5 +1,6 @@
 """Rate limiters: conditions, timeouts, threads holding the sample/insert ratio."""
 
+import math
 import threading
 import time
 
@@ -10,6 +11,7 @@ from replaybank import EmptyBufferError, ReplayBankError, ReplayBuffer
 from replaybank.ratelimit import (
     MinSize,
     RateLimited,
+    RateLimiter,
     RateLimiterClosed,
     RateLimitTimeout,
     SampleToInsertRatio,
@@ -134,3 +136,46 @@ def test_threads_hold_the_ratio_within_the_error_buffer(spi, batch, eb):
     assert min(observed) >= limiter.min_diff and max(observed) <= limiter.max_diff
     offset = spi * 20
     assert abs(limiter.samples - (spi * limiter.inserts - offset)) <= eb + batch
+
+
+# -- issue 29: parameters that would make a call wait forever are refused at construction ---------
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: RateLimiter(1.0, 0, math.inf, math.inf), "min_diff < inf"),
+        (lambda: RateLimiter(1.0, 0, -math.inf, -math.inf), "max_diff > -inf"),
+        (lambda: RateLimiter(1.0, 0, math.nan, 1.0), "min_diff=nan"),
+        (lambda: RateLimiter(1.0, 0, -(2.0**60), 1.0), "2\\*\\*53"),
+        (lambda: RateLimiter(1e300, 0, -10, 10), "samples_per_insert"),
+        (lambda: RateLimiter("1", 0, -10, 10), "samples_per_insert"),
+        (lambda: SampleToInsertRatio(1e300, 10**9, 1e300), "error_buffer"),
+        (lambda: SampleToInsertRatio(1e5, 10**15, 8e4), "min_diff"),
+        (lambda: MinSize(2**60), "min_size"),
+        # diff = 0.5 after one insert and one sample: neither 1 more insert nor 1 sample fits
+        (lambda: RateLimiter(1.5, 0, 0.0, 1.5), "wait for each other forever"),
+        (lambda: SampleToInsertRatio(1.5, 0, 0.75), "wait for each other forever"),
+        (lambda: RateLimiter(1.0, 10, -5, 5), "could never all pass"),
+    ],
+)
+def test_parameters_that_would_wait_forever_are_refused(make, match):
+    with pytest.raises(ReplayBankError, match=match):
+        make()
+
+
+def test_an_infinite_timeout_waits_forever_until_woken():
+    limiter = SampleToInsertRatio(2, 4, 8)
+    threading.Timer(0.2, limiter.close).start()
+    with pytest.raises(RateLimiterClosed):  # was OverflowError from Condition.wait(inf)
+        limiter.sample(1, timeout=float("inf"))
+    assert MinSize(1, timeout=math.inf).timeout is None
+    assert MinSize(1, timeout=1e300).timeout is None
+
+
+def test_state_is_checked_before_any_count_is_set():
+    limiter = SampleToInsertRatio(1.0, min_size=1, error_buffer=4)
+    limiter.insert(2)
+    for bad in ({"inserts": 1, "samples": -1, "size": 1}, {"inserts": 1, "samples": 0},
+                {"inserts": 1.5, "samples": 0, "size": 1}, {"inserts": 2**60, "samples": 0, "size": 1}):
+        with pytest.raises(ReplayBankError):
+            limiter.load_state_dict(bad)
+        assert limiter.state_dict() == {"inserts": 2, "samples": 0, "size": 2}

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from replaybank.checks import check_state_keys, state_array, state_number
+from replaybank.errors import InvalidStateError
 from replaybank.quotas import (
     MixBy,
     Shares,
@@ -36,6 +38,9 @@ __all__ = [
 ]
 
 MIXER_SCHEMA_VERSION = 1
+_STATE_KEYS = ("schema_version", "seed", "sizes", "shares", "batch_size", "epoch", "step", "taken", "cursor", "credit")
+_MAX_POSITION = 2**53  # epochs, steps and cycled rows past it are no position a run reaches
+_MAX_CREDIT = 2.0
 
 
 @dataclass(frozen=True)
@@ -182,6 +187,23 @@ class Mixer:
         quota[self.epoch_source] = left
         return quota
 
+    def _replay(self, step: int) -> tuple[int | None, np.ndarray]:
+        """``(taken, credit)`` after ``step`` batches of an epoch (``taken`` None past its end),
+        by the rule of :meth:`epoch` without touching rows."""
+        credit = np.zeros_like(self.shares)
+        taken, n_epoch = 0, int(self.sizes[self.epoch_source])
+        for _ in range(step):
+            if taken >= n_epoch:
+                return None, credit
+            quota, new_credit = next_quota(self.batch_size, self.shares, credit)
+            if quota[self.epoch_source] > n_epoch - taken:
+                if self.drop_last:
+                    return None, credit
+                quota = self._partial_quota(n_epoch - taken)
+            credit = new_credit
+            taken += int(quota[self.epoch_source])
+        return taken, credit
+
     def __iter__(self) -> Iterator[MixedBatch]:
         """Batches of the current epoch from the current position (resumes mid-epoch)."""
         return self.epoch(self._epoch)
@@ -239,29 +261,57 @@ class Mixer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a position saved by :meth:`state_dict`.
+        """Restore a position saved by :meth:`state_dict`; every entry is checked before any is
+        set (all or nothing).
 
         Raises:
-            ValueError: on another schema version or a state from a differently built mixer.
+            InvalidStateError: (a ``ValueError``) on another schema version, a state from a
+                differently built mixer, a missing or unknown key, or a position this mixer
+                cannot be at: ``epoch``/``step`` not integers in ``[0, 2**53]``, ``taken`` outside
+                ``[0, rows of the epoch source]``, a ``cursor`` of the wrong length or below 0, a
+                ``credit`` of the wrong length, not finite or outside the largest-remainder range.
         """
-        if state.get("schema_version") != MIXER_SCHEMA_VERSION:
-            raise ValueError(
-                f"mixer state has schema_version {state.get('schema_version')!r}, "
-                f"expected {MIXER_SCHEMA_VERSION}"
-            )
-        for key, mine in (
-            ("seed", self.seed),
-            ("sizes", self.sizes.tolist()),
-            ("batch_size", self.batch_size),
-        ):
-            if state[key] != mine:
-                raise ValueError(f"mixer state has {key}={state[key]!r}, this mixer has {mine!r}")
-        if not np.allclose(state["shares"], self.shares):
-            raise ValueError(
-                f"mixer state has shares {state['shares']}, this mixer has {self.shares.tolist()}"
-            )
-        self._epoch = int(state["epoch"])
-        self._step = int(state["step"])
-        self._taken = int(state["taken"])
-        self._cursor = np.asarray(state["cursor"], dtype=np.int64)
-        self._credit = np.asarray(state["credit"], dtype=np.float64)
+        checked = check_mixer_state(state, self)
+        self._epoch, self._step, self._taken = checked["epoch"], checked["step"], checked["taken"]
+        self._cursor, self._credit = checked["cursor"], checked["credit"]
+
+
+def check_mixer_state(state: Any, mixer: Mixer) -> dict[str, Any]:
+    """``state`` checked against ``mixer`` (see :meth:`Mixer.load_state_dict`); returns the
+    position as ``epoch``, ``step``, ``taken`` (ints), ``cursor`` (int64) and ``credit`` (float64)."""
+    who = "Mixer"
+    if not isinstance(state, dict) or state.get("schema_version") != MIXER_SCHEMA_VERSION:
+        got = state.get("schema_version") if isinstance(state, dict) else type(state).__name__
+        raise InvalidStateError(f"mixer state has schema_version {got!r}, expected {MIXER_SCHEMA_VERSION}")
+    check_state_keys(state, who, _STATE_KEYS)
+    for key, mine in (("seed", mixer.seed), ("sizes", mixer.sizes.tolist()), ("batch_size", mixer.batch_size)):
+        got = state[key]
+        if isinstance(mine, list):
+            same = isinstance(got, (list, tuple)) and [type(x) is int and x for x in got] == mine
+        else:
+            same = type(got) is int and got == mine
+        if not same:
+            raise InvalidStateError(f"mixer state has {key}={got!r}, this mixer has {mine!r}")
+    n = mixer.sizes.size
+    shares = state_array(state, "shares", who, shape=(n,), low=0.0)
+    if not np.allclose(shares / max(shares.sum(), 1e-300), mixer.shares):
+        raise InvalidStateError(f"mixer state has shares {state['shares']}, this mixer has {mixer.shares.tolist()}")
+    n_epoch = int(mixer.sizes[mixer.epoch_source])
+    out = {
+        "epoch": state_number(state, "epoch", who, integer=True, low=0, high=_MAX_POSITION),
+        "step": state_number(state, "step", who, integer=True, low=0, high=_MAX_POSITION),
+        "taken": state_number(state, "taken", who, integer=True, low=0, high=n_epoch),
+        "cursor": state_array(state, "cursor", who, shape=(n,), integer=True, low=0, high=_MAX_POSITION),
+        # largest remainder with carried credit keeps every entry in (-1, 1) and the sum at 0
+        "credit": state_array(state, "credit", who, shape=(n,), low=-_MAX_CREDIT, high=_MAX_CREDIT),
+    }
+    # the in-epoch position is a function of the step: replay the epoch's quotas to it
+    taken, credit = mixer._replay(out["step"])
+    if taken is None:
+        raise InvalidStateError(f"mixer state has step={out['step']}, past the end of an epoch of this mixer")
+    if out["taken"] != taken or not np.allclose(out["credit"], credit, rtol=0.0, atol=1e-9):
+        raise InvalidStateError(
+            f"mixer state has taken={out['taken']}, credit={out['credit'].tolist()} at step {out['step']}; "
+            f"this mixer is at taken={taken}, credit={credit.tolist()} there (altered state)"
+        )
+    return out

@@ -36,7 +36,16 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ReplayBankError
+from .checks import check_real, check_state_keys, state_number
+from .errors import InvalidArgumentError, ReplayBankError
+from .ratelimit_params import (
+    MAX_COUNT,
+    MAX_RATIO,
+    MIN_RATIO,
+    check_bound,
+    check_live,
+    check_timeout,
+)
 
 __all__ = [
     "RateLimiter",
@@ -80,21 +89,29 @@ class RateLimiter:
         *,
         timeout: float | None = None,
     ) -> None:
-        if not (math.isfinite(samples_per_insert) and samples_per_insert > 0):
-            raise ReplayBankError(
-                f"samples_per_insert must be finite and > 0, got {samples_per_insert!r}"
+        spi = check_real(samples_per_insert, "RateLimiter", "samples_per_insert")
+        if not MIN_RATIO <= spi <= MAX_RATIO:
+            raise InvalidArgumentError(
+                f"samples_per_insert must be finite and in [{MIN_RATIO:g}, {MAX_RATIO:g}], got "
+                f"{samples_per_insert!r}"
             )
         if isinstance(min_size, bool) or not isinstance(min_size, int) or min_size < 0:
             raise ReplayBankError(f"min_size must be an integer >= 0, got {min_size!r}")
-        if math.isnan(min_diff) or math.isnan(max_diff) or min_diff > max_diff:
-            raise ReplayBankError(
-                f"need min_diff <= max_diff, got min_diff={min_diff!r}, max_diff={max_diff!r}"
+        if min_size > MAX_COUNT:
+            raise InvalidArgumentError(f"min_size must be <= 2**53, got {min_size!r}")
+        lo, hi = check_bound(min_diff, "min_diff"), check_bound(max_diff, "max_diff")
+        if lo == math.inf or hi == -math.inf or lo > hi:
+            # an infinite lower bound above every diff (or upper bound below) blocks every call
+            raise InvalidArgumentError(
+                f"need -inf <= min_diff <= max_diff <= inf with min_diff < inf and max_diff > -inf, "
+                f"got min_diff={min_diff!r}, max_diff={max_diff!r}"
             )
-        self.samples_per_insert = float(samples_per_insert)
+        check_live(spi, min_size, lo, hi)
+        self.samples_per_insert = spi
         self.min_size = min_size
-        self.min_diff = float(min_diff)
-        self.max_diff = float(max_diff)
-        self.timeout = _check_timeout(timeout)
+        self.min_diff = lo
+        self.max_diff = hi
+        self.timeout = check_timeout(timeout)
         self.inserts = 0
         self.samples = 0
         self.size = 0  # items inserted, plus those already stored when the limiter was attached
@@ -164,7 +181,7 @@ class RateLimiter:
 
     def _acquire(self, what: str, n: int, timeout: float | None) -> None:
         self._check_fits(n, what)
-        timeout = self.timeout if timeout is _UNSET else _check_timeout(timeout)
+        timeout = self.timeout if timeout is _UNSET else check_timeout(timeout)
         allowed = self.can_insert if what == "insert" else self.can_sample
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
@@ -208,10 +225,17 @@ class RateLimiter:
             return {"inserts": self.inserts, "samples": self.samples, "size": self.size}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the counts of :meth:`state_dict`; all checked before any is set.
+
+        Raises:
+            InvalidStateError: a missing or unknown key, or a count that is not an integer in
+                ``[0, 2**53]``.
+        """
+        check_state_keys(state, "RateLimiter", ("inserts", "samples", "size"))
+        counts = {k: state_number(state, k, "RateLimiter", integer=True, low=0, high=MAX_COUNT)
+                  for k in ("inserts", "samples", "size")}
         with self._cond:
-            self.inserts = int(state["inserts"])
-            self.samples = int(state["samples"])
-            self.size = int(state["size"])
+            self.inserts, self.samples, self.size = counts["inserts"], counts["samples"], counts["size"]
             self._cond.notify_all()
 
     def __getstate__(self) -> dict[str, Any]:  # picklable (to hand to a Ray actor), lock rebuilt
@@ -245,7 +269,9 @@ class SampleToInsertRatio(RateLimiter):
     ``offset = samples_per_insert * min_size`` (Reverb's definition), so after warm-up the count of
     sampled items stays within ``error_buffer`` of ``samples_per_insert * inserts - offset``.
     ``error_buffer`` must let a single insert and a single sample through: ``2 * error_buffer >=
-    max(1, samples_per_insert)``; calls of many items need a proportionally larger window.
+    max(1, samples_per_insert)`` when both are integers, ``2 * error_buffer >= samples_per_insert
+    + 1`` otherwise (a narrower window can leave ``diff`` where neither fits: a deadlock); calls of
+    many items need a proportionally larger window.
     """
 
     def __init__(
@@ -256,36 +282,26 @@ class SampleToInsertRatio(RateLimiter):
         *,
         timeout: float | None = None,
     ) -> None:
-        if not (math.isfinite(error_buffer) and error_buffer > 0):
-            raise ReplayBankError(f"error_buffer must be finite and > 0, got {error_buffer!r}")
-        if math.isfinite(samples_per_insert) and 2 * error_buffer < max(1.0, samples_per_insert):
+        eb = check_real(error_buffer, "SampleToInsertRatio", "error_buffer")
+        if not 0 < eb <= MAX_COUNT:
+            raise InvalidArgumentError(
+                f"error_buffer must be finite, > 0 and <= 2**53, got {error_buffer!r}"
+            )
+        spi = check_real(samples_per_insert, "SampleToInsertRatio", "samples_per_insert")
+        if 2 * eb < max(1.0, spi):
             raise ReplayBankError(
                 f"error_buffer={error_buffer!r} is too small for samples_per_insert="
                 f"{samples_per_insert!r}: need 2 * error_buffer >= max(1, samples_per_insert)"
             )
-        offset = samples_per_insert * min_size if math.isfinite(samples_per_insert) else 0.0
-        super().__init__(
-            samples_per_insert,
-            min_size,
-            offset - error_buffer,
-            offset + error_buffer,
-            timeout=timeout,
-        )
-        self.error_buffer = float(error_buffer)
+        offset = spi * min_size if isinstance(min_size, int) else 0.0
+        super().__init__(spi, min_size, offset - eb, offset + eb, timeout=timeout)
+        self.error_buffer = eb
 
     def __repr__(self) -> str:
         return (
             f"SampleToInsertRatio(samples_per_insert={self.samples_per_insert}, "
             f"min_size={self.min_size}, error_buffer={self.error_buffer})"
         )
-
-
-def _check_timeout(timeout: Any) -> float | None:
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
-        raise ReplayBankError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
-    return float(timeout)
 
 
 def _rows(columns: Mapping[str, Any]) -> int:

@@ -19,13 +19,14 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from replaybank.errors import ReplayBankError
+from replaybank.errors import InvalidArgumentError, InvalidTypeError
+
+from . import fields as f
 
 Source = Literal["agent", "demo"]
 Message = dict[str, str]
@@ -59,13 +60,16 @@ class Task:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Task:
+    def from_dict(cls, d: Mapping[str, Any], where: str = "task") -> Task:
+        """The task of :meth:`to_dict`, every field checked (raises ``ReplayBankError`` naming it)."""
+        d = f.record(d, where)
         return cls(
-            id=str(d["id"]),
-            text=str(d["text"]),
-            family=str(d.get("family", "")),
-            difficulty=int(d.get("difficulty", 1)),
-            expected=tuple(str(x) for x in d.get("expected", ())),
+            id=f.text(f.required(d, "id", where), f"{where}.id"),
+            text=f.text(f.required(d, "text", where), f"{where}.text"),
+            family=f.text(d.get("family", ""), f"{where}.family"),
+            difficulty=f.integer(d.get("difficulty", 1), f"{where}.difficulty", low=0),
+            expected=tuple(f.text(x, f"{where}.expected[{k}]")
+                           for k, x in enumerate(f.items(d.get("expected", ()), f"{where}.expected"))),
         )
 
 
@@ -91,8 +95,14 @@ class Step:
         return {"prompt": self.prompt, "output": self.output, "call": self.call, "result": self.result}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Step:
-        return cls(str(d["prompt"]), str(d["output"]), d.get("call"), d.get("result"))
+    def from_dict(cls, d: Mapping[str, Any], where: str = "step") -> Step:
+        d = f.record(d, where)
+        return cls(
+            f.text(f.required(d, "prompt", where), f"{where}.prompt"),
+            f.text(f.required(d, "output", where), f"{where}.output"),
+            f.optional_text(d.get("call"), f"{where}.call"),
+            f.optional_text(d.get("result"), f"{where}.result"),
+        )
 
 
 @dataclass(frozen=True)
@@ -120,9 +130,16 @@ class Verdict:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
-        credit = {str(k): float(v) for k, v in dict(d.get("credit", {})).items()}
-        return cls(bool(d["success"]), float(d["reward"]), credit, str(d.get("detail", "")))
+    def from_dict(cls, d: Mapping[str, Any], where: str = "verdict") -> Verdict:
+        d = f.record(d, where)
+        credit = {f.text(k, f"{where}.credit key"): f.real(v, f"{where}.credit[{k!r}]")
+                  for k, v in f.record(d.get("credit", {}), f"{where}.credit").items()}
+        return cls(
+            f.flag(f.required(d, "success", where), f"{where}.success"),
+            f.real(f.required(d, "reward", where), f"{where}.reward", low=0.0, high=1.0),
+            credit,
+            f.text(d.get("detail", ""), f"{where}.detail"),
+        )
 
 
 @dataclass(frozen=True)
@@ -200,20 +217,42 @@ class Episode:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Episode:
+    def from_dict(cls, d: Mapping[str, Any], where: str = "episode") -> Episode:
+        """The episode of :meth:`to_dict`, every field checked: types, ranges (``generation``,
+        ``difficulty``, ``replayed`` ids >= 0, ``reward`` in [0, 1], integers within SQLite's
+        64 bits), finiteness, UTF-8 text, at least one step.
+
+        Raises:
+            InvalidTypeError, InvalidArgumentError: (``ReplayBankError``) naming the field.
+        """
+        d = f.record(d, where)
+        task = Task.from_dict(f.required(d, "task", where), f"{where}.task")
+        where = f"{where} (task {task.id!r})"
+        steps = tuple(Step.from_dict(s, f"{where}.steps[{k}]")
+                      for k, s in enumerate(f.items(f.required(d, "steps", where), f"{where}.steps")))
+        if not steps:
+            raise InvalidArgumentError(f"{where}: no steps; record at least one turn")
         source = d.get("source", "agent")
+        if source not in ("agent", "demo"):
+            raise InvalidArgumentError(f"{where}: source {source!r} is not 'agent' or 'demo'")
+        context = tuple(
+            {f.text(k, f"{where}.context[{i}] key"): f.text(v, f"{where}.context[{i}][{k!r}]")
+             for k, v in f.record(m, f"{where}.context[{i}]").items()}
+            for i, m in enumerate(f.items(d.get("context", ()), f"{where}.context"))
+        )
         return cls(
-            task=Task.from_dict(d["task"]),
-            steps=tuple(Step.from_dict(s) for s in d["steps"]),
-            verdict=Verdict.from_dict(d["verdict"]),
-            generation=int(d.get("generation", 0)),
-            adapter=str(d.get("adapter", "")),
-            seed=None if d.get("seed") is None else int(d["seed"]),
-            context=tuple({str(k): str(v) for k, v in m.items()} for m in d.get("context", ())),
-            replayed=tuple(int(i) for i in d.get("replayed", ())),
+            task=task,
+            steps=steps,
+            verdict=Verdict.from_dict(f.required(d, "verdict", where), f"{where}.verdict"),
+            generation=f.integer(d.get("generation", 0), f"{where}.generation", low=0),
+            adapter=f.text(d.get("adapter", ""), f"{where}.adapter"),
+            seed=f.optional_integer(d.get("seed"), f"{where}.seed"),
+            context=context,
+            replayed=tuple(f.integer(i, f"{where}.replayed[{k}]", low=0)
+                           for k, i in enumerate(f.items(d.get("replayed", ()), f"{where}.replayed"))),
             source="demo" if source == "demo" else "agent",
-            started_at=float(d.get("started_at", 0.0)),
-            finished_at=float(d.get("finished_at", 0.0)),
+            started_at=f.real(d.get("started_at", 0.0), f"{where}.started_at"),
+            finished_at=f.real(d.get("finished_at", 0.0), f"{where}.finished_at"),
         )
 
 
@@ -266,12 +305,29 @@ def demonstration(
     return Episode(task, tuple(steps), Verdict(True, 1.0, {}, "demonstration"), source="demo")
 
 
-def check_episode(ep: Episode, i: int) -> None:
-    """Refuse an episode the store must not record (``i``: its index in the call, for the message)."""
-    if not ep.steps:
-        raise ReplayBankError(f"episode {i} (task {ep.task.id!r}): no steps; record at least one turn")
-    r = ep.verdict.reward
-    if not (isinstance(r, int | float) and math.isfinite(r) and 0.0 <= r <= 1.0):
-        raise ReplayBankError(f"episode {i} (task {ep.task.id!r}): reward {r!r} is not in [0, 1]")
-    if ep.source not in ("agent", "demo"):
-        raise ReplayBankError(f"episode {i}: source {ep.source!r} is not 'agent' or 'demo'")
+def check_episode(ep: Any, i: int) -> Episode:
+    """``ep`` checked field by field, as the store must record it (``i``: its index in the call,
+    for the message); returns it with plain Python types (numpy scalars converted).
+
+    Raises:
+        InvalidTypeError, InvalidArgumentError: (``ReplayBankError``) naming the episode and field.
+    """
+    where = f"episode {i}"
+    if not isinstance(ep, Episode):
+        raise InvalidTypeError(f"{where} is not an Episode ({type(ep).__name__})")
+    for name, kind in (("task", Task), ("verdict", Verdict)):
+        if not isinstance(getattr(ep, name), kind):
+            raise InvalidTypeError(f"{where}: {name} is not a {kind.__name__} ({type(getattr(ep, name)).__name__})")
+    steps = f.items(ep.steps, f"{where}: steps")
+    for k, s in enumerate(steps):
+        if not isinstance(s, Step):
+            raise InvalidTypeError(f"{where}: steps[{k}] is not a Step ({type(s).__name__})")
+    t, v = ep.task, ep.verdict
+    raw = {
+        "task": {"id": t.id, "text": t.text, "family": t.family, "difficulty": t.difficulty, "expected": t.expected},
+        "steps": [{"prompt": s.prompt, "output": s.output, "call": s.call, "result": s.result} for s in steps],
+        "verdict": {"success": v.success, "reward": v.reward, "credit": v.credit, "detail": v.detail},
+        "generation": ep.generation, "adapter": ep.adapter, "seed": ep.seed, "context": ep.context,
+        "replayed": ep.replayed, "source": ep.source, "started_at": ep.started_at, "finished_at": ep.finished_at,
+    }
+    return Episode.from_dict(raw, where)

@@ -46,9 +46,32 @@ from typing import Any
 from replaybank.errors import ReplayBankError
 
 from .episode import Episode, StoredEpisode, check_episode
+from .fields import items, real
+from .integrity import (
+    CorruptStoreError,
+    SchemaVersionError,
+    StoreError,
+    StoreLockedError,
+    check_store_file,
+    record_problems,
+    stored_episode,
+    translate,
+)
+
+__all__ = [
+    "SCHEMA_VERSION", "CorruptStoreError", "EpisodeStore", "Retention", "SchemaVersionError",
+    "StoreError", "StoreLockedError",
+]
 
 SCHEMA_VERSION = 1
-_SQLITE_MAGIC = b"SQLite format 3\x00"
+_MAX_BUSY_S = 2**31 / 1000  # PRAGMA busy_timeout takes a C int of milliseconds
+#: attempts whose columns are not of the schema's types (a tampered file)
+BAD_ATTEMPTS = (
+    "SELECT id FROM attempts WHERE typeof(generation) != 'integer' OR generation < 0"
+    " OR typeof(adapter) != 'text' OR typeof(seed) NOT IN ('integer', 'null')"
+    " OR typeof(started_at) NOT IN ('real', 'integer')"
+    " OR typeof(finished_at) NOT IN ('real', 'integer') OR json_valid(replayed) = 0"
+)
 
 _SCHEMA = """
 CREATE TABLE episodes (
@@ -81,22 +104,6 @@ CREATE INDEX episodes_success ON episodes(success, id);
 """
 
 
-class StoreError(ReplayBankError):
-    """The episodic store cannot be opened, read or written."""
-
-
-class SchemaVersionError(StoreError):
-    """The store was written by a newer (or unknown) schema version."""
-
-
-class CorruptStoreError(StoreError):
-    """The file is not an SQLite database, or is damaged."""
-
-
-class StoreLockedError(StoreError):
-    """Another process held the write lock for longer than ``busy_timeout``."""
-
-
 @dataclass(frozen=True)
 class Retention:
     """Which episodes :meth:`EpisodeStore.apply_retention` keeps. Demonstrations are always kept.
@@ -121,20 +128,6 @@ class Retention:
                 raise ReplayBankError(f"Retention.{name} must be a positive int or None, got {value!r}")
 
 
-def _translate(err: sqlite3.Error, path: Path, what: str, timeout: float) -> StoreError:
-    msg = str(err)
-    if "locked" in msg or "busy" in msg:
-        return StoreLockedError(
-            f"{path}: {what}: the database stayed locked by another process for {timeout:g}s "
-            f"(busy_timeout); retry later or open the store with a larger busy_timeout"
-        )
-    if isinstance(err, sqlite3.DatabaseError) and (
-        "not a database" in msg or "malformed" in msg or "corrupt" in msg
-    ):
-        return CorruptStoreError(f"{path}: {what}: the file is damaged or not an SQLite store ({msg})")
-    return StoreError(f"{path}: {what}: {msg}")
-
-
 class EpisodeStore:
     """An episodic experience store in one SQLite file.
 
@@ -150,8 +143,8 @@ class EpisodeStore:
     def __init__(self, path: str | Path, *, readonly: bool = False, busy_timeout: float = 10.0) -> None:
         self.path = Path(path)
         self.readonly = readonly
-        self.busy_timeout = float(busy_timeout)
-        self._check_file()
+        self.busy_timeout = real(busy_timeout, "EpisodeStore busy_timeout", low=0.0, high=_MAX_BUSY_S)
+        check_store_file(self.path, readonly)
         if not readonly:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         mode = "ro" if readonly else "rwc"
@@ -163,27 +156,12 @@ class EpisodeStore:
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
             )
         except sqlite3.Error as err:
-            raise _translate(err, self.path, "open", self.busy_timeout) from err
+            raise translate(err, self.path, "open", self.busy_timeout) from err
         try:
             self._setup()
         except BaseException:
             self._conn.close()
             raise
-
-    def _check_file(self) -> None:
-        if not self.path.exists():
-            if self.readonly:
-                raise StoreError(f"{self.path}: no such episodic store")
-            return
-        if self.path.is_dir():
-            raise StoreError(f"{self.path}: is a directory, expected an episodic store file")
-        with open(self.path, "rb") as f:
-            head = f.read(len(_SQLITE_MAGIC))
-        if head and head != _SQLITE_MAGIC:
-            raise CorruptStoreError(
-                f"{self.path}: not an SQLite database (header {head[:16]!r}); "
-                "point at a store written by EpisodeStore"
-            )
 
     def _setup(self) -> None:
         try:
@@ -202,7 +180,12 @@ class EpisodeStore:
                         self._create()
                 version = self._version()
         except sqlite3.Error as err:
-            raise _translate(err, self.path, "open", self.busy_timeout) from err
+            raise translate(err, self.path, "open", self.busy_timeout) from err
+        if version < 0:
+            raise SchemaVersionError(
+                f"{self.path}: episodic store schema version {version} is not a version any "
+                f"replaybank writes (1..{SCHEMA_VERSION}); the file was altered"
+            )
         if version > SCHEMA_VERSION:
             raise SchemaVersionError(
                 f"{self.path}: episodic store schema version {version} is newer than the version "
@@ -233,7 +216,7 @@ class EpisodeStore:
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as err:
-            raise _translate(err, self.path, what, self.busy_timeout) from err
+            raise translate(err, self.path, what, self.busy_timeout) from err
         try:
             yield self._conn
             self._conn.execute("COMMIT")
@@ -241,14 +224,14 @@ class EpisodeStore:
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
             if isinstance(err, sqlite3.Error):
-                raise _translate(err, self.path, what, self.busy_timeout) from err
+                raise translate(err, self.path, what, self.busy_timeout) from err
             raise
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         try:
             return self._conn.execute(sql, params).fetchall()
         except sqlite3.Error as err:
-            raise _translate(err, self.path, "read", self.busy_timeout) from err
+            raise translate(err, self.path, "read", self.busy_timeout) from err
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -258,8 +241,7 @@ class EpisodeStore:
 
     def add_many(self, episodes: Sequence[Episode]) -> list[int]:
         """Record attempts in one transaction (all or none); returns their episode ids."""
-        for i, ep in enumerate(episodes):
-            check_episode(ep, i)
+        episodes = [check_episode(ep, i) for i, ep in enumerate(items(episodes, "add_many: episodes"))]
         ids: list[int] = []
         with self._write("add episodes") as c:
             for ep in episodes:
@@ -353,7 +335,7 @@ class EpisodeStore:
             + " GROUP BY e.id ORDER BY e.id"
             + (f" LIMIT {int(limit)}" if limit is not None else "")
         )
-        return [_stored(row) for row in self._read(sql, params)]
+        return [stored_episode(self.path, row) for row in self._read(sql, params)]
 
     def get(self, episode_id: int) -> StoredEpisode:
         """The episode with this id. Raises :class:`StoreError` if there is none."""
@@ -364,7 +346,7 @@ class EpisodeStore:
         )
         if not rows:
             raise StoreError(f"{self.path}: no episode with id {episode_id}")
-        return _stored(rows[0])
+        return stored_episode(self.path, rows[0])
 
     def generations(self) -> list[int]:
         """The distinct generations with at least one attempt, ascending."""
@@ -377,10 +359,24 @@ class EpisodeStore:
         return int(self._read("SELECT COUNT(*) FROM attempts")[0][0])
 
     def verify(self) -> None:
-        """Run SQLite's integrity check; raises :class:`CorruptStoreError` if it finds damage."""
+        """Check the file and every record: SQLite's integrity check, then each episode's body
+        read back and checked as :meth:`get` would (JSON, depth, every field, its fingerprint)
+        and each attempt's columns typed as the schema says.
+
+        Raises:
+            CorruptStoreError: naming the damage, or the first (up to 5) bad episode ids.
+        """
         result = [str(r[0]) for r in self._read("PRAGMA integrity_check")]
         if result != ["ok"]:
             raise CorruptStoreError(f"{self.path}: integrity check failed: {'; '.join(result[:5])}")
+        bad = record_problems(self.path, self._read(
+            "SELECT e.id, e.body, COUNT(a.id), GROUP_CONCAT(DISTINCT a.generation), e.fingerprint"
+            " FROM episodes e LEFT JOIN attempts a ON a.episode_id = e.id GROUP BY e.id ORDER BY e.id"
+        ))
+        bad += [f"attempt {a}: a column of the wrong type" for (a,) in self._read(BAD_ATTEMPTS)]
+        if bad:
+            more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
+            raise CorruptStoreError(f"{self.path}: {len(bad)} bad records: {'; '.join(bad[:5])}{more}")
 
     def close(self) -> None:
         self._conn.close()
@@ -390,8 +386,3 @@ class EpisodeStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _stored(row: Sequence[Any]) -> StoredEpisode:
-    gens = tuple(sorted(int(g) for g in str(row[3]).split(","))) if row[3] is not None else ()
-    return StoredEpisode(int(row[0]), Episode.from_dict(json.loads(row[1])), int(row[2]), gens)

@@ -29,10 +29,13 @@ from typing import Any, Literal
 
 import numpy as np
 
+from replaybank.checks import state_array
 from replaybank.errors import ReplayBankError
-from replaybank.mixing import Mixer, next_quota
+from replaybank.mixing import Mixer, check_mixer_state, next_quota
 
 PLAN_SCHEMA_VERSION = 1
+_PLAN_KEYS = ("schema_version", "ratio", "batch_size", "world_size", "rows_per_epoch", "n_rehearsal", "mixer",
+              "rank_credit")
 DOMAIN, REHEARSAL = 0, 1
 MixBy = Literal["rows", "tokens"]
 
@@ -376,11 +379,14 @@ class MixPlan:
                     f"mix state was saved with {key}={state.get(key)!r}, this stream has "
                     f"{key}={getattr(self, key)!r}; resume with the same arguments"
                 )
+        unknown = sorted(str(k) for k in state if k not in _PLAN_KEYS)
+        if unknown or "mixer" not in state or "rank_credit" not in state:
+            raise MixError(f"mix state has keys {sorted(map(str, state))}, expected {sorted(_PLAN_KEYS)}")
+        # everything is checked before anything is set: a refused state leaves the stream as it was
         try:
-            self._mixer.load_state_dict(state["mixer"])
-        except (KeyError, ValueError) as exc:
-            raise MixError(f"mix state does not fit this stream: {exc}") from exc
-        credit = np.asarray(state["rank_credit"], dtype=np.float64)
-        if credit.shape != (self.world_size,):
-            raise MixError(f"mix state has rank_credit of shape {credit.shape}")
+            check_mixer_state(state["mixer"], self._mixer)
+            credit = state_array(state, "rank_credit", "mix", shape=(self.world_size,), low=-2.0, high=2.0)
+        except ValueError as exc:
+            raise MixError(f"mix state does not fit this stream: {exc}") from None
+        self._mixer.load_state_dict(state["mixer"])
         self._rank_credit = credit

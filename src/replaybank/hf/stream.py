@@ -213,7 +213,7 @@ def mix(
         "source_column": source_column,
     }
     # Build the plan once here so that every bad input is reported now, not at the first row.
-    MixPlan(
+    plan = MixPlan(
         len(dom),
         n_reh,
         ratio,
@@ -234,10 +234,15 @@ def mix(
         features = datasets.Features(
             {**{c: dom.data.features[c] for c in cols}, source_column: datasets.Value("int8")}
         )
-    return ds.map(
+    from replaybank.hf.stream_state import MAX_RESUME_EXAMPLES, as_mix_stream
+
+    rows_per_batch = per_rank * (world if the_rank < 0 else 1)
+    mapped = ds.map(
         _Fetch(dom, reh, cols, source_column),
         batched=True,
-        batch_size=per_rank * (world if the_rank < 0 else 1),
+        batch_size=rows_per_batch,
         remove_columns=[ROW_COLUMN],
         features=features,
     )
+    limit = MAX_RESUME_EXAMPLES if epochs is None else epochs * plan.batches_per_epoch() * rows_per_batch
+    return as_mix_stream(mapped, limit)

@@ -169,7 +169,7 @@ class MixedIterableDataset(torch.utils.data.IterableDataset):
             MixError: when the state comes from a stream built with other arguments.
         """
         consumed = state.get("consumed") if isinstance(state, dict) else None
-        if not isinstance(consumed, int) or not 0 <= consumed <= self.batch_size:
+        if isinstance(consumed, bool) or not isinstance(consumed, int) or not 0 <= consumed <= self.batch_size:
             raise MixError(f"mixed dataset state has consumed={consumed!r}, expected 0..{self.batch_size}")
         self._plan.load_state_dict(state.get("plan"))  # type: ignore[arg-type]
         self._before, self._consumed = state["plan"], consumed

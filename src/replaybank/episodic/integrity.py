@@ -1,0 +1,155 @@
+"""What the episodic store refuses about its file and its records, and its errors (issue 29).
+
+* **The file**: a regular file or nothing (no symlink, FIFO, device, socket or folder; the same for
+  its ``-wal``, ``-shm`` and ``-journal`` files), checked with ``lstat`` before SQLite opens it.
+* **Each record read back**: its body is JSON text with finite numbers (``NaN``, ``Infinity`` and
+  ``1e999`` are refused), nested no deeper than the JSON reader's recursion limit, and an episode
+  every field of which passes :meth:`~replaybank.episodic.episode.Episode.from_dict`; anything else
+  is a :class:`CorruptStoreError` naming the episode id.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from replaybank.errors import ReplayBankError
+
+from .episode import Episode, StoredEpisode
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class StoreError(ReplayBankError):
+    """The episodic store cannot be opened, read or written."""
+
+
+class SchemaVersionError(StoreError):
+    """The store was written by a newer (or unknown) schema version."""
+
+
+class CorruptStoreError(StoreError):
+    """The file is not an SQLite database, or is damaged."""
+
+
+class StoreLockedError(StoreError):
+    """Another process held the write lock for longer than ``busy_timeout``."""
+
+
+def translate(err: sqlite3.Error, path: Path, what: str, timeout: float) -> StoreError:
+    msg = str(err)
+    if "locked" in msg or "busy" in msg:
+        return StoreLockedError(
+            f"{path}: {what}: the database stayed locked by another process for {timeout:g}s "
+            f"(busy_timeout); retry later or open the store with a larger busy_timeout"
+        )
+    if isinstance(err, sqlite3.DatabaseError) and (
+        "not a database" in msg or "malformed" in msg or "corrupt" in msg
+    ):
+        return CorruptStoreError(f"{path}: {what}: the file is damaged or not an SQLite store ({msg})")
+    return StoreError(f"{path}: {what}: {msg}")
+
+
+def check_regular(path: Path, what: str) -> bool:
+    """True if ``path`` is a regular file, False if nothing is there; a symlink, FIFO, device,
+    socket or folder raises :class:`StoreError` (without opening it)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    except OSError as err:
+        raise StoreError(f"{what}: cannot stat ({err})") from None
+    if stat.S_ISLNK(mode):
+        raise StoreError(f"{what}: is a symlink; an episodic store must be a regular file (not followed)")
+    if stat.S_ISDIR(mode):
+        raise StoreError(f"{what}: is a directory, expected an episodic store file")
+    if not stat.S_ISREG(mode):
+        raise StoreError(f"{what}: not a regular file (a FIFO, device or socket); refusing to open it")
+    return True
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"non-finite number {name}")
+
+
+def _finite_float(literal: str) -> float:
+    x = float(literal)
+    if not math.isfinite(x):  # 1e999 parses as inf
+        raise ValueError(f"number {literal[:20]} is out of range")
+    return x
+
+
+def _generation(g: str) -> int:
+    if not g.isdigit():
+        raise ValueError(f"attempt generation {g[:40]!r} is not an integer >= 0")
+    return int(g)
+
+
+def stored_episode(path: Path, row: Sequence[Any]) -> StoredEpisode:
+    """A row ``(id, body, attempts, generations)`` read back, every part checked.
+
+    Raises:
+        CorruptStoreError: naming the episode id (never a crash in json, never a half-read episode).
+    """
+    eid = row[0]
+    try:
+        if not isinstance(row[1], str):
+            raise ValueError(f"body is {type(row[1]).__name__}, not JSON text")
+        body = json.loads(row[1], parse_constant=_refuse_constant, parse_float=_finite_float)
+        episode = Episode.from_dict(body, "body")
+        gens = tuple(sorted(_generation(g) for g in str(row[3]).split(","))) if row[3] is not None else ()
+    except RecursionError:
+        raise CorruptStoreError(f"{path}: episode {eid}: body nested too deep to be an episode") from None
+    except (ValueError, TypeError) as err:  # JSONDecodeError and ReplayBankError included
+        raise CorruptStoreError(f"{path}: episode {eid}: {err}") from None
+    return StoredEpisode(int(eid), episode, int(row[2]), gens)
+
+
+def check_store_file(path: Path, readonly: bool) -> None:
+    """Refuse anything at ``path`` (or its ``-wal``/``-shm``/``-journal`` files) but a regular
+    SQLite file, before SQLite opens it: SQLite would block forever opening a FIFO (and read a
+    device), and a symlink could point the store, and its writes, outside the folder named."""
+    for extra in ("-wal", "-shm", "-journal"):
+        check_regular(Path(f"{path}{extra}"), f"{path}: its {extra[1:]} file")
+    if not check_regular(path, str(path)):
+        if readonly:
+            raise StoreError(f"{path}: no such episodic store")
+        return
+    try:  # non-blocking and not following links, in case it was swapped since the check
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as err:
+        raise StoreError(f"{path}: cannot open ({err})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise StoreError(f"{path}: not a regular file, expected an episodic store file")
+        head = os.read(fd, len(_SQLITE_MAGIC))
+    finally:
+        os.close(fd)
+    if head and head != _SQLITE_MAGIC:
+        raise CorruptStoreError(
+            f"{path}: not an SQLite database (header {head[:16]!r}); point at a store written by EpisodeStore"
+        )
+
+
+def record_problems(path: Path, rows: Sequence[Sequence[Any]]) -> list[str]:
+    """What is wrong with each episode row ``(id, body, attempts, generations, fingerprint)``: a
+    body that does not read back, one altered after it was written (its fingerprint no longer
+    matches), an episode with no attempt."""
+    bad: list[str] = []
+    for row in rows:
+        try:
+            stored = stored_episode(path, row)
+        except CorruptStoreError as err:
+            bad.append(str(err).removeprefix(f"{path}: "))
+            continue
+        if stored.episode.fingerprint != row[4]:
+            bad.append(f"episode {row[0]}: body does not match its fingerprint (altered)")
+        elif not stored.count:
+            bad.append(f"episode {row[0]}: no attempt recorded")
+    return bad
