@@ -13,8 +13,7 @@ cost is cache misses, so the layout is chosen for them:
   with the row gather between: the update costs about half of what it does with the sums and
   the mins in two arrays, while the walk costs about the same);
 * walks and updates go level by level across the batch, so the misses of different leaves
-  overlap, and each is one compiled call with its loops written inline (a call per node into a
-  helper cost ~50 us per 256-leaf update).
+  overlap; each is one compiled call per batch with its loops written inline.
 
 Parents are recomputed from all their children, so repeated indices are harmless (the last value
 wins) and rounding never accumulates.
