@@ -121,3 +121,54 @@ def test_split_needs_a_pool_and_overlap_removed(tmp_path):
         split_heldout(load_corpus(f), 5, seed=0)
     pool, n = remove_overlap(load_corpus(f), ["b"])
     assert pool.texts == ["a"] and n == 1
+
+
+def test_parquet_reads_only_the_text_column_and_names_the_columns(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from replaybank.llm.data.corpus import load_corpus
+
+    f = tmp_path / "pool.parquet"
+    pq.write_table(pa.table({"text": ["first passage", " ", "second  passage"], "score": [1, 2, 3]}), f)
+    corpus = load_corpus(f)
+    assert corpus.texts == ["first passage", "second passage"] and corpus.dropped["empty"] == 1
+    with pytest.raises(CorpusError, match=r"pool\.parquet: no column 'body' \(columns: text, score\); set rehearsal_text_field"):
+        load_corpus(f, text_field="body")
+
+
+def test_save_to_disk_folder_is_read_as_a_dataset(tmp_path):
+    datasets = pytest.importorskip("datasets")
+
+    from replaybank.llm.config import Config
+    from replaybank.llm.config.check import check_sources
+    from replaybank.llm.data.corpus import load_corpus
+
+    single = tmp_path / "single"
+    datasets.Dataset.from_dict({"text": ["alpha passage", "beta passage"], "n": [1, 2]}).save_to_disk(str(single))
+    assert load_corpus(single).texts == ["alpha passage", "beta passage"]
+    with pytest.raises(CorpusError, match=r"single: no column 'body' \(columns: text, n\); set rehearsal_text_field"):
+        load_corpus(single, text_field="body")
+    both = tmp_path / "dict"
+    datasets.DatasetDict({
+        "train": datasets.Dataset.from_dict({"text": ["train passage"]}),
+        "test": datasets.Dataset.from_dict({"text": ["test passage"]}),
+    }).save_to_disk(str(both))
+    assert load_corpus(both, split="test").texts == ["test passage"]
+    with pytest.raises(CorpusError, match=r"dict: no split 'valid' in this saved DatasetDict \(splits: train, test\); set rehearsal_split"):
+        load_corpus(both, split="valid")
+    problems = []
+    try:
+        check_sources(Config.from_dict({"training": {"rehearsal_dataset": str(single)}}))
+    except Exception as exc:  # other keys may name things this machine lacks; not the dataset
+        problems = str(exc).splitlines()
+    assert not [p for p in problems if "rehearsal_dataset" in p]
+
+
+def test_folder_that_is_neither_data_files_nor_a_saved_dataset_says_what_it_found(tmp_path):
+    from replaybank.llm.data.corpus import load_corpus
+
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "data.arrow").write_bytes(b"x")
+    with pytest.raises(CorpusError, match=r"odd: folder holds no .* and is not a save_to_disk dataset .*found: \.arrow"):
+        load_corpus(tmp_path / "odd")

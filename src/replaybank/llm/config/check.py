@@ -39,7 +39,7 @@ def check_sources(cfg: Config) -> None:
     d, t = cfg.data, cfg.training
     problems = [
         _check_base_model(t.base_model),
-        _check_corpus(t.rehearsal_dataset, "a .txt/.md/.jsonl/.parquet file or a folder of them, "
+        _check_corpus(t.rehearsal_dataset, "a .txt/.md/.jsonl/.parquet file or a folder of them, a save_to_disk folder, "
                       f"{PYTHON_DOCS!r}, or an HF dataset in the local cache"),
         *(_check_domain(v) for v in d.domain_train),
         *(_check_domain(v) for v in d.domain_eval),
@@ -120,10 +120,13 @@ def _check_probe(value: str) -> str | None:
 
 def _check_corpus(value: str, expected: str) -> str | None:
     from replaybank.llm.data.corpus import PYTHON_DOCS, SUPPORTED_SUFFIXES
+    from replaybank.llm.data.saved import is_saved_dataset
 
     if value == PYTHON_DOCS:
         return None
     path = Path(value).expanduser()
+    if is_saved_dataset(path):
+        return None
     if path.is_dir():
         return _folder(path, SUPPORTED_SUFFIXES, expected)
     if path.is_file():

@@ -188,14 +188,26 @@ class Config:
         }
         return {**builtin, **self.arms}
 
+    def share_from_rows(self) -> bool:
+        """Whether the built-in rehearsal arms' share comes from ``rehearsal_rows_per_epoch`` (set
+        without ``mixing_ratio``: the reference's form) instead of ``mixing_ratio``."""
+        return "training.rehearsal_rows_per_epoch" in self.explicit and "training.mixing_ratio" not in self.explicit
+
     def effective_mixing_ratio(self, n_domain_rows: int) -> tuple[float, str]:
         """The share of every batch given to rehearsal, and how it was decided.
 
         When the config sets ``rehearsal_rows_per_epoch`` but not ``mixing_ratio`` (the reference's
-        form), the share is ``rows / (rows + domain rows per epoch)``.
+        form), the share is ``rows / (rows + domain rows per epoch)``: ``n_domain_rows`` is the
+        generation's lineage (its domain rows per epoch), so every generation draws that many
+        rehearsal rows per virtual epoch, whatever the lineage's size.
+
+        Example:
+            >>> cfg = Config.from_dict({"training": {"rehearsal_rows_per_epoch": 500}})
+            >>> [round(cfg.effective_mixing_ratio(n)[0], 4) for n in (1500, 4500)]
+            [0.25, 0.1]
         """
         t = self.training
-        if "training.rehearsal_rows_per_epoch" in self.explicit and "training.mixing_ratio" not in self.explicit:
+        if self.share_from_rows():
             share = t.rehearsal_rows_per_epoch / (t.rehearsal_rows_per_epoch + n_domain_rows)
             return share, (
                 f"converted from rehearsal_rows_per_epoch={t.rehearsal_rows_per_epoch} over "

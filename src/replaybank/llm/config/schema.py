@@ -63,7 +63,7 @@ class Training:
     gradient_checkpointing: bool = _f(False, "recompute each decoder layer's activations in the backward pass instead of keeping them (less memory, about a third more compute; needed for a 7B model at 8 x 2048 tokens); a model that does not support it is an error")
     mixing_ratio: float = _f(0.1, "share of every batch taken from the rehearsal corpus, in [0, 1)", min=0, lt=1)
     mix_by: MixBy = _f("rows", "what the rehearsal share is a share of: rows of every batch, or labelled tokens (= of the loss)")
-    rehearsal_dataset: str = _f("python-docs", "python-docs (embedded), a .txt/.jsonl/.parquet file or folder, or a locally cached HF dataset", nonempty=True)
+    rehearsal_dataset: str = _f("python-docs", "python-docs (embedded), a .txt/.jsonl/.parquet file or folder, a save_to_disk folder, or a locally cached HF dataset", nonempty=True)
     rehearsal_split: str = _f("train", "split of an HF dataset", nonempty=True)
     rehearsal_text_field: str = _f("text", "JSONL field / Parquet column holding the text", nonempty=True)
     rehearsal_rows_per_epoch: int = _f(500, "size of each virtual epoch's seeded slice of the rehearsal pool; if set without mixing_ratio it also sets the share", min=1, max=100_000_000)

@@ -24,6 +24,7 @@ from typing import Any
 from replaybank import jsonl
 from replaybank.errors import ReplayBankError
 from replaybank.jsonl import read_utf8
+from replaybank.llm.data.saved import is_saved_dataset, iter_saved_dataset
 
 PYTHON_DOCS = "python-docs"
 """Name of the embedded general corpus: ``pydoc_data.topics`` plus stdlib docstrings."""
@@ -151,14 +152,15 @@ def _load_parquet_file(path: Path, text_field: str, corpus: Corpus) -> None:
     if not path.is_file():
         raise CorpusError(f"{path}: file not found")
     try:
-        table = pq.read_table(path)
+        names = pq.read_schema(path).names  # the footer only: a missing column fails before any row is read
     except Exception as exc:  # pyarrow raises several unrelated types for bad files
         raise CorpusError(f"{path}: not a readable Parquet file ({exc})") from None
-    if text_field not in table.column_names:
-        raise CorpusError(
-            f"{path}: no column {text_field!r} (columns: {', '.join(table.column_names)}); "
-            "set rehearsal_text_field"
-        )
+    if text_field not in names:
+        raise CorpusError(f"{path}: no column {text_field!r} (columns: {', '.join(names)}); set rehearsal_text_field")
+    try:
+        table = pq.read_table(path, columns=[text_field])  # only the text column
+    except Exception as exc:
+        raise CorpusError(f"{path}: not a readable Parquet file ({exc})") from None
     start = len(corpus)
     for i, value in enumerate(table.column(text_field).to_pylist()):
         _add(corpus, value, f"{path}:{i}")
@@ -190,7 +192,11 @@ def list_data_files(path: Path) -> list[Path]:
     """
     files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED_SUFFIXES)
     if not files:
-        raise CorpusError(f"{path}: folder holds no {', '.join(SUPPORTED_SUFFIXES)} file")
+        found = ", ".join(sorted({p.suffix or p.name for p in path.rglob("*") if p.is_file()})[:8]) or "nothing"
+        raise CorpusError(
+            f"{path}: folder holds no {', '.join(SUPPORTED_SUFFIXES)} file and is not a save_to_disk dataset "
+            f"(no dataset_dict.json, or state.json + dataset_info.json); found: {found}"
+        )
     return files
 
 
@@ -199,8 +205,8 @@ def load_corpus(source: str | Path, text_field: str = "text", split: str = "trai
 
     Args:
         source: path of a ``.txt``/``.md`` (passages separated by blank lines), ``.jsonl`` or
-            ``.parquet`` file, a folder of them, :data:`PYTHON_DOCS`, or a Hugging Face dataset
-            name (only when available locally).
+            ``.parquet`` file, a folder of them, a folder written by ``save_to_disk``,
+            :data:`PYTHON_DOCS`, or a Hugging Face dataset name (only when available locally).
         text_field: JSONL field / Parquet column / dataset column with the text.
         split: dataset split, for HF datasets.
 
@@ -216,7 +222,11 @@ def load_corpus(source: str | Path, text_field: str = "text", split: str = "trai
     else:
         path = Path(source).expanduser()
         corpus = Corpus()
-        if path.is_dir():
+        if is_saved_dataset(path):
+            for i, value in enumerate(iter_saved_dataset(path, split, text_field, CorpusError)):
+                _add(corpus, value, f"{path}:{i}")
+            corpus.manifest.append({"source": f"save_to_disk:{path}[{split}]", "rows": len(corpus), "sha256": None})
+        elif path.is_dir():
             for file in list_data_files(path):
                 _load_file(file, text_field, corpus)
         elif path.exists() or path.suffix.lower() in SUPPORTED_SUFFIXES or "/" not in str(source):

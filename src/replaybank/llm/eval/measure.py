@@ -87,6 +87,26 @@ def measure_behaviour(model: Any, ctx: EvalContext, desc: str) -> dict[str, Any]
     return {"suite": suite, "probe_score": probe["exact_match"], "probe_logprob": probe["answer_logprob"]}
 
 
+def measure_base(model: Any, ctx: EvalContext, label: str) -> dict[str, Any]:
+    """The base arm: losses, probe, one accuracy-matrix row; its suite answers are the reference (1.0)."""
+    losses = measure_losses(model, ctx)
+    probe = probe_score(model, ctx.tokenizer, ctx.data.probe, ctx.pad_id)
+    row = domain_row(model, ctx, f"base {label}")
+    out = {
+        **losses,
+        "probe_score": probe["exact_match"],
+        "probe_logprob": probe["answer_logprob"],
+        # The base answers were generated (or read from the cache) once; the base keeps all it has.
+        "suite": {**ctx.suite.base, "retention": {f: 1.0 if v > 0 else None for f, v in ctx.suite.base["families"].items()}},
+        "domain": {k: row[-1][k] for k in ("exact_match", "call_score", "n")},
+        "matrix_row": row,
+        "matrix": {"R": [[float(c["exact_match"]) for c in row]]},  # the forward-transfer baseline row
+    }
+    if ctx.self_rows is not None:
+        out["self_loss"] = mean_loss(model, ctx.self_rows, ctx.pad_id)
+    return out
+
+
 def matrix_metrics(rows: list[list[dict[str, Any]]], baseline: list[dict[str, Any]] | None) -> dict[str, Any]:
     """Accuracy matrix ``R[i][j]`` (exact match on domain ``j`` after generation ``i``) and its summaries.
 

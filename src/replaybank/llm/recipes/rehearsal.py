@@ -47,10 +47,10 @@ from replaybank.llm.eval.measure import (
     flatten,
     loss_shares,
     matrix_metrics,
+    measure_base,
     measure_behaviour,
     measure_losses,
 )
-from replaybank.llm.eval.probe import probe_score
 from replaybank.llm.eval.suite import general_text_rows, load_suite, prepare_suite, sample_suite
 from replaybank.llm.report.folder import (
     OutputError,
@@ -66,7 +66,7 @@ from replaybank.llm.runtime import environment, loadavg, pick_device, resolve_th
 from replaybank.llm.train import KLSpec, train_lora
 from replaybank.llm.train.adapter import fresh_adapter
 from replaybank.llm.train.lineage import select_lineage
-from replaybank.llm.train.sources import build_sources, concat_rows
+from replaybank.llm.train.sources import build_sources, concat_rows, rows_per_epoch
 
 __all__ = ["OutputError", "run_experiment", "run_seed", "train_arm"]
 
@@ -202,7 +202,7 @@ def run_seed(
     )
     ctx = EvalContext(tokenizer, pad_id, data, suite, general_text, ev.max_new_tokens, ev.generation_batch_size, self_rows)
     t0 = time.perf_counter()
-    arms: dict[str, dict[str, Any]] = {"base": _measure_base(base_model, ctx, label)}
+    arms: dict[str, dict[str, Any]] = {"base": measure_base(base_model, ctx, label)}
     ctx.baseline = arms["base"]["matrix_row"]
     timings[f"base_{label}"] = time.perf_counter() - t0
     probes: dict[str, Any] = {}
@@ -254,6 +254,7 @@ def _train_arm(
     partial: Path, log: Log, max_steps: int | None, seed_label: str,
 ) -> dict[str, Any]:
     orch = cfg.orchestration
+    follows_rows = cfg.share_from_rows() and bool(spec.source) and name not in cfg.arms
     kl = KLSpec(spec.kl_to_base, spec.kl_temperature, spec.kl_on, spec.rehearsal_ce) if spec.kl_to_base > 0 else None
     generations: list[dict[str, Any]] = []
     scores: list[float] = []
@@ -264,7 +265,10 @@ def _train_arm(
     for g in range(orch.num_generations):
         lineage = select_lineage(g, orch.training_window_size, orch.lineage, scores)
         domain = concat_rows([ctx.data.domain_generations[i] for i in lineage])
-        sources = build_sources(spec, ratio, g, lineage, ctx)
+        # rehearsal_rows_per_epoch set without mixing_ratio: rows per virtual epoch in every
+        # generation, so the share follows the lineage's size (3x the rows with a window of 3)
+        ratio_g = cfg.effective_mixing_ratio(len(domain))[0] if follows_rows else ratio
+        sources = build_sources(spec, ratio_g, g, lineage, ctx)
 
         def on_eval(step: int, _offset: int = offset, _g: int = g) -> dict[str, float]:
             result = measure_losses(model, ctx)
@@ -288,13 +292,16 @@ def _train_arm(
         scores.append(-float(final["domain_losses"][g]))
         generations.append({
             "generation": g, "lineage": lineage, "domain_rows": len(domain),
-            "sources": {s.name: {"rows": len(s.rows), "share": s.share} for s in sources},
+            "rehearsal_share": ratio_g if sources else 0.0,
+            "sources": {s.name: {"rows": len(s.rows), "share": s.share, "rows_per_epoch": rows_per_epoch(train_log.steps, s.name)}
+                        for s in sources},
             "train": train_log.to_dict(), "general_loss": final["general_loss"], "domain_loss": final["domain_loss"],
             "domain_accuracy": [{k: c[k] for k in ("exact_match", "call_score", "n")} for c in matrix_rows[-1]],
         })
         if cfg.output.save_adapters:
             _save_adapter(model, partial / "adapters" / name / seed_label / f"gen{g}", cfg, ctx, name, spec, ratio, lineage)
-        log(f"{tag} gen {g}: {len(train_log.steps)} steps, {train_log.tokens} tokens in {train_log.seconds:.1f} s; "
+        log(f"{tag} gen {g}: {len(train_log.steps)} steps, {train_log.tokens} tokens in {train_log.seconds:.1f} s, "
+            f"rehearsal share {generations[-1]['rehearsal_share']:.4f}; "
             f"domain exact match {[round(c['exact_match'], 3) for c in matrix_rows[-1]]}")
     behaviour = measure_behaviour(model, ctx, tag)
     if ctx.self_rows is not None:
@@ -320,25 +327,6 @@ def _train_arm(
             "tokens_per_second": round(total_tokens / total_seconds, 1) if total_seconds else None,
         },
     }
-
-
-def _measure_base(model: Any, ctx: EvalContext, label: str) -> dict[str, Any]:
-    losses = measure_losses(model, ctx)
-    probe = probe_score(model, ctx.tokenizer, ctx.data.probe, ctx.pad_id)
-    row = domain_row(model, ctx, f"base {label}")
-    out = {
-        **losses,
-        "probe_score": probe["exact_match"],
-        "probe_logprob": probe["answer_logprob"],
-        # The base answers were generated (or read from the cache) once; the base keeps all it has.
-        "suite": {**ctx.suite.base, "retention": {f: 1.0 if v > 0 else None for f, v in ctx.suite.base["families"].items()}},
-        "domain": {k: row[-1][k] for k in ("exact_match", "call_score", "n")},
-        "matrix_row": row,
-        "matrix": {"R": [[float(c["exact_match"]) for c in row]]},  # the forward-transfer baseline row
-    }
-    if ctx.self_rows is not None:
-        out["self_loss"] = mean_loss(model, ctx.self_rows, ctx.pad_id)
-    return out
 
 
 def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> dict[str, Any]:

@@ -71,6 +71,7 @@ def write_report(path: Path, metrics: dict[str, Any]) -> None:
             f"| {name} | {a['share']:.3f} {'+'.join(spec['source']) or '-'} | {spec['mix_by']} | "
             f"{_shares(share['rows'])} | {_shares(share['label_tokens'])} | {kl} |"
         )
+    lines += _per_generation(arms, names)
     matrix_arms = [n for n in names if len(arms[n]["matrix"]["R_mean"]) > 1]
     if matrix_arms:
         lines += ["", "## Domain sequence: accuracy matrix (generated exact match, mean over seeds)", "",
@@ -105,6 +106,21 @@ def write_report(path: Path, metrics: dict[str, Any]) -> None:
     lines += [f"- {k}: {v:.1f}" for k, v in metrics.get("timings", {}).items()]
     lines += ["", f"![behaviour]({BEHAVIOUR_PLOT})", "", f"![losses]({PLOT_NAME})", ""]
     path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def _per_generation(arms: dict[str, Any], names: list[str]) -> list[str]:
+    """Rehearsal share and rows drawn per virtual epoch, per arm and generation (first seed)."""
+    rows = [
+        f"| {name} | {gen['generation']} | {gen['domain_rows']} | {gen.get('rehearsal_share', 0.0):.4f} | "
+        + (", ".join(f"{src} {info['rows_per_epoch']:g}" for src, info in gen["sources"].items() if "rows_per_epoch" in info) or "-")
+        + " |"
+        for name in names if name != "base" for gen in arms[name].get("generations", [])
+    ]
+    if not rows:
+        return []
+    return ["", "## Rehearsal per generation (first seed)", "",
+            "| arm | generation | domain rows (lineage) | rehearsal share | rehearsal rows per virtual epoch |",
+            "|---|---|---|---|---|", *rows]
 
 
 def _shares(d: dict[str, float]) -> str:

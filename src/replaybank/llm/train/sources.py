@@ -9,6 +9,8 @@ The arm's share is split evenly over the sources that have rows.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from replaybank.llm.config import ArmSpec
@@ -45,3 +47,15 @@ def build_sources(spec: ArmSpec, ratio: float, generation: int, lineage: list[in
     if not available or ratio <= 0:
         return []
     return [Source(name, rows, ratio / len(available), sliced) for name, rows, sliced in available]
+
+
+def rows_per_epoch(steps: list[dict[str, Any]], source: str) -> float:
+    """Mean rows of ``source`` drawn per virtual epoch over a training log's steps (0 without steps).
+
+    Example:
+        >>> rows_per_epoch([{"epoch": 0, "source_rows": {"corpus": 3}}, {"epoch": 1, "source_rows": {"corpus": 5}}], "corpus")
+        4.0
+    """
+    epochs = {s["epoch"] for s in steps}
+    drawn = sum(s["source_rows"].get(source, 0) for s in steps)
+    return round(drawn / len(epochs), 2) if epochs else 0.0

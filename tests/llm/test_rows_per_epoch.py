@@ -1,0 +1,46 @@
+"""``rehearsal_rows_per_epoch`` (set without ``mixing_ratio``) is the rehearsal rows of every
+virtual epoch in every generation, whatever the size of the generation's lineage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from replaybank.llm.config import Config
+
+
+def test_share_follows_the_lineage_size() -> None:
+    cfg = Config.from_dict({"training": {"rehearsal_rows_per_epoch": 500}})
+    assert cfg.share_from_rows()
+    assert [cfg.effective_mixing_ratio(n)[0] for n in (1500, 3000, 4500)] == [0.25, 500 / 3500, 0.1]
+    assert not Config.from_dict({"training": {"rehearsal_rows_per_epoch": 500, "mixing_ratio": 0.2}}).share_from_rows()
+
+
+def test_every_generation_draws_the_rows_per_epoch(tiny_model_dir: Path, tmp_path: Path, isolated_cache: Any) -> None:
+    pytest.importorskip("torch")
+    from replaybank.llm.recipes.rehearsal import run_experiment
+
+    cfg = Config.from_dict({
+        "orchestration": {"num_generations": 3, "training_window_size": 3},
+        "training": {"base_model": str(tiny_model_dir), "batch_size": 6, "lora_rank": 2, "num_threads": 1,
+                     "rehearsal_rows_per_epoch": 12},
+        "data": {"domain_train_rows": 24, "domain_eval_rows": 3, "general_eval_rows": 3},
+        "arms": {"fixed": {"source": ["corpus"], "ratio": 0.2}},
+        "evaluation": {"arms": ["rehearsal", "fixed"], "eval_points": 1, "suite_per_family": 1, "max_new_tokens": 4,
+                       "probe_sources": False},
+        "output": {"save_adapters": False},
+    })
+    metrics = run_experiment(cfg, tmp_path / "out", log=lambda m: None)
+    gens = metrics["arms"]["rehearsal"]["generations"]
+    assert [g["domain_rows"] for g in gens] == [24, 48, 72]
+    assert [g["rehearsal_share"] for g in gens] == pytest.approx([12 / 36, 12 / 60, 12 / 84])
+    drawn = [g["sources"]["corpus"]["rows_per_epoch"] for g in gens]
+    assert all(abs(d - 12) <= 1 for d in drawn), drawn  # before: 12, 24, 36 (the first share kept)
+    # an [arms.NAME] ratio is a share, not converted: its rows grow with the lineage
+    fixed = metrics["arms"]["fixed"]["generations"]
+    assert [g["rehearsal_share"] for g in fixed] == [0.2, 0.2, 0.2]
+    assert fixed[2]["sources"]["corpus"]["rows_per_epoch"] > 2 * fixed[0]["sources"]["corpus"]["rows_per_epoch"]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Rehearsal per generation" in report and "| rehearsal | 2 | 72 | 0.1429 | corpus 12" in report
