@@ -85,6 +85,10 @@ def _tampered(change):
         (lambda s: s.update(rng={"bit_generator": "MT19937"}), "rng"),
         (lambda s: s["buffer"].update(next_id=-5), "buffer"),
         (lambda s: s.update(extra=1), "unknown key 'extra'"),
+        (lambda s: s["buffer"]["columns"]["prompt_id"].fill(2**62 + 1), "stored prompt_id is outside"),
+        (lambda s: s["buffer"]["columns"]["reward"].fill(np.nan), "stored reward is NaN"),
+        (lambda s: s["buffer"]["columns"]["tokens"].values.fill(-4), "stored tokens is outside"),
+        (lambda s: s["buffer"]["columns"]["version"].fill(-5), "another group or version"),
     ],
 )
 def test_a_bad_state_is_refused_before_anything_is_restored(change, match):

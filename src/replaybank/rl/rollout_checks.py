@@ -132,5 +132,13 @@ def check_state(state: Any, buffer: Any, max_reuse: int, max_staleness: int) -> 
         data = buffer.get(ids)
         if (np.asarray(data["group_id"]) != gid).any() or (np.asarray(data["version"]) != version).any():
             raise InvalidStateError(f"{where}: the stored rollouts belong to another group or version")
+        for col in ("reward", "advantage", "logprobs"):
+            values = np.asarray(getattr(data[col], "values", data[col]), dtype=np.float64)
+            if not np.isfinite(values).all():
+                raise InvalidStateError(f"{where}: a stored {col} is NaN or infinite")
+        for col in ("prompt_id", "tokens"):
+            values = np.asarray(getattr(data[col], "values", data[col]))
+            if values.size and (values.min() < 0 or values.max() > MAX_ID):
+                raise InvalidStateError(f"{where}: a stored {col} is outside [0, 2**62]")
         out[gid] = (ids, version, uses)
     return {"policy_version": policy, "next_group": next_group, "groups": out, "evicted": counts}
