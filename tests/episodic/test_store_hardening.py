@@ -203,3 +203,18 @@ def test_a_tampered_attempt_generation_names_the_episode(tmp_path):
             store.get(1)
         with pytest.raises(CorruptStoreError, match="attempt 1: a column"):
             store.verify()
+
+
+def test_verify_reports_columns_that_disagree_with_the_body(tmp_path):
+    path = tmp_path / "ep.db"
+    with EpisodeStore(path) as store:
+        store.add(ep())
+        store.add(Episode(Task("t2", "y", "g", 2), (Step("y", "5"),), Verdict(False, 0.25)))
+        store.verify()
+    con = sqlite3.connect(path)
+    con.execute("UPDATE episodes SET success = 0 WHERE id = 1")  # a failure now, to success= filters
+    con.commit()
+    con.close()
+    with EpisodeStore(path, readonly=True) as store:
+        with pytest.raises(CorruptStoreError, match="1 bad records: episode 1: its columns disagree"):
+            store.verify()

@@ -138,9 +138,10 @@ def check_store_file(path: Path, readonly: bool) -> None:
 
 
 def record_problems(path: Path, rows: Sequence[Sequence[Any]]) -> list[str]:
-    """What is wrong with each episode row ``(id, body, attempts, generations, fingerprint)``: a
-    body that does not read back, one altered after it was written (its fingerprint no longer
-    matches), an episode with no attempt."""
+    """What is wrong with each episode row ``(id, body, attempts, generations, fingerprint,
+    task_id, task_text, family, difficulty, success, reward, source, output)``: a body that does
+    not read back, one altered after it was written (its fingerprint no longer matches), columns
+    that queries filter on but that disagree with the body, an episode with no attempt."""
     bad: list[str] = []
     for row in rows:
         try:
@@ -150,6 +151,14 @@ def record_problems(path: Path, rows: Sequence[Sequence[Any]]) -> list[str]:
             continue
         if stored.episode.fingerprint != row[4]:
             bad.append(f"episode {row[0]}: body does not match its fingerprint (altered)")
+        elif len(row) > 5 and _columns(stored.episode) != tuple(row[5:13]):
+            bad.append(f"episode {row[0]}: its columns disagree with its body (altered)")
         elif not stored.count:
             bad.append(f"episode {row[0]}: no attempt recorded")
     return bad
+
+
+def _columns(ep: Episode) -> tuple[Any, ...]:
+    """The episode's values as ``add`` writes them into the episodes table's columns."""
+    t, v = ep.task, ep.verdict
+    return (t.id, t.text, t.family, t.difficulty, int(v.success), v.reward, ep.source, ep.output)

@@ -370,7 +370,8 @@ class EpisodeStore:
         if result != ["ok"]:
             raise CorruptStoreError(f"{self.path}: integrity check failed: {'; '.join(result[:5])}")
         bad = record_problems(self.path, self._read(
-            "SELECT e.id, e.body, COUNT(a.id), GROUP_CONCAT(DISTINCT a.generation), e.fingerprint"
+            "SELECT e.id, e.body, COUNT(a.id), GROUP_CONCAT(DISTINCT a.generation), e.fingerprint,"
+            " e.task_id, e.task_text, e.family, e.difficulty, e.success, e.reward, e.source, e.output"
             " FROM episodes e LEFT JOIN attempts a ON a.episode_id = e.id GROUP BY e.id ORDER BY e.id"
         ))
         bad += [f"attempt {a}: a column of the wrong type" for (a,) in self._read(BAD_ATTEMPTS)]

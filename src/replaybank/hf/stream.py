@@ -245,4 +245,4 @@ def mix(
         features=features,
     )
     limit = MAX_RESUME_EXAMPLES if epochs is None else epochs * plan.batches_per_epoch() * rows_per_batch
-    return as_mix_stream(mapped, limit)
+    return as_mix_stream(mapped, limit, rows_per_batch)

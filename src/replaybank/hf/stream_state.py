@@ -28,6 +28,7 @@ class MixStream(datasets.IterableDataset):
 
     _replaybank_template: dict[str, Any]
     _replaybank_limit: int
+    _replaybank_batch: int
 
     def load_state_dict(self, state_dict: dict) -> None:
         """datasets' ``load_state_dict``, after :func:`check_stream_state` passed (all or nothing).
@@ -36,14 +37,17 @@ class MixStream(datasets.IterableDataset):
             MixError: naming the entry that is missing, unknown, of the wrong type or out of range.
         """
         check_stream_state(state_dict, self._replaybank_template, self._replaybank_limit)
+        check_positions(state_dict, self._replaybank_batch)
         super().load_state_dict(state_dict)
 
 
-def as_mix_stream(ds: datasets.IterableDataset, limit: int) -> MixStream:
-    """``ds`` (a fresh stream) as a :class:`MixStream` that refuses counts above ``limit``."""
+def as_mix_stream(ds: datasets.IterableDataset, limit: int, batch: int) -> MixStream:
+    """``ds`` (a fresh stream whose map reads ``batch`` rows per call) as a :class:`MixStream`
+    that refuses counts above ``limit``."""
     ds.__class__ = MixStream
     ds._replaybank_template = ds.state_dict()
     ds._replaybank_limit = int(limit)
+    ds._replaybank_batch = int(batch)
     return ds  # type: ignore[return-value]
 
 
@@ -77,4 +81,32 @@ def _check(state: Any, template: Any, limit: int, where: str, depth: int) -> Non
         raise MixError(
             f"{where}: {state!r} is not an integer in [0, {limit}] (the examples this stream can "
             "have yielded; resuming regenerates every one of them)"
+        )
+
+
+def check_positions(state: dict[str, Any], batch: int, where: str = "mix stream state") -> None:
+    """The counts of the batched map stage must agree with each other (where the state has them):
+    the map's last batch started at its previous state's position, and the index stream is at most
+    one map batch past it. Another state would resume at a position this stream never held."""
+    mapped = state.get("examples_iterable")
+    if not isinstance(mapped, dict) or "previous_state_example_idx" not in mapped:
+        return
+    inner, previous = mapped.get("examples_iterable"), mapped.get("previous_state")
+    start = mapped["previous_state_example_idx"]
+    expected = previous.get("shard_example_idx", 0) if isinstance(previous, dict) else 0
+    if start != expected:
+        raise MixError(
+            f"{where}: previous_state_example_idx={start} but the previous state is at {expected}; "
+            "this stream never held that position (altered state)"
+        )
+    since = mapped.get("num_examples_since_previous_state", 0)
+    if isinstance(since, int) and since > batch:
+        raise MixError(f"{where}: num_examples_since_previous_state={since} is more than one map batch ({batch})")
+    same_shard = isinstance(inner, dict) and isinstance(previous, dict) and inner.get("shard_idx") == previous.get(
+        "shard_idx"
+    )
+    if same_shard and isinstance(inner, dict) and not 0 <= inner.get("shard_example_idx", 0) - start <= batch:
+        raise MixError(
+            f"{where}: the index stream is at {inner.get('shard_example_idx')}, not within one map batch "
+            f"({batch}) after the map's previous state ({start}) (altered state)"
         )

@@ -47,14 +47,16 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from replaybank import Ragged, RaggedStorage, ReplayBuffer
-from replaybank.errors import EmptyBufferError, ReplayBankError
+from replaybank.checks import check_int, check_state_keys
+from replaybank.errors import EmptyBufferError, InvalidStateError, ReplayBankError
+from replaybank.rl.rollout_checks import check_group, check_state, check_version
 
 SCHEMA_VERSION = 1
 
@@ -136,7 +138,9 @@ class RolloutBuffer:
             raise ReplayBankError(f"max_staleness must be an integer >= 0 (policy versions), got {max_staleness!r}")
         if isinstance(max_reuse, bool) or not isinstance(max_reuse, (int, np.integer)) or max_reuse < 1:
             raise ReplayBankError(f"max_reuse must be an integer >= 1, got {max_reuse!r}")
-        if not 0.0 <= min_fresh <= 1.0:
+        if isinstance(min_fresh, bool) or not isinstance(min_fresh, (int, float, np.integer, np.floating)) or not (
+            0.0 <= min_fresh <= 1.0
+        ):
             raise ReplayBankError(f"min_fresh must lie in [0, 1], got {min_fresh!r}")
         self.max_staleness = int(max_staleness)
         self.max_reuse = int(max_reuse)
@@ -186,21 +190,21 @@ class RolloutBuffer:
             version: the policy version that generated them (<= the current version).
             advantages: per rollout; default ``group_advantages(rewards)``.
         """
-        g = len(tokens)
+        pid, toks, rew, lps, ver, adv = check_group(prompt_id, tokens, rewards, logprobs, version, advantages)
+        g = len(toks)
         if g == 0:
             raise ReplayBankError("add_group: a group needs at least one rollout")
         if g > self.buffer.capacity:
             raise ReplayBankError(f"add_group: a group of {g} rollouts exceeds the capacity {self.buffer.capacity}")
-        if len(rewards) != g or len(logprobs) != g:
-            raise ReplayBankError(
-                f"add_group: {g} token rows but {len(rewards)} rewards and {len(logprobs)} log-prob rows"
-            )
-        for k, (t, lp) in enumerate(zip(tokens, logprobs)):
+        if len(rew) != g or len(lps) != g:
+            raise ReplayBankError(f"add_group: {g} token rows but {len(rew)} rewards and {len(lps)} log-prob rows")
+        for k, (t, lp) in enumerate(zip(toks, lps)):
             if len(t) != len(lp):
                 raise ReplayBankError(f"add_group: rollout {k} has {len(t)} tokens but {len(lp)} log-probs")
-        adv = group_advantages(rewards) if advantages is None else np.asarray(advantages, dtype=np.float32)
+        if adv is None:
+            adv = group_advantages(rew)
         with self.lock:
-            return self._add_group(prompt_id, tokens, rewards, logprobs, int(version), adv)
+            return self._add_group(pid, toks, rew, lps, ver, adv)
 
     def _add_group(
         self, prompt_id: int, tokens: Sequence[np.ndarray], rewards: Sequence[float] | np.ndarray,
@@ -218,10 +222,10 @@ class RolloutBuffer:
         ids = self.buffer.extend({
             "prompt_id": np.full(g, prompt_id, dtype=np.int64),
             "group_id": np.full(g, group_id, dtype=np.int64),
-            "tokens": [np.asarray(t, dtype=np.int64) for t in tokens],
+            "tokens": list(tokens),
             "reward": np.asarray(rewards, dtype=np.float32),
             "advantage": adv,
-            "logprobs": [np.asarray(lp, dtype=np.float32) for lp in logprobs],
+            "logprobs": list(logprobs),
             "version": np.full(g, version, dtype=np.int64),
         })
         if wraps:  # drop every group that lost a member, so no group is ever served in part
@@ -241,6 +245,7 @@ class RolloutBuffer:
     def set_policy_version(self, version: int) -> dict[str, int]:
         """Advance the current policy version and evict every group older than the staleness
         bound. Returns ``{"stale": rollouts evicted}``."""
+        version = check_version(version, "set_policy_version version")
         with self.lock:  # evicting while a learner's sample() picks groups would serve a removed group
             if version < self.policy_version:
                 raise ReplayBankError(f"policy version may not go back: {version} < {self.policy_version}")
@@ -264,6 +269,7 @@ class RolloutBuffer:
             ReplayBankError: a group is larger than ``batch_size``, groups differ in size, or too
                 few groups (or too few fresh groups) are live to fill the batch.
         """
+        batch_size = check_int(batch_size, "RolloutBuffer.sample", "batch_size", low=1)
         with self.lock:
             return self._sample(batch_size)
 
@@ -330,20 +336,33 @@ class RolloutBuffer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("schema_version") != SCHEMA_VERSION:
-            raise ReplayBankError(
-                f"RolloutBuffer state schema_version {state.get('schema_version')!r} is not {SCHEMA_VERSION}"
-            )
-        with self.lock:
-            self._load_state_dict(state)
+        """Restore a :meth:`state_dict`; everything is checked before anything is restored.
 
-    def _load_state_dict(self, state: dict[str, Any]) -> None:
-        self.buffer.load_state_dict(state["buffer"])
-        self.rng.bit_generator.state = state["rng"]
-        self.policy_version = int(state["policy_version"])
-        self.next_group = int(state["next_group"])
-        self.groups = {
-            int(k): _Group(np.asarray(g["ids"], dtype=np.int64), int(g["version"]), int(g["uses"]))
-            for k, g in state["groups"].items()
-        }
-        self.evicted = {k: int(v) for k, v in state["evicted"].items()}
+        Raises:
+            InvalidStateError: another schema version; a missing or unknown key; the buffer's
+                own state refused; a bad RNG state; a policy version, group id, version, use
+                count or eviction count that is not an integer in range (``uses`` in
+                ``[0, max_reuse)``, a version no staler than ``max_staleness``); a group whose ids
+                are not stored, are shared, or belong to another group or version.
+        """
+        if not isinstance(state, Mapping) or state.get("schema_version") != SCHEMA_VERSION:
+            got = state.get("schema_version") if isinstance(state, Mapping) else type(state).__name__
+            raise InvalidStateError(f"RolloutBuffer state schema_version {got!r} is not {SCHEMA_VERSION}")
+        check_state_keys(state, "RolloutBuffer", tuple(self._state_dict()))
+        with self.lock:
+            buffer = ReplayBuffer(self.buffer.capacity, storage=RaggedStorage())
+            try:
+                buffer.load_state_dict(state["buffer"])
+            except (ValueError, TypeError, KeyError) as err:  # ReplayBankError included
+                raise InvalidStateError(f"RolloutBuffer state['buffer']: {err}") from None
+            rng = np.random.default_rng()
+            try:
+                rng.bit_generator.state = state["rng"]
+            except (ValueError, TypeError, KeyError) as err:
+                raise InvalidStateError(f"RolloutBuffer state['rng']: not a PCG64 state ({err})") from None
+            checked = check_state(state, buffer, self.max_reuse, self.max_staleness)
+            # all checked: restore
+            self.buffer, self.rng = buffer, rng
+            self.policy_version, self.next_group = checked["policy_version"], checked["next_group"]
+            self.groups = {gid: _Group(ids, v, u) for gid, (ids, v, u) in checked["groups"].items()}
+            self.evicted = checked["evicted"]
