@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,21 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="session")
+def bounded() -> Callable[[Callable[[], Any], float], Any]:
+    """``bounded(call, seconds)``: ``call()``'s result; the test fails when the call ran past ``seconds``
+    (the fuzz tests' "no hang" check: every call returns within its bound)."""
+
+    def run(call: Callable[[], Any], seconds: float) -> Any:
+        start = time.monotonic()
+        try:
+            return call()
+        finally:
+            assert time.monotonic() - start < seconds, f"a call ran past its {seconds} s bound"
+
+    return run
 _collected: set[Path] = set()
 
 

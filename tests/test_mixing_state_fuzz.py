@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import math
 import os
-import time
 
 import numpy as np
 from hypothesis import HealthCheck, event, given, settings
@@ -62,21 +61,13 @@ def mixer_states(draw):
     return m, _perturb(draw, m.state_dict())
 
 
-def _timed(call):
-    start = time.monotonic()
-    try:
-        return call()
-    finally:
-        assert time.monotonic() - start < BOUNDED_S, "a call ran past its bound"
-
-
 @SETTINGS
 @given(case=mixer_states())
-def test_mixer_state_is_refused_whole_or_resumes_well_formed(case):
+def test_mixer_state_is_refused_whole_or_resumes_well_formed(case, bounded):
     m, state = case
     before = m.state_dict()
     try:
-        _timed(lambda: m.load_state_dict(state))
+        bounded(lambda: m.load_state_dict(state), BOUNDED_S)
     except ReplayBankError as err:
         event(f"mixer: {type(err).__name__}")
         assert m.state_dict() == before, "a refused state changed the mixer"
@@ -95,7 +86,7 @@ def test_mixer_state_is_refused_whole_or_resumes_well_formed(case):
                 rows = b.rows_of(s)
                 assert ((rows >= 0) & (rows < n)).all()
 
-    _timed(next_batches)
+    bounded(next_batches, BOUNDED_S)
 
 
 @st.composite
@@ -114,11 +105,11 @@ def plan_states(draw):
 
 @SETTINGS
 @given(case=plan_states())
-def test_plan_state_is_refused_whole_or_resumes_well_formed(case):
+def test_plan_state_is_refused_whole_or_resumes_well_formed(case, bounded):
     p, state = case
     before = p.state_dict()
     try:
-        _timed(lambda: p.load_state_dict(state))
+        bounded(lambda: p.load_state_dict(state), BOUNDED_S)
     except ReplayBankError as err:
         event(f"plan: {type(err).__name__}")
         assert p.state_dict() == before, "a refused state changed the plan"
@@ -132,5 +123,5 @@ def test_plan_state_is_refused_whole_or_resumes_well_formed(case):
             if k == 3:
                 break
 
-    _timed(next_batches)
+    bounded(next_batches, BOUNDED_S)
     assert math.isfinite(float(np.sum(p.state_dict()["rank_credit"])))

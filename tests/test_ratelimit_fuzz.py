@@ -10,7 +10,6 @@ else to wait for: that call would wait forever), and a refused state changes no 
 
 import math
 import os
-import time
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -48,20 +47,12 @@ def limiters(draw):
     return lambda: MinSize(size, timeout=timeout)
 
 
-def _bounded(call):
-    start = time.monotonic()
-    try:
-        return call()
-    finally:
-        assert time.monotonic() - start < BOUNDED_S, "a call ran past its bound"
-
-
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(make=limiters(), states=st.lists(st.dictionaries(
     st.sampled_from(["inserts", "samples", "size", "other"]), count, max_size=4), max_size=3))
-def test_limiter_parameters_and_state(make, states):
+def test_limiter_parameters_and_state(make, states, bounded):
     try:
-        limiter = _bounded(make)
+        limiter = bounded(make, BOUNDED_S)
     except ReplayBankError as err:
         event(f"construct: {type(err).__name__}")
         return
@@ -73,7 +64,7 @@ def test_limiter_parameters_and_state(make, states):
         outcome = []
         for call in (limiter.sample, limiter.insert):
             try:
-                _bounded(lambda call=call: call(1, timeout=0))
+                bounded(lambda call=call: call(1, timeout=0), BOUNDED_S)
                 outcome.append("ok")
                 break
             except RateLimitTimeout:

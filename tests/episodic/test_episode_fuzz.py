@@ -63,29 +63,21 @@ def store(tmp_path_factory):
         yield s
 
 
-def _timed(call):
-    start = time.monotonic()
-    try:
-        return call()
-    finally:
-        assert time.monotonic() - start < BOUNDED_S, "a call ran past its bound"
-
-
 @SETTINGS
 @given(ep=episodes())
-def test_add_records_or_refuses_and_reads_back(store, ep):
+def test_add_records_or_refuses_and_reads_back(store, ep, bounded):
     before = (len(store), store.attempt_count())
     try:
-        eid = _timed(lambda: store.add(ep))
+        eid = bounded(lambda: store.add(ep), BOUNDED_S)
     except ReplayBankError as err:
         event(f"add: {type(err).__name__}")
         assert (len(store), store.attempt_count()) == before, "a refused episode changed the store"
         return
     event("add: recorded")
-    got = _timed(lambda: store.get(eid)).episode
+    got = bounded(lambda: store.get(eid), BOUNDED_S).episode
     assert got.fingerprint == ep.fingerprint
     assert got == Episode.from_dict(got.to_dict())
-    _timed(store.verify)
+    bounded(store.verify, BOUNDED_S)
 
 
 json_values = st.recursive(
@@ -118,11 +110,11 @@ def bodies(draw):
 
 @SETTINGS
 @given(body=bodies())
-def test_a_tampered_body_reads_back_or_is_a_corrupt_store_error(store, body):
+def test_a_tampered_body_reads_back_or_is_a_corrupt_store_error(store, body, bounded):
     eid = store.add(Episode(Task("victim", "x"), (Step("x", str(time.monotonic_ns())),), Verdict(True, 1.0)))
     store._conn.execute("UPDATE episodes SET body = ? WHERE id = ?", (body, eid))
     try:
-        _timed(lambda: store.get(eid))
+        bounded(lambda: store.get(eid), BOUNDED_S)
         event("read: accepted")
         read_failed = False
     except CorruptStoreError as err:
@@ -130,7 +122,7 @@ def test_a_tampered_body_reads_back_or_is_a_corrupt_store_error(store, body):
         event("read: CorruptStoreError")
         read_failed = True
     try:
-        _timed(store.verify)
+        bounded(store.verify, BOUNDED_S)
         assert not read_failed, "verify() passed a body that get() refused"
         event("verify: passed")
     except CorruptStoreError as err:

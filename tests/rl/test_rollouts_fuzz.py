@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import math
 import os
-import time
 
 import numpy as np
 from hypothesis import HealthCheck, event, given, settings
@@ -59,28 +58,20 @@ def _summary(buf: RolloutBuffer):
             {k: (g.ids.tolist(), g.version, g.uses) for k, g in buf.groups.items()})
 
 
-def _timed(call):
-    start = time.monotonic()
-    try:
-        return call()
-    finally:
-        assert time.monotonic() - start < BOUNDED_S, "a call ran past its bound"
-
-
 @SETTINGS
 @given(ops=st.lists(calls(), min_size=1, max_size=12))
-def test_calls_succeed_well_formed_or_refuse_changing_nothing(ops):
+def test_calls_succeed_well_formed_or_refuse_changing_nothing(ops, bounded):
     buf = RolloutBuffer(32, max_staleness=1, max_reuse=MAX_REUSE, seed=0)
     served: dict[int, int] = {}
     for op in ops:
         before = _summary(buf)
         try:
             if op[0] == "add":
-                _timed(lambda op=op: buf.add_group(op[1], op[2], op[3], op[4], version=op[5]))
+                bounded(lambda op=op: buf.add_group(op[1], op[2], op[3], op[4], version=op[5]), BOUNDED_S)
             elif op[0] == "version":
-                _timed(lambda op=op: buf.set_policy_version(op[1]))
+                bounded(lambda op=op: buf.set_policy_version(op[1]), BOUNDED_S)
             else:
-                batch = _timed(lambda op=op: buf.sample(op[1]))
+                batch = bounded(lambda op=op: buf.sample(op[1]), BOUNDED_S)
                 assert np.isfinite(batch.advantage).all() and np.isfinite(batch.reward).all()
                 assert batch.tokens.values.dtype.kind in "iu" and (batch.tokens.values >= 0).all()
                 for i in batch.ids.tolist():
@@ -127,12 +118,12 @@ def states(draw):
 
 @SETTINGS
 @given(state=states())
-def test_a_state_is_refused_whole_or_loads_and_serves(state):
+def test_a_state_is_refused_whole_or_loads_and_serves(state, bounded):
     buf = RolloutBuffer(32, max_staleness=1, max_reuse=MAX_REUSE, seed=1)
     buf.add_group(5, [np.array([4])], [1.0], [np.array([-0.3])], 0)
     before = _summary(buf)
     try:
-        _timed(lambda: buf.load_state_dict(state))
+        bounded(lambda: buf.load_state_dict(state), BOUNDED_S)
     except ReplayBankError as err:
         event(f"load: {type(err).__name__}")
         assert _summary(buf) == before, "a refused state was half restored"
@@ -144,7 +135,7 @@ def test_a_state_is_refused_whole_or_loads_and_serves(state):
     if buf.groups:
         size = len(next(iter(buf.groups.values())).ids)
         try:
-            batch = _timed(lambda: buf.sample(size))
+            batch = bounded(lambda: buf.sample(size), BOUNDED_S)
             assert np.isfinite(batch.advantage).all()
         except ReplayBankError as err:  # e.g. groups of different sizes
             event(f"sample after load: {type(err).__name__}")
