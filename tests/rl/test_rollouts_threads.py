@@ -24,9 +24,12 @@ def _producer(buf: RolloutBuffer, versions: int, per_version: int, added: list[t
             buf.set_policy_version(v)
             for _ in range(per_version):
                 tokens = [rng.integers(0, 50, size=rng.integers(1, 6)) for _ in range(GROUP)]
-                gid = buf.add_group(v, tokens, rng.random(GROUP), [-rng.random(len(t)) for t in tokens], version=v)
-                with buf.lock:  # the group's ids, read before a racing sample can evict it
-                    ids = buf.groups[gid].ids if gid in buf.groups else np.zeros(0, np.int64)
+                # add and read the group's ids under one hold of the (re-entrant) lock: read after
+                # add_group returned, a racing sample could serve the group to exhaustion and evict
+                # it first, and its served ids would look like nobody's (seen once in a full run)
+                with buf.lock:
+                    gid = buf.add_group(v, tokens, rng.random(GROUP), [-rng.random(len(t)) for t in tokens], version=v)
+                    ids = buf.groups[gid].ids
                 added.append((gid, v, frozenset(ids.tolist())))
                 time.sleep(0)  # let the learner in between groups
     finally:
