@@ -78,7 +78,8 @@ def _tiny_cfg(model_dir: Path, out: Path) -> Config:
     return Config.from_dict({
         "orchestration": {"num_generations": 2, "training_window_size": 1},
         "training": {"base_model": str(model_dir), "batch_size": 5, "learning_rate": 5e-3, "lora_rank": 4,
-                     "lora_dropout": 0.1, "rehearsal_rows_per_epoch": 20, "mixing_ratio": 0.2, "num_threads": 1},
+                     "lora_dropout": 0.1, "rehearsal_rows_per_epoch": 20, "mixing_ratio": 0.2, "num_threads": 1,
+                     "max_seq_length": 96},
         "data": {"domain_train_rows": 15, "domain_eval_rows": 4, "general_eval_rows": 4},
         "arms": {"corpus-kl": {"source": ["corpus"], "ratio": 0.2, "kl_to_base": 0.5}},
         "evaluation": {"arms": ["base", "naive", "rehearsal", "corpus-kl"], "suite_per_family": 1,
