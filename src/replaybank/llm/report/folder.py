@@ -80,16 +80,28 @@ def finish(partial: Path, out: Path) -> None:
 def read_result(partial: Path, name: str) -> dict[str, Any] | None:
     """The results ``name`` (``seeds/seed0``, ``arms/seed0-naive``) an earlier, interrupted run
     finished, or None."""
-    done = partial / f"{name}.json"
+    done = _result_path(partial, name)
     if not done.is_file():
         return None
-    return dict(json.loads(done.read_text(encoding="utf-8")))
+    data = json.loads(done.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise OutputError(f"{done}: expected the results of an earlier run (a JSON object); delete it to rerun")
+    return data
 
 
 def write_result(partial: Path, name: str, result: dict[str, Any]) -> None:
     """Finished results (every measurement and generated answer) in ``<name>.json``, atomically."""
-    path = partial / f"{name}.json"
+    path = _result_path(partial, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(result, indent=1, sort_keys=True, default=str), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def _result_path(partial: Path, name: str) -> Path:
+    """``partial/<name>.json``, refused when ``name`` (an arm's name comes from the config) would
+    leave ``partial`` or the file is a symbolic link."""
+    path = partial / f"{name}.json"
+    if os.path.isabs(name) or ".." in Path(name).parts or path.is_symlink():
+        raise OutputError(f"{path}: results must be a plain file inside {partial}; rename the arm {name!r}")
+    return path
