@@ -164,3 +164,23 @@ def test_sampling_is_seeded_and_user_turn_prefix(tiny_model_dir: Any, smol_tok: 
     assert greedy[0] == greedy[1]
     with pytest.raises(GenerationError, match="temperature must be >= 0"):
         generate(model, smol_tok, ["x"], max_new_tokens=2, temperature=-1.0)
+
+
+def test_precision_bf16_runs_the_matmuls_in_bfloat16_and_fp32_does_not(tiny_model_dir: Any, smol_tok: Any) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from replaybank.llm.eval.generate import resolve_precision
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    seen: list[Any] = []
+    linear = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+    linear.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    generate_detailed(model, smol_tok, ["Hi"], max_new_tokens=2, precision="fp32")
+    assert set(seen) == {torch.float32}
+    seen.clear()
+    gens = generate_detailed(model, smol_tok, ["Hi", "What is 2 + 2?"], max_new_tokens=3, precision="bf16")
+    assert set(seen) == {torch.bfloat16} and len(gens) == 2
+    assert next(model.parameters()).dtype == torch.float32  # autocast: the weights stay as they were
+    assert resolve_precision("auto", "cuda") == "fp32" and resolve_precision("auto", "cpu") in ("fp32", "bf16")
+    with pytest.raises(GenerationError, match="precision 'fp16': expected one of auto, fp32, bf16"):
+        generate_detailed(model, smol_tok, ["Hi"], precision="fp16")  # type: ignore[arg-type]

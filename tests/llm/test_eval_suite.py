@@ -116,7 +116,8 @@ class FakeModel:
         self.calls = 0
 
 
-def fake_generate(model: FakeModel, tokenizer: Any, prompts: list[str], *, max_new_tokens: int, batch_size: int, desc: Any) -> list[Generation]:
+def fake_generate(model: FakeModel, tokenizer: Any, prompts: list[str], *, max_new_tokens: int, batch_size: int, desc: Any,
+                  precision: str = "fp32") -> list[Generation]:
     model.calls += 1
     return [Generation(model.answers[p], False, 3) for p in prompts]
 
@@ -158,6 +159,10 @@ def test_prepare_suite_drops_wrong_arithmetic_and_caches_base_answers(tmp_path: 
     other = FakeModel({**BASE, "What is 4 + 4?": "8"})  # another model: its own cache entry
     assert [i.id for i in prepare_suite(other, None, ITEMS, cache_dir=tmp_path).items][-2:] == ["arit-2", "code-1"]
     assert len(list(tmp_path.glob("suite-*.json"))) == 2
+    prepare_suite(base, None, ITEMS, cache_dir=tmp_path, precision="bf16")  # bf16 answers differ: own entry
+    assert base.calls == 2 * calls and len(list(tmp_path.glob("suite-*.json"))) == 3
+    prepare_suite(base, None, ITEMS, cache_dir=tmp_path, precision="fp32")  # fp32 = the key it always had
+    assert base.calls == 2 * calls
 
 
 def test_evaluate_suite_scores_retention_and_leakage(tmp_path: Path, patched: None) -> None:

@@ -24,6 +24,7 @@ Arm = Literal["base", "naive", "rehearsal"]
 Device = str
 MixBy = Literal["rows", "tokens"]
 KLOn = Literal["rehearsal", "all"]
+GenerationPrecision = Literal["auto", "fp32", "bf16"]
 ARM_SOURCES = ("corpus", "self", "replay")
 BUILTIN_AGENDA = "builtin:agenda"
 DEFAULT_ARMS = ["base", "naive", "rehearsal-corpus", "rehearsal-self", "rehearsal-self-kl"]
@@ -100,6 +101,7 @@ class Evaluation:
     seeds: int = _f(1, "seeds per arm (training.seed, +1, ...); the report gives mean and std", min=1, max=1_000)
     max_new_tokens: int = _f(48, "generation budget per suite / domain item (stops at end of turn)", min=1, max=65_536)
     generation_batch_size: int = _f(64, "prompts generated together (left-padded; on CPU, 64 ran 2.4x faster than 16)", min=1, max=65_536)
+    generation_precision: GenerationPrecision = _f("auto", "arithmetic of every generated answer (suite, domain requests, self rows): auto = bf16 autocast on a CPU with native bfloat16 units (AMX / AVX512-BF16; several times faster there), else fp32; fp32; bf16. Base and arms are always compared at the same precision")
     probe_sources: bool = _f(True, "run the interference probe per rehearsal source inside `replaybank run`")
 
 

@@ -31,6 +31,7 @@ Filters, in order (each dropped answer is counted under its reason):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -51,9 +52,12 @@ from replaybank.llm.data.rows import TokenRows, encode_pair, token_rows
 from replaybank.llm.eval.checkers import check, degenerate, looks_like_tool_call, words
 from replaybank.llm.eval.generate import (
     Generation,
+    Precision,
     base_model_context,
+    device_type,
     generate_detailed,
     model_fingerprint,
+    resolve_precision,
 )
 from replaybank.llm.eval.suite import overlap_key, overlaps
 
@@ -176,6 +180,7 @@ def synthesize(
     model_id: str | None = None,
     generate_fn: GenerateFn | None = None,
     desc: str | None = "self-synthesis",
+    precision: Precision = "fp32",
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rehearsal rows written by the base model, drawn with ``seed`` from a prompt pool (cached).
 
@@ -204,6 +209,8 @@ def synthesize(
         generate_fn: stands in for :func:`~replaybank.llm.eval.generate.generate_detailed`
             (tests inject a fake).
         desc: progress-bar label (None for none).
+        precision: generation arithmetic (:func:`~replaybank.llm.eval.generate.resolve_precision`);
+            in the cache key unless fp32.
 
     Returns:
         ``(rows, manifest)``: rows are ``{"prompt", "response"}`` (plus ``"open": True`` for a kept
@@ -235,13 +242,14 @@ def synthesize(
         "max_new_tokens": max_new_tokens, "exclude": hashlib.sha256("\n".join(sorted(excluded)).encode()).hexdigest(),
         "template": str(getattr(tokenizer, "chat_template", "")), "magpie": magpie,
         **({"keep_truncated": True} if keep_truncated else {}),
+        **({"precision": resolved} if (resolved := _resolved(model, precision)) != "fp32" else {}),
     }, sort_keys=True)
     cache = Path(cache_dir) / f"selfsynth-{hashlib.sha256(key_src.encode()).hexdigest()[:16]}.json"
     cached = _read_cache(cache)
     if cached is not None:
         return cached[0], {**cached[1], "cached": True, "cache": str(cache)}
 
-    gen = generate_fn or generate_detailed
+    gen = generate_fn or functools.partial(generate_detailed, precision=precision)
     order = np.random.default_rng(seed).permutation(len(pool))
     rows: list[dict[str, Any]] = []
     dropped: Counter[str] = Counter()
@@ -333,6 +341,10 @@ def row_texts(rows: Sequence[dict[str, str]]) -> list[str]:
     return [r["prompt"] for r in rows] + [r["response"] for r in rows]
 
 
+def _resolved(model: Any, precision: Precision) -> str:
+    return resolve_precision(precision, device_type(model))
+
+
 def synthesize_rows(model: Any, tokenizer: Any, cfg: Config, suite: list[Any], log: Callable[[str], None]) -> tuple[TokenRows, dict[str, Any]]:
     """Self-synthesized rehearsal rows of ``cfg.training.seed`` (cached), checked against the suite."""
     from replaybank.llm.eval.suite import check_no_overlap
@@ -342,6 +354,7 @@ def synthesize_rows(model: Any, tokenizer: Any, cfg: Config, suite: list[Any], l
     rows, manifest = synthesize(
         model, tokenizer, seed=t.seed, n_rows=d.self_rows, cache_dir=cache_dir() / "selfsynth",
         prompts=d.self_prompts, exclude=[i.prompt for i in suite], batch_size=cfg.evaluation.generation_batch_size,
+        precision=cfg.evaluation.generation_precision,
     )
     if not rows:
         raise ReplayBankError(

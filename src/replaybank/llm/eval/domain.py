@@ -20,7 +20,7 @@ from typing import Any
 
 from replaybank.errors import ReplayBankError
 from replaybank.llm.data.corpus import normalise
-from replaybank.llm.eval.generate import generate_detailed
+from replaybank.llm.eval.generate import Precision, generate_detailed
 
 ParsedCall = tuple[str, dict[str, str]]
 _QX = re.compile(r"<<\s*qx\s+([^;>\s]+)\s*((?:;[^;>]*)*)>>")
@@ -76,6 +76,7 @@ def generated_accuracy(
     batch_size: int = 16,
     desc: str | None = None,
     parse: Callable[[str], ParsedCall | None] | None = None,
+    precision: Precision = "fp32",
 ) -> dict[str, Any]:
     """Greedy answers to the records' prompts, scored against their responses.
 
@@ -86,6 +87,7 @@ def generated_accuracy(
         max_new_tokens: generation budget (qx calls take at most ~30 tokens).
         batch_size: generation batch size.
         desc: progress-bar label.
+        precision: generation arithmetic (:func:`~replaybank.llm.eval.generate.resolve_precision`).
         parse: call parser, ``text -> (name, args) | None``; default :func:`parse_qx_call`.
             ``call_score`` is None when no reference response parses as a call.
 
@@ -104,7 +106,8 @@ def generated_accuracy(
         )
     t0 = time.perf_counter()
     gens = generate_detailed(model, tokenizer, [r["prompt"] for r in usable],
-                             max_new_tokens=max_new_tokens, batch_size=batch_size, desc=desc)
+                             max_new_tokens=max_new_tokens, batch_size=batch_size, desc=desc,
+                             precision=precision)
     items = []
     scored_calls: list[float] = []
     for rec, gen in zip(usable, gens, strict=True):

@@ -6,6 +6,12 @@ generator, for Magpie-style prompt writing), and stopped per row at the end-of-t
 (``<|im_end|>`` for SmolLM2) or EOS. A row that stopped leaves the batch (its KV-cache rows are
 dropped), and the batch ends when every row has stopped. Answers are the same as one prompt at a
 time (tested), only faster.
+
+``precision`` chooses the arithmetic of generation: ``fp32``, ``bf16`` (autocast: the matmuls in
+bfloat16, the weights unchanged) or ``auto`` (bf16 on a CPU with native bfloat16 units, AMX or
+AVX512-BF16, where a 64-prompt prefill of SmolLM2-135M ran 5x faster than fp32 on this project's
+machine; fp32 elsewhere: on a GPU the model's own dtype decides). Greedy answers in bf16 are not
+bit-identical to fp32 ones; compare only answers generated at the same precision.
 """
 
 from __future__ import annotations
@@ -13,12 +19,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from replaybank.errors import ReplayBankError
 from replaybank.llm.data.rows import _render
 
 END_OF_TURN = "<|im_end|>"
+Precision = Literal["auto", "fp32", "bf16"]
+PRECISIONS: tuple[Precision, ...] = ("auto", "fp32", "bf16")
 
 
 class GenerationError(ReplayBankError):
@@ -82,6 +90,7 @@ def generate_detailed(
     temperature: float = 0.0,
     seed: int = 0,
     stop_when: Callable[[list[int]], bool] | None = None,
+    precision: Precision = "fp32",
 ) -> list[Generation]:
     """Greedy answers to ``prompts`` (one user turn each), in the order given.
 
@@ -100,12 +109,14 @@ def generate_detailed(
         stop_when: an extra per-row stop rule, called with the row's generated token ids after
             each new token; the row stops (not truncated) when it returns True. Used to stop at
             the end of a tool call (``>>``) instead of the end of the turn.
+        precision: ``fp32``, ``bf16`` or ``auto`` (see :func:`resolve_precision`).
 
     Returns:
         One :class:`Generation` per prompt.
 
     Raises:
-        GenerationError: on ``max_new_tokens < 1``, ``batch_size < 1`` or ``temperature < 0``.
+        GenerationError: on ``max_new_tokens < 1``, ``batch_size < 1``, ``temperature < 0`` or an
+            unknown ``precision``.
     """
     import torch
 
@@ -117,19 +128,20 @@ def generate_detailed(
         raise GenerationError(f"batch_size must be >= 1, got {batch_size}")
     if not prompts:
         return []
+    device = next(model.parameters()).device
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=resolve_precision(precision, device.type) == "bf16")
     stops = stop_token_ids(tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     texts = list(prompts) if rendered else [render_prompt(tokenizer, p) for p in prompts]
     encoded = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
     out: list[Generation | None] = [None] * len(prompts)
-    device = next(model.parameters()).device
     sampler = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
     was_training = model.training
     model.eval()
     bar = _progress(len(prompts), desc)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), autocast:
             for start in range(0, len(order), batch_size):
                 idx = order[start : start + batch_size]
                 width = max(len(encoded[i]) for i in idx)
@@ -153,6 +165,43 @@ def generate_detailed(
     return [g for g in out if g is not None]
 
 
+def resolve_precision(precision: str, device_type: str = "cpu") -> Literal["fp32", "bf16"]:
+    """The arithmetic ``precision`` means on ``device_type``: ``auto`` is ``bf16`` on a CPU with
+    native bfloat16 units (AMX tiles or AVX512-BF16), else ``fp32``.
+
+    Raises:
+        GenerationError: ``precision`` is not one of ``auto``, ``fp32``, ``bf16``.
+
+    Example:
+        >>> resolve_precision("fp32"), resolve_precision("bf16"), resolve_precision("auto", "cuda")
+        ('fp32', 'bf16', 'fp32')
+    """
+    if precision not in PRECISIONS:
+        raise GenerationError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    if precision != "auto":
+        return "bf16" if precision == "bf16" else "fp32"
+    if device_type != "cpu":
+        return "fp32"
+    return "bf16" if _cpu_has_bf16() else "fp32"
+
+
+def device_type(model: Any) -> str:
+    """``cpu`` or ``cuda``: where ``model``'s first parameter lives (``cpu`` for a stand-in without any)."""
+    params = getattr(model, "parameters", None)
+    first = next(iter(params()), None) if callable(params) else None
+    return str(first.device.type) if first is not None else "cpu"
+
+
+def _cpu_has_bf16() -> bool:
+    import torch
+
+    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    try:
+        return any(bool(getattr(torch.cpu, name)()) for name in probes if hasattr(torch.cpu, name))
+    except Exception:  # a private probe that changed shape: fall back to the exact path
+        return False
+
+
 def generate(
     model: Any,
     tokenizer: Any,
@@ -164,11 +213,12 @@ def generate(
     rendered: bool = False,
     temperature: float = 0.0,
     seed: int = 0,
+    precision: Precision = "fp32",
 ) -> list[str]:
     """The texts of :func:`generate_detailed` (same arguments)."""
     gens = generate_detailed(
         model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, desc=desc,
-        rendered=rendered, temperature=temperature, seed=seed,
+        rendered=rendered, temperature=temperature, seed=seed, precision=precision,
     )
     return [g.text for g in gens]
 

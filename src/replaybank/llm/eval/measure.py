@@ -16,6 +16,7 @@ import numpy as np
 
 from replaybank.llm.data.prepare import Prepared
 from replaybank.llm.data.rows import TokenRows
+from replaybank.llm.eval.generate import Precision
 from replaybank.llm.eval.losses import mean_loss
 from replaybank.llm.eval.probe import probe_score
 from replaybank.metrics import average_accuracy, backward_transfer, forgetting
@@ -36,6 +37,8 @@ class EvalContext:
     """Self-synthesized rehearsal rows of this seed (None when no arm uses them)."""
     baseline: list[dict[str, Any]] | None = None
     """The base model's domain accuracy row (forward-transfer baseline of the matrix)."""
+    precision: Precision = "fp32"
+    """Generation arithmetic (``[evaluation] generation_precision``)."""
 
 
 def measure_losses(model: Any, ctx: EvalContext) -> dict[str, float]:
@@ -71,7 +74,7 @@ def domain_row(model: Any, ctx: EvalContext, desc: str) -> list[dict[str, Any]]:
         if id(records) not in cache:
             res = generated_accuracy(
                 model, ctx.tokenizer, records, max_new_tokens=ctx.max_new_tokens,
-                batch_size=ctx.batch_size, desc=f"{desc}: domain {g}",
+                batch_size=ctx.batch_size, desc=f"{desc}: domain {g}", precision=ctx.precision,
             )
             cache[id(records)] = {k: res.get(k) for k in ("exact_match", "call_score", "n", "truncated", "items")}
         out.append(cache[id(records)])
@@ -82,7 +85,8 @@ def measure_behaviour(model: Any, ctx: EvalContext, desc: str) -> dict[str, Any]
     """The suite (generated answers) and the teacher-forced probe."""
     from replaybank.llm.eval.suite import evaluate_suite
 
-    suite = evaluate_suite(model, ctx.tokenizer, ctx.suite, batch_size=ctx.batch_size, desc=f"{desc}: suite")
+    suite = evaluate_suite(model, ctx.tokenizer, ctx.suite, batch_size=ctx.batch_size, desc=f"{desc}: suite",
+                           precision=ctx.precision)
     probe = probe_score(model, ctx.tokenizer, ctx.data.probe, ctx.pad_id)
     return {"suite": suite, "probe_score": probe["exact_match"], "probe_logprob": probe["answer_logprob"]}
 

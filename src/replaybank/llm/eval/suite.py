@@ -36,9 +36,12 @@ from replaybank.llm.data.corpus import normalise
 from replaybank.llm.eval.checkers import CheckError, check, looks_like_tool_call, validate_spec
 from replaybank.llm.eval.generate import (
     Generation,
+    Precision,
     base_model_context,
+    device_type,
     generate_detailed,
     model_fingerprint,
+    resolve_precision,
 )
 
 Family = Literal["conversation", "arithmetic", "code"]
@@ -150,7 +153,7 @@ def items_digest(items: Sequence[SuiteItem]) -> str:
 
 def prepare_suite(
     base_model: Any, tokenizer: Any, items: Sequence[SuiteItem], *, cache_dir: Path, batch_size: int = 16,
-    desc: str | None = "suite: base answers",
+    desc: str | None = "suite: base answers", precision: Precision = "fp32",
 ) -> Suite:
     """Generate the base model's answers once (cached) and keep the items it can be scored on.
 
@@ -166,6 +169,8 @@ def prepare_suite(
             fingerprint, the items and the generation settings.
         batch_size: generation batch size.
         desc: progress-bar label (None for no bar).
+        precision: generation arithmetic (:func:`~replaybank.llm.eval.generate.resolve_precision`);
+            part of the cache key, since bf16 and fp32 answers differ.
 
     Returns:
         A :class:`Suite`.
@@ -177,7 +182,8 @@ def prepare_suite(
         raise SuiteError("the suite has no items")
     fingerprint = model_fingerprint(base_model)
     digest = items_digest(items)
-    settings = json.dumps({"budgets": FAMILY_MAX_NEW_TOKENS, "template": str(getattr(tokenizer, "chat_template", ""))}, sort_keys=True)
+    settings = json.dumps({"budgets": FAMILY_MAX_NEW_TOKENS, "template": str(getattr(tokenizer, "chat_template", "")),
+                           **_precision_key(precision, device_type(base_model))}, sort_keys=True)
     key = hashlib.sha256(f"{CACHE_SCHEMA}:{fingerprint}:{digest}:{settings}".encode()).hexdigest()[:16]
     cache = Path(cache_dir) / f"suite-{key}.json"
     answers = _read_cache(cache, fingerprint, digest)
@@ -185,7 +191,7 @@ def prepare_suite(
     if answers is None:
         t0 = time.perf_counter()
         with base_model_context(base_model):
-            gens = _generate(base_model, tokenizer, items, batch_size=batch_size, desc=desc)
+            gens = _generate(base_model, tokenizer, items, batch_size=batch_size, desc=desc, precision=precision)
         answers = {k: g.text for k, g in gens.items()}
         _write_cache(cache, {"schema": CACHE_SCHEMA, "model": fingerprint, "items_sha256": digest,
                              "seconds": round(time.perf_counter() - t0, 2), "answers": answers})
@@ -204,8 +210,11 @@ def prepare_suite(
     return Suite(kept, base_answers, base, dropped, manifest)
 
 
-def evaluate_suite(model: Any, tokenizer: Any, suite: Suite, *, batch_size: int = 16, desc: str | None = None) -> dict[str, Any]:
-    """Score ``model``'s greedy answers on the suite.
+def evaluate_suite(
+    model: Any, tokenizer: Any, suite: Suite, *, batch_size: int = 16, desc: str | None = None,
+    precision: Precision = "fp32",
+) -> dict[str, Any]:
+    """Score ``model``'s greedy answers on the suite (at the precision the base answers were made at).
 
     Returns:
         ``{"families": {family: mean score}, "leakage": share of answers with a tool call,
@@ -214,7 +223,7 @@ def evaluate_suite(model: Any, tokenizer: Any, suite: Suite, *, batch_size: int 
         Families with no item are left out.
     """
     t0 = time.perf_counter()
-    gens = _generate(model, tokenizer, suite.items, batch_size=batch_size, desc=desc)
+    gens = _generate(model, tokenizer, suite.items, batch_size=batch_size, desc=desc, precision=precision)
     outcomes = [
         _score(i, gens[i.id].text, suite.base_answers[i.id], truncated=gens[i.id].truncated) for i in suite.items
     ]
@@ -223,14 +232,23 @@ def evaluate_suite(model: Any, tokenizer: Any, suite: Suite, *, batch_size: int 
     return result
 
 
-def _generate(model: Any, tokenizer: Any, items: Sequence[SuiteItem], *, batch_size: int, desc: str | None) -> dict[str, Generation]:
+def _precision_key(precision: Precision, device: str) -> dict[str, str]:
+    # fp32 answers keep the cache key they always had (no "precision" entry)
+    resolved = resolve_precision(precision, device)
+    return {} if resolved == "fp32" else {"precision": resolved}
+
+
+def _generate(
+    model: Any, tokenizer: Any, items: Sequence[SuiteItem], *, batch_size: int, desc: str | None,
+    precision: Precision = "fp32",
+) -> dict[str, Generation]:
     # One generation call per budget, so short-answer items do not pay for long ones.
     gens: dict[str, Generation] = {}
     for budget in sorted({i.budget for i in items}):
         group = [i for i in items if i.budget == budget]
         label = None if desc is None else f"{desc} ({budget} tokens)"
         out = generate_detailed(model, tokenizer, [i.prompt for i in group], max_new_tokens=budget,
-                                batch_size=batch_size, desc=label)
+                                batch_size=batch_size, desc=label, precision=precision)
         gens.update({i.id: g for i, g in zip(group, out, strict=True)})
     return gens
 

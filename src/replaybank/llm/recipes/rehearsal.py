@@ -183,7 +183,7 @@ def run_seed(
     t0 = time.perf_counter()
     suite = prepare_suite(
         base_model, tokenizer, sample_suite(items, ev.suite_per_family, seed), cache_dir=cache_dir() / "suite",
-        batch_size=ev.generation_batch_size, desc=f"suite {label}: base answers",
+        batch_size=ev.generation_batch_size, desc=f"suite {label}: base answers", precision=ev.generation_precision,
     )
     log(f"suite {label}: {len(suite.items)} items kept of {len(items)} ({suite.base['n']}); "
         f"base leakage {suite.base['leakage']:.3f}")
@@ -200,7 +200,8 @@ def run_seed(
         f"domain train {data.manifest['domain_train_rows']}, eval {[len(r) for r in data.domain_eval_records]}; "
         f"corpus share {share:.4f} ({how})"
     )
-    ctx = EvalContext(tokenizer, pad_id, data, suite, general_text, ev.max_new_tokens, ev.generation_batch_size, self_rows)
+    ctx = EvalContext(tokenizer, pad_id, data, suite, general_text, ev.max_new_tokens, ev.generation_batch_size, self_rows,
+                      precision=ev.generation_precision)
     t0 = time.perf_counter()
     arms: dict[str, dict[str, Any]] = {"base": measure_base(base_model, ctx, label)}
     ctx.baseline = arms["base"]["matrix_row"]
