@@ -78,8 +78,10 @@ def gate_failure(metrics: dict[str, Any]) -> str | None:
     if not gate:
         return "the run's metrics hold no retention gate (metrics.json schema before version 3)"
     arm = gate.get("chosen_arm")
-    if arm is None or arm not in gate["arms"]:
+    if arm is None:
         return "no arm to gate: the run has no rehearsal arm; set [evaluation] gate_arm to a trained arm"
+    if arm not in gate["arms"]:
+        return f"arm {arm!r} has no per-item suite outcomes to gate"
     if gate["passed"]:
         return None
     rows = gate["arms"][arm]["families"]
