@@ -57,7 +57,20 @@ def test_tiny_run_writes_complete_report(tiny_model_dir, tmp_path):
     adapter = out / "adapters" / "rehearsal" / "seed0" / "gen0"
     assert (adapter / "adapter_config.json").is_file()
     assert json.loads((adapter / "replaybank.json").read_text())["config"]["training"]["lora_rank"] == 4
-    assert "| naive |" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "| naive |" in report
+    # per family: retention with its interval and the flips, from the per-item outcomes; the gate
+    assert saved["schema_version"] == 3
+    base_fams = saved["arms"]["base"]["families"]
+    for fam, entry in saved["arms"]["naive"]["families"].items():
+        assert entry["n_items"] == base_fams[fam]["n_items"] >= 1
+        if entry["retention"] is not None:
+            assert entry["retention"]["low"] <= entry["retention"]["mean"] <= entry["retention"]["high"]
+            assert entry["retention"]["mean"] == pytest.approx(saved["arms"]["naive"][f"retention_{fam}"], abs=1e-4)
+        lost = [i for i in saved["arms"]["naive"]["flips"][0]["lost"] if i["family"] == fam]
+        assert len(lost) == entry["lost"] and all(i["prompt"] and "base_answer" in i for i in lost)
+    assert saved["gate"]["chosen_arm"] == "rehearsal" and set(saved["gate"]["arms"]) == {"naive", "rehearsal"}
+    assert "## Retention gate" in report and "## Items lost and gained" in report
 
 
 def test_generations_window(tiny_model_dir, tmp_path):

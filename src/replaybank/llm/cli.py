@@ -62,6 +62,11 @@ def add_subcommands(subparsers: Any) -> None:
     run.add_argument("--seeds", type=int, default=None, help="run every arm over N seeds and report mean and std (default: [evaluation] seeds)")
     run.add_argument("--force", action="store_true", help="replace the output folder of an earlier run (never done without it)")
     run.add_argument("--jobs", type=int, default=1, help="run the seeds in this many processes (each loads the model)")
+    run.add_argument(
+        "--require-floor", action="store_true",
+        help="exit with status 3 (report written) when the gated arm's mean retention of some family is below "
+        "[evaluation] retention_floor (gated arm: [evaluation] gate_arm, else the best rehearsal arm)",
+    )
     run.set_defaults(func=cmd_run)
 
     cfg = subparsers.add_parser(
@@ -133,6 +138,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from replaybank.errors import ReplayBankError
     from replaybank.llm.recipes.rehearsal import run_experiment
+    from replaybank.llm.report.gate import GATE_EXIT, gate_failure
 
     if args.seeds is not None and args.seeds < 1:
         return _fail(ValueError(f"--seeds {args.seeds}: need at least 1"))
@@ -148,7 +154,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _fail(exc)
     keys = ("general_loss", "domain_loss", "probe_score", "leakage", "retention_conversation", "domain_exact_match")
     summary = {arm: {k: round(v[k], 4) for k in keys if isinstance(v.get(k), float)} for arm, v in metrics["arms"].items()}
-    print(json.dumps({"arms": summary, "targets": metrics["targets"], "wall_seconds": metrics["wall_seconds"]}, indent=2))
+    gate = {k: metrics.get("gate", {}).get(k) for k in ("chosen_arm", "passed")}
+    print(json.dumps({"arms": summary, "targets": metrics["targets"], "gate": gate, "wall_seconds": metrics["wall_seconds"]},
+                     indent=2))
+    failure = gate_failure(metrics) if args.require_floor else None
+    if failure is not None:
+        print(f"replaybank: {failure}", file=sys.stderr)
+        return GATE_EXIT
     return 0
 
 

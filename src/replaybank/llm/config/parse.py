@@ -29,6 +29,7 @@ from typing import Any
 
 import tomllib
 
+from replaybank.llm.config.floor import check_gate_keys
 from replaybank.llm.config.schema import (
     ARM_SOURCES,
     BUILTIN_TOOLAPI,
@@ -81,14 +82,17 @@ class Config:
             raise ConfigError(f"{p}: not valid UTF-8") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{p}: invalid TOML ({exc})") from None
-        cfg = cls.from_dict(data, source=str(p))
+        cfg = cls.from_dict(data, source=str(p), text=raw.decode("utf-8"))
         if not cfg.explicit and not cfg.arms:  # a zero-byte or comments-only file is far more often a mistake than a choice
             raise ConfigError(_empty_file_message(p))
         return cfg
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "<config>") -> Config:
+    def from_dict(cls, data: dict[str, Any], source: str = "<config>", text: str | None = None) -> Config:
         """Validate a nested dict ``{section: {key: value}}``.
+
+        ``text`` is the TOML file's text, when there is one: errors of the retention gate's keys
+        then name their line (:mod:`.floor`).
 
         Raises:
             ConfigError: an unknown section or key (with a "did you mean"), a wrong type or range.
@@ -110,6 +114,8 @@ class Config:
         cfg = cls(**sections, arms=declared, source=source, explicit=frozenset(explicit))
         cfg._cross_check()
         cfg._check_arms()
+        ev = cfg.evaluation
+        check_gate_keys(ev.retention_floor, ev.gate_arm, ev.arms, source, text)
         return cfg
 
     def _cross_check(self) -> None:

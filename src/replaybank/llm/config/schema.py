@@ -31,6 +31,7 @@ DEFAULT_ARMS = ["base", "naive", "rehearsal-corpus", "rehearsal-self", "rehearsa
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 BUILTIN_TOOLAPI = "builtin:toolapi"
 BUILTIN_PROBE = "builtin"
+RETENTION_FLOOR = 0.9
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -103,6 +104,8 @@ class Evaluation:
     generation_batch_size: int = _f(64, "prompts generated together (left-padded; on CPU, 64 ran 2.4x faster than 16)", min=1, max=65_536)
     generation_precision: GenerationPrecision = _f("auto", "arithmetic of every generated answer (suite, domain requests, self rows): auto = bf16 autocast on a CPU with native bfloat16 units (AMX / AVX512-BF16; several times faster there), else fp32; fp32; bf16. Base and arms are always compared at the same precision")
     probe_sources: bool = _f(True, "run the interference probe per rehearsal source inside `replaybank run`")
+    retention_floor: float | dict[str, float] = _f(RETENTION_FLOOR, "retention gate: the least mean retention over seeds (an arm's family score over the base model's) each family must keep, in [0, 1]; a number for every family or a table {family = number} (families it leaves out keep 0.9); the report marks each arm pass/fail, `replaybank run --require-floor` exits 3 when the gated arm falls below")
+    gate_arm: str = _f("", "the arm --require-floor gates (one of arms, not base); empty = the best rehearsal arm of the targets")
 
 
 @dataclass

@@ -22,6 +22,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 from dataclasses import fields
 from typing import Any, Literal, TypeVar, get_args, get_type_hints
 
@@ -68,6 +69,9 @@ def toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, (int, str, list)):
         return json.dumps(value)
+    if isinstance(value, dict):  # an inline table: {code = 0.8, "my family" = 0.5}
+        keys = [k if _BARE_KEY.fullmatch(k) else json.dumps(k) for k in value]
+        return "{" + ", ".join(f"{k} = {toml_value(v)}" for k, v in zip(keys, value.values(), strict=True)) + "}"
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
@@ -159,3 +163,48 @@ def parse_device(text: str) -> tuple[str, int | None]:
 
 def upper_bound(meta: Any) -> str:
     return f" and <= {meta['max']}" if "max" in meta else ""
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_KEY_PART = r'(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|\'[^\']*\')'
+_DOTTED = rf"{_KEY_PART}(?:\s*\.\s*{_KEY_PART})*"
+_HEADER = re.compile(rf"\s*\[\[?\s*({_DOTTED})\s*\]\]?\s*(?:#.*)?$")
+_ASSIGN = re.compile(rf"\s*({_DOTTED})\s*=")
+
+
+def _key_path(text: str) -> list[str]:
+    parts = re.findall(_KEY_PART, text)
+    return [json.loads(p) if p.startswith('"') else p.strip("'") for p in parts]
+
+
+def key_line(text: str, path: list[str]) -> int | None:
+    """The 1-based line of the TOML ``text`` that sets the key ``path`` (``["evaluation",
+    "retention_floor", "code"]``), or else its nearest enclosing key; None when none is found.
+
+    A line scan, not a parser (``tomllib`` keeps no positions): it follows ``[table]`` headers and
+    ``a.b = ...`` keys (bare or quoted); a key set inside an inline table is found at the line of
+    the table's key. Good enough to point at a line in a config file's error message.
+
+    Example:
+        >>> text = "[evaluation]\\nseeds = 3\\nretention_floor = {code = 2.0}\\n\\n[evaluation.x]\\ny = 1\\n"
+        >>> key_line(text, ["evaluation", "retention_floor", "code"]), key_line(text, ["evaluation", "x", "y"])
+        (3, 6)
+        >>> key_line(text, ["training", "seed"]) is None
+        True
+    """
+    table: list[str] = []
+    best: tuple[int, int] | None = None  # (depth matched, line)
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = _HEADER.match(line)
+        if header:
+            table = _key_path(header.group(1))
+            full = table
+        else:
+            assign = _ASSIGN.match(line)
+            if not assign:
+                continue
+            full = table + _key_path(assign.group(1))
+        depth = len(full)
+        if depth >= 2 and full == path[:depth] and (best is None or depth > best[0]):
+            best = (depth, number)
+    return None if best is None else best[1]

@@ -219,8 +219,10 @@ def evaluate_suite(
     Returns:
         ``{"families": {family: mean score}, "leakage": share of answers with a tool call,
         "retention": {family: score / base score (None when the base scores 0)},
-        "n": {family: items}, "seconds": wall time, "items": [per-item outcome dicts]}``.
-        Families with no item are left out.
+        "n": {family: items}, "seconds": wall time, "items": [per-item outcomes]}``; an outcome
+        is ``{"id", "family", "prompt", "check", "score", "detail", "leak", "truncated",
+        "answer"}`` (the full answer; :func:`replaybank.llm.eval.flips.flips` compares two
+        models' outcomes item by item). Families with no item are left out.
     """
     t0 = time.perf_counter()
     gens = _generate(model, tokenizer, suite.items, batch_size=batch_size, desc=desc, precision=precision)
@@ -256,7 +258,7 @@ def _generate(
 def _score(item: SuiteItem, answer: str, base_answer: str | None, truncated: bool | None) -> dict[str, Any]:
     score, detail = check(item.check, answer, prompt=item.prompt, base_answer=base_answer)
     return {
-        "id": item.id, "family": item.family, "check": item.check["type"], "score": score,
+        "id": item.id, "family": item.family, "prompt": item.prompt, "check": item.check["type"], "score": score,
         "detail": detail, "leak": looks_like_tool_call(answer), "truncated": truncated, "answer": answer,
     }
 

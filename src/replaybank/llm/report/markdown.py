@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.llm.report.plots import BEHAVIOUR_PLOT, PLOT_NAME, arm_names
+from replaybank.llm.report.sections import flips_section, gate_section
 
 
 def fmt(entry: dict[str, Any] | None, digits: int = 3, pct: bool = False) -> str:
@@ -33,6 +34,7 @@ def write_report(path: Path, metrics: dict[str, Any]) -> None:
     """``report.md``: the arms table with spreads, loss shares, matrix, probe, targets, timings."""
     arms = metrics["arms"]
     names = arm_names(metrics)
+    families = suite_families(metrics)
     seeds = metrics.get("seeds", [])
     env = metrics.get("environment", {})
     lines = [
@@ -41,23 +43,26 @@ def write_report(path: Path, metrics: dict[str, Any]) -> None:
         f"Base model `{metrics['config']['training']['base_model']}`, device {env.get('device')}, "
         f"{len(seeds)} seed(s) {seeds}, wall time {metrics.get('wall_seconds', 0):.1f} s (1-minute load average "
         f"{env.get('loadavg_1min_start')} at start, {env.get('loadavg_1min_end')} at end, {os.cpu_count()} CPUs, "
-        f"{env.get('threads')} torch thread(s)). Figures: mean ± std over seeds (sample std).",
+        f"{env.get('threads')} torch thread(s)). Figures: mean ± std over seeds (sample std); retention "
+        f"per family: mean over seeds [95% interval] ({_interval_note(metrics)}).",
         "",
-        "| arm | conversation retention % | arithmetic retention % | code retention % | tool-call leakage % "
-        "| domain exact match % | general loss | docs loss | probe |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| arm | " + " | ".join(f"{fam} retention % [95% CI]" for fam in families)
+        + " | tool-call leakage % | domain exact match % | general loss | docs loss | probe | retention gate |",
+        "|---|" + "---|" * (len(families) + 6),
     ]
+    gate = metrics.get("gate", {}).get("arms", {})
     for name in names:
         s = arms[name]["summary"]
         lines.append(
-            f"| {name} | {fmt(s.get('retention_conversation'), pct=True)} | {fmt(s.get('retention_arithmetic'), pct=True)} "
-            f"| {fmt(s.get('retention_code'), pct=True)} | {fmt(s.get('leakage'), pct=True)} "
-            f"| {fmt(s.get('domain_exact_match'), pct=True)} | {fmt(s.get('general_loss'))} | {fmt(s.get('docs_loss'))} "
-            f"| {fmt(s.get('probe_score'))} |"
+            f"| {name} | " + " | ".join(_retention_cell(arms[name], fam) for fam in families)
+            + f" | {fmt(s.get('leakage'), pct=True)} | {fmt(s.get('domain_exact_match'), pct=True)} "
+            f"| {fmt(s.get('general_loss'))} | {fmt(s.get('docs_loss'))} | {fmt(s.get('probe_score'))} "
+            f"| {_gate_cell(gate.get(name))} |"
         )
-    lines += ["", "Family scores of the base model (retention is an arm's score over these):", ""]
-    base = arms.get("base", {}).get("summary", {})
-    lines.append(", ".join(f"{fam} {fmt(base.get(fam))}" for fam in ("conversation", "arithmetic", "code")))
+    lines += ["", "Family scores of the base model (retention is an arm's score over these; 95% interval):", ""]
+    base = arms.get("base", {})
+    lines.append(", ".join(f"{fam} {_score_cell(base, fam)}" for fam in families))
+    lines += gate_section(metrics)
     lines += ["", "## Effective share of each source (measured over every step)", "",
               "| arm | target | mix_by | rows | labelled tokens (= loss) | KL to base |", "|---|---|---|---|---|---|"]
     for name in names:
@@ -102,6 +107,7 @@ def write_report(path: Path, metrics: dict[str, Any]) -> None:
         lines.append(f"- {name}: {'all met' if t['met'] else 'not met: ' + ', '.join(failed)}")
     if "best_arm" in targets:
         lines.append(f"- best rehearsal arm: {targets['best_arm']}")
+    lines += flips_section(metrics)
     lines += ["", "## Timings (seconds)", ""]
     lines += [f"- {k}: {v:.1f}" for k, v in metrics.get("timings", {}).items()]
     lines += ["", f"![behaviour]({BEHAVIOUR_PLOT})", "", f"![losses]({PLOT_NAME})", ""]
@@ -121,6 +127,54 @@ def _per_generation(arms: dict[str, Any], names: list[str]) -> list[str]:
     return ["", "## Rehearsal per generation (first seed)", "",
             "| arm | generation | domain rows (lineage) | rehearsal share | rehearsal rows per virtual epoch |",
             "|---|---|---|---|---|", *rows]
+
+
+def suite_families(metrics: dict[str, Any]) -> list[str]:
+    """The suite families of the run, in suite order (from the arms' ``families``; the three
+    historical ones for metrics without them)."""
+    found = list(dict.fromkeys(f for a in metrics["arms"].values() for f in a.get("families", {})))
+    return found or ["conversation", "arithmetic", "code"]
+
+
+def _interval_note(metrics: dict[str, Any]) -> str:
+    iv = metrics.get("intervals")
+    if not iv:
+        return "no intervals in these metrics"
+    return f"bootstrap over seeds, then items within each seed, {iv['resamples']} resamples"
+
+
+def _retention_cell(arm: dict[str, Any], fam: str) -> str:
+    entry = arm.get("families", {}).get(fam)
+    if entry is None:  # metrics without per-item outcomes
+        return fmt(arm["summary"].get(f"retention_{fam}"), pct=True)
+    return _interval(entry.get("retention"))
+
+
+def _score_cell(arm: dict[str, Any], fam: str) -> str:
+    entry = arm.get("families", {}).get(fam)
+    if entry is None:
+        return fmt(arm.get("summary", {}).get(fam))
+    return _interval(entry.get("score"), pct=False)
+
+
+def _interval(iv: dict[str, float] | None, pct: bool = True) -> str:
+    """``mean [low, high]`` (percent, one decimal; or three decimals).
+
+    Example:
+        >>> _interval({"mean": 0.5, "low": 0.25, "high": 0.75}), _interval(None)
+        ('50.0 [25.0, 75.0]', 'n/a')
+    """
+    if iv is None:
+        return "n/a"
+    if pct:
+        return f"{iv['mean'] * 100:.1f} [{iv['low'] * 100:.1f}, {iv['high'] * 100:.1f}]"
+    return f"{iv['mean']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}]"
+
+
+def _gate_cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "-"
+    return "pass" if row["passed"] else "fail: " + ", ".join(row["failed"])
 
 
 def _shares(d: dict[str, float]) -> str:

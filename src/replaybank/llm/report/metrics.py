@@ -14,10 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from replaybank.llm.config.floor import resolve_floors
+from replaybank.llm.report.families import family_summary, interval_method
+from replaybank.llm.report.gate import evaluate_gate
 from replaybank.llm.report.markdown import write_report
 from replaybank.llm.report.plots import BEHAVIOUR_PLOT, PLOT_NAME, plot_behaviour, plot_losses
 
-METRICS_SCHEMA_VERSION = 2
+METRICS_SCHEMA_VERSION = 3
 COMPAT_KEYS = ("general_loss", "domain_loss", "probe_score", "probe_logprob")
 SOURCE_LOSS = {"corpus": "docs_loss", "self": "self_loss"}
 
@@ -72,6 +75,7 @@ def build_metrics(
 
     specs = cfg.arm_specs()
     first = per_seed[0]
+    per_family = family_summary(per_seed, [int(m["seed"]) for m in manifests])
     arms: dict[str, Any] = {}
     for name in first:
         summary = agg[name]
@@ -89,16 +93,20 @@ def build_metrics(
             "R_mean": np.mean([seed[name]["matrix"]["R"] for seed in per_seed], axis=0).round(4).tolist(),
             "per_seed": [seed[name]["matrix"] for seed in per_seed],
         }
+        entry.update(per_family.get(name, {}))  # "families" (intervals, flip counts) and "flips" (the items)
         arms[name] = entry
     if "rehearsal" not in arms and "rehearsal-corpus" in arms:
         alias = arms["rehearsal-corpus"]
         arms["rehearsal"] = {**{k: alias[k] for k in COMPAT_KEYS if k in alias}, "share": alias["share"], "alias_of": "rehearsal-corpus"}
     rehearsal_arms = [a for a in first if a not in ("base", "naive")]
     corpus_arm = next((a for a in ("rehearsal-corpus", "rehearsal") if a in first), None)
+    targets = check_targets(agg, rehearsal_arms)
     return {
         "arms": arms,
         "effect": effect({k: v for k, v in arms.items() if k in ("base", "naive", "rehearsal")}),
-        "targets": check_targets(agg, rehearsal_arms),
+        "targets": targets,
+        "gate": _gate(cfg, per_family, targets),
+        "intervals": interval_method(),
         "probe": {"fresh_lora": probes, "comparison": probe_vs_forgetting(probes, agg, specs)},
         "mixing": _compat_mixing(first.get(corpus_arm) if corpus_arm else None, manifests[0], cfg),
         "data": manifests[0]["data"],
@@ -107,6 +115,16 @@ def build_metrics(
         "config": cfg.to_dict(),
         "config_source": cfg.source,
     }
+
+
+def _gate(cfg: Any, per_family: dict[str, dict[str, Any]], targets: dict[str, Any]) -> dict[str, Any]:
+    """The retention gate over the trained arms: ``[evaluation] gate_arm``, else the targets' best arm."""
+    families = {arm: v["families"] for arm, v in per_family.items() if arm != "base"}
+    present = list(dict.fromkeys(f for fams in per_family.values() for f in fams["families"]))
+    floors = resolve_floors(cfg.evaluation.retention_floor, present)
+    gate_arm = cfg.evaluation.gate_arm
+    chosen, by = (gate_arm, "gate_arm") if gate_arm else (targets.get("best_arm"), "best_arm")
+    return evaluate_gate(families, floors, chosen=chosen, chosen_by=by)
 
 
 def _mean_shares(shares: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
