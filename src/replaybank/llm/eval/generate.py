@@ -185,6 +185,13 @@ def resolve_precision(precision: str, device_type: str = "cpu") -> Literal["fp32
     return "bf16" if _cpu_has_bf16() else "fp32"
 
 
+def precision_key(precision: Precision, model: Any) -> dict[str, str]:
+    """A cache key's entry for answers generated at ``precision`` by ``model``: empty for fp32
+    (keys written before precision existed stay valid), else ``{"precision": "bf16"}``."""
+    resolved = resolve_precision(precision, device_type(model))
+    return {} if resolved == "fp32" else {"precision": resolved}
+
+
 def device_type(model: Any) -> str:
     """``cpu`` or ``cuda``: where ``model``'s first parameter lives (``cpu`` for a stand-in without any)."""
     params = getattr(model, "parameters", None)

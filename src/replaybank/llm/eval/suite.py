@@ -38,10 +38,9 @@ from replaybank.llm.eval.generate import (
     Generation,
     Precision,
     base_model_context,
-    device_type,
     generate_detailed,
     model_fingerprint,
-    resolve_precision,
+    precision_key,
 )
 
 Family = Literal["conversation", "arithmetic", "code"]
@@ -183,7 +182,7 @@ def prepare_suite(
     fingerprint = model_fingerprint(base_model)
     digest = items_digest(items)
     settings = json.dumps({"budgets": FAMILY_MAX_NEW_TOKENS, "template": str(getattr(tokenizer, "chat_template", "")),
-                           **_precision_key(precision, device_type(base_model))}, sort_keys=True)
+                           **precision_key(precision, base_model)}, sort_keys=True)
     key = hashlib.sha256(f"{CACHE_SCHEMA}:{fingerprint}:{digest}:{settings}".encode()).hexdigest()[:16]
     cache = Path(cache_dir) / f"suite-{key}.json"
     answers = _read_cache(cache, fingerprint, digest)
@@ -234,16 +233,8 @@ def evaluate_suite(
     return result
 
 
-def _precision_key(precision: Precision, device: str) -> dict[str, str]:
-    # fp32 answers keep the cache key they always had (no "precision" entry)
-    resolved = resolve_precision(precision, device)
-    return {} if resolved == "fp32" else {"precision": resolved}
-
-
-def _generate(
-    model: Any, tokenizer: Any, items: Sequence[SuiteItem], *, batch_size: int, desc: str | None,
-    precision: Precision = "fp32",
-) -> dict[str, Generation]:
+def _generate(model: Any, tokenizer: Any, items: Sequence[SuiteItem], *, batch_size: int, desc: str | None,
+              precision: Precision = "fp32") -> dict[str, Generation]:
     # One generation call per budget, so short-answer items do not pay for long ones.
     gens: dict[str, Generation] = {}
     for budget in sorted({i.budget for i in items}):
