@@ -54,10 +54,9 @@ from replaybank.llm.eval.generate import (
     Generation,
     Precision,
     base_model_context,
-    device_type,
     generate_detailed,
     model_fingerprint,
-    resolve_precision,
+    precision_key,
 )
 from replaybank.llm.eval.suite import overlap_key, overlaps
 
@@ -242,7 +241,7 @@ def synthesize(
         "max_new_tokens": max_new_tokens, "exclude": hashlib.sha256("\n".join(sorted(excluded)).encode()).hexdigest(),
         "template": str(getattr(tokenizer, "chat_template", "")), "magpie": magpie,
         **({"keep_truncated": True} if keep_truncated else {}),
-        **({"precision": resolved} if (resolved := _resolved(model, precision)) != "fp32" else {}),
+        **precision_key(precision, model),
     }, sort_keys=True)
     cache = Path(cache_dir) / f"selfsynth-{hashlib.sha256(key_src.encode()).hexdigest()[:16]}.json"
     cached = _read_cache(cache)
@@ -339,10 +338,6 @@ def _write_cache(path: Path, obj: dict[str, Any]) -> None:
 def row_texts(rows: Sequence[dict[str, str]]) -> list[str]:
     """Prompts and responses of ``rows`` as one list (for overlap checks)."""
     return [r["prompt"] for r in rows] + [r["response"] for r in rows]
-
-
-def _resolved(model: Any, precision: Precision) -> str:
-    return resolve_precision(precision, device_type(model))
 
 
 def synthesize_rows(model: Any, tokenizer: Any, cfg: Config, suite: list[Any], log: Callable[[str], None]) -> tuple[TokenRows, dict[str, Any]]:
