@@ -61,7 +61,7 @@ def run_stage(name: str, device: str, tiny: bool) -> dict[str, Any]:
     if name == "speed":
         from lora_stages import stage_speed
 
-        return stage_speed(device, tiny, warmup=1, steps=1 if tiny else 5, log=log)
+        return stage_speed(device, tiny, warmup=1 if tiny else 2, steps=1 if tiny else 5, log=log)
     if name == "memory":
         from lora_stages import stage_memory
 

@@ -17,6 +17,7 @@ import gc
 import statistics
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,7 +172,6 @@ def _trainer_steps(model: Any, shape: Shape, steps: int, device: str, rng: np.ra
 
 def stage_speed(device: str, tiny: bool, warmup: int, steps: int, log: Any = print) -> dict[str, Any]:
     """Median seconds per optimizer step and tokens/s of both runners at each shape."""
-    import torch
     from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
     from replaybank.llm.train import add_lora
@@ -196,9 +196,10 @@ def stage_speed(device: str, tiny: bool, warmup: int, steps: int, log: Any = pri
                 times = clock.take(warmup)
                 med = statistics.median(times)
                 row[runner] = {"s_per_step": med, "tokens_per_s": shape.rows * shape.seq / med, "steps": len(times)}
-            except torch.OutOfMemoryError as exc:
+            except Exception as exc:  # one runner's failure (out of memory, an API change) leaves the others
                 clock.take(0)
-                row[runner] = {"error": f"out of memory: {str(exc).splitlines()[0]}"}
+                row[runner] = {"error": _error(exc)}
+                traceback.print_exc()
             log(f"speed {shape.name} {runner}: {row[runner]}")
         rb, tr = row["replaybank"].get("tokens_per_s"), row["Trainer"].get("tokens_per_s")
         row["ratio"] = rb / tr if rb and tr else None
@@ -207,6 +208,13 @@ def stage_speed(device: str, tiny: bool, warmup: int, steps: int, log: Any = pri
         _free(cuda)
     clock.handle.remove()
     return {"shapes": results, "warmup": warmup, "steps": steps, "lora": LORA, "rehearsal_share": REHEARSAL_SHARE}
+
+
+def _error(exc: BaseException) -> str:
+    import torch
+
+    first = (str(exc).splitlines() or [""])[0][:200]
+    return f"out of memory: {first}" if isinstance(exc, torch.OutOfMemoryError) else f"{type(exc).__name__}: {first}"
 
 
 def _free(cuda: bool) -> None:
@@ -248,9 +256,10 @@ def stage_memory(device: str, tiny: bool, steps: int = 2, log: Any = print) -> d
                 run["s_per_step"] = statistics.median(times) if times else None
                 run["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
                 run["reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30 if cuda else None
-            except torch.OutOfMemoryError as exc:
-                run["error"] = f"out of memory: {str(exc).splitlines()[0]}"
-                failed = True
+            except Exception as exc:
+                run["error"] = _error(exc)
+                traceback.print_exc()
+                failed = isinstance(exc, torch.OutOfMemoryError)
             finally:
                 clock.handle.remove()
             log(f"memory {shape.name} checkpointing={checkpointing} rows={rows}: {run}")

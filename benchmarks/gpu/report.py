@@ -52,7 +52,7 @@ def _speed(r: dict[str, Any]) -> list[str]:
         rb, tr = s.get("replaybank", {}), s.get("Trainer", {})
         cells = [f"{_f(x.get('s_per_step'), '.3f')} | {_f(x.get('tokens_per_s'), '.0f')}" if "error" not in x
                  else f"{x['error'][:60]} | -" for x in (rb, tr)]  # fmt: skip
-        rows.append(f"| {s['shape']} | {s['rows']} x {s['seq']} | {cells[0]} | {cells[1]} | {_f(s.get('ratio'))}x |")
+        rows.append(f"| {s['shape']} | {s['rows']} x {s['seq']} | {cells[0]} | {cells[1]} | {_f(s.get('ratio'))}{'x' if s.get('ratio') else ''} |")
     return rows
 
 
