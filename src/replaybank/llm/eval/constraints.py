@@ -63,17 +63,19 @@ def starts_with(text: str, word: str) -> bool:
 
 
 def includes_word(text: str, word: str) -> bool:
-    """Whether ``word`` (or a phrase of several words) occurs as whole words, case-insensitively.
+    """Whether ``word`` (or a phrase of several words) occurs as whole words, case-insensitively:
+    no letter or digit may touch it ("cat" is in "my cat's bowl", not in "category"; between the
+    words of a phrase any run of spaces or punctuation).
 
     Example:
         >>> includes_word("The OCEAN is deep.", "ocean"), includes_word("A category.", "cat")
         (True, False)
     """
-    have, want = words(text), words(word)
+    want = words(word)
     if not want:
         return False
-    n = len(want)
-    return any(have[i : i + n] == want for i in range(len(have) - n + 1))
+    pattern = r"(?<![a-z0-9])" + r"[\W_]+".join(re.escape(w) for w in want) + r"(?![a-z0-9])"
+    return re.search(pattern, text.translate(_QUOTES).lower()) is not None
 
 
 def normalise_sentence(text: str) -> str:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from replaybank.llm.eval.suite import FAMILIES as SUITE_FAMILIES
 from replaybank.llm.report.plots import BEHAVIOUR_PLOT, PLOT_NAME, arm_names
 
 
@@ -55,9 +56,10 @@ def write_report(path: Path, metrics: dict[str, Any]) -> None:
             f"| {fmt(s.get('domain_exact_match'), pct=True)} | {fmt(s.get('general_loss'))} | {fmt(s.get('docs_loss'))} "
             f"| {fmt(s.get('probe_score'))} |"
         )
-    lines += ["", "Family scores of the base model (retention is an arm's score over these):", ""]
+    lines += ["", "Family scores of the base model (retention is an arm's score over these; `open` is "
+              "agreement with the base model's own wording, not a checker, and no target):", ""]
     base = arms.get("base", {}).get("summary", {})
-    lines.append(", ".join(f"{fam} {fmt(base.get(fam))}" for fam in ("conversation", "arithmetic", "code")))
+    lines.append(", ".join(f"{fam} {fmt(base.get(fam))}" for fam in SUITE_FAMILIES))
     lines += ["", "## Effective share of each source (measured over every step)", "",
               "| arm | target | mix_by | rows | labelled tokens (= loss) | KL to base |", "|---|---|---|---|---|---|"]
     for name in names:
