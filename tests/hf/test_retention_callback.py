@@ -114,9 +114,9 @@ def test_the_main_jobs_suite_as_evaluator(tiny_lm, tmp_path):
 
     items_file = tmp_path / "suite.jsonl"
     items = [
-        {"id": "c1", "family": "conversation", "prompt": "say a b c", "check": {"type": "agreement"},
+        {"id": "c1", "family": "open", "prompt": "say a b c", "check": {"type": "agreement"},
          "max_new_tokens": 6},
-        {"id": "c2", "family": "conversation", "prompt": "count 1 2 3", "check": {"type": "agreement"},
+        {"id": "c2", "family": "open", "prompt": "count 1 2 3", "check": {"type": "agreement"},
          "max_new_tokens": 6},
     ]  # fmt: skip
     items_file.write_text("".join(json.dumps(i) + "\n" for i in items))
@@ -128,7 +128,8 @@ def test_the_main_jobs_suite_as_evaluator(tiny_lm, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         first = cb.evaluator(_peft(model_dir))
-    assert first["retention"] == 1.0 and first["retention/conversation"] == 1.0
+    # a suite of agreement items only: its retention is the open family's
+    assert first["retention"] == 1.0 and first["retention/open"] == 1.0
     assert list((tmp_path / "cache").glob("suite-*.json"))  # the base answers were cached
     trainer = _trainer(tiny_lm, tmp_path / "run", steps=2)
     cb.attach(trainer)

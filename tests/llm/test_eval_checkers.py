@@ -156,3 +156,158 @@ def test_validate_spec() -> None:
         validate_spec({"type": "max_words"}, "f:3")
     with pytest.raises(CheckError, match="unknown check type"):
         validate_spec("one_word", "f:4")
+
+
+# --- instruction constraints ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "answer, expected",
+    [
+        ("Yes, the Pacific is the largest.", 1.0),
+        ('"Yes." It is.', 1.0),  # quotes and punctuation around the first word are not words
+        ("**YES** it is", 1.0),  # case and markdown ignored
+        ("Yesterday I saw it.", 0.0),  # the word, not a prefix of the first word
+        ("Well, yes.", 0.0),
+        ("", 0.0),
+    ],
+)
+def test_starts_with(answer: str, expected: float) -> None:
+    assert score({"type": "starts_with", "word": "Yes"}, answer) == expected
+
+
+@pytest.mark.parametrize(
+    "answer, expected",
+    [
+        ("The OCEAN is deep.", 1.0),
+        ("Waves: ocean, sand.", 1.0),
+        ("Oceans are deep.", 0.0),  # another word, not the one asked for
+        ("An oceanic trench.", 0.0),  # inside another word
+        ("The sea is deep.", 0.0),
+    ],
+)
+def test_includes_word_is_whole_word_and_case_insensitive(answer: str, expected: float) -> None:
+    assert score({"type": "includes_word", "word": "ocean"}, answer) == expected
+
+
+def test_includes_word_phrases_and_words_inside_words() -> None:
+    assert score({"type": "includes_word", "word": "cat"}, "A category of things.") == 0.0
+    assert score({"type": "includes_word", "word": "cat"}, "My cat's bowl.") == 1.0  # a possessive is the word
+    assert score({"type": "includes_word", "word": "known"}, "It is well-known.") == 1.0
+    assert score({"type": "includes_word", "word": "don't"}, "I don’t know.") == 1.0  # curly apostrophe
+    assert score({"type": "includes_word", "word": "ice cream"}, "I like ice cream a lot.") == 1.0  # a phrase
+    assert score({"type": "includes_word", "word": "ice cream"}, "Ice, cream!") == 1.0  # punctuation is not a word
+    assert score({"type": "includes_word", "word": "ice cream"}, "cream and ice") == 0.0
+
+
+@pytest.mark.parametrize(
+    "answer, n",
+    [
+        ("1. Red\n2. Blue\n3. Green", 3),
+        ("Sure! 1. Red 2. Blue 3. Green", 3),  # an inline numbered list
+        ("Here you go:\n\n1) Red\n2) Blue\n3) Green\n\nThese are colors.", 3),
+        ("- Red\n* Blue\n• Green", 3),  # bullets when nothing is numbered
+        ("1. **Red**\n   - a warm colour\n2. **Blue**\n   - a cool one", 2),  # sub-bullets are not items
+        ("1. Red\n2. Blue\n3. Green\n1. Red", 3),  # a repeated list counts once
+        ("1. Red\n2. Blue\n3.", 2),  # a cut-off marker with nothing after it
+        ("Pi is 3.14 and e is 2.72.", 0),  # decimals are not markers
+        ("Red, blue and green.", 0),
+    ],
+)
+def test_n_items_counts_numbered_inline_and_bulleted_lists(answer: str, n: int) -> None:
+    assert check({"type": "n_items", "n": 3}, answer) == (float(n == 3), f"{n} items")
+
+
+def test_n_items_is_exact() -> None:
+    spec = {"type": "n_items", "n": 2}
+    assert score(spec, "1. Sleep early\n2. No screens") == 1.0
+    assert score(spec, "1. Sleep early\n2. No screens\n3. Read") == 0.0
+    assert score(spec, "1. Sleep early") == 0.0
+
+
+@pytest.mark.parametrize(
+    "answer, expected",
+    [
+        ("The sun rises in the east.", 1.0),
+        ('Here it is: "the sun  rises\nin the EAST"', 1.0),  # case, whitespace, quotes, final period
+        ("Sure! The sun rises in the east. Anything else?", 1.0),
+        ("The sun rises in the eastern sky.", 0.0),  # a word boundary after the sentence
+        ("The sun rises in the west.", 0.0),
+        ("The sun rises, in the east.", 0.0),  # not verbatim: a comma added
+        ("", 0.0),
+    ],
+)
+def test_repeat_is_verbatim_up_to_case_and_whitespace(answer: str, expected: float) -> None:
+    assert score({"type": "repeat", "sentence": "The sun rises in the east."}, answer) == expected
+
+
+@pytest.mark.parametrize(
+    "answer, expected",
+    [("8", 1.0), ("8.", 1.0), ("**8**", 1.0), (" 8\n", 1.0), ("A spider has 8 legs.", 0.0), ("eight", 0.0), ("7", 0.0),
+     ("8 legs", 0.0), ("1,024", 0.0)],
+)
+def test_number_only(answer: str, expected: float) -> None:
+    assert score({"type": "number_only", "value": 8}, answer) == expected
+    assert score({"type": "number_only"}, "1,024") == 1.0 and score({"type": "number_only"}, "-2.5") == 1.0
+
+
+def test_no_tool_call() -> None:
+    spec = {"type": "no_tool_call"}
+    assert check(spec, "A kitchen timer counts down the minutes.") == (1.0, "no tool call")
+    assert check(spec, "Sure: <<qx timer.arm; dur=60s; tag=eggs>>") == (0.0, "tool call")
+    assert check(spec, "qx timer.arm; dur=60s") == (0.0, "tool call")  # the bare form leaks too
+    assert check(spec, "  ") == (0.0, "empty")  # saying nothing is not an answer
+    assert score(spec, "Shift it: x << 2") == 1.0
+
+
+def test_json_keys_fenced_with_prose_around() -> None:
+    spec = {"type": "json_keys", "keys": ["city", "country"]}
+    assert score(spec, 'Here:\n```json\n{"city": "Paris", "country": "France"}\n```\nDone.') == 1.0
+    assert score(spec, '```json\n{"city": {"country": "France"}}\n```') == 0.0  # a nested key is not a key
+
+
+def test_all_of_needs_every_check() -> None:
+    spec = {"type": "all_of", "checks": [{"type": "starts_with", "word": "Yes"}, {"type": "includes_word", "word": "green"}]}
+    assert check(spec, "Yes, grass is green.") == (1.0, "starts with 'yes'; has 'green'")
+    assert check(spec, "Yes, grass is blue.") == (0.0, "starts with 'yes'; no 'green'")
+    assert score(spec, "Grass is green, yes.") == 0.0
+    nested = {"type": "all_of", "checks": [{"type": "agreement"}, {"type": "no_tool_call"}]}
+    assert score(nested, "Air scatters blue light.", base_answer="Air scatters blue light.") == 1.0
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"type": "starts_with"}, "f:1: check 'starts_with' needs 'word'"),
+        ({"type": "starts_with", "word": "  "}, "f:1: check 'starts_with' field 'word' must be a string with a word in it"),
+        ({"type": "includes_word", "word": 3}, "f:1: check 'includes_word' field 'word' must be a string"),
+        ({"type": "n_items", "n": 0}, "f:1: check 'n_items' field 'n' must be a positive integer, got 0"),
+        ({"type": "n_items", "n": True}, "field 'n' must be a positive integer, got True"),
+        ({"type": "repeat", "sentence": ""}, "f:1: check 'repeat' field 'sentence' must be a string with a word"),
+        ({"type": "number_only", "value": "8"}, "f:1: check 'number_only' field 'value' must be a number, got '8'"),
+        ({"type": "json_keys", "keys": "a"}, "f:1: check 'json_keys' field 'keys' must be a non-empty list of non-empty strings"),
+        ({"type": "contains", "any": []}, "field 'any' must be a non-empty list"),
+        ({"type": "agreement", "threshold": 2}, "f:1: check 'agreement' field 'threshold' must be a number in \\[0, 1\\]"),
+        ({"type": "all_of", "checks": []}, "f:1: check 'all_of' field 'checks' must be a non-empty list of check specs"),
+        ({"type": "all_of", "checks": [{"type": "rhyme"}]}, r"f:1: check 'all_of' field 'checks'\[0\]: unknown check type 'rhyme'"),
+        ({"type": "all_of", "checks": [{"type": "n_items", "n": -1}]}, r"checks'\[0\]: check 'n_items' field 'n' must be"),
+    ],
+)
+def test_validate_spec_names_the_bad_field(spec: dict, message: str) -> None:
+    with pytest.raises(CheckError, match=message):
+        validate_spec(spec, "f:1")
+
+
+def test_valid_instruction_specs_pass_validation() -> None:
+    for spec in [
+        {"type": "starts_with", "word": "Yes"}, {"type": "includes_word", "word": "ice cream"}, {"type": "n_items", "n": 3},
+        {"type": "repeat", "sentence": "Hi."}, {"type": "number_only"}, {"type": "number_only", "value": 2.5},
+        {"type": "no_tool_call"}, {"type": "all_of", "checks": [{"type": "no_tool_call"}, {"type": "max_words", "n": 5}]},
+    ]:
+        validate_spec(spec, "f:1")
+
+
+def test_text_primitives_are_the_checkers_names() -> None:
+    from replaybank.llm.eval import checkers, text
+
+    assert checkers.looks_like_tool_call is text.looks_like_tool_call and checkers.words is text.words

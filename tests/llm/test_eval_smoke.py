@@ -40,6 +40,19 @@ def test_base_answers_stop_at_end_of_turn_and_pass_their_checks(smol: tuple[Any,
     assert not any("<|im_end|>" in o["answer"] for o in result["items"])
 
 
+def test_base_passes_one_instruction_item_of_each_kind(smol: tuple[Any, Any], tmp_path: Path) -> None:
+    from replaybank.llm.eval.suite import load_suite, prepare_suite
+
+    model, tok = smol
+    kinds: dict[str, Any] = {}
+    for item in load_suite():
+        if item.family == "instruction":
+            kinds.setdefault(item.check["type"], item)
+    # the family is curated so the base passes every item (benchmarks/curate_instruction.py)
+    suite = prepare_suite(model, tok, list(kinds.values()), cache_dir=tmp_path, desc=None)
+    assert len(kinds) >= 6 and suite.dropped == [] and suite.base["families"] == {"instruction": 1.0}
+
+
 def test_self_synthesis_writes_usable_rows(smol: tuple[Any, Any], tmp_path: Path) -> None:
     from replaybank.llm.data.selfsynth import synthesize
     from replaybank.llm.eval.suite import load_suite

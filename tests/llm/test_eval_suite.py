@@ -43,7 +43,13 @@ def test_builtin_suite_is_large_covers_every_family_and_has_unique_prompts() -> 
     assert set(counts) == set(FAMILIES)
     assert min(counts.values()) >= 20
     assert len({i.prompt for i in items}) == len(items)
-    assert Counter(i.check["type"] for i in items if i.family == "conversation")["agreement"] >= 10
+    # agreement with the base's wording is its own family, and the only one scored that way
+    assert {i.family for i in items if i.check["type"] == "agreement"} == {"open"} and counts["open"] >= 10
+    assert all(i.check["type"] == "agreement" for i in items if i.family == "open")
+    # the instruction-following family covers every constraint the issue names
+    kinds = Counter(c["type"] for i in items if i.family == "instruction" for c in i.check.get("checks", [i.check]))
+    assert counts["instruction"] >= 32
+    assert {"starts_with", "includes_word", "n_items", "repeat", "json_keys", "number", "no_tool_call"} <= set(kinds)
 
 
 def test_builtin_suite_does_not_overlap_any_rehearsal_pool() -> None:
@@ -65,6 +71,17 @@ def test_user_suite_file_loads(tmp_path: Path) -> None:
     assert items[0].budget == suite_mod.FAMILY_MAX_NEW_TOKENS["arithmetic"] and items[1].budget == 80
 
 
+def test_user_suite_with_instruction_and_open_items_loads(tmp_path: Path) -> None:
+    lines = [
+        item_line(id="i1", family="instruction", prompt="Start with the word Yes: is ice cold?",
+                  check={"type": "all_of", "checks": [{"type": "starts_with", "word": "Yes"}, {"type": "no_tool_call"}]}),
+        item_line(id="o1", family="open", prompt="Why do cats purr?", check={"type": "agreement"}),
+    ]
+    items = load_suite(str(write(tmp_path / "s.jsonl", lines)))
+    assert [(i.family, i.budget) for i in items] == [("instruction", 48), ("open", 32)]
+    assert set(suite_mod.CHECKED_FAMILIES) == set(FAMILIES) - {"open"}
+
+
 @pytest.mark.parametrize(
     "line, message",
     [
@@ -75,6 +92,13 @@ def test_user_suite_file_loads(tmp_path: Path) -> None:
         (item_line(id="b", prompt=""), r"s\.jsonl:2: field 'prompt' must be a non-empty string"),
         (item_line(), r"s\.jsonl:2: duplicate id 'a1'"),
         (item_line(id="b", max_new_tokens=0), r"s\.jsonl:2: max_new_tokens must be a positive integer"),
+        (item_line(id="b", family="conversation", check={"type": "agreement"}),
+         r"s\.jsonl:2: an 'agreement' check .* belongs in family 'open' and only there; got 'agreement' in family 'conversation'"),
+        (item_line(id="b", family="open"), r"s\.jsonl:2: an 'agreement' check .* got 'number' in family 'open'"),
+        (item_line(id="b", family="instruction", check={"type": "n_items", "n": "3"}),
+         r"s\.jsonl:2: check 'n_items' field 'n' must be a positive integer, got '3'"),
+        (item_line(id="b", family="instruction", check={"type": "all_of", "checks": [{"type": "repeat"}]}),
+         r"s\.jsonl:2: check 'all_of' field 'checks'\[0\]: check 'repeat' needs 'sentence'"),
     ],
 )
 def test_suite_file_errors_name_file_and_line(tmp_path: Path, line: str, message: str) -> None:
@@ -90,7 +114,7 @@ def test_suite_file_empty_missing_and_not_utf8(tmp_path: Path) -> None:
     with pytest.raises(SuiteError, match=r"nope\.jsonl: file not found"):
         load_suite(str(tmp_path / "nope.jsonl"))
     bad = tmp_path / "latin1.jsonl"
-    second = json.dumps({"id": "b", "family": "conversation", "prompt": "Caf\u00e9?", "check": {"type": "agreement"}}, ensure_ascii=False)
+    second = json.dumps({"id": "b", "family": "open", "prompt": "Caf\u00e9?", "check": {"type": "agreement"}}, ensure_ascii=False)
     bad.write_bytes((item_line() + "\n" + second + "\n").encode("latin-1"))
     with pytest.raises(SuiteError, match=r"latin1\.jsonl:2: not valid UTF-8"):
         load_suite(str(bad))
@@ -98,7 +122,7 @@ def test_suite_file_empty_missing_and_not_utf8(tmp_path: Path) -> None:
 
 
 def test_check_no_overlap_names_the_source_and_item() -> None:
-    items = [SuiteItem("k9", "conversation", "Why is the sky blue?", {"type": "agreement"})]
+    items = [SuiteItem("k9", "open", "Why is the sky blue?", {"type": "agreement"})]
     check_no_overlap(items, ["Why is the sea blue?", "The sky is blue."], "pool.txt")
     with pytest.raises(SuiteOverlapError, match=r"pool\.txt: text 1 overlaps evaluation-suite item k9"):
         check_no_overlap(items, ["unrelated", "Q:  WHY is the sky\nblue? A: light"], "pool.txt")
@@ -124,7 +148,9 @@ def fake_generate(model: FakeModel, tokenizer: Any, prompts: list[str], *, max_n
 
 ITEMS = [
     SuiteItem("conv-1", "conversation", "List three fruits as a numbered list.", {"type": "numbered_list", "min_items": 3}),
-    SuiteItem("conv-2", "conversation", "Why is the sky blue?", {"type": "agreement"}),
+    SuiteItem("conv-2", "open", "Why is the sky blue?", {"type": "agreement"}),
+    SuiteItem("inst-1", "instruction", "Start with the word Yes: is ice cold?", {"type": "starts_with", "word": "Yes"}),
+    SuiteItem("inst-2", "instruction", "Repeat exactly: Ice is cold.", {"type": "repeat", "sentence": "Ice is cold."}),
     SuiteItem("arit-1", "arithmetic", "What is 2 + 3?", {"type": "number", "value": 5}),
     SuiteItem("arit-2", "arithmetic", "What is 4 + 4?", {"type": "number", "value": 8}),
     SuiteItem("code-1", "code", "Write add(a, b).", {"type": "code"}),
@@ -132,6 +158,8 @@ ITEMS = [
 BASE = {
     "List three fruits as a numbered list.": "1. Apple\n2. Pear\n3. Plum",
     "Why is the sky blue?": "Air scatters blue light more than red light.",
+    "Start with the word Yes: is ice cold?": "Yes, ice is cold.",
+    "Repeat exactly: Ice is cold.": "Ice is very cold.",  # the base fails it: dropped, like a wrong sum
     "What is 2 + 3?": "2 + 3 = 5",
     "What is 4 + 4?": "4 + 4 = 9",  # wrong: dropped from the suite
     "Write add(a, b).": "```python\ndef add(a, b):\n    return a + b\n```",
@@ -144,12 +172,14 @@ def patched(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(suite_mod, "model_fingerprint", lambda model: "fake-" + str(sorted(model.answers.items())))
 
 
-def test_prepare_suite_drops_wrong_arithmetic_and_caches_base_answers(tmp_path: Path, patched: None) -> None:
+def test_prepare_suite_drops_what_the_base_fails_and_caches_base_answers(tmp_path: Path, patched: None) -> None:
     base = FakeModel(BASE)
     suite = prepare_suite(base, None, ITEMS, cache_dir=tmp_path)
-    assert [i.id for i in suite.items] == ["conv-1", "conv-2", "arit-1", "code-1"]
-    assert suite.dropped == ["arit-2"]
-    assert suite.base["families"] == {"conversation": 1.0, "arithmetic": 1.0, "code": 1.0}
+    assert [i.id for i in suite.items] == ["conv-1", "conv-2", "inst-1", "arit-1", "code-1"]
+    # any family's item the base model fails is dropped (an instruction as well as a sum), and named
+    assert suite.dropped == ["inst-2", "arit-2"] == suite.manifest["dropped_ids"]
+    assert suite.base["families"] == {"conversation": 1.0, "instruction": 1.0, "arithmetic": 1.0, "code": 1.0,
+                                      "open": 1.0}
     assert suite.base["leakage"] == 0.0
     calls = base.calls  # one generation call per token budget
     assert calls == len({i.budget for i in ITEMS}) and len(list(tmp_path.glob("suite-*.json"))) == 1
@@ -157,7 +187,7 @@ def test_prepare_suite_drops_wrong_arithmetic_and_caches_base_answers(tmp_path: 
     assert base.calls == calls  # read back from the cache, not generated again
     assert again.base_answers == suite.base_answers
     other = FakeModel({**BASE, "What is 4 + 4?": "8"})  # another model: its own cache entry
-    assert [i.id for i in prepare_suite(other, None, ITEMS, cache_dir=tmp_path).items][-2:] == ["arit-2", "code-1"]
+    assert [i.id for i in prepare_suite(other, None, ITEMS, cache_dir=tmp_path).items][-3:] == ["arit-1", "arit-2", "code-1"]
     assert len(list(tmp_path.glob("suite-*.json"))) == 2
     prepare_suite(base, None, ITEMS, cache_dir=tmp_path, precision="bf16")  # bf16 answers differ: own entry
     assert base.calls == 2 * calls and len(list(tmp_path.glob("suite-*.json"))) == 3
@@ -170,22 +200,26 @@ def test_evaluate_suite_scores_retention_and_leakage(tmp_path: Path, patched: No
     tuned = FakeModel({
         "List three fruits as a numbered list.": "<<qx cart.add; sku=apples; qty=3>>",
         "Why is the sky blue?": "Because air scatters blue light more than red light.",
+        "Start with the word Yes: is ice cold?": "Ice is cold, yes.",
+        "Repeat exactly: Ice is cold.": "Ice is cold.",
         "What is 2 + 3?": "5",
         "What is 4 + 4?": "8",
         "Write add(a, b).": "```python\ndef add(a, b)\n    return a + b\n```",
     })
     result = evaluate_suite(tuned, None, suite)
-    assert result["families"] == {"conversation": 0.5, "arithmetic": 1.0, "code": 0.0}
-    assert result["retention"] == {"conversation": 0.5, "arithmetic": 1.0, "code": 0.0}
-    assert result["n"] == {"conversation": 2, "arithmetic": 1, "code": 1}
-    assert result["leakage"] == pytest.approx(1 / 4)
+    # the family order is FAMILIES'; the dropped inst-2 is not scored even though the tuned model passes it
+    assert list(result["families"]) == ["conversation", "instruction", "arithmetic", "code", "open"]
+    assert result["families"] == {"conversation": 0.0, "instruction": 0.0, "arithmetic": 1.0, "code": 0.0, "open": 1.0}
+    assert result["retention"] == result["families"]
+    assert result["n"] == {"conversation": 1, "instruction": 1, "arithmetic": 1, "code": 1, "open": 1}
+    assert result["leakage"] == pytest.approx(1 / 5)
     leaked = [o for o in result["items"] if o["leak"]]
     assert [o["id"] for o in leaked] == ["conv-1"]
 
 
 def test_prepare_suite_with_nothing_left(tmp_path: Path, patched: None) -> None:
-    only_wrong = [ITEMS[3]]
-    with pytest.raises(SuiteError, match="no suite item left"):
+    only_wrong = [i for i in ITEMS if i.id in ("inst-2", "arit-2")]
+    with pytest.raises(SuiteError, match="no suite item left: the base model fails all 2 items"):
         prepare_suite(FakeModel(BASE), None, only_wrong, cache_dir=tmp_path)
     with pytest.raises(SuiteError, match="no items"):
         prepare_suite(FakeModel(BASE), None, [], cache_dir=tmp_path)
@@ -211,7 +245,7 @@ def test_tiny_model_end_to_end_base_agrees_with_itself(tmp_path: Path, tiny_mode
         i for i in items if i.family == "arithmetic"][:2]
     small = [SuiteItem(i.id, i.family, i.prompt, i.check, 6) for i in picked]  # 6 tokens each: fast
     suite = prepare_suite(model, smol_tok, small, cache_dir=tmp_path, desc=None)
-    assert set(suite.dropped) <= {i.id for i in small if i.family == "arithmetic"}
+    assert set(suite.dropped) <= {i.id for i in small if i.check["type"] != "agreement"}
     again = evaluate_suite(model, smol_tok, suite)
     # Greedy decoding is deterministic and independent of batch composition: the base model
     # evaluated against its own cached answers agrees everywhere and scores what it scored.

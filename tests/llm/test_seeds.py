@@ -62,3 +62,23 @@ def test_flatten_reads_suite_domain_and_matrix():
     assert flat == {"general_loss": 2.5, "probe_score": 0.5, "leakage": 0.1, "conversation": 0.8,
                     "retention_conversation": 0.85, "arithmetic": 0.9, "domain_exact_match": 0.7,
                     "average_accuracy": 0.55, "backward_transfer": -0.4}
+
+
+def test_targets_cover_instruction_and_leave_open_out():
+    arm = {"leakage": 0.0, "retention_conversation": 0.95, "retention_instruction": 0.95, "retention_arithmetic": 1.0,
+           "retention_code": 1.0, "retention_open": 0.3, "domain_exact_match": 0.9}
+    checks = check_targets(aggregate([{"r": arm}]), ["r"])["arms"]["r"]
+    # agreement with the base's wording (open) is reported, not a target: 30% of it does not fail the arm
+    assert checks["met"] is True and not any("open" in k for k in checks["checks"])
+    lost = check_targets(aggregate([{"r": {**arm, "retention_instruction": 0.8}}]), ["r"])["arms"]["r"]
+    assert lost["met"] is False and lost["checks"]["retention_instruction_at_least_90pct"] is False
+
+
+def test_flatten_and_suite_retention_report_open_apart():
+    from replaybank.llm.eval.measure import suite_retention
+
+    retention = {"conversation": 1.0, "instruction": 0.8, "arithmetic": 0.9, "code": 0.9, "open": 0.2}
+    flat = flatten({"suite": {"families": retention, "leakage": 0.0, "retention": retention}})
+    assert flat["retention_instruction"] == 0.8 and flat["retention_open"] == 0.2 and flat["open"] == 0.2
+    assert suite_retention(retention) == pytest.approx(0.9)  # the mean of the checked families only
+    assert suite_retention({"open": 0.2, "code": None}) == 0.2  # a suite with no checked family left

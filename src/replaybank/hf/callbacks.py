@@ -33,8 +33,10 @@ class RetentionWarning(UserWarning):
 def suite_retention(result: Mapping[str, Any]) -> dict[str, float]:
     """Flat numbers from :func:`replaybank.llm.eval.suite.evaluate_suite`'s result.
 
-    ``retention`` is the mean of the families' retentions (families whose base score is 0 are
-    left out); ``retention/<family>`` and ``score/<family>`` per family, and ``leakage``.
+    ``retention`` is the mean of the checker-scored families' retentions (families whose base
+    score is 0 are left out, and so is ``open``, agreement with the base model's wording, which
+    is still logged on its own, unless the suite has nothing else); ``retention/<family>`` and ``score/<family>`` per family, and
+    ``leakage``.
 
     Example:
         >>> suite_retention({"families": {"code": 0.5, "arithmetic": 1.0},

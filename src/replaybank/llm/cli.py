@@ -152,7 +152,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     except ReplayBankError as exc:  # every bad-input error of the package (config, data, model, suite, output)
         return _fail(exc)
-    keys = ("general_loss", "domain_loss", "probe_score", "leakage", "retention_conversation", "domain_exact_match")
+    keys = ("general_loss", "domain_loss", "probe_score", "leakage", "retention_conversation",
+            "retention_instruction", "domain_exact_match")
     summary = {arm: {k: round(v[k], 4) for k in keys if isinstance(v.get(k), float)} for arm, v in metrics["arms"].items()}
     gate = {k: metrics.get("gate", {}).get(k) for k in ("chosen_arm", "passed")}
     print(json.dumps({"arms": summary, "targets": metrics["targets"], "gate": gate, "wall_seconds": metrics["wall_seconds"]},

@@ -67,7 +67,7 @@ class Loop:
     self_open_rows: bool = _f(True, "keep the base model's self-synthesized answers that hit the 96-token budget, as open rows trained without an end of turn (dropping them leaves only short answers in rehearsal)")
     eval_tasks: int = _f(40, "held-out tasks of the evaluation (greedy, with and without replayed context)", min=1, max=100_000)
     validation_tasks: int = _f(24, "held-out tasks of the validation split (ranks generations for lineage best; disjoint from the evaluation tasks)", min=1, max=100_000)
-    suite_per_family: int = _f(16, "general-capability suite items per family, seeded per run (0 = all 118; 8 per family moves retention by about 7 points from the sample alone)", min=0, max=100_000)
+    suite_per_family: int = _f(16, "general-capability suite items per family, seeded per run (0 = every item, 172 in the shipped suite; 8 per family moves retention by about 7 points from the sample alone)", min=0, max=100_000)
     seed: int = _f(0, "seed of tasks, sampling, LoRA init and data order", min=0, max=2**31 - 1)
 
 

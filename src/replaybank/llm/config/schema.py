@@ -88,7 +88,7 @@ class Data:
     general_eval: str = _f("", "held-out general text; empty = hold out whole documents of the rehearsal corpus")
     general_eval_rows: int = _f(16, "held-out general passages", min=1, max=10_000_000)
     probe: str = _f(BUILTIN_PROBE, "general-skill probe: builtin, or a JSONL file of {prompt, answer}", nonempty=True)
-    suite: str = _f("builtin", "general-capability suite (conversation, leakage, arithmetic, code): builtin or a JSONL file", nonempty=True)
+    suite: str = _f("builtin", "general-capability suite (conversation, instruction, arithmetic, code; open = agreement with the base; tool-call leakage): builtin or a JSONL file", nonempty=True)
     self_prompts: str = _f("builtin", "prompt pool the base model answers for self-synthesized rehearsal: builtin or a JSONL/text file", nonempty=True)
     self_rows: int = _f(32, "self-synthesized rehearsal rows generated (once per seed, cached)", min=1, max=1_000_000)
 

@@ -19,6 +19,18 @@ in ``[0, 1]`` (every checker scores 0 or 1). Words are runs of letters and digit
   preferred; the whole answer when there is no fence) parses with ``ast.parse``; with ``test``,
   code + test must exit 0.
 
+Instruction constraints (:mod:`replaybank.llm.eval.constraints`):
+
+- ``starts_with`` (``word``): the answer's first word is ``word``.
+- ``includes_word`` (``word``): ``word`` occurs as a whole word ("cat" is not in "category").
+- ``n_items`` (``n``): the answer's list has exactly ``n`` items (numbered, one per line or inline,
+  else bulleted).
+- ``repeat`` (``sentence``): the answer contains ``sentence``, case, whitespace and its final
+  punctuation aside.
+- ``number_only`` (``value`` optional): the answer is a number and nothing else (equal to ``value``).
+- ``no_tool_call``: the answer says something and holds nothing shaped like a tool call.
+- ``all_of`` (``checks``): every spec in the list passes (details joined with ``; ``).
+
 Code is never executed in this process: :func:`run_python` writes it to a temporary folder and
 runs ``python -I`` there with a time limit (and, on POSIX, a memory limit).
 """
@@ -26,143 +38,52 @@ runs ``python -I`` there with a time limit (and, on POSIX, a memory limit).
 from __future__ import annotations
 
 import ast
-import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from replaybank.errors import ReplayBankError
+from replaybank.llm.eval import constraints as con
+from replaybank.llm.eval.text import (
+    degenerate,
+    extract_code,
+    extract_json,
+    looks_like_tool_call,
+    numbers,
+    token_f1,
+    words,
+)
+
+__all__ = [
+    "AGREEMENT_THRESHOLD", "CHECK_TYPES", "CheckError", "check", "degenerate", "extract_code", "extract_json",
+    "looks_like_tool_call", "numbers", "run_python", "token_f1", "validate_spec", "words",
+]
 
 CHECK_TYPES = (
     "one_word", "max_words", "numbered_list", "bullet_list", "list", "json_keys", "all_caps", "contains",
-    "agreement", "number", "code",
+    "agreement", "number", "code", "starts_with", "includes_word", "n_items", "repeat", "number_only",
+    "no_tool_call", "all_of",
 )
 AGREEMENT_THRESHOLD = 0.5
 
-_TOOL_CALL = re.compile(
-    r"<<\s*qx\b"  # the qx runtime's call marker
-    r"|<<\s*[A-Za-z_][\w.]*(?:\s+[A-Za-z_][\w.]*)?\s*;[^<>]*>>"  # <<name[ method]; args>>
-    r"|\bqx\s+[a-z_]+\.[a-z_]+\s*;"  # a bare "qx cart.add;" without the brackets
-)
-_WORD = re.compile(r"[A-Za-z0-9]+(?:['’-][A-Za-z0-9]+)*")
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.S)
-
+# Fields each type needs (required) or may have (optional), and the kind of value they hold.
+_REQUIRED: dict[str, dict[str, str]] = {
+    "max_words": {"n": "count"}, "json_keys": {"keys": "strings"}, "contains": {"any": "strings"},
+    "number": {"value": "number"}, "starts_with": {"word": "text"}, "includes_word": {"word": "text"},
+    "n_items": {"n": "count"}, "repeat": {"sentence": "text"}, "all_of": {"checks": "specs"},
+}
+_OPTIONAL: dict[str, str] = {"min_items": "count", "threshold": "share", "timeout": "seconds", "test": "text"}
+_KINDS = {
+    "count": "a positive integer", "strings": "a non-empty list of non-empty strings", "number": "a number",
+    "text": "a string with a word in it", "specs": "a non-empty list of check specs", "share": "a number in [0, 1]",
+    "seconds": "a positive number",
+}
 
 class CheckError(ReplayBankError):
     """A checker spec is malformed."""
-
-
-def looks_like_tool_call(text: str) -> bool:
-    """Whether ``text`` contains something shaped like a tool call (``<<qx ...>>`` or ``<<name; ...>>``).
-
-    Example:
-        >>> looks_like_tool_call("<<qx timer.arm; dur=60s; tag=tea>>")
-        True
-        >>> looks_like_tool_call("x = (1 << 4) >> 2")
-        False
-    """
-    return _TOOL_CALL.search(text) is not None
-
-
-def words(text: str) -> list[str]:
-    """Lower-cased word tokens (letters and digits, inner apostrophes and hyphens kept).
-
-    Example:
-        >>> words("It's a well-known fact: 42!")
-        ["it's", 'a', 'well-known', 'fact', '42']
-    """
-    return [w.lower() for w in _WORD.findall(text)]
-
-
-def token_f1(answer: str, reference: str) -> float:
-    """Bag-of-words F1 between two texts (SQuAD-style); 1.0 when both have no words.
-
-    Example:
-        >>> round(token_f1("The capital is Paris.", "Paris is the capital of France."), 3)
-        0.8
-    """
-    a, b = Counter(words(answer)), Counter(words(reference))
-    if not a and not b:
-        return 1.0
-    common = sum((a & b).values())
-    if common == 0:
-        return 0.0
-    precision, recall = common / sum(a.values()), common / sum(b.values())
-    return 2 * precision * recall / (precision + recall)
-
-
-def numbers(text: str) -> list[float]:
-    """The numbers written in ``text`` (thousands commas allowed).
-
-    Example:
-        >>> numbers("17 + 25 = 42, not 1,000.5")
-        [17.0, 25.0, 42.0, 1000.5]
-    """
-    out = []
-    for m in _NUMBER.findall(text):
-        try:
-            out.append(float(m.replace(",", "")))
-        except ValueError:
-            continue
-    return out
-
-
-def degenerate(text: str) -> bool:
-    """Whether ``text`` repeats itself: a line 3+ times (list markers ignored), a word 4-gram 3+
-    times, or under half distinct word 3-grams (numbers ignored, so "1. x 2. x 3. x" repeats).
-
-    Example:
-        >>> degenerate("1. Beach towel 2. Beach towel and blanket 3. Beach towel and blanket 4. Beach towel and blanket")
-        True
-        >>> degenerate("Bread needs flour, water, salt and yeast; a long cool rise gives it flavour.")
-        False
-    """
-    lines = Counter(
-        " ".join(words(ln)) for ln in (re.sub(r"^\s*(?:\d+[.)]|[-*•])\s*", "", x) for x in text.splitlines())
-    )
-    lines.pop("", None)
-    if lines and max(lines.values()) >= 3:
-        return True
-    w = [x for x in words(text) if not x.isdigit()]
-    fours = Counter(tuple(w[i : i + 4]) for i in range(len(w) - 3))
-    if fours and max(fours.values()) >= 3:
-        return True
-    if len(w) >= 12:
-        threes = [tuple(w[i : i + 3]) for i in range(len(w) - 2)]
-        return len(set(threes)) < 0.5 * len(threes)
-    return False
-
-
-def extract_code(text: str) -> str:
-    """The first fenced code block (a Python one preferred), else the whole text."""
-    blocks = _FENCE.findall(text)
-    for lang, body in blocks:
-        if lang.lower() in ("python", "py", "python3"):
-            return str(body)
-    if blocks:
-        return str(blocks[0][1])
-    return text
-
-
-def extract_json(text: str) -> Any:
-    """The first JSON object in ``text`` (fenced or bare), or None when there is none."""
-    candidates = [body for _, body in _FENCE.findall(text)] + [text]
-    decoder = json.JSONDecoder()
-    for cand in candidates:
-        for start in (m.start() for m in re.finditer(r"\{", cand)):
-            try:
-                obj, _ = decoder.raw_decode(cand, start)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict):
-                return obj
-    return None
 
 
 def run_python(source: str, timeout: float = 5.0) -> tuple[bool, str]:
@@ -198,14 +119,44 @@ def _limits() -> None:  # pragma: no cover - runs in the child
 
 
 def validate_spec(spec: Any, where: str) -> None:
-    """Raise :class:`CheckError` naming ``where`` when ``spec`` is not a known checker spec."""
+    """Raise :class:`CheckError` naming ``where`` and the field when ``spec`` is not a valid checker spec.
+
+    Example:
+        >>> validate_spec({"type": "n_items", "n": 3}, "suite.jsonl:4")
+        >>> validate_spec({"type": "n_items", "n": 0}, "suite.jsonl:5")
+        Traceback (most recent call last):
+        ...
+        replaybank.llm.eval.checkers.CheckError: suite.jsonl:5: check 'n_items' field 'n' must be a positive integer, got 0
+    """
     if not isinstance(spec, Mapping) or spec.get("type") not in CHECK_TYPES:
         got = spec.get("type") if isinstance(spec, Mapping) else spec
         raise CheckError(f"{where}: unknown check type {got!r}; expected one of {', '.join(CHECK_TYPES)}")
-    need = {"max_words": ("n",), "json_keys": ("keys",), "contains": ("any",), "number": ("value",)}
-    for key in need.get(spec["type"], ()):
+    kind = spec["type"]
+    for key in _REQUIRED.get(kind, {}):
         if key not in spec:
-            raise CheckError(f"{where}: check {spec['type']!r} needs {key!r}")
+            raise CheckError(f"{where}: check {kind!r} needs {key!r}")
+    optional = {"value": "number"} if kind == "number_only" else _OPTIONAL
+    for key, value_kind in {**optional, **_REQUIRED.get(kind, {})}.items():
+        if key in spec and not _valid(spec[key], value_kind, f"{where}: check {kind!r} field {key!r}"):
+            raise CheckError(f"{where}: check {kind!r} field {key!r} must be {_KINDS[value_kind]}, got {spec[key]!r}")
+
+
+def _valid(value: Any, kind: str, where: str) -> bool:
+    if kind == "specs":
+        if not isinstance(value, list) or not value:
+            return False
+        for k, sub in enumerate(value):
+            validate_spec(sub, f"{where}[{k}]")
+        return True
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return {
+        "count": isinstance(value, int) and not isinstance(value, bool) and value > 0,
+        "strings": isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value),
+        "number": is_number,
+        "text": isinstance(value, str) and bool(words(value)),
+        "share": is_number and 0 <= value <= 1,
+        "seconds": is_number and value > 0,
+    }[kind]
 
 
 def check(spec: Mapping[str, Any], answer: str, *, prompt: str = "", base_answer: str | None = None) -> tuple[float, str]:
@@ -238,9 +189,9 @@ def check(spec: Mapping[str, Any], answer: str, *, prompt: str = "", base_answer
         n = len(words(text))
         return float(0 < n <= int(spec["n"])), f"{n} words"
     if kind in ("numbered_list", "bullet_list", "list"):
-        n = _list_items(text, numbered=True) if kind != "bullet_list" else 0
+        n = con.list_items(text, numbered=True) if kind != "bullet_list" else 0
         if kind != "numbered_list":
-            n = max(n, _list_items(text, numbered=False))
+            n = max(n, con.list_items(text, numbered=False))
         return float(n >= int(spec.get("min_items", 2))), f"{n} items"
     if kind == "json_keys":
         obj = extract_json(text)
@@ -269,19 +220,38 @@ def check(spec: Mapping[str, Any], answer: str, *, prompt: str = "", base_answer
         return float(ok), f"answer {found}"
     if kind == "code":
         return _check_code(text, spec)
+    if kind in _CONSTRAINTS:
+        return _constraint(str(kind), text, spec)
+    if kind == "all_of":
+        results = [check(sub, answer, prompt=prompt, base_answer=base_answer) for sub in spec["checks"]]
+        return min(r[0] for r in results), "; ".join(r[1] for r in results)
     raise CheckError(f"unknown check type {kind!r}; expected one of {', '.join(CHECK_TYPES)}")
 
 
-def _list_items(text: str, numbered: bool) -> int:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    if not numbered:
-        return sum(1 for ln in lines if re.match(r"[-*•]\s+\S", ln))
-    expected = 1
-    for ln in lines:
-        m = re.match(r"(\d+)[.)]\s+\S", ln)
-        if m and int(m.group(1)) == expected:
-            expected += 1
-    return expected - 1
+def _constraint(kind: str, text: str, spec: Mapping[str, Any]) -> tuple[float, str]:
+    """The instruction constraints (``starts_with`` ... ``no_tool_call``)."""
+    if kind == "starts_with":
+        ok = con.starts_with(text, spec["word"])
+        return float(ok), f"starts with {(words(text) or [''])[0]!r}"
+    if kind == "includes_word":
+        ok = con.includes_word(text, spec["word"])
+        return float(ok), f"{'has' if ok else 'no'} {spec['word']!r}"
+    if kind == "n_items":
+        n = con.count_items(text)
+        return float(n == int(spec["n"])), f"{n} items"
+    if kind == "repeat":
+        ok = con.repeats(text, spec["sentence"])
+        return float(ok), "repeated" if ok else "not repeated"
+    if kind == "number_only":
+        value = con.number_only(text)
+        if value is None:
+            return 0.0, "not a bare number"
+        return float("value" not in spec or abs(value - float(spec["value"])) < 1e-9), f"answer {value}"
+    ok = con.no_tool_call(text)
+    return float(ok), "no tool call" if ok else "tool call" if looks_like_tool_call(text) else "empty"
+
+
+_CONSTRAINTS = ("starts_with", "includes_word", "n_items", "repeat", "number_only", "no_tool_call")
 
 
 def _check_code(text: str, spec: Mapping[str, Any]) -> tuple[float, str]:

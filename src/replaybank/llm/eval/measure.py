@@ -19,6 +19,7 @@ from replaybank.llm.data.rows import TokenRows
 from replaybank.llm.eval.generate import Precision
 from replaybank.llm.eval.losses import mean_loss
 from replaybank.llm.eval.probe import probe_score
+from replaybank.llm.eval.suite import AGREEMENT_FAMILY, FAMILIES
 from replaybank.metrics import average_accuracy, backward_transfer, forgetting
 
 
@@ -132,7 +133,8 @@ def matrix_metrics(rows: list[list[dict[str, Any]]], baseline: list[dict[str, An
     return out
 
 
-SUITE_FAMILIES = ("conversation", "arithmetic", "code")
+SUITE_FAMILIES = FAMILIES
+"""Every suite family, ``open`` (agreement with the base's wording) included: all are reported."""
 
 
 def flatten(result: dict[str, Any]) -> dict[str, float]:
@@ -203,12 +205,17 @@ def loss_shares(generations: list[dict[str, Any]]) -> dict[str, dict[str, float]
 
 
 def suite_retention(per_family: dict[str, float | None]) -> float | None:
-    """Retention over the suite: the mean over families of the family's score over the base
-    model's (families the base model scores 0 on, None, are left out).
+    """Retention over the suite: the mean over the checker-scored families of the family's score
+    over the base model's (families the base model scores 0 on, None, are left out, and so is
+    ``open``: agreement with the base's wording is reported on its own, not averaged in). A suite
+    of ``open`` items only has that family's retention (a user's suite may have no checker).
 
     Example:
-        >>> suite_retention({"conversation": 0.8, "arithmetic": 1.0, "code": None})
+        >>> suite_retention({"conversation": 0.8, "arithmetic": 1.0, "code": None, "open": 0.2})
         0.9
+        >>> suite_retention({"open": 0.5})
+        0.5
     """
-    kept = [v for v in per_family.values() if v is not None]
+    known = {f: v for f, v in per_family.items() if v is not None}
+    kept = [v for f, v in known.items() if f != AGREEMENT_FAMILY] or list(known.values())
     return sum(kept) / len(kept) if kept else None

@@ -1,15 +1,21 @@
-"""The general-capability suite: held-out requests in three families, scored on generated answers.
+"""The general-capability suite: held-out requests in five families, scored on generated answers.
 
 Families (see ``suite.jsonl`` next to this module for the shipped items):
 
-- ``conversation``: plain requests. Checkable ones (one word, numbered or bulleted list, JSON with
-  given keys, all capitals, at most N words, a fact the answer must contain) are scored by
-  deterministic checkers; open ones (``agreement``) by agreement with the base model's own greedy
-  answer: token F1 (bag of lower-cased words, SQuAD-style) >= 0.5 counts as agreeing.
-- ``arithmetic``: short questions; exact match of the number in the answer. Only items the base
-  model answers correctly are kept (by :func:`prepare_suite`).
+- ``conversation``: plain requests scored by deterministic checkers (a numbered or bulleted list,
+  JSON with given keys, a fact the answer must contain).
+- ``instruction``: verifiable instruction constraints (start with a word, use a word, exactly N
+  list items, repeat a sentence, answer with a number only, JSON with given keys, no tool call
+  when told not to; :mod:`replaybank.llm.eval.constraints`).
+- ``arithmetic``: short questions; exact match of the number in the answer.
 - ``code``: Python requests; the first fenced code block (or the whole answer) must parse, and
   where a test is given, code + test must exit 0 in a subprocess (``python -I``, time limit).
+- ``open``: open requests with no checker, scored by **agreement with the base model's own
+  greedy wording** (token F1 >= 0.5, SQuAD-style); reported apart from the checked families
+  (:data:`CHECKED_FAMILIES`), since it measures wording kept rather than a capability.
+
+Only items the base model passes are kept (by :func:`prepare_suite`): a checked item the base
+fails is dropped and named in the manifest.
 
 Tool-call leakage is the share of all suite answers (none of them asks for a tool) that contain
 something shaped like a tool call (:func:`~replaybank.llm.eval.checkers.looks_like_tool_call`).
@@ -42,11 +48,23 @@ from replaybank.llm.eval.generate import (
     model_fingerprint,
     precision_key,
 )
+from replaybank.llm.eval.prose import general_text_paragraphs, general_text_rows
 
-Family = Literal["conversation", "arithmetic", "code"]
-FAMILIES: tuple[Family, ...] = ("conversation", "arithmetic", "code")
+__all__ = [  # the prose helpers moved to eval/prose.py; importers of this module keep working
+    "AGREEMENT_FAMILY", "BUILTIN", "CHECKED_FAMILIES", "FAMILIES", "FAMILY_MAX_NEW_TOKENS", "Suite", "SuiteError",
+    "SuiteItem", "SuiteOverlapError", "check_no_overlap", "evaluate_suite", "general_text_paragraphs",
+    "general_text_rows", "generate_items", "items_digest", "load_suite", "overlap_key", "overlaps",
+    "prepare_suite", "sample_suite",
+]
+
+Family = Literal["conversation", "instruction", "arithmetic", "code", "open"]
+FAMILIES: tuple[Family, ...] = ("conversation", "instruction", "arithmetic", "code", "open")
+AGREEMENT_FAMILY: Family = "open"
+"""The one family scored by agreement with the base model's answer (and the only one that may be)."""
+CHECKED_FAMILIES: tuple[Family, ...] = tuple(f for f in FAMILIES if f != AGREEMENT_FAMILY)
+"""The families scored by checkers: the ones retention targets are set on."""
 BUILTIN = "builtin"
-FAMILY_MAX_NEW_TOKENS: dict[str, int] = {"conversation": 48, "arithmetic": 32, "code": 64}
+FAMILY_MAX_NEW_TOKENS: dict[str, int] = {"conversation": 48, "instruction": 48, "arithmetic": 32, "code": 64, "open": 32}
 """Generation budget per family; an item's ``max_new_tokens`` overrides it."""
 CACHE_SCHEMA = 1
 
@@ -65,7 +83,7 @@ class SuiteItem:
 
     Attributes:
         id: unique within the suite.
-        family: ``conversation``, ``arithmetic`` or ``code``.
+        family: one of :data:`FAMILIES`.
         prompt: the user message.
         check: the checker spec (see :mod:`replaybank.llm.eval.checkers`).
         max_new_tokens: generation budget; None means the family's default.
@@ -87,7 +105,7 @@ class Suite:
     """Items kept for evaluation, with the base model's answers and scores.
 
     Attributes:
-        items: the items scored (arithmetic items the base model gets wrong are dropped).
+        items: the items scored (items the base model fails are dropped).
         base_answers: item id -> the base model's greedy answer.
         base: the base model's own :func:`evaluate_suite` result on ``items``.
         dropped: ids of items dropped because the base model fails them.
@@ -113,7 +131,8 @@ def load_suite(source: str = BUILTIN) -> list[SuiteItem]:
 
     Raises:
         SuiteError: the file is missing, empty, not UTF-8, or a line is malformed JSON, lacks a
-            field, has an unknown family or check type, or repeats an id (``file:line``).
+                field, has an unknown family or check type (or an ``agreement`` check outside the
+            ``open`` family, or another check in it), or repeats an id (``file:line``).
     """
     path = builtin_suite_path() if source == BUILTIN else Path(source).expanduser()
     items: list[SuiteItem] = []
@@ -139,6 +158,10 @@ def _parse_item(obj: dict[str, Any], where: str) -> SuiteItem:
         validate_spec(obj.get("check"), where)
     except CheckError as exc:
         raise SuiteError(str(exc)) from None
+    if (obj["check"]["type"] == "agreement") != (obj["family"] == AGREEMENT_FAMILY):
+        raise SuiteError(f"{where}: an 'agreement' check (no checker: agreement with the base model's answer) "
+                         f"belongs in family {AGREEMENT_FAMILY!r} and only there; got {obj['check']['type']!r} "
+                         f"in family {obj['family']!r}")
     budget = obj.get("max_new_tokens")
     if budget is not None and (not isinstance(budget, int) or budget < 1):
         raise SuiteError(f"{where}: max_new_tokens must be a positive integer, got {budget!r}")
@@ -156,9 +179,10 @@ def prepare_suite(
 ) -> Suite:
     """Generate the base model's answers once (cached) and keep the items it can be scored on.
 
-    Arithmetic items the base model answers wrongly are dropped ("questions the base model answers
-    correctly"); other items are kept, so a family's retention is its score over the base's.
-    With a PEFT model the adapter is disabled while generating.
+    Items the base model fails are dropped (the suite is curated so the base passes each item; a
+    user's suite may not be), so a family's retention is the share of the base's items kept.
+    ``open`` items agree with the base's answer by construction. With a PEFT model the adapter is
+    disabled while generating.
 
     Args:
         base_model: the base model (or a PEFT model wrapping it).
@@ -190,20 +214,21 @@ def prepare_suite(
     if answers is None:
         t0 = time.perf_counter()
         with base_model_context(base_model):
-            gens = _generate(base_model, tokenizer, items, batch_size=batch_size, desc=desc, precision=precision)
+            gens = generate_items(base_model, tokenizer, items, batch_size=batch_size, desc=desc, precision=precision)
         answers = {k: g.text for k, g in gens.items()}
         _write_cache(cache, {"schema": CACHE_SCHEMA, "model": fingerprint, "items_sha256": digest,
                              "seconds": round(time.perf_counter() - t0, 2), "answers": answers})
     outcomes = [_score(i, answers[i.id], answers[i.id], truncated=None) for i in items]
-    dropped = [o["id"] for o in outcomes if o["family"] == "arithmetic" and o["score"] < 1.0]
+    dropped = [o["id"] for o in outcomes if o["score"] < 1.0]
     kept = [i for i in items if i.id not in set(dropped)]
     if not kept:
-        raise SuiteError("no suite item left: the base model fails every arithmetic item and there are no others")
+        raise SuiteError(f"no suite item left: the base model fails all {len(items)} items")
     base = _summarise([o for o in outcomes if o["id"] not in set(dropped)], base_scores=None)
     manifest = {
         "cache": str(cache), "cached": cached, "model": fingerprint, "items_sha256": digest,
-        "items": len(items), "kept": len(kept), "dropped": len(dropped), "n": base["n"],
-        "max_new_tokens": FAMILY_MAX_NEW_TOKENS, "agreement": "token F1 >= 0.5 with the base answer",
+        "items": len(items), "kept": len(kept), "dropped": len(dropped), "dropped_ids": dropped, "n": base["n"],
+        "max_new_tokens": FAMILY_MAX_NEW_TOKENS,
+        "agreement": f"family {AGREEMENT_FAMILY!r}: token F1 >= 0.5 with the base answer (wording kept, not a checker)",
     }
     base_answers = {i.id: answers[i.id] for i in kept}
     return Suite(kept, base_answers, base, dropped, manifest)
@@ -224,7 +249,7 @@ def evaluate_suite(
         models' outcomes item by item). Families with no item are left out.
     """
     t0 = time.perf_counter()
-    gens = _generate(model, tokenizer, suite.items, batch_size=batch_size, desc=desc, precision=precision)
+    gens = generate_items(model, tokenizer, suite.items, batch_size=batch_size, desc=desc, precision=precision)
     outcomes = [
         _score(i, gens[i.id].text, suite.base_answers[i.id], truncated=gens[i.id].truncated) for i in suite.items
     ]
@@ -233,9 +258,12 @@ def evaluate_suite(
     return result
 
 
-def _generate(model: Any, tokenizer: Any, items: Sequence[SuiteItem], *, batch_size: int, desc: str | None,
-              precision: Precision = "fp32") -> dict[str, Generation]:
-    # One generation call per budget, so short-answer items do not pay for long ones.
+def generate_items(
+    model: Any, tokenizer: Any, items: Sequence[SuiteItem], *, batch_size: int = 16, desc: str | None = None,
+    precision: Precision = "fp32",
+) -> dict[str, Generation]:
+    """Greedy answers to the items, by id: one generation call per token budget, so short-answer
+    items do not pay for long ones (the suite's own generation, used by :func:`prepare_suite`)."""
     gens: dict[str, Generation] = {}
     for budget in sorted({i.budget for i in items}):
         group = [i for i in items if i.budget == budget]
@@ -347,26 +375,6 @@ def check_no_overlap(suite: Suite | Sequence[SuiteItem], texts: Iterable[str], w
                     f"{where}: text {k} overlaps evaluation-suite item {item.id} ({item.prompt!r}); "
                     "remove it from the training data or the suite"
                 )
-
-
-def general_text_paragraphs() -> list[str]:
-    """The shipped held-out general prose: 18 short paragraphs on everyday topics."""
-    text = resources.files("replaybank.llm.eval").joinpath("general_text.txt").read_text("utf-8")
-    return [normalise(p) for p in text.split("\n\n") if p.strip()]
-
-
-def general_text_rows(tokenizer: Any, max_seq_length: int) -> Any:
-    """Held-out general text for the "held-out general loss", as plain-LM :class:`TokenRows`.
-
-    Source: ``general_text.txt`` shipped next to this module, 18 paragraphs (about 1,200 words) of
-    everyday prose (cooking, weather, travel, history, habits) written for replaybank and released
-    with it, so it is offline, reproducible and shares nothing with the rehearsal pool (Python's
-    documentation). Every token is labelled (no chat template), one row per paragraph, cut to
-    ``max_seq_length`` tokens.
-    """
-    from replaybank.llm.data.rows import encode_text, token_rows
-
-    return token_rows([encode_text(tokenizer, p, max_seq_length) for p in general_text_paragraphs()])
 
 
 def sample_suite(items: list[Any], per_family: int, seed: int) -> list[Any]:

@@ -59,7 +59,8 @@ def write_report(path: Path, metrics: dict[str, Any]) -> None:
             f"| {fmt(s.get('general_loss'))} | {fmt(s.get('docs_loss'))} | {fmt(s.get('probe_score'))} "
             f"| {_gate_cell(gate.get(name))} |"
         )
-    lines += ["", "Family scores of the base model (retention is an arm's score over these; 95% interval):", ""]
+    lines += ["", "Family scores of the base model (retention is an arm's score over these; 95% interval; `open` is "
+              "agreement with the base model's own wording, not a checker, and has no target):", ""]
     base = arms.get("base", {})
     lines.append(", ".join(f"{fam} {_score_cell(base, fam)}" for fam in families))
     lines += gate_section(metrics)

@@ -14,8 +14,10 @@ BEHAVIOUR_PLOT = "behaviour.png"
 
 BARS = [
     ("retention_conversation", "conversation\nretention"),
+    ("retention_instruction", "instruction\nretention"),
     ("retention_arithmetic", "arithmetic\nretention"),
     ("retention_code", "code\nretention"),
+    ("retention_open", "open: agreement\nwith base"),
     ("leakage", "tool-call\nleakage"),
     ("domain_exact_match", "domain exact\nmatch"),
 ]

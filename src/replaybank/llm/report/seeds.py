@@ -12,7 +12,11 @@ from typing import Any
 
 import numpy as np
 
-FAMILIES = ("conversation", "arithmetic", "code")
+from replaybank.llm.eval.suite import CHECKED_FAMILIES
+
+FAMILIES = CHECKED_FAMILIES
+"""The families a rehearsal arm's retention target is checked on: the checker-scored ones
+(``open``, agreement with the base model's wording, is reported but not a target)."""
 
 
 def aggregate(per_seed: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -62,8 +66,9 @@ def check_targets(agg: dict[str, dict[str, dict[str, Any]]], rehearsal_arms: Seq
     """The issue's targets on the seed means.
 
     * naive loses behaviour: leakage >= 0.5, or conversation retention <= 2/3;
-    * per rehearsal arm: leakage <= 0.05; retention >= 0.9 in each family; domain exact match at
-      least naive's minus 0.05. ``best_arm`` is the arm meeting most targets (ties: lower leakage).
+    * per rehearsal arm: leakage <= 0.05; retention >= 0.9 in each checker-scored family
+      (:data:`FAMILIES`; ``open`` is not a target); domain exact match at least naive's minus
+      0.05. ``best_arm`` is the arm meeting most targets (ties: lower leakage).
 
     Example:
         >>> agg = aggregate([{"naive": {"leakage": 0.8, "retention_conversation": 0.5, "domain_exact_match": 0.9},
