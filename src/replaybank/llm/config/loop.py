@@ -42,7 +42,14 @@ from replaybank.llm.config.recipe import (
     resolve,
 )
 from replaybank.llm.config.schema import LOOP_TRAINING, Lineage, Training, _f
-from replaybank.llm.config.values import ConfigError, at, did_you_mean, read_section, toml_value
+from replaybank.llm.config.values import (
+    ConfigError,
+    at,
+    did_you_mean,
+    key_line,
+    read_section,
+    toml_value,
+)
 
 Init = Literal["continue", "fresh"]
 
@@ -175,10 +182,12 @@ class LoopConfig:
         if legacy:
             if "recipe" in raw:
                 old = next(iter(legacy))
+                line = key_line(text, "loop", old) if text else None
                 raise ConfigError(
-                    f"{at(source, text, 'loop', 'recipe')}: [loop] recipe = {raw['recipe']!r} and [loop] {old} "
-                    f"({at(source, text, 'loop', old)}) both set the rehearsal; [loop] {', '.join(legacy)} are the old "
-                    "spelling of a recipe: keep recipe (with a [recipes.NAME] table for other values) and drop them"
+                    f"{at(source, text, 'loop', 'recipe')}: [loop] recipe = {raw['recipe']!r} and [loop] {old}"
+                    + (f" (line {line})" if line else "") + f" both set the rehearsal; [loop] {', '.join(legacy)} "
+                    "are the old spelling of a recipe: keep recipe (with a [recipes.NAME] table for other values) "
+                    "and drop them"
                 )
             name, spec = _from_legacy(read_section(source, "loop", LegacyRehearsal, legacy, text=text)[0], source, text)
             if spec is not None and name == LEGACY_NAME:

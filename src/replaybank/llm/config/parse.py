@@ -48,7 +48,14 @@ from replaybank.llm.config.schema import (
     Output,
     Training,
 )
-from replaybank.llm.config.values import ConfigError, at, did_you_mean, read_section, toml_value
+from replaybank.llm.config.values import (
+    ConfigError,
+    at,
+    did_you_mean,
+    key_line,
+    read_section,
+    toml_value,
+)
 
 __all__ = ["Config", "ConfigError", "with_seed"]
 
@@ -142,7 +149,8 @@ class Config:
                 )
             files = [s for s in specs[arm].source if is_file_source(s)] if arm in specs else []
             if files:
-                table = f"recipes.{arm}" if self.text is None or f"recipes.{arm}" in self.text else f"arms.{arm}"
+                old = self.text is not None and key_line(self.text, f"recipes.{arm}") is None
+                table = f"arms.{arm}" if old else f"recipes.{arm}"
                 raise ConfigError(
                     f"{at(where, self.text, table, 'source')}: [{table}] source contains {files[0]!r}: the main job "
                     f"rehearses with {', '.join(ARM_SOURCES)}; a .jsonl file of prompt/response rows is a source of the loop"

@@ -76,6 +76,10 @@ BUILTIN_RECIPES: dict[str, Recipe] = {
 TAKES_TRAINING_SHARE = frozenset({"rehearsal-corpus", "rehearsal", "rehearsal-self", "rehearsal-replay", "rehearsal-self-kl"})
 
 
+#: The loop's old ``[loop]`` rehearsal keys and the recipe key each became.
+LOOP_SPELLING = {"rehearsal": "source", "rehearsal_ratio": "ratio", "kl_weight": "kl_to_base"}
+
+
 def is_file_source(name: str) -> bool:
     """Whether a source names a JSONL file of ``{prompt, response}`` rows (rather than a kind)."""
     return name.lower().endswith(".jsonl")
@@ -146,6 +150,10 @@ def parse_recipes(raw: Any, source: str, section: str = "recipes", text: str | N
             raise ConfigError(f"{at(source, text, table)}: [{table}] cannot be declared; {name} is {what}")
         if not isinstance(values, dict):
             raise ConfigError(f"{at(source, text, table)}: [{table}] must be a table, got {values!r}")
+        for key in values:
+            if key in LOOP_SPELLING:
+                raise ConfigError(f"{at(source, text, table, key)}: unknown key [{table}] {key}; did you mean "
+                                  f"{LOOP_SPELLING[key]!r}? ([loop] {key} is its old spelling in the loop)")
         spec, keys = read_section(source, table, Recipe, values, text=text)
         check_recipe(spec, table, keys, source, text)
         out[name] = spec

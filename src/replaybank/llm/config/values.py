@@ -233,4 +233,6 @@ def parse_device(text: str) -> tuple[str, int | None]:
 
 
 def upper_bound(meta: Any) -> str:
-    return f" and <= {meta['max']}" if "max" in meta else ""
+    if "max" in meta:
+        return f" and <= {meta['max']}"
+    return f" and < {meta['lt']}" if "lt" in meta else ""

@@ -92,7 +92,7 @@ def paired_gaps(runs: list[dict[str, Any]]) -> dict[str, Any]:
         lp = run["state"]["config"]["loop"]
         arm = (lp["lineage"], lp["window"])
         per_gen = [metrics_of(r)["retention"] for r in run["state"]["generations"]]
-        if lp["rehearsal"] == "none":
+        if LoopConfig.recipe_values(run["state"]["config"]) is None:
             without.setdefault(arm, {})[lp["seed"]] = per_gen
         else:
             with_.setdefault(group_key(run["state"]), (arm, {}))[1][lp["seed"]] = per_gen
