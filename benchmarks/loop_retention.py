@@ -7,8 +7,10 @@
 Reproduces generation 1 of ``replaybank loop`` (default config, ``--seed``): the store seeded
 with the demonstrations, the base model's sampled attempts at generation 1's tasks (acted once),
 the domain rows of generation 1 and the self-synthesized rehearsal rows (cached per seed). Then,
-per ``--variant NAME:key=value,...`` (``[loop]`` keys ``rehearsal``, ``rehearsal_ratio``,
-``kl_weight``; ``[training]`` keys ``learning_rate``, ``num_train_epochs``), the adapter is reset
+per ``--variant NAME:key=value,...`` (``[loop]`` keys ``recipe`` (a built-in recipe name, e.g.
+``rehearsal-self``), or the old rehearsal keys ``rehearsal``, ``rehearsal_ratio``, ``kl_weight``,
+``rehearsal_ce`` (mapped onto a recipe, as ``replaybank loop`` reads them), ``self_open_rows``;
+``[training]`` keys ``learning_rate``, ``num_train_epochs``), the adapter is reset
 to its initial weights, consolidated once with those settings, and evaluated: held-out exact and
 credit without context (``eval_tasks`` tasks, greedy) and the general-capability suite on
 ``--suite-per-family`` items per family (0 = every item of the suite). Retention is reported on
@@ -35,7 +37,7 @@ for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[var] = "1"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-LOOP_KEYS = {"rehearsal", "rehearsal_ratio", "kl_weight", "self_open_rows"}
+LOOP_KEYS = {"recipe", "rehearsal", "rehearsal_ratio", "kl_weight", "rehearsal_ce", "self_open_rows"}
 TRAINING_KEYS = {"learning_rate", "num_train_epochs"}
 
 
@@ -46,9 +48,9 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
         key, _, value = part.partition("=")
         if key not in LOOP_KEYS | TRAINING_KEYS:
             raise SystemExit(f"--variant {text!r}: unknown key {key!r} (known: {sorted(LOOP_KEYS | TRAINING_KEYS)})")
-        if key == "rehearsal":
+        if key in ("recipe", "rehearsal"):
             changes[key] = value
-        elif key == "self_open_rows":
+        elif key in ("self_open_rows", "rehearsal_ce"):
             changes[key] = value.lower() in ("1", "true", "yes")
         else:
             changes[key] = int(value) if key == "num_train_epochs" else float(value)
@@ -118,9 +120,10 @@ def main() -> None:
         print(f"acted: {acted['success']:.0%} exact; {n_rows} domain rows")
         rehearsal_cache: dict[str, Any] = {}
         for name, changes in variants:
-            vcfg = cfg.with_(**{k: v for k, v in changes.items() if k in LOOP_KEYS})
+            vcfg = LoopConfig.from_dict({"loop": {"seed": args.seed, **{k: v for k, v in changes.items() if k in LOOP_KEYS}}})
             vtrain = dataclasses.replace(training, **{k: v for k, v in changes.items() if k in TRAINING_KEYS})
-            source = vcfg.loop.rehearsal
+            recipe = vcfg.recipe
+            source = recipe.source[0] if recipe is not None and recipe.source else "none"
             key = f"{source}/open={vcfg.loop.self_open_rows}"
             if key not in rehearsal_cache:
                 rehearsal_cache[key] = rehearsal_rows(
@@ -129,8 +132,8 @@ def main() -> None:
                     keep_truncated=vcfg.loop.self_open_rows)[0]
             model.load_state_dict(initial, strict=False)
             t0 = time.perf_counter()
-            train = consolidate(model, tok.pad_token_id, domain, rehearsal_cache[key], vcfg.loop.rehearsal_ratio,
-                                vtrain, desc=f"{name} consolidate", kl_weight=vcfg.loop.kl_weight)
+            train = consolidate(model, tok.pad_token_id, domain, rehearsal_cache[key], recipe, vtrain,
+                                desc=f"{name} consolidate")
             t_train = time.perf_counter() - t0
             bare, _ = act_attempt(model, tok, env, evaluation, build_prompts(evaluation, None, 0, system=lp.system_prompt),
                                   max_new_tokens=lp.max_new_tokens, batch_size=lp.generation_batch_size,

@@ -8,6 +8,9 @@
   (:class:`~replaybank.hf.torch.MixedBatchSampler`), each rank reading its own part.
 * :class:`KLToBase`: the main job's KL-to-base term on rehearsal rows as a ``Trainer`` /
   ``SFTTrainer`` ``compute_loss_func`` (:mod:`replaybank.hf.kl`).
+* :func:`recipe`: a rehearsal recipe by name, the same as ``replaybank run``'s arms and
+  ``replaybank loop``'s ``[loop] recipe`` (``mix(..., recipe=)``, ``KLToBase.from_recipe``;
+  :mod:`replaybank.hf.recipe`).
 * :class:`RetentionCallback`: general-capability retention every N steps, logged through the
   trainer, with a warning or a stop below a threshold (:mod:`replaybank.hf.callbacks`).
 * :class:`MixPlan`: the order itself (numpy only), for any other loader.
@@ -21,10 +24,11 @@ from __future__ import annotations
 from typing import Any
 
 from replaybank.hf.plan import GlobalBatch, MixError, MixNotBuiltError, MixPlan, resolve_world
+from replaybank.hf.recipe import Recipe, recipe
 from replaybank.hf.stream import mix
 
 __all__ = [
-    "mix", "MixPlan", "GlobalBatch", "MixError", "MixNotBuiltError", "resolve_world",
+    "mix", "recipe", "Recipe", "MixPlan", "GlobalBatch", "MixError", "MixNotBuiltError", "resolve_world",
     "KLToBase", "RetentionCallback", "RetentionWarning",
 ]  # fmt: skip
 

@@ -5,8 +5,9 @@ The term itself is the main job's (:mod:`replaybank.llm.train.kl`: :func:`kl_to_
 base logits from the PEFT model's ``disable_adapter()`` with no gradient and the LM head run on the
 KL positions only); this module only wires it into Trainer's loss hook.
 
-**What the loss is.** For one micro-batch with ``n`` labelled next-token positions, of which
-``k`` belong to rehearsal rows (``source == 1``)::
+**What the loss is.** For one micro-batch with ``n`` labelled next-token positions and ``k``
+KL positions (the labelled positions of rehearsal rows, ``source == 1``; with ``on="all"`` also
+the prompt positions of domain rows: :func:`replaybank.llm.train.kl.kl_mask`, the main job's rule)::
 
     loss = ce_sum / N  +  weight * (kl_sum / k) * (n / N)
 
@@ -17,7 +18,11 @@ steps and ranks) or ``n`` when Trainer gives none. With one micro-batch per step
 times the mean KL per rehearsal position. With accumulation or several ranks the KL part is the
 labelled-token-weighted mean of the micro-batches' mean KL, which is why it is scaled by ``n / N``
 like the cross-entropy (Trainer multiplies the loss by the number of ranks when it averages tokens
-across devices, and does not divide it by the accumulation steps again).
+across devices, and does not divide it by the accumulation steps again). With
+``rehearsal_ce=False`` (self-distillation, the ``self-distill`` recipe) ``ce_sum`` leaves out the
+rehearsal rows' positions while ``n`` and ``N`` still count them, as in the main job's step
+(:mod:`replaybank.llm.train.step`): the rehearsal rows train through the KL term only and the
+domain's gradient keeps its scale.
 
 **How the rows' source reaches the loss.** ``compute_loss_func`` sees only the model's outputs and
 the labels, so :meth:`KLToBase.attach` (1) wraps the trainer's collator so that each batch carries
@@ -34,8 +39,9 @@ from collections.abc import Callable
 from typing import Any
 
 from replaybank.hf.plan import MixError
+from replaybank.llm.config.recipe import Recipe
 from replaybank.llm.data.rows import IGNORE_INDEX
-from replaybank.llm.train.kl import base_logits_at, kl_to_base
+from replaybank.llm.train.kl import base_logits_at, kl_mask, kl_to_base
 
 
 def _check_number(name: str, value: Any, *, positive: bool) -> float:
@@ -79,6 +85,10 @@ class KLToBase:
         weight: weight of the KL term (``>= 0``; 0 leaves the plain token-mean cross-entropy).
         temperature: softmax temperature of both distributions (``> 0``).
         source_column: the column marking rehearsal rows (1) and domain rows (0).
+        on: ``"rehearsal"``: KL on the rehearsal rows' labelled positions; ``"all"``: also on the
+            domain rows' prompt positions.
+        rehearsal_ce: False: the rehearsal rows get no cross-entropy, only the KL term (needs
+            ``weight > 0``).
 
     Attributes:
         last: ``{"ce": ..., "kl": ..., "kl_positions": ...}`` of the last micro-batch (the KL is
@@ -86,13 +96,16 @@ class KLToBase:
 
     Raises:
         MixError: (a ``ValueError``) naming the argument: a model without ``disable_adapter``
-            (not a PEFT model), a negative or non-finite ``weight``, ``temperature <= 0``.
+            (not a PEFT model), a negative or non-finite ``weight``, ``temperature <= 0``, an
+            unknown ``on``, ``rehearsal_ce=False`` with ``weight == 0``.
 
-    Use ``KLToBase(model, 0.1).attach(trainer)`` after building the trainer (see :meth:`attach`).
+    Use ``KLToBase(model, 0.1).attach(trainer)`` after building the trainer (see :meth:`attach`),
+    or ``KLToBase.from_recipe(model, replaybank.hf.recipe("self-distill"))``.
     """
 
     def __init__(
-        self, model: Any, weight: float, *, temperature: float = 1.0, source_column: str = "source"
+        self, model: Any, weight: float, *, temperature: float = 1.0, source_column: str = "source",
+        on: str = "rehearsal", rehearsal_ce: bool = True,
     ) -> None:
         if not hasattr(model, "disable_adapter"):
             raise MixError(
@@ -102,11 +115,34 @@ class KLToBase:
         self.model = model
         self.weight = _check_number("weight", weight, positive=False)
         self.temperature = _check_number("temperature", temperature, positive=True)
+        if on not in ("rehearsal", "all"):
+            raise MixError(f'on must be "rehearsal" or "all", got {on!r}')
+        if not rehearsal_ce and self.weight == 0:
+            raise MixError(
+                "rehearsal_ce=False trains the rehearsal rows through the KL term only, and weight=0 turns "
+                "it off (they would train nothing); give a weight > 0 or rehearsal_ce=True"
+            )
+        self.on = on
+        self.rehearsal_ce = bool(rehearsal_ce)
         self.source_column = source_column
         self.last: dict[str, Any] = {}
         self._inputs: dict[str, Any] = {}
         self._busy = False
         self._hook: Any = None
+
+    @classmethod
+    def from_recipe(cls, model: Any, recipe: Recipe | str, *, source_column: str = "source") -> KLToBase:
+        """The KL term of a rehearsal recipe (:func:`replaybank.hf.recipe`, or its name): its
+        ``kl_to_base`` weight, ``kl_temperature``, ``kl_on`` and ``rehearsal_ce``.
+
+        Raises:
+            MixError: as the constructor; ConfigError: an unknown recipe name.
+        """
+        from replaybank.hf.recipe import recipe as named
+
+        spec = named(recipe) if isinstance(recipe, str) else recipe
+        return cls(model, spec.kl_to_base, temperature=spec.kl_temperature, source_column=source_column,
+                   on=spec.kl_on, rehearsal_ce=spec.rehearsal_ce)
 
     # -- wiring -------------------------------------------------------------------------------
 
@@ -192,24 +228,26 @@ class KLToBase:
         target = labels[:, 1:]
         mask = target != IGNORE_INDEX
         n = int(mask.sum())
-        ce_sum = F.cross_entropy(logits[:, :-1][mask].float(), target[mask], reduction="sum")
+        rehearsal = source.to(mask.device) == 1
+        ce_mask = mask if self.rehearsal_ce else mask & ~rehearsal[:, None]
+        ce_sum = F.cross_entropy(logits[:, :-1][ce_mask].float(), target[ce_mask], reduction="sum")
         total = n if num_items_in_batch is None else float(num_items_in_batch)
         total = max(total, 1.0)
         loss = ce_sum / total
-        kl_mask = mask & (source.to(mask.device) == 1)[:, None]
-        k = int(kl_mask.sum())
-        self.last = {"ce": float(ce_sum.detach()) / max(n, 1), "kl": None, "kl_positions": k}
+        ids = self._inputs["input_ids"]
+        att = self._inputs["attention_mask"]
+        if att is None:
+            att = torch.ones_like(labels)
+        where = kl_mask(labels, att.to(mask.device), rehearsal, self.on)
+        k = int(where.sum())
+        self.last = {"ce": float(ce_sum.detach()) / max(int(ce_mask.sum()), 1), "kl": None, "kl_positions": k}
         if self.weight > 0 and k > 0:
-            ids = self._inputs["input_ids"]
-            att = self._inputs["attention_mask"]
-            if att is None:
-                att = torch.ones_like(ids)
             self._busy = True
             try:
-                base = base_logits_at(self.model, ids, att, kl_mask)
+                base = base_logits_at(self.model, ids, att, where)
             finally:
                 self._busy = False
-            kl_sum = kl_to_base(logits[:, :-1][kl_mask], base, self.temperature)
+            kl_sum = kl_to_base(logits[:, :-1][where], base, self.temperature)
             self.last["kl"] = float(kl_sum.detach()) / k
             loss = loss + self.weight * (kl_sum / k) * (n / total)
         return loss

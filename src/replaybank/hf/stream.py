@@ -24,7 +24,9 @@ from replaybank.hf.plan import (
     resolve_world,
     row_ratio,
 )
+from replaybank.hf.recipe import share
 from replaybank.hf.sources import Source, check_columns, mean_label_tokens, rehearsal_source
+from replaybank.llm.config.recipe import Recipe
 
 ROW_COLUMN = "_replaybank_row"
 
@@ -98,11 +100,12 @@ def source_row_ratio(ratio: float, mix_by: MixBy, dom: Source, reh: Source | Non
 def mix(
     domain: Any,
     rehearsal: Any,
-    ratio: float,
+    ratio: float | None = None,
     *,
+    recipe: Recipe | str | None = None,
     batch_size: int | None = None,
     seed: int,
-    mix_by: MixBy = "rows",
+    mix_by: MixBy | None = None,
     rows_per_epoch: int | None = None,
     global_batch_size: int | None = None,
     world_size: int | Literal["auto"] = "auto",
@@ -152,9 +155,12 @@ def mix(
             epoch.
         rehearsal: the rehearsal pool (same kinds; ``None`` or empty only with ``ratio=0``).
         ratio: rehearsal share of every global batch, in ``[0, 1)``.
+        recipe: instead of ``ratio`` and ``mix_by``: a rehearsal recipe
+            (:func:`replaybank.hf.recipe`, or its name, e.g. ``"self-distill"``), whose ``ratio``
+            and ``mix_by`` are used (its KL term goes to :meth:`replaybank.hf.KLToBase.from_recipe`).
         batch_size: rows per rank per step (``per_device_train_batch_size``).
         seed: seed of every permutation and slice.
-        mix_by: ``"rows"``: ``ratio`` is the rehearsal share of every batch's rows.
+        mix_by: ``"rows"`` (the default): ``ratio`` is the rehearsal share of every batch's rows.
             ``"tokens"``: ``ratio`` is the rehearsal share of the labelled tokens (the tokens of
             the loss: ``labels`` entries other than -100, else ``input_ids`` length). It becomes a
             row share by the main job's rule (:func:`replaybank.hf.plan.row_ratio`, from each
@@ -173,7 +179,8 @@ def mix(
         A ``datasets.IterableDataset`` of dict rows, ``n_shards == 1``.
 
     Raises:
-        MixError: (a ``ValueError``) on a ratio outside ``[0, 1)``, a rehearsal source with no
+        MixError: (a ``ValueError``) on a ratio outside ``[0, 1)``, neither or both of ``ratio``
+            and ``recipe``, a rehearsal source with no
             rows, a missing column or one whose type differs between the sources (named), a world
             size that does not divide ``global_batch_size``, a batch size < 1 or a bad rank,
             before any row is read.
@@ -188,6 +195,7 @@ def mix(
     """
     import datasets
 
+    ratio, mix_by = share(ratio, mix_by, recipe)
     check_mix_by(mix_by)
     ratio = check_ratio(ratio)
     if rank is None:

@@ -34,7 +34,9 @@ from replaybank.hf.plan import (
     resolve_world,
     row_ratio,
 )
+from replaybank.hf.recipe import share
 from replaybank.hf.sources import Source, check_columns, mean_label_tokens, rehearsal_source
+from replaybank.llm.config.recipe import Recipe
 
 
 def _plan(
@@ -71,7 +73,7 @@ class MixedIterableDataset(torch.utils.data.IterableDataset):
     """This rank's rows of the mixed stream, one dict per row, with a ``source`` column.
 
     Args:
-        domain, rehearsal, ratio, batch_size, seed, mix_by, rows_per_epoch, global_batch_size,
+        domain, rehearsal, ratio, recipe, batch_size, seed, mix_by, rows_per_epoch, global_batch_size,
         epochs, columns, source_column: as in :func:`replaybank.hf.mix`.
         world_size: number of ranks, or ``"auto"``.
         rank: this process's rank, or ``"auto"``.
@@ -97,11 +99,12 @@ class MixedIterableDataset(torch.utils.data.IterableDataset):
         self,
         domain: Any,
         rehearsal: Any,
-        ratio: float,
+        ratio: float | None = None,
         *,
+        recipe: Recipe | str | None = None,
         batch_size: int | None = None,
         seed: int,
-        mix_by: MixBy = "rows",
+        mix_by: MixBy | None = None,
         rows_per_epoch: int | None = None,
         global_batch_size: int | None = None,
         world_size: int | Literal["auto"] = "auto",
@@ -110,6 +113,7 @@ class MixedIterableDataset(torch.utils.data.IterableDataset):
         columns: Sequence[str] | None = None,
         source_column: str = "source",
     ) -> None:
+        ratio, mix_by = share(ratio, mix_by, recipe)
         self._domain = Source(domain, "domain")
         self._rehearsal = rehearsal_source(rehearsal)
         n_reh = 0 if self._rehearsal is None else len(self._rehearsal)
@@ -183,7 +187,7 @@ class MixedBatchSampler(torch.utils.data.Sampler[list[int]]):
     Args:
         n_domain: rows in the domain source.
         n_rehearsal: rows in the rehearsal pool.
-        ratio, batch_size, seed, mix_by, rows_per_epoch, global_batch_size, epochs: as in
+        ratio, recipe, batch_size, seed, mix_by, rows_per_epoch, global_batch_size, epochs: as in
             :func:`replaybank.hf.mix`.
         tokens_per_row: ``(mean labelled tokens per domain row, per rehearsal row)``, needed
             with ``mix_by="tokens"`` (the sampler never sees the rows).
@@ -202,11 +206,12 @@ class MixedBatchSampler(torch.utils.data.Sampler[list[int]]):
         self,
         n_domain: int,
         n_rehearsal: int,
-        ratio: float,
+        ratio: float | None = None,
         *,
+        recipe: Recipe | str | None = None,
         batch_size: int | None = None,
         seed: int,
-        mix_by: MixBy = "rows",
+        mix_by: MixBy | None = None,
         rows_per_epoch: int | None = None,
         global_batch_size: int | None = None,
         world_size: int | Literal["auto"] = "auto",
@@ -214,6 +219,7 @@ class MixedBatchSampler(torch.utils.data.Sampler[list[int]]):
         epochs: int | None = None,
         tokens_per_row: tuple[float, float] | None = None,
     ) -> None:
+        ratio, mix_by = share(ratio, mix_by, recipe)
         self._plan, self.rank = _plan(
             n_domain, n_rehearsal, ratio, batch_size, global_batch_size, seed, rows_per_epoch,
             epochs, world_size, rank, mix_by, tokens_per_row,

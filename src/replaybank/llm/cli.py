@@ -28,8 +28,8 @@ every step is recorded in the store (SQLite). Then the adapter is trained on the
 of the generations the lineage selects (window = last K, all, best = K best on a validation
 split, never the evaluation set), mixed with rehearsal rows the base model wrote itself at a
 fixed share of the rows of every batch; by default those rows are learnt through a KL-to-base
-term only (the base model's distribution on its own answers is kept; [loop] kl_weight,
-rehearsal_ce). Then held-out tasks are answered without replayed context (is the skill in the
+term only (the base model's distribution on its own answers is kept; [loop] recipe =
+"self-distill", or any rehearsal recipe: docs/llm.md#rehearsal-recipes). Then held-out tasks are answered without replayed context (is the skill in the
 weights?) and with it, and the general-capability suite measures retention against the base
 model. The store starts with at most 16 demonstrations.
 

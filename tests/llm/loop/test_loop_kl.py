@@ -1,4 +1,5 @@
-"""The KL-to-base term in the loop's consolidation (``[loop] kl_weight``), on a tiny random Llama."""
+"""The KL-to-base term in the loop's consolidation (the recipe's ``kl_to_base``; old spelling
+``[loop] kl_weight``), on a tiny random Llama."""
 
 from __future__ import annotations
 
@@ -6,20 +7,25 @@ import dataclasses
 
 import pytest
 
-from replaybank.llm.config import ConfigError, Training
+from replaybank.llm.config import ConfigError, Recipe, Training
 from replaybank.llm.config.loop import TRAINING_DEFAULTS, LoopConfig
 
 
+def _recipe(weight: float, ce: bool = True) -> Recipe:
+    """Rehearsal at half of the rows with the KL term at ``weight``; ``ce``: cross-entropy on them too."""
+    return Recipe(source=["self"], ratio=0.5, kl_to_base=weight, rehearsal_ce=ce)
+
+
 def test_kl_weight_is_validated_and_documented():
-    assert LoopConfig().loop.kl_weight >= 0
-    assert LoopConfig.from_dict({"loop": {"kl_weight": 2}}).loop.kl_weight == 2.0
+    assert LoopConfig().recipe.kl_to_base >= 0
+    assert LoopConfig.from_dict({"loop": {"kl_weight": 2}}).recipe.kl_to_base == 2.0  # the old key, still read
     with pytest.raises(ConfigError, match=r"\[loop\] kl_weight = -1"):
         LoopConfig.from_dict({"loop": {"kl_weight": -1}})
     with pytest.raises(ConfigError, match=r"\[loop\] kl_weight = 'high'"):
         LoopConfig.from_dict({"loop": {"kl_weight": "high"}})
     with pytest.raises(ConfigError, match="did you mean 'kl_weight'"):
         LoopConfig.from_dict({"loop": {"kl_wieght": 1.0}})
-    line = next(x for x in LoopConfig().to_toml().splitlines() if x.startswith("kl_weight"))
+    line = next(x for x in LoopConfig().to_toml().splitlines() if x.startswith("kl_to_base"))
     assert "KL-to-base" in line and "rehearsal" in line
 
 
@@ -83,14 +89,14 @@ def test_zero_weight_is_the_path_without_kl_and_a_weight_adds_the_predicted_term
     old = train_lora(model, pad, domain, None, cfg, 0.0, desc="t", sources=[Source("rehearsal", rehearsal, 0.5)])
     after_old = _lora(model)
     model.load_state_dict(start, strict=False)
-    zero = consolidate(model, pad, domain, rehearsal, 0.5, cfg, desc="t", kl_weight=0.0)
+    zero = consolidate(model, pad, domain, rehearsal, _recipe(0.0), cfg, desc="t")
     after_zero = _lora(model)
     assert zero["steps"] == len(old.steps) == 1 and zero["kl_mean"] is None and zero["kl_weight"] == 0.0
     assert zero["loss_first"] == old.steps[0]["loss"]
     assert all(torch.equal(after_old[k], after_zero[k]) for k in after_old)
 
     model.load_state_dict(start, strict=False)
-    weighted = consolidate(model, pad, domain, rehearsal, 0.5, cfg, desc="t", kl_weight=2.0)
+    weighted = consolidate(model, pad, domain, rehearsal, _recipe(2.0), cfg, desc="t")
     after_kl = _lora(model)
     # the logged term is the KL of the starting adapter on the rehearsal answers (all in the one batch)
     assert weighted["kl_weight"] == 2.0
@@ -109,7 +115,7 @@ def test_the_term_pulls_the_rehearsal_answers_toward_the_base_model(tiny):
     kl_after = {}
     for weight in (0.0, 100.0):
         model.load_state_dict(start, strict=False)
-        consolidate(model, pad, domain, rehearsal, 0.5, cfg, desc="t", kl_weight=weight)
+        consolidate(model, pad, domain, rehearsal, _recipe(weight), cfg, desc="t")
         kl_after[weight] = _kl_to_base(model, rehearsal, pad)
     # cross-entropy on the rehearsal answers alone moves the distribution elsewhere; the KL term
     # brings it back to the base model's
@@ -121,20 +127,20 @@ def test_without_rehearsal_rows_the_weight_is_inactive(tiny):
     from replaybank.llm.loop.consolidate import consolidate
 
     model, tok, cfg, _, domain, _ = tiny
-    out = consolidate(model, tok.pad_token_id, domain, None, 0.5, cfg, desc="t", kl_weight=3.0)
+    out = consolidate(model, tok.pad_token_id, domain, None, _recipe(3.0), cfg, desc="t")
     assert out["kl_weight"] == 0.0 and out["kl_mean"] is None
 
 
 def test_rehearsal_ce_false_needs_the_kl_term():
     # the default: rehearsal through the KL term only, weight 3 (docs/loop.md)
-    assert LoopConfig().loop.rehearsal_ce is False and LoopConfig().loop.kl_weight == 3.0
-    assert LoopConfig.from_dict({"loop": {"rehearsal_ce": True}}).loop.rehearsal_ce is True
+    assert LoopConfig().recipe.rehearsal_ce is False and LoopConfig().recipe.kl_to_base == 3.0
+    assert LoopConfig.from_dict({"loop": {"rehearsal_ce": True}}).recipe.rehearsal_ce is True
     with pytest.raises(ConfigError, match=r"rehearsal_ce = false \(the default\) .* kl_weight = 0 .* set rehearsal_ce = true"):
         LoopConfig.from_dict({"loop": {"kl_weight": 0}})
     # turning the term off with cross-entropy on the rows is valid
-    assert LoopConfig.from_dict({"loop": {"kl_weight": 0, "rehearsal_ce": True}}).loop.kl_weight == 0
+    assert LoopConfig.from_dict({"loop": {"kl_weight": 0, "rehearsal_ce": True}}).recipe.kl_to_base == 0
     # inactive without rehearsal rows: the no-rehearsal arm of a KL-only config is valid
-    assert LoopConfig.from_dict({"loop": {"rehearsal_ce": False, "rehearsal": "none"}}).loop.rehearsal == "none"
+    assert LoopConfig.from_dict({"loop": {"rehearsal_ce": False, "rehearsal": "none"}}).recipe is None
 
 
 def test_without_rehearsal_ce_the_rows_train_only_through_the_kl_term(tiny, smol_tok):
@@ -154,7 +160,7 @@ def test_without_rehearsal_ce_the_rows_train_only_through_the_kl_term(tiny, smol
     for ce in (True, False):
         for name, rows in (("blue-green", rehearsal), ("green-blue", other)):
             model.load_state_dict(at_base, strict=False)
-            log = consolidate(model, tok.pad_token_id, domain, rows, 0.5, cfg, desc="t", kl_weight=1.0, rehearsal_ce=ce)
+            log = consolidate(model, tok.pad_token_id, domain, rows, _recipe(1.0, ce), cfg, desc="t")
             assert log["rehearsal_ce"] is ce and log["kl_mean"] == 0.0
             after[ce, name] = _lora(model)
     same = [torch.allclose(after[False, "blue-green"][k], after[False, "green-blue"][k], atol=1e-8) for k in after[False, "blue-green"]]
@@ -169,5 +175,5 @@ def test_kl_only_rehearsal_still_pulls_the_answers_toward_the_base_model(tiny):
     pad = tok.pad_token_id
     cfg = dataclasses.replace(cfg, num_train_epochs=40, learning_rate=5e-2)
     before = _kl_to_base(model, rehearsal, pad)
-    consolidate(model, pad, domain, rehearsal, 0.5, cfg, desc="t", kl_weight=100.0, rehearsal_ce=False)
+    consolidate(model, pad, domain, rehearsal, _recipe(100.0, False), cfg, desc="t")
     assert _kl_to_base(model, rehearsal, pad) < 0.5 * before

@@ -16,6 +16,7 @@ from replaybank.llm.loop.lineage import lineage_for, split_heldout
 from replaybank.llm.loop.state import (
     StateError,
     check_same_config,
+    check_same_run,
     new_state,
     read_state,
     write_state,
@@ -113,12 +114,22 @@ def test_state_round_trip_and_refusals(tmp_path):
     check_same_config(tmp_path, older, LoopConfig().with_(self_open_rows=False).to_dict(), before)
     with pytest.raises(StateError, match=r"written before \[loop\] self_open_rows existed \(it ran as self_open_rows = False\), not True"):
         check_same_config(tmp_path, older, LoopConfig().to_dict(), before)
+    # a run saved before [loop] recipe holds the old rehearsal keys; it resumes under the recipe they
+    # give (the default self-distill has the same values), and another recipe is refused
+    loop = {k: v for k, v in state["config"]["loop"].items() if k != "recipe"}
+    old = {**state, "config": {"loop": {**loop, "rehearsal": "self", "rehearsal_ratio": 0.5, "kl_weight": 3.0,
+                                        "rehearsal_ce": False}, "training": state["config"]["training"]}}
+    check_same_run(tmp_path, old, LoopConfig())
+    with pytest.raises(StateError, match=r"\[recipe\] kl_to_base = 3.0, not 1.0"):
+        check_same_run(tmp_path, old, LoopConfig.from_dict({"loop": {"kl_weight": 1.0}}))
+    with pytest.raises(StateError, match=r"holds a loop run with \[recipe\] kl_to_base = 3.0, not None"):  # no rehearsal
+        check_same_run(tmp_path, old, LoopConfig().with_(recipe="none"))
     # a run from before rehearsal_ce trained the rehearsal rows with cross-entropy, whatever the default is now
-    assert before["loop"]["rehearsal_ce"] is True
-    older = {**state, "config": {**state["config"], "loop": {k: v for k, v in state["config"]["loop"].items() if k != "rehearsal_ce"}}}
-    check_same_config(tmp_path, older, LoopConfig().with_(rehearsal_ce=True).to_dict(), before)
-    with pytest.raises(StateError, match=r"written before \[loop\] rehearsal_ce existed \(it ran as rehearsal_ce = True\), not False"):
-        check_same_config(tmp_path, older, LoopConfig().with_(rehearsal_ce=False).to_dict(), before)
+    assert before["recipe"]["rehearsal_ce"] is True
+    older = {**old, "config": {**old["config"], "loop": {k: v for k, v in old["config"]["loop"].items() if k != "rehearsal_ce"}}}
+    check_same_run(tmp_path, older, LoopConfig.from_dict({"loop": {"rehearsal_ce": True}}))
+    with pytest.raises(StateError, match=r"written before \[recipe\] rehearsal_ce existed \(it ran as rehearsal_ce = True\), not False"):
+        check_same_run(tmp_path, older, LoopConfig())
     (tmp_path / "state.json").write_text(json.dumps({"schema": 7}))
     with pytest.raises(StateError, match="schema 7"):
         read_state(tmp_path)

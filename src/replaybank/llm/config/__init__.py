@@ -1,6 +1,7 @@
 """The configs of every job, one schema: the sections and their keys, defaults and bounds
-(:mod:`.schema`), one reader that checks a section (:mod:`.values`), the main job's config
-(:mod:`.parse`, ``replaybank run``), the loop's (:mod:`.loop`, ``replaybank loop``: the shared
+(:mod:`.schema`), one reader that checks a section (:mod:`.values`), the rehearsal recipe every
+job shares (:mod:`.recipe`: :class:`Recipe`, the built-in names, ``[recipes.NAME]`` tables), the
+main job's config (:mod:`.parse`, ``replaybank run``), the loop's (:mod:`.loop`, ``replaybank loop``: the shared
 ``[training]`` section with the loop's defaults, beside its own ``[loop]``), and the check of what a
 config names against this machine (:mod:`.check`).
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from replaybank.llm.config.loop import Loop, LoopConfig
 from replaybank.llm.config.parse import Config, with_seed
+from replaybank.llm.config.recipe import BUILTIN_RECIPES, ArmSpec, Recipe, load_recipes
 from replaybank.llm.config.schema import (
     ALL_LINEAR,
     ARM_SOURCES,
@@ -20,7 +22,6 @@ from replaybank.llm.config.schema import (
     DEFAULT_ARMS,
     SECTIONS,
     Arm,
-    ArmSpec,
     Data,
     Device,
     Evaluation,
@@ -35,6 +36,7 @@ from replaybank.llm.config.values import ConfigError, read_section
 
 __all__ = [
     "ALL_LINEAR", "ARM_SOURCES", "BUILTIN_AGENDA", "BUILTIN_PROBE", "BUILTIN_TOOLAPI", "DEFAULT_ARMS",
-    "SECTIONS", "Arm", "ArmSpec", "Config", "ConfigError", "Data", "Device", "Evaluation", "KLOn",
-    "Lineage", "Loop", "LoopConfig", "MixBy", "Orchestration", "Output", "Training", "read_section", "with_seed",
+    "BUILTIN_RECIPES", "SECTIONS", "Arm", "ArmSpec", "Config", "ConfigError", "Data", "Device", "Evaluation", "KLOn",
+    "Lineage", "Loop", "LoopConfig", "MixBy", "Orchestration", "Output", "Recipe", "Training",
+    "load_recipes", "read_section", "with_seed",
 ]

@@ -90,5 +90,5 @@ def _check_number(value: Any, where: str, also: str = "") -> None:
 
 
 def _where(source: str, text: str | None, path: list[str]) -> str:
-    line = key_line(text, path) if text is not None else None
+    line = key_line(text, ".".join(path[:-1]), path[-1]) if text is not None and len(path) > 1 else None
     return f"{source}:{line}: " if line is not None else f"{source}: "

@@ -1,4 +1,12 @@
-"""The loop's config: ``[loop]`` (acting, lineage, rehearsal, evaluation) and ``[training]``.
+"""The loop's config: ``[loop]`` (acting, lineage, rehearsal, evaluation), ``[training]`` and
+``[recipes.NAME]``.
+
+The rehearsal is a recipe (:mod:`.recipe`, the one type every job shares): ``[loop] recipe``
+names a built-in (default ``self-distill``: the base model's own answers, half of the rows,
+through the KL term only) or a ``[recipes.NAME]`` table, or ``none``. The rows themselves are
+the loop's data settings (``[loop] self_rows``, ``self_open_rows``). The keys that set the
+rehearsal before ``recipe`` existed (``rehearsal``, ``rehearsal_ratio``, ``kl_weight``,
+``rehearsal_ce``) are still read and mapped onto a recipe, so old configs and run folders load.
 
 ``[training]`` is the main job's section (:class:`replaybank.llm.config.Training`: LoRA, AdamW,
 batch size, base model) with the loop's defaults (:data:`replaybank.llm.config.schema.LOOP_TRAINING`);
@@ -25,8 +33,23 @@ from typing import Any, Literal
 
 import tomllib
 
+from replaybank.llm.config.recipe import (
+    BUILTIN_RECIPES,
+    NONE,
+    Recipe,
+    is_file_source,
+    parse_recipes,
+    resolve,
+)
 from replaybank.llm.config.schema import LOOP_TRAINING, Lineage, Training, _f
-from replaybank.llm.config.values import ConfigError, did_you_mean, read_section, toml_value
+from replaybank.llm.config.values import (
+    ConfigError,
+    at,
+    did_you_mean,
+    key_line,
+    read_section,
+    toml_value,
+)
 
 Init = Literal["continue", "fresh"]
 
@@ -38,8 +61,15 @@ TRAINING_DEFAULTS = LOOP_TRAINING  # the name this module used to define
 
 #: How a run written before a ``[loop]`` key existed behaved, for keys added after runs were
 #: written: resuming such a run must not switch it silently, whatever the key's default becomes
-#: (see ``state.check_same_config``). Both differ from today's defaults.
+#: (see ``state.check_same_config``). Both differ from today's defaults. ``rehearsal_ce`` is now
+#: a key of the recipe; the recipe's other keys (``mix_by``, ``kl_temperature``, ``kl_on``) ran
+#: at their defaults before they existed.
 RAN_BEFORE_THE_KEY: dict[str, Any] = {"rehearsal_ce": True, "self_open_rows": False}
+
+#: The ``[loop]`` keys that set the rehearsal before ``[loop] recipe``, read into a recipe.
+LEGACY_KEYS = ("rehearsal", "rehearsal_ratio", "kl_weight", "rehearsal_ce")
+#: The name of the recipe the old keys give when it is no built-in one.
+LEGACY_NAME = "loop-keys"
 
 
 @dataclass
@@ -59,10 +89,7 @@ class Loop:
     lineage: Lineage = _f("window", "generations consolidated: window (last K), all, best (K best on the validation split)")
     window: int = _f(3, "K of window and best", min=1, max=1000)
     init: Init = _f("continue", "continue: the adapter carries over between generations; fresh: a new adapter each generation")
-    rehearsal: str = _f("self", "rehearsal rows: self (the base model's answers, llm/data/selfsynth), a JSONL file of {prompt, response}, or none")
-    rehearsal_ratio: float = _f(0.5, "rehearsal share of the rows of every batch (replaybank.mixing quota)", min=0, lt=1)
-    kl_weight: float = _f(3.0, "weight of the KL-to-base term (llm.train.kl) on the rehearsal rows' answer tokens, added to the loss; 0 = off (then also rehearsal_ce = true); inactive with rehearsal = none", min=0, max=1000)
-    rehearsal_ce: bool = _f(False, "true: train on the rehearsal rows' answers with cross-entropy as well as the KL term; false = through the KL term only (self-distillation: the base model's distribution on those prompts is kept, not sharpened toward one written answer); needs kl_weight > 0; inactive with rehearsal = none")
+    recipe: str = _f("self-distill", "rehearsal recipe: a built-in (self-distill = the base model's own answers at half of the rows, through the KL term only; rehearsal-self, rehearsal-self-kl, ...; docs/llm.md#rehearsal-recipes), a [recipes.NAME] table (source self or a .jsonl file of {prompt, response}), or none", nonempty=True)
     self_rows: int = _f(96, "self-synthesized rehearsal rows (once per seed, cached)", min=1, max=100_000)
     self_open_rows: bool = _f(True, "keep the base model's self-synthesized answers that hit the 96-token budget, as open rows trained without an end of turn (dropping them leaves only short answers in rehearsal)")
     eval_tasks: int = _f(40, "held-out tasks of the evaluation (greedy, with and without replayed context)", min=1, max=100_000)
@@ -72,12 +99,38 @@ class Loop:
 
 
 @dataclass
+class LegacyRehearsal:
+    """The ``[loop]`` keys that set the rehearsal before ``[loop] recipe`` (their defaults are
+    ``self-distill``'s values); :meth:`LoopConfig.from_dict` maps them onto a recipe."""
+
+    rehearsal: str = _f("self", "rehearsal rows: self (the base model's answers, llm/data/selfsynth), a JSONL file of {prompt, response}, or none")
+    rehearsal_ratio: float = _f(0.5, "rehearsal share of the rows of every batch (replaybank.mixing quota)", min=0, lt=1)
+    kl_weight: float = _f(3.0, "weight of the KL-to-base term (llm.train.kl) on the rehearsal rows' answer tokens, added to the loss; 0 = off (then also rehearsal_ce = true); inactive with rehearsal = none", min=0, max=1000)
+    rehearsal_ce: bool = _f(False, "true: train on the rehearsal rows' answers with cross-entropy as well as the KL term; false = through the KL term only; needs kl_weight > 0; inactive with rehearsal = none")
+
+
+@dataclass
 class LoopConfig:
     """The whole loop config."""
 
     loop: Loop = field(default_factory=Loop)
     training: Training = field(default_factory=lambda: Training(**LOOP_TRAINING))
     source: str = "<defaults>"
+    recipes: dict[str, Recipe] = field(default_factory=dict)
+    """The config's ``[recipes.NAME]`` tables (and the recipe of the old ``[loop]`` keys)."""
+    text: str | None = field(default=None, repr=False, compare=False)
+    """The TOML file's text, for the line numbers of errors."""
+
+    @property
+    def recipe(self) -> Recipe | None:
+        """The rehearsal recipe ``[loop] recipe`` names; None for ``none``.
+
+        Example:
+            >>> r = LoopConfig().recipe
+            >>> r.source, r.ratio, r.kl_to_base, r.rehearsal_ce
+            (['self'], 0.5, 3.0, False)
+        """
+        return resolve(self.loop.recipe, self.recipes, at(self.source, self.text, "loop", "recipe"), "[loop] recipe")
 
     @classmethod
     def from_toml(cls, path: str | Path) -> LoopConfig:
@@ -88,33 +141,62 @@ class LoopConfig:
         """
         p = Path(path)
         try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
+            text = p.read_text(encoding="utf-8")
+            data = tomllib.loads(text)
         except FileNotFoundError:
             raise ConfigError(f"{p}: config file not found") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{p}: cannot read ({exc})") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{p}: invalid TOML ({exc})") from None
-        return cls.from_dict(data, source=str(p))
+        return cls.from_dict(data, source=str(p), text=text)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "<config>") -> LoopConfig:
-        """Validate ``{section: {key: value}}`` (sections ``loop`` and ``training``).
+    def from_dict(cls, data: dict[str, Any], source: str = "<config>", *, text: str | None = None) -> LoopConfig:
+        """Validate ``{section: {key: value}}`` (sections ``loop``, ``training``, ``recipes``).
+
+        ``text`` is the TOML file's text when there is one: errors about the recipe then name the
+        line.
 
         Raises:
-            ConfigError: unknown section or key, wrong type or range, or inconsistent values.
+            ConfigError: unknown section or key, wrong type or range, inconsistent values, an
+                unknown recipe, a recipe the loop cannot run, or ``[loop] recipe`` together with
+                the old rehearsal keys.
         """
+        data = dict(data)
+        declared = parse_recipes(data.pop("recipes", {}), source, "recipes", text)
         sections = {"loop": Loop, "training": Training}
         for name, values in data.items():
             if name not in sections:
-                raise ConfigError(f"{source}: unknown section [{name}]{did_you_mean(name, sections)}")
+                raise ConfigError(f"{source}: unknown section [{name}]{did_you_mean(name, [*sections, 'recipes'])}")
             if not isinstance(values, dict):
                 raise ConfigError(f"{source}: [{name}] must be a table, got {values!r}")
-        built: dict[str, Any] = {}
-        for name, klass in sections.items():
-            defaults = LOOP_TRAINING if name == "training" else None
-            built[name], _ = read_section(source, name, klass, data.get(name, {}), defaults)
-        cfg = cls(built["loop"], built["training"], source)
+        raw = dict(data.get("loop", {}))
+        known = [f.name for f in fields(Loop)] + list(LEGACY_KEYS)
+        for key in raw:
+            if key not in known:
+                raise ConfigError(f"{source}: unknown key [loop] {key}{did_you_mean(key, known)}")
+        legacy = {key: raw.pop(key) for key in LEGACY_KEYS if key in raw}
+        loop, _ = read_section(source, "loop", Loop, raw)
+        training, _ = read_section(source, "training", Training, data.get("training", {}), LOOP_TRAINING)
+        if legacy:
+            if "recipe" in raw:
+                old = next(iter(legacy))
+                line = key_line(text, "loop", old) if text else None
+                raise ConfigError(
+                    f"{at(source, text, 'loop', 'recipe')}: [loop] recipe = {raw['recipe']!r} and [loop] {old}"
+                    + (f" (line {line})" if line else "") + f" both set the rehearsal; [loop] {', '.join(legacy)} "
+                    "are the old spelling of a recipe: keep recipe (with a [recipes.NAME] table for other values) "
+                    "and drop them"
+                )
+            name, spec = _from_legacy(read_section(source, "loop", LegacyRehearsal, legacy, text=text)[0], source, text)
+            if spec is not None and name == LEGACY_NAME:
+                if name in declared:
+                    raise ConfigError(f"{at(source, text, f'recipes.{name}')}: [recipes.{name}] is the name of the recipe "
+                                      f"the old [loop] rehearsal keys give; rename the table or drop those keys")
+                declared[name] = spec
+            loop = dataclasses.replace(loop, recipe=name)
+        cfg = cls(loop=loop, training=training, source=source, recipes=declared, text=text)
         cfg._cross_check()
         return cfg
 
@@ -123,18 +205,15 @@ class LoopConfig:
         bad = [lv for lv in lp.levels if lv not in (1, 2, 3, 4)]
         if not lp.levels or bad:
             raise ConfigError(f"{self.source}: [loop] levels = {lp.levels!r}: expected some of 1, 2, 3, 4")
-        if lp.rehearsal not in ("self", "none") and not lp.rehearsal.endswith(".jsonl"):
+        spec = self.recipe  # an unknown name fails here
+        if spec is None or not spec.source:
+            return
+        if len(spec.source) > 1 or not (spec.source[0] == "self" or is_file_source(spec.source[0])):
+            table = f"recipes.{lp.recipe}"
+            where = at(self.source, self.text, table, "source") if lp.recipe in self.recipes else at(self.source, self.text, "loop", "recipe")
             raise ConfigError(
-                f"{self.source}: [loop] rehearsal = {lp.rehearsal!r}: expected self, none or a .jsonl file of {{prompt, response}} rows"
-            )
-        if lp.rehearsal != "none" and lp.rehearsal_ratio == 0:
-            raise ConfigError(f"{self.source}: [loop] rehearsal_ratio = 0 with rehearsal = {lp.rehearsal!r}; set rehearsal = \"none\" instead")
-
-        if not lp.rehearsal_ce and lp.rehearsal != "none" and lp.kl_weight == 0:
-            raise ConfigError(
-                f"{self.source}: [loop] rehearsal_ce = false (the default) trains the rehearsal rows through the KL term "
-                "only, and kl_weight = 0 turns that term off (the rows would train nothing); to train them with "
-                "cross-entropy alone set rehearsal_ce = true as well, or set a kl_weight above 0"
+                f"{where}: [loop] recipe = {lp.recipe!r} rehearses with source = {spec.source}; the loop rehearses with "
+                "one source: self (the base model's own answers) or a .jsonl file of {prompt, response} rows"
             )
 
     def with_(self, **loop: Any) -> LoopConfig:
@@ -145,23 +224,98 @@ class LoopConfig:
 
     @staticmethod
     def before_keys_existed() -> dict[str, Any]:
-        """The config a run written before a key existed ran with, per key: the defaults, except
-        :data:`RAN_BEFORE_THE_KEY`."""
-        data = LoopConfig().to_dict()
-        data["loop"].update(RAN_BEFORE_THE_KEY)
+        """The config a run written before a key existed ran with, per key, in the form
+        :meth:`comparable` gives: the defaults, except :data:`RAN_BEFORE_THE_KEY`."""
+        data = LoopConfig.comparable(LoopConfig().to_dict())
+        for key, value in RAN_BEFORE_THE_KEY.items():
+            data["loop" if key in data["loop"] else "recipe"][key] = value
         return data
 
+    @staticmethod
+    def comparable(data: dict[str, Any]) -> dict[str, Any]:
+        """A saved config (:meth:`to_dict`, or a run's from before ``[loop] recipe``) as resuming
+        compares it: the rehearsal recipe's values as a section ``recipe``, whatever its name (or
+        ``{"source": []}`` without rehearsal); keys an old run did not have are left out, so
+        :func:`replaybank.llm.loop.state.check_same_config` holds them to :meth:`before_keys_existed`.
+
+        Example:
+            >>> old = {"loop": {"seed": 0, "rehearsal": "self", "rehearsal_ratio": 0.5, "kl_weight": 3.0}}
+            >>> LoopConfig.comparable(old)["recipe"]
+            {'source': ['self'], 'ratio': 0.5, 'kl_to_base': 3.0}
+            >>> LoopConfig.comparable(LoopConfig().to_dict())["recipe"]["rehearsal_ce"]
+            False
+        """
+        out = {name: dict(values) for name, values in data.items() if name != "recipes"}
+        lp = out.setdefault("loop", {})
+        legacy = {key: lp.pop(key) for key in LEGACY_KEYS if key in lp}
+        name = lp.pop("recipe", None)
+        recipe: dict[str, Any]
+        if name is None:  # written before [loop] recipe existed
+            source = legacy.get("rehearsal", "self")
+            renamed = {"rehearsal_ratio": "ratio", "kl_weight": "kl_to_base", "rehearsal_ce": "rehearsal_ce"}
+            recipe = {"source": [source], **{new: legacy[old] for old, new in renamed.items() if old in legacy}}
+            if source == NONE:
+                recipe = {"source": []}
+        elif name == NONE:
+            recipe = {"source": []}
+        else:
+            declared = data.get("recipes", {})
+            recipe = dict(declared[name]) if name in declared else dataclasses.asdict(BUILTIN_RECIPES[name])
+        out["recipe"] = recipe if recipe.get("source") else {"source": []}
+        return out
+
+    @staticmethod
+    def recipe_values(data: dict[str, Any]) -> dict[str, Any] | None:
+        """Every value of the recipe a saved config ran with (old runs: :meth:`before_keys_existed`
+        for keys they lacked), or None without rehearsal."""
+        recipe = LoopConfig.comparable(data)["recipe"]
+        return {**LoopConfig.before_keys_existed()["recipe"], **recipe} if recipe["source"] else None
+
     def to_dict(self) -> dict[str, Any]:
-        return {"loop": dataclasses.asdict(self.loop), "training": dataclasses.asdict(self.training)}
+        """``{section: {key: value}}`` for every key; ``recipes`` holds the config's tables and the
+        recipe ``[loop] recipe`` names, with its values (so a saved config says what it ran)."""
+        recipes = {name: dataclasses.asdict(spec) for name, spec in self.recipes.items()}
+        spec = self.recipe
+        if spec is not None:
+            recipes[self.loop.recipe] = dataclasses.asdict(spec)
+        return {"loop": dataclasses.asdict(self.loop), "recipes": recipes, "training": dataclasses.asdict(self.training)}
 
     def to_toml(self) -> str:
         """The effective config as TOML, each key with its help as a comment."""
         lines = [f"# effective loop config (from {self.source})"]
-        for name in ("loop", "training"):
-            section = getattr(self, name)
+        data = self.to_dict()
+        tables: list[tuple[str, Any, dict[str, Any]]] = [("loop", Loop, data["loop"])]
+        tables += [(f"recipes.{json.dumps(name)}", Recipe, values) for name, values in data["recipes"].items()]
+        tables.append(("training", Training, data["training"]))
+        for name, klass, values in tables:
             lines.append(f"\n[{name}]")
-            for f in fields(section):
-                value = getattr(section, f.name)
+            for f in fields(klass):
+                value = values[f.name]
                 text = json.dumps(value) if isinstance(value, list) else toml_value(value)
                 lines.append(f"{f.name} = {text}  # {f.metadata['help']}")
         return "\n".join(lines) + "\n"
+
+
+def _from_legacy(old: LegacyRehearsal, source: str, text: str | None) -> tuple[str, Recipe | None]:
+    """The recipe the old ``[loop]`` rehearsal keys set: its name (a built-in's when the values are
+    one's, :data:`LEGACY_NAME` otherwise, ``none`` without rehearsal) and the recipe.
+
+    Raises:
+        ConfigError: the old keys' own checks, naming them as before.
+    """
+    where = at(source, text, "loop", "rehearsal")
+    if old.rehearsal not in ("self", NONE) and not is_file_source(old.rehearsal):
+        raise ConfigError(f"{where}: [loop] rehearsal = {old.rehearsal!r}: expected self, none or a .jsonl file of {{prompt, response}} rows")
+    if old.rehearsal == NONE:
+        return NONE, None
+    if old.rehearsal_ratio == 0:
+        raise ConfigError(f"{at(source, text, 'loop', 'rehearsal_ratio')}: [loop] rehearsal_ratio = 0 with rehearsal = {old.rehearsal!r}; set rehearsal = \"none\" instead")
+    if not old.rehearsal_ce and old.kl_weight == 0:
+        raise ConfigError(
+            f"{at(source, text, 'loop', 'kl_weight')}: [loop] rehearsal_ce = false (the default) trains the rehearsal rows through the KL term "
+            "only, and kl_weight = 0 turns that term off (the rows would train nothing); to train them with "
+            "cross-entropy alone set rehearsal_ce = true as well, or set a kl_weight above 0"
+        )
+    spec = Recipe(source=[old.rehearsal], ratio=old.rehearsal_ratio, kl_to_base=old.kl_weight, rehearsal_ce=old.rehearsal_ce)
+    name = next((n for n, r in BUILTIN_RECIPES.items() if r == spec and n != "rehearsal"), LEGACY_NAME)
+    return name, spec

@@ -30,18 +30,33 @@ from typing import Any
 import tomllib
 
 from replaybank.llm.config.floor import check_gate_keys
+from replaybank.llm.config.recipe import (
+    BUILTIN_RECIPES,
+    TAKES_TRAINING_SHARE,
+    Recipe,
+    builtin,
+    is_file_source,
+    merge_declared,
+    parse_recipes,
+)
 from replaybank.llm.config.schema import (
     ARM_SOURCES,
     BUILTIN_TOOLAPI,
     SECTIONS,
-    ArmSpec,
     Data,
     Evaluation,
     Orchestration,
     Output,
     Training,
 )
-from replaybank.llm.config.values import ConfigError, did_you_mean, read_section, toml_value
+from replaybank.llm.config.values import (
+    ConfigError,
+    at,
+    did_you_mean,
+    key_line,
+    read_section,
+    toml_value,
+)
 
 __all__ = ["Config", "ConfigError", "with_seed"]
 
@@ -55,9 +70,12 @@ class Config:
     data: Data = field(default_factory=Data)
     evaluation: Evaluation = field(default_factory=Evaluation)
     output: Output = field(default_factory=Output)
-    arms: dict[str, ArmSpec] = field(default_factory=dict)
+    arms: dict[str, Recipe] = field(default_factory=dict)
+    """The config's own ``[recipes.NAME]`` (old spelling ``[arms.NAME]``) tables."""
     source: str = "<defaults>"
     explicit: frozenset[str] = frozenset()
+    text: str | None = field(default=None, repr=False, compare=False)
+    """The TOML file's text, for the line numbers of errors found after parsing."""
 
     @classmethod
     def from_toml(cls, path: str | Path) -> Config:
@@ -88,11 +106,11 @@ class Config:
         return cfg
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "<config>", text: str | None = None) -> Config:
+    def from_dict(cls, data: dict[str, Any], source: str = "<config>", *, text: str | None = None) -> Config:
         """Validate a nested dict ``{section: {key: value}}``.
 
-        ``text`` is the TOML file's text, when there is one: errors of the retention gate's keys
-        then name their line (:mod:`.floor`).
+        ``text`` is the TOML file's text when there is one: errors in recipe tables then name the
+        line (``run.toml:7: [recipes.x] ratio = 1.0: ...``).
 
         Raises:
             ConfigError: an unknown section or key (with a "did you mean"), a wrong type or range.
@@ -100,7 +118,10 @@ class Config:
         sections: dict[str, Any] = {}
         explicit: set[str] = set()
         data = dict(data)
-        declared = _parse_arms(data.pop("arms", {}), source)
+        declared = merge_declared(
+            parse_recipes(data.pop("recipes", {}), source, "recipes", text),
+            parse_recipes(data.pop("arms", {}), source, "arms", text), source, text,
+        )
         for name, values in data.items():
             if name not in SECTIONS:
                 raise ConfigError(f"{source}: unknown section [{name}]{did_you_mean(name, SECTIONS)}")
@@ -111,7 +132,7 @@ class Config:
             explicit.update(f"{name}.{key}" for key in keys)
         if declared and "evaluation.arms" not in explicit:
             sections["evaluation"].arms = sections["evaluation"].arms + [a for a in declared if a not in sections["evaluation"].arms]
-        cfg = cls(**sections, arms=declared, source=source, explicit=frozenset(explicit))
+        cfg = cls(**sections, arms=declared, source=source, explicit=frozenset(explicit), text=text)
         cfg._cross_check()
         cfg._check_arms()
         ev = cfg.evaluation
@@ -122,11 +143,20 @@ class Config:
         where = self.source
         if not self.evaluation.arms:
             raise ConfigError(f"{where}: [evaluation] arms is empty; expected one or more of base, naive, rehearsal")
+        specs = self.arm_specs()
         for arm in self.evaluation.arms:
-            if arm not in self.arm_specs() and arm != "base":
+            if arm not in specs and arm != "base":
                 raise ConfigError(
-                    f"{where}: [evaluation] arms contains {arm!r}; expected base, a built-in arm or an [arms.NAME] table"
-                    f"{did_you_mean(arm, ['base', *self.arm_specs()])}"
+                    f"{at(where, self.text, 'evaluation', 'arms')}: [evaluation] arms contains {arm!r}; expected base, "
+                    f"a built-in recipe or a [recipes.NAME] table{did_you_mean(arm, ['base', *specs])}"
+                )
+            files = [s for s in specs[arm].source if is_file_source(s)] if arm in specs else []
+            if files:
+                old = self.text is not None and key_line(self.text, f"recipes.{arm}") is None
+                table = f"arms.{arm}" if old else f"recipes.{arm}"
+                raise ConfigError(
+                    f"{at(where, self.text, table, 'source')}: [{table}] source contains {files[0]!r}: the main job "
+                    f"rehearses with {', '.join(ARM_SOURCES)}; a .jsonl file of prompt/response rows is a source of the loop"
                 )
         if len(set(self.evaluation.arms)) != len(self.evaluation.arms):
             raise ConfigError(f"{where}: [evaluation] arms = {self.evaluation.arms!r} lists an arm twice; list each once")
@@ -137,11 +167,10 @@ class Config:
                 f"[training] rehearsal_max_chars = {t.rehearsal_max_chars}: the prompt would show the whole "
                 "passage and the completion only repeat it; expected rehearsal_prompt_chars < rehearsal_max_chars"
             )
-        converts = "training.rehearsal_rows_per_epoch" in self.explicit and "training.mixing_ratio" not in self.explicit
-        specs = self.arm_specs()
+        converts = self.share_from_rows()
         zero = [a for a in self.evaluation.arms if a in specs and specs[a].source and specs[a].ratio == 0]
         if zero and not converts:
-            knob = "[training] mixing_ratio = 0" if zero[0] not in self.arms else f"[arms.{zero[0]}] ratio = 0"
+            knob = "[training] mixing_ratio = 0" if self.takes_training_share(zero[0]) else f"[recipes.{zero[0]}] ratio = 0"
             raise ConfigError(
                 f"{where}: {knob} makes the rehearsal arm {zero[0]!r} the naive arm again; "
                 f"expected a share > 0, or drop {zero[0]!r} from [evaluation] arms"
@@ -169,30 +198,35 @@ class Config:
         if not self.data.domain_eval:
             raise ConfigError(f"{where}: [data] domain_eval is empty; give one file (or builtin) for all generations")
 
-    def arm_specs(self) -> dict[str, ArmSpec]:
-        """Every arm this config can run by name: the built-in ones, then ``[arms.NAME]`` tables.
+    def arm_specs(self) -> dict[str, Recipe]:
+        """Every arm this config can run by name: the built-in recipes, then its ``[recipes.NAME]``
+        (or ``[arms.NAME]``) tables.
 
-        Built-in rehearsal arms take ``[training] mixing_ratio`` and ``mix_by``; ``rehearsal`` is the
-        historical name of ``rehearsal-corpus``. A table with a built-in name replaces it.
+        Built-in rehearsal recipes of :data:`.recipe.TAKES_TRAINING_SHARE` take ``[training]
+        mixing_ratio`` and ``mix_by`` (the reference's share); ``self-distill`` keeps its own (half
+        of the rows). ``rehearsal`` is the historical name of ``rehearsal-corpus``. A table with a
+        built-in name replaces it.
 
         Example:
             >>> specs = Config().arm_specs()
             >>> specs["rehearsal-self"].source, specs["rehearsal-self"].ratio, specs["naive"].source
             (['self'], 0.1, [])
+            >>> specs["self-distill"].ratio, specs["self-distill"].rehearsal_ce
+            (0.5, False)
         """
         t = self.training
-        def arm(source: list[str], kl: float = 0.0) -> ArmSpec:
-            return ArmSpec(source=source, ratio=t.mixing_ratio if source else 0.0, mix_by=t.mix_by, kl_to_base=kl)
+        specs = {}
+        for name in BUILTIN_RECIPES:
+            spec = builtin(name)
+            if name in TAKES_TRAINING_SHARE:
+                spec.ratio, spec.mix_by = (t.mixing_ratio if spec.source else 0.0), t.mix_by
+            specs[name] = spec
+        return {**specs, **self.arms}
 
-        builtin = {
-            "naive": arm([]),
-            "rehearsal": arm(["corpus"]),
-            "rehearsal-corpus": arm(["corpus"]),
-            "rehearsal-self": arm(["self"]),
-            "rehearsal-replay": arm(["replay"]),
-            "rehearsal-self-kl": arm(["self"], kl=1.0),
-        }
-        return {**builtin, **self.arms}
+    def takes_training_share(self, arm: str) -> bool:
+        """Whether arm ``arm``'s share is the job's (``[training] mixing_ratio``, or converted from
+        ``rehearsal_rows_per_epoch``) rather than the recipe's own ``ratio``."""
+        return arm in TAKES_TRAINING_SHARE and arm not in self.arms
 
     def share_from_rows(self) -> bool:
         """Whether the built-in rehearsal arms' share comes from ``rehearsal_rows_per_epoch`` (set
@@ -222,10 +256,11 @@ class Config:
         return t.mixing_ratio, "mixing_ratio"
 
     def to_dict(self) -> dict[str, Any]:
-        """``{section: {key: value}}`` for every key, defaults included; declared ``[arms.NAME]`` tables too."""
+        """``{section: {key: value}}`` for every key, defaults included; declared recipe tables too
+        (as ``recipes``, whichever spelling the file used)."""
         out = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
         if self.arms:
-            out["arms"] = {name: dataclasses.asdict(spec) for name, spec in self.arms.items()}
+            out["recipes"] = {name: dataclasses.asdict(spec) for name, spec in self.arms.items()}
         return out
 
     def to_toml(self, with_help: bool = True) -> str:
@@ -239,46 +274,11 @@ class Config:
                 comment = f"  # {f.metadata['help']}" if with_help else ""
                 lines.append(f"{f.name} = {value}{comment}")
         for arm, spec in self.arms.items():
-            lines.append(f"\n[arms.{json.dumps(arm)}]")
-            for f in fields(ArmSpec):
+            lines.append(f"\n[recipes.{json.dumps(arm)}]")
+            for f in fields(Recipe):
                 comment = f"  # {f.metadata['help']}" if with_help else ""
                 lines.append(f"{f.name} = {toml_value(getattr(spec, f.name))}{comment}")
         return "\n".join(lines) + "\n"
-
-
-def _parse_arms(raw: Any, source: str) -> dict[str, ArmSpec]:
-    """``[arms.NAME]`` tables -> :class:`ArmSpec` per name, each key checked like any other."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: [arms] must hold tables [arms.NAME], got {raw!r}")
-    out: dict[str, ArmSpec] = {}
-    for name, values in raw.items():
-        if name == "base":
-            raise ConfigError(f"{source}: [arms.base] cannot be declared; base is the untouched model")
-        if not isinstance(values, dict):
-            raise ConfigError(f"{source}: [arms.{name}] must be a table, got {values!r}")
-        spec, _ = read_section(source, f"arms.{name}", ArmSpec, values)
-        for src in spec.source:
-            if src not in ARM_SOURCES:
-                raise ConfigError(
-                    f"{source}: [arms.{name}] source contains {src!r}; expected some of "
-                    f"{', '.join(ARM_SOURCES)}{did_you_mean(src, ARM_SOURCES)}"
-                )
-        if len(set(spec.source)) != len(spec.source):
-            raise ConfigError(f"{source}: [arms.{name}] source lists a source twice: {spec.source}")
-        if spec.source and spec.ratio == 0:
-            raise ConfigError(f"{source}: [arms.{name}] has sources {spec.source} but ratio = 0; give a ratio in (0, 1)")
-        if spec.kl_to_base > 0 and not spec.source and spec.kl_on == "rehearsal":
-            raise ConfigError(
-                f"{source}: [arms.{name}] kl_to_base = {spec.kl_to_base} applies to rehearsal rows, but the arm has "
-                "no source; add a source or set kl_on = \"all\""
-            )
-        if not spec.rehearsal_ce and (spec.kl_to_base == 0 or not spec.source):
-            raise ConfigError(
-                f"{source}: [arms.{name}] rehearsal_ce = false trains the rehearsal rows through the KL term only, "
-                f"which needs rehearsal sources and kl_to_base > 0 (got source = {spec.source}, kl_to_base = {spec.kl_to_base:g})"
-            )
-        out[name] = spec
-    return out
 
 
 def _empty_file_message(path: Path) -> str:

@@ -91,11 +91,12 @@ class Data:
     suite: str = _f("builtin", "general-capability suite (conversation, instruction, arithmetic, code; open = agreement with the base; tool-call leakage): builtin or a JSONL file", nonempty=True)
     self_prompts: str = _f("builtin", "prompt pool the base model answers for self-synthesized rehearsal: builtin or a JSONL/text file", nonempty=True)
     self_rows: int = _f(32, "self-synthesized rehearsal rows generated (once per seed, cached)", min=1, max=1_000_000)
+    self_open_rows: bool = _f(False, "keep the base model's self-synthesized answers that hit the generation budget, as open rows trained without an end of turn (the loop's default; false drops them)")
 
 
 @dataclass
 class Evaluation:
-    arms: list[str] = _f(DEFAULT_ARMS, "arms to run: base, naive, rehearsal(-corpus), rehearsal-self, rehearsal-replay, rehearsal-self-kl, or any [arms.NAME]", nonempty=True)
+    arms: list[str] = _f(DEFAULT_ARMS, "arms to run: base, or a rehearsal recipe: naive, rehearsal(-corpus), rehearsal-self, rehearsal-replay, rehearsal-self-kl, self-distill, or any [recipes.NAME] (old spelling [arms.NAME])", nonempty=True)
     eval_points: int = _f(1, "held-out loss evaluations per trained arm and generation, evenly spaced, the last at the end", min=1, max=10_000)
     probe_pairs: int = _f(2, "batch pairs for the interference probe (`replaybank probe`, and per source inside `replaybank run`)", min=1, max=100_000)
     suite_per_family: int = _f(8, "suite items evaluated per family and seed (a seeded sample; 0 = every item)", min=0, max=1_000_000)
@@ -112,19 +113,6 @@ class Evaluation:
 class Output:
     out_dir: str = _f("runs/default", "where report.md, metrics.json, the plot and adapters go", nonempty=True)
     save_adapters: bool = _f(True, "save each trained adapter with its config and data manifest")
-
-
-@dataclass
-class ArmSpec:
-    """A trained arm: which rehearsal sources, how much, mixed how, with or without KL to base."""
-
-    source: list[str] = _f([], "rehearsal sources: corpus, self, replay (empty = naive)")
-    ratio: float = _f(0.1, "total rehearsal share of every batch, split evenly over the sources, in [0, 1)", min=0, lt=1)
-    mix_by: MixBy = _f("rows", "rows: share of the rows; tokens: share of the labelled tokens (the loss)")
-    kl_to_base: float = _f(0.0, "weight of the KL(base || adapted) term (0 = off)", min=0)
-    kl_temperature: float = _f(1.0, "temperature of both distributions in the KL term", gt=0)
-    kl_on: KLOn = _f("rehearsal", "KL positions: rehearsal completions, or also the prompts of domain rows (all)")
-    rehearsal_ce: bool = _f(True, "train on the rehearsal completions with cross-entropy as well as the KL term; false = the KL term only (self-distillation; needs kl_to_base > 0)")
 
 
 #: ``[training]`` defaults of the consolidation loop (``replaybank loop``): a small, fast adapter.

@@ -39,12 +39,14 @@ ConfigError.__module__ = "replaybank.llm.config"  # its public path, as tracebac
 
 
 def read_section(
-    source: str, name: str, klass: type[S], values: Any, defaults: dict[str, Any] | None = None
+    source: str, name: str, klass: type[S], values: Any, defaults: dict[str, Any] | None = None,
+    text: str | None = None,
 ) -> tuple[S, set[str]]:
     """Section ``[name]`` of ``source`` as a ``klass``, and the keys it set.
 
     ``defaults`` replace the dataclass defaults for keys the file leaves out (a job's own
-    defaults for a shared section, declared in :mod:`.schema`).
+    defaults for a shared section, declared in :mod:`.schema`). With ``text`` (the TOML file's
+    text) an error names the line of the key too: ``run.toml:7: [recipes.x] ratio = 1.0: ...``.
 
     Raises:
         ConfigError: ``values`` is not a table, a key is unknown, or a value has the wrong type or
@@ -56,10 +58,86 @@ def read_section(
     known = {f.name: f for f in fields(klass)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = dict(defaults or {})
     for key, value in values.items():
+        where = at(source, text, name, key)
         if key not in known:
-            raise ConfigError(f"{source}: unknown key [{name}] {key}{did_you_mean(key, known)}")
-        kwargs[key] = check_value(source, name, key, value, hints[key], known[key].metadata)
+            raise ConfigError(f"{where}: unknown key [{name}] {key}{did_you_mean(key, known)}")
+        kwargs[key] = check_value(where, name, key, value, hints[key], known[key].metadata)
     return klass(**kwargs), set(values)
+
+
+def at(source: str, text: str | None, table: str, key: str | None = None) -> str:
+    r"""``source:LINE`` where ``key`` of ``[table]`` is written in ``text`` (else the table's header
+    line), or ``source`` alone when neither is found or there is no text.
+
+    Example:
+        >>> at("run.toml", "[loop]\nseed = 1\n\n[recipes.mine]\nratio = 2\n", "recipes.mine", "ratio")
+        'run.toml:5'
+        >>> at("run.toml", None, "loop", "seed")
+        'run.toml'
+    """
+    line = key_line(text, table, key) if text else None
+    return f"{source}:{line}" if line is not None else source
+
+
+def key_line(text: str, table: str, key: str | None = None) -> int | None:
+    r"""The 1-based line of ``key = ...`` inside ``[table]`` of the TOML ``text``; the line of the
+    table's header when the key is not written there (or ``key`` is None); the line of
+    ``name = {...}`` when the table is written inline (``[recipes]`` then ``mine = {ratio = 2}``);
+    None when the table is not in the text. A scan of the text, not a parser: enough to point at a
+    line, never used to read a value.
+
+    Example:
+        >>> text = '[recipes."self-distill"]\n# a comment\nkl_to_base = 0\n[recipes]\nx = { ratio = 2 }\n'
+        >>> key_line(text, "recipes.self-distill", "kl_to_base"), key_line(text, "recipes.x", "ratio")
+        (3, 5)
+        >>> key_line(text, "recipes.self-distill", "mix_by"), key_line(text, "loop", "seed") is None
+        (1, True)
+    """
+    want = _dotted(table)
+    header: int | None = None
+    parent = want[:-1]
+    inline: int | None = None
+    current: tuple[str, ...] = ()
+    for n, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if line.startswith("[") and not line.startswith("[["):
+            current = _dotted(line[1:line.find("]")] if "]" in line else line[1:])
+            if current == want and header is None:
+                header = n
+            continue
+        name, eq, _ = line.partition("=")
+        if not eq or line.startswith("#"):
+            continue
+        path = current + _dotted(name)
+        if key is not None and path == (*want, key):
+            return n
+        if parent and path == want and inline is None:
+            inline = n
+    return header if header is not None else inline
+
+
+def _dotted(name: str) -> tuple[str, ...]:
+    """``recipes."a.b" . c`` -> ``("recipes", "a.b", "c")`` (TOML's dotted keys, quotes removed)."""
+    parts: list[str] = []
+    buf, quote = "", ""
+    for ch in name.strip():
+        if quote:
+            if ch == quote:
+                quote = ""
+            else:
+                buf += ch
+        elif ch in "\"'":
+            quote = ch
+        elif ch == ".":
+            parts.append(buf.strip())
+            buf = ""
+        else:
+            buf += ch
+    parts.append(buf.strip())
+    return tuple(parts)
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def toml_value(value: Any) -> str:
@@ -162,49 +240,6 @@ def parse_device(text: str) -> tuple[str, int | None]:
 
 
 def upper_bound(meta: Any) -> str:
-    return f" and <= {meta['max']}" if "max" in meta else ""
-
-
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-_KEY_PART = r'(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|\'[^\']*\')'
-_DOTTED = rf"{_KEY_PART}(?:\s*\.\s*{_KEY_PART})*"
-_HEADER = re.compile(rf"\s*\[\[?\s*({_DOTTED})\s*\]\]?\s*(?:#.*)?$")
-_ASSIGN = re.compile(rf"\s*({_DOTTED})\s*=")
-
-
-def _key_path(text: str) -> list[str]:
-    parts = re.findall(_KEY_PART, text)
-    return [json.loads(p) if p.startswith('"') else p.strip("'") for p in parts]
-
-
-def key_line(text: str, path: list[str]) -> int | None:
-    """The 1-based line of the TOML ``text`` that sets the key ``path`` (``["evaluation",
-    "retention_floor", "code"]``), or else its nearest enclosing key; None when none is found.
-
-    A line scan, not a parser (``tomllib`` keeps no positions): it follows ``[table]`` headers and
-    ``a.b = ...`` keys (bare or quoted); a key set inside an inline table is found at the line of
-    the table's key. Good enough to point at a line in a config file's error message.
-
-    Example:
-        >>> text = "[evaluation]\\nseeds = 3\\nretention_floor = {code = 2.0}\\n\\n[evaluation.x]\\ny = 1\\n"
-        >>> key_line(text, ["evaluation", "retention_floor", "code"]), key_line(text, ["evaluation", "x", "y"])
-        (3, 6)
-        >>> key_line(text, ["training", "seed"]) is None
-        True
-    """
-    table: list[str] = []
-    best: tuple[int, int] | None = None  # (depth matched, line)
-    for number, line in enumerate(text.splitlines(), start=1):
-        header = _HEADER.match(line)
-        if header:
-            table = _key_path(header.group(1))
-            full = table
-        else:
-            assign = _ASSIGN.match(line)
-            if not assign:
-                continue
-            full = table + _key_path(assign.group(1))
-        depth = len(full)
-        if depth >= 2 and full == path[:depth] and (best is None or depth > best[0]):
-            best = (depth, number)
-    return None if best is None else best[1]
+    if "max" in meta:
+        return f" and <= {meta['max']}"
+    return f" and < {meta['lt']}" if "lt" in meta else ""

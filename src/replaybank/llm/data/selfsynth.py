@@ -350,6 +350,7 @@ def synthesize_rows(model: Any, tokenizer: Any, cfg: Config, suite: list[Any], l
         model, tokenizer, seed=t.seed, n_rows=d.self_rows, cache_dir=cache_dir() / "selfsynth",
         prompts=d.self_prompts, exclude=[i.prompt for i in suite], batch_size=cfg.evaluation.generation_batch_size,
         precision=cfg.evaluation.generation_precision,
+        keep_truncated=d.self_open_rows,
     )
     if not rows:
         raise ReplayBankError(
@@ -358,4 +359,5 @@ def synthesize_rows(model: Any, tokenizer: Any, cfg: Config, suite: list[Any], l
         )
     check_no_overlap(suite, [r["prompt"] + "\n" + r["response"] for r in rows], f"self-synthesized rows ({d.self_prompts})")
     log(f"self rows: {len(rows)} ({manifest.get('cache', 'generated')})")
-    return token_rows([encode_pair(tokenizer, r["prompt"], r["response"], t.max_seq_length) for r in rows]), manifest
+    return token_rows([encode_pair(tokenizer, r["prompt"], r["response"], t.max_seq_length, open_end=bool(r.get("open")))
+                       for r in rows]), manifest

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -39,6 +38,7 @@ from typing import Any, Literal
 from replaybank.errors import ReplayBankError
 from replaybank.jsonl import iter_jsonl
 from replaybank.llm.data.corpus import normalise
+from replaybank.llm.eval.answer_cache import read_answers, write_json_atomic
 from replaybank.llm.eval.checkers import CheckError, check, looks_like_tool_call, validate_spec
 from replaybank.llm.eval.generate import (
     Generation,
@@ -209,14 +209,14 @@ def prepare_suite(
                            **precision_key(precision, base_model)}, sort_keys=True)
     key = hashlib.sha256(f"{CACHE_SCHEMA}:{fingerprint}:{digest}:{settings}".encode()).hexdigest()[:16]
     cache = Path(cache_dir) / f"suite-{key}.json"
-    answers = _read_cache(cache, fingerprint, digest)
+    answers = read_answers(cache, fingerprint, digest, CACHE_SCHEMA)
     cached = answers is not None
     if answers is None:
         t0 = time.perf_counter()
         with base_model_context(base_model):
             gens = generate_items(base_model, tokenizer, items, batch_size=batch_size, desc=desc, precision=precision)
         answers = {k: g.text for k, g in gens.items()}
-        _write_cache(cache, {"schema": CACHE_SCHEMA, "model": fingerprint, "items_sha256": digest,
+        write_json_atomic(cache, {"schema": CACHE_SCHEMA, "model": fingerprint, "items_sha256": digest,
                              "seconds": round(time.perf_counter() - t0, 2), "answers": answers})
     outcomes = [_score(i, answers[i.id], answers[i.id], truncated=None) for i in items]
     dropped = [o["id"] for o in outcomes if o["score"] < 1.0]
@@ -296,27 +296,6 @@ def _summarise(outcomes: list[dict[str, Any]], base_scores: dict[str, float] | N
         retention[name] = score / ref if ref > 0 else None
     leakage = sum(o["leak"] for o in outcomes) / len(outcomes) if outcomes else 0.0
     return {"families": families, "leakage": leakage, "retention": retention, "n": counts, "items": outcomes}
-
-
-def _read_cache(path: Path, fingerprint: str, digest: str) -> dict[str, str] | None:
-    try:
-        obj = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(obj, dict) or obj.get("schema") != CACHE_SCHEMA or obj.get("model") != fingerprint \
-            or obj.get("items_sha256") != digest or not isinstance(obj.get("answers"), dict):
-        return None
-    answers = obj["answers"]
-    if not all(isinstance(v, str) for v in answers.values()):
-        return None
-    return {str(k): v for k, v in answers.items()}
-
-
-def _write_cache(path: Path, obj: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False), "utf-8")
-    os.replace(tmp, path)
 
 
 MIN_OVERLAP_CHARS = 12

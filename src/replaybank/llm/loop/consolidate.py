@@ -8,8 +8,10 @@ rows keep the model's default behaviour (under its default system prompt), the t
 learnt under the tool prompt, so general answers are not turned into tool calls. Rehearsal rows are
 the main job's self-synthesized rehearsal (:mod:`replaybank.llm.data.selfsynth`: the base model's
 own answers to general prompts, cached per seed) or a user's JSONL of ``{prompt, response}`` rows,
-mixed in at a fixed share of the rows of every batch by :class:`replaybank.mixing.Mixer` inside
-the one LoRA training loop (:func:`replaybank.llm.train.train_lora`).
+mixed in by the run's rehearsal recipe (:class:`replaybank.llm.config.Recipe`: its share of the
+rows or tokens of every batch, its KL-to-base term, cross-entropy on the rows or not) by
+:class:`replaybank.mixing.Mixer` inside the one LoRA training loop
+(:func:`replaybank.llm.train.train_lora`).
 
 Adapters are saved per generation as ``adapter.safetensors`` (LoRA tensors only, loaded back with
 ``safetensors``, never pickle) next to ``adapter.json`` (its SHA-256, generation, lineage).
@@ -25,7 +27,7 @@ from typing import Any
 
 from replaybank.episodic import EpisodeStore
 from replaybank.errors import ReplayBankError
-from replaybank.llm.config import Training
+from replaybank.llm.config import Recipe, Training
 from replaybank.llm.data.rows import TokenRows
 
 
@@ -90,18 +92,20 @@ def rehearsal_rows(
 
 
 def consolidate(
-    model: Any, pad_id: int, domain: TokenRows, rehearsal: TokenRows | None, ratio: float, cfg: Training,
-    *, desc: str, checkpoint_dir: Path | None = None, kl_weight: float = 0.0, rehearsal_ce: bool = True,
+    model: Any, pad_id: int, domain: TokenRows, rehearsal: TokenRows | None, recipe: Recipe | None, cfg: Training,
+    *, desc: str, checkpoint_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Train the PEFT ``model`` in place on ``domain`` mixed with ``rehearsal`` at ``ratio`` of the rows.
+    """Train the PEFT ``model`` in place on ``domain`` mixed with ``rehearsal`` by ``recipe``.
 
-    With ``kl_weight > 0`` and rehearsal rows, the loss adds ``kl_weight`` times the KL-to-base
-    term (:mod:`replaybank.llm.train.kl`: ``KL(p_base || p_adapted)`` per answer token of the
+    The recipe's ``ratio`` of the rows (or labelled tokens, ``mix_by``) of every batch are
+    rehearsal rows. With ``kl_to_base > 0`` the loss adds that weight times the KL-to-base term
+    (:mod:`replaybank.llm.train.kl`: ``KL(p_base || p_adapted)`` per answer token of the
     rehearsal rows, averaged over them; the base distribution comes from the same model with the
     adapter disabled). It pulls the whole next-token distribution on general prompts back to the
     base model's, where the rehearsal rows' cross-entropy pulls only toward one sampled answer.
-    With ``rehearsal_ce=False`` (and the KL term on) the rehearsal rows train through the KL
-    term only (:attr:`replaybank.llm.train.KLSpec.rehearsal_ce`).
+    With ``rehearsal_ce = false`` the rehearsal rows train through the KL term only
+    (:attr:`replaybank.llm.train.KLSpec.rehearsal_ce`). ``recipe=None`` (or no rehearsal rows):
+    the domain alone (a KL term on rehearsal rows is then inactive).
 
     Returns:
         The training log (:meth:`replaybank.llm.train.TrainLog.to_dict`) without per-step rows,
@@ -110,9 +114,13 @@ def consolidate(
     """
     from replaybank.llm.train import KLSpec, Source, train_lora
 
-    sources = [Source("rehearsal", rehearsal, ratio)] if rehearsal is not None and ratio > 0 else []
-    kl = KLSpec(kl_weight, rehearsal_ce=rehearsal_ce) if kl_weight > 0 and sources else None
-    log = train_lora(model, pad_id, domain, None, cfg, 0.0, checkpoint_dir=checkpoint_dir, desc=desc, sources=sources, kl=kl)
+    spec = recipe if recipe is not None else Recipe(source=[], ratio=0.0)
+    sources = [Source("rehearsal", rehearsal, spec.ratio)] if rehearsal is not None and spec.ratio > 0 else []
+    kl = KLSpec.from_recipe(spec)
+    if kl is not None and kl.on == "rehearsal" and not sources:
+        kl = None
+    log = train_lora(model, pad_id, domain, None, cfg, 0.0, checkpoint_dir=checkpoint_dir, desc=desc, sources=sources,
+                     mix_by=spec.mix_by, kl=kl)
     out = log.to_dict()
     steps = out.pop("steps")
     kls = [s["kl"] for s in steps if s.get("kl") is not None]
@@ -123,7 +131,7 @@ def consolidate(
         "rehearsal_rows": sum(s["rehearsal_rows"] for s in steps),
         "rows": sum(s["rows"] for s in steps),
         "kl_weight": kl.weight if kl is not None else 0.0,
-        "rehearsal_ce": kl.rehearsal_ce if kl is not None else sources != [],
+        "rehearsal_ce": (kl.rehearsal_ce if kl is not None else True) and sources != [],
         "kl_mean": sum(kls) / len(kls) if kls else None,
     })
     out.pop("evals", None)

@@ -1,5 +1,7 @@
 """Several loop runs side by side: lineages x rehearsal on/off x seeds, each in its own folder.
 
+Rehearsal off is ``[loop] recipe = "none"``; on is the config's own recipe.
+
 A run's folder is ``<out>/<lineage>-<rehearsal|norehearsal>-s<seed>`` with its own store,
 adapters, ``state.json`` and ``log.txt``; running the same command again resumes every run.
 With ``jobs > 1`` the runs go to that many worker processes (each loads the model, one torch
@@ -29,7 +31,7 @@ def cells(
             for seed in seeds:
                 changes: dict[str, Any] = {"lineage": lineage, "seed": seed}
                 if not on:
-                    changes["rehearsal"] = "none"
+                    changes["recipe"] = "none"
                 name = f"{lineage}-{'rehearsal' if on else 'norehearsal'}-s{seed}"
                 out.append((name, cfg.with_(**changes)))
     return out

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from replaybank.llm.config.loop import LoopConfig
+
 METRICS = ("exact", "credit", "exact_ctx", "credit_ctx", "retention")
 LABELS = {
     "exact": "held-out exact, no context", "credit": "held-out credit, no context",
@@ -61,11 +63,19 @@ def collect(out: Path) -> list[dict[str, Any]]:
 
 
 def group_key(state: dict[str, Any]) -> str:
+    """The run's lineage and rehearsal recipe in words: runs with the same key are seeds of one arm.
+
+    The recipe is read by its values (:meth:`LoopConfig.recipe_values`: the same for a run saved
+    before ``[loop] recipe`` existed and for one that names it).
+    """
     lp = state["config"]["loop"]
-    reh = "no rehearsal" if lp["rehearsal"] == "none" else f"rehearsal {lp['rehearsal']} {lp['rehearsal_ratio']:.0%}"
-    if lp["rehearsal"] != "none" and lp.get("kl_weight", 0.0) > 0:
-        reh += f" + KL {lp['kl_weight']:g}"
-        if not lp.get("rehearsal_ce", True):  # a run from before the key trained with cross-entropy
+    r = LoopConfig.recipe_values(state["config"])
+    reh = "no rehearsal" if r is None else f"rehearsal {', '.join(r['source'])} {r['ratio']:.0%}"
+    if r is not None and r["mix_by"] != "rows":
+        reh += f" of {r['mix_by']}"
+    if r is not None and r["kl_to_base"] > 0:
+        reh += f" + KL {r['kl_to_base']:g}"
+        if not r["rehearsal_ce"]:  # a run from before the key trained with cross-entropy
             reh += " (no cross-entropy on it)"
     return f"{lp['lineage']} (K={lp['window']}), {reh}"
 
@@ -82,7 +92,7 @@ def paired_gaps(runs: list[dict[str, Any]]) -> dict[str, Any]:
         lp = run["state"]["config"]["loop"]
         arm = (lp["lineage"], lp["window"])
         per_gen = [metrics_of(r)["retention"] for r in run["state"]["generations"]]
-        if lp["rehearsal"] == "none":
+        if LoopConfig.recipe_values(run["state"]["config"]) is None:
             without.setdefault(arm, {})[lp["seed"]] = per_gen
         else:
             with_.setdefault(group_key(run["state"]), (arm, {}))[1][lp["seed"]] = per_gen

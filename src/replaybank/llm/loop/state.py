@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.errors import ReplayBankError
+from replaybank.llm.config.loop import LoopConfig
 
 STATE_SCHEMA = 1
 STATE_FILE = "state.json"
@@ -99,6 +100,19 @@ def check_same_config(
 
 
 _MISSING = object()
+
+
+def check_same_run(folder: Path, state: dict[str, Any], cfg: LoopConfig) -> None:
+    """:func:`check_same_config` of a saved run against ``cfg``, the rehearsal recipe compared by
+    its values whatever it is called (:meth:`LoopConfig.comparable`), so a run saved before
+    ``[loop] recipe`` existed (with ``rehearsal``, ``rehearsal_ratio``, ``kl_weight``,
+    ``rehearsal_ce``) resumes under the recipe those keys give.
+
+    Raises:
+        StateError: naming the first key that differs (``[recipe] KEY`` for the recipe's).
+    """
+    saved = {**state, "config": LoopConfig.comparable(state["config"])}
+    check_same_config(folder, saved, LoopConfig.comparable(cfg.to_dict()), LoopConfig.before_keys_existed())
 
 
 def write_state(folder: Path, state: dict[str, Any]) -> None:

@@ -34,6 +34,7 @@ from replaybank.episodic import EpisodeStore, Task
 from replaybank.episodic.env import Environment
 from replaybank.episodic.retrieval import Retriever
 from replaybank.episodic.turns import demonstrate
+from replaybank.llm.config import Recipe
 from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.eval.measure import suite_retention
 from replaybank.llm.loop.act import attempt, build_prompts, summarise, to_episode
@@ -46,7 +47,7 @@ from replaybank.llm.loop.consolidate import (
 )
 from replaybank.llm.loop.lineage import lineage_for, split_heldout
 from replaybank.llm.loop.report import write_report
-from replaybank.llm.loop.state import check_same_config, new_state, read_state, write_state
+from replaybank.llm.loop.state import check_same_run, new_state, read_state, write_state
 from replaybank.llm.loop.tasks import make_environment
 from replaybank.llm.runtime import pick_device, use_device
 
@@ -76,12 +77,13 @@ def run_loop(
     from replaybank.llm.train import add_lora
 
     lp = cfg.loop
+    recipe = cfg.recipe
     out.mkdir(parents=True, exist_ok=True)
     state = read_state(out)
     if state is None:
         state = new_state(cfg.to_dict())
     else:
-        check_same_config(out, state, cfg.to_dict(), LoopConfig.before_keys_existed())
+        check_same_run(out, state, cfg)
         state["config"] = cfg.to_dict()
     torch.set_num_threads(max(1, cfg.training.num_threads))
     device = pick_device(cfg.training.device, worker, where=f"{cfg.source}: [training] device")  # before the model loads
@@ -101,7 +103,7 @@ def run_loop(
         suite = prepare_suite(model, tok, sample_suite(load_suite(), lp.suite_per_family, lp.seed),
                               cache_dir=cache_dir() / "suite", batch_size=lp.generation_batch_size)
         rehearsal, reh_manifest = rehearsal_rows(
-            lp.rehearsal, model, tok, seed=lp.seed, n_rows=lp.self_rows, max_seq_length=training.max_seq_length,
+            recipe.source[0] if recipe is not None and recipe.source else "none", model, tok, seed=lp.seed, n_rows=lp.self_rows, max_seq_length=training.max_seq_length,
             suite_prompts=[i.prompt for i in suite.items], batch_size=lp.generation_batch_size,
             keep_truncated=lp.self_open_rows,
         )
@@ -126,12 +128,8 @@ def run_loop(
             if lp.init == "fresh":
                 model.load_state_dict(initial, strict=False)
             domain, n_rows = domain_rows(store, tok, lineage, training.max_seq_length, lp.system_prompt)
-            log(f"gen {g}: consolidating {n_rows} successes of generations {lineage} (+ demos)"
-                + (f", rehearsal {lp.rehearsal} at {lp.rehearsal_ratio:.0%} of rows" if rehearsal is not None else ", no rehearsal")
-                + (f", KL-to-base weight {lp.kl_weight:g}" if rehearsal is not None and lp.kl_weight > 0 else "")
-                + (" (rehearsal through the KL term only)" if rehearsal is not None and not lp.rehearsal_ce else ""))
-            train = consolidate(model, tok.pad_token_id, domain, rehearsal, lp.rehearsal_ratio, training,
-                                desc=f"gen {g} consolidate", kl_weight=lp.kl_weight, rehearsal_ce=lp.rehearsal_ce)
+            log(f"gen {g}: consolidating {n_rows} successes of generations {lineage} (+ demos), {_recipe_words(lp.recipe, recipe)}")
+            train = consolidate(model, tok.pad_token_id, domain, rehearsal, recipe, training, desc=f"gen {g} consolidate")
             adapter = save_adapter(model, out / "adapters" / f"gen{g}",
                                    {"generation": g, "lineage": lineage, "seed": lp.seed, "rows": n_rows})
             row = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=g)
@@ -204,6 +202,15 @@ def evaluate(
         "examples": [{"task": a.task.text, "expected": list(a.task.expected), "output": a.output,
                       "success": a.verdict.success} for a in bare[:5]],
     }
+
+
+def _recipe_words(name: str, recipe: Recipe | None) -> str:
+    """``recipe self-distill: self at 50% of rows, KL-to-base weight 3 (rehearsal through the KL term only)``."""
+    if recipe is None or not recipe.source:
+        return "no rehearsal"
+    return (f"recipe {name}: {', '.join(recipe.source)} at {recipe.ratio:.0%} of {recipe.mix_by}"
+            + (f", KL-to-base weight {recipe.kl_to_base:g}" if recipe.kl_to_base > 0 else "")
+            + ("" if recipe.rehearsal_ce else " (rehearsal through the KL term only)"))
 
 
 def _line(row: dict[str, Any], total: int) -> str:

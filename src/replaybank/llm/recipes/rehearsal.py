@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from replaybank.llm.config import ArmSpec, Config
+from replaybank.llm.config import Config, Recipe
 from replaybank.llm.config.parse import with_seed
 from replaybank.llm.data.prepare import check_overlaps, prepare
 from replaybank.llm.data.rows import TokenRows
@@ -213,7 +213,7 @@ def run_seed(
         timings["probe"] = time.perf_counter() - t0
     for arm in trained:
         spec = specs[arm]
-        ratio = share if spec.source and arm not in cfg.arms else spec.ratio
+        ratio = share if spec.source and cfg.takes_training_share(arm) else spec.ratio
         t0 = time.perf_counter()
         finished = read_result(partial, f"arms/{label}-{arm}")  # an interrupted run trained it already
         if finished is not None:
@@ -237,7 +237,7 @@ def run_seed(
 
 
 def train_arm(
-    name: str, spec: ArmSpec, ratio: float, base_model: Any, ctx: EvalContext, cfg: Config, *,
+    name: str, spec: Recipe, ratio: float, base_model: Any, ctx: EvalContext, cfg: Config, *,
     partial: Path, log: Log, max_steps: int | None, seed_label: str,
 ) -> dict[str, Any]:
     """Train arm ``name`` through every generation; return its measurements (see module docstring).
@@ -251,12 +251,12 @@ def train_arm(
 
 
 def _train_arm(
-    name: str, spec: ArmSpec, ratio: float, model: Any, ctx: EvalContext, cfg: Config, *,
+    name: str, spec: Recipe, ratio: float, model: Any, ctx: EvalContext, cfg: Config, *,
     partial: Path, log: Log, max_steps: int | None, seed_label: str,
 ) -> dict[str, Any]:
     orch = cfg.orchestration
-    follows_rows = cfg.share_from_rows() and bool(spec.source) and name not in cfg.arms
-    kl = KLSpec(spec.kl_to_base, spec.kl_temperature, spec.kl_on, spec.rehearsal_ce) if spec.kl_to_base > 0 else None
+    follows_rows = cfg.share_from_rows() and bool(spec.source) and cfg.takes_training_share(name)
+    kl = KLSpec.from_recipe(spec)
     generations: list[dict[str, Any]] = []
     scores: list[float] = []
     curve: list[dict[str, Any]] = []
@@ -346,7 +346,7 @@ def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> 
     return {name: rep.to_dict() for name, rep in reports.items()}
 
 
-def _save_adapter(model: Any, where: Path, cfg: Config, ctx: EvalContext, arm: str, spec: ArmSpec, ratio: float, lineage: list[int]) -> None:
+def _save_adapter(model: Any, where: Path, cfg: Config, ctx: EvalContext, arm: str, spec: Recipe, ratio: float, lineage: list[int]) -> None:
     model.save_pretrained(where)
     (where / "replaybank.json").write_text(
         json.dumps(

@@ -28,7 +28,12 @@ Example (a two-token vocabulary: base ``(1/2, 1/2)``, adapted ``(3/4, 1/4)``;
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from replaybank.llm.data.rows import IGNORE_INDEX
+
+if TYPE_CHECKING:
+    from replaybank.llm.config.recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,57 @@ class KLSpec:
     """False: rehearsal rows enter the loss through this term only, not through cross-entropy
     (self-distillation: the base model's distribution on those answers is kept as it is instead
     of being sharpened toward the one answer written down)."""
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe) -> KLSpec | None:
+        """The KL term of a rehearsal recipe (:class:`replaybank.llm.config.Recipe`), or None
+        when its ``kl_to_base`` is 0.
+
+        Example:
+            >>> from replaybank.llm.config.recipe import builtin
+            >>> KLSpec.from_recipe(builtin("self-distill"))
+            KLSpec(weight=3.0, temperature=1.0, on='rehearsal', rehearsal_ce=False)
+            >>> KLSpec.from_recipe(builtin("rehearsal-self")) is None
+            True
+        """
+        if recipe.kl_to_base <= 0:
+            return None
+        return cls(recipe.kl_to_base, recipe.kl_temperature, recipe.kl_on, recipe.rehearsal_ce)
+
+
+def kl_mask(labels: Any, attention_mask: Any, rehearsal: Any, on: str = "rehearsal") -> Any:
+    """Where the KL term applies, over the next-token positions ``labels[:, 1:]``.
+
+    The completion (labelled) positions of rehearsal rows; with ``on = "all"`` also the prompt
+    positions (unlabelled, not padding) of the other rows. One rule for the training loop
+    (:mod:`replaybank.llm.train.step`, a whole micro-batch of one source) and
+    :class:`replaybank.hf.kl.KLToBase` (rows marked by a source column).
+
+    Args:
+        labels: ``(rows, length)`` token labels, ``-100`` where there is no target.
+        attention_mask: ``(rows, length)``, 0 on padding.
+        rehearsal: ``(rows,)`` bool tensor, True for rehearsal rows.
+        on: ``"rehearsal"`` or ``"all"``.
+
+    Returns:
+        A ``(rows, length - 1)`` bool tensor.
+
+    Example:
+        >>> import torch
+        >>> labels = torch.tensor([[-100, -100, 5, 6], [-100, -100, 7, 8]])
+        >>> att = torch.ones(2, 4, dtype=torch.long)
+        >>> kl_mask(labels, att, torch.tensor([True, False])).int().tolist()
+        [[0, 1, 1], [0, 0, 0]]
+        >>> kl_mask(labels, att, torch.tensor([True, False]), "all").int().tolist()
+        [[0, 1, 1], [1, 0, 0]]
+    """
+    target = labels[:, 1:]
+    labelled = target != IGNORE_INDEX
+    row = rehearsal.to(labelled.device)[:, None]
+    mask = labelled & row
+    if on == "all":
+        mask = mask | (~labelled & (attention_mask[:, 1:] > 0) & ~row)
+    return mask
 
 
 def kl_to_base(logits: Any, base_logits: Any, temperature: float = 1.0) -> Any:

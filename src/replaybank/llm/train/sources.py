@@ -1,6 +1,6 @@
 """The rehearsal sources of one generation of an arm, mixed into its domain batches.
 
-An arm (:class:`replaybank.llm.config.ArmSpec`) names its sources: ``corpus`` (the rehearsal pool,
+An arm (a rehearsal recipe, :class:`replaybank.llm.config.Recipe`) names its sources: ``corpus`` (the rehearsal pool,
 sliced per virtual epoch), ``self`` (the base model's own answers, synthesized per seed) and
 ``replay`` (the stored training rows of earlier generations not in the lineage; absent in the first
 generation, where its share goes to the arm's other sources or, alone, leaves the generation naive).
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.llm.config import ArmSpec
+from replaybank.llm.config import Recipe
 from replaybank.llm.data.rows import TokenRows, token_rows
 from replaybank.llm.eval.measure import EvalContext
 from replaybank.llm.train.loop import Source
@@ -26,7 +26,7 @@ def concat_rows(parts: list[TokenRows]) -> TokenRows:
     return token_rows([r for p in parts for r in p.rows(np.arange(len(p)))])
 
 
-def build_sources(spec: ArmSpec, ratio: float, generation: int, lineage: list[int], ctx: EvalContext) -> list[Source]:
+def build_sources(spec: Recipe, ratio: float, generation: int, lineage: list[int], ctx: EvalContext) -> list[Source]:
     """The rehearsal sources of one generation, the ratio split evenly over those that have rows.
 
     Raises:

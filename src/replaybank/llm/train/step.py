@@ -16,7 +16,7 @@ import numpy as np
 
 from replaybank.llm.data.rows import IGNORE_INDEX
 from replaybank.llm.eval.losses import collate, logits_at, token_loss_sum
-from replaybank.llm.train.kl import KLSpec, base_logits_at, kl_to_base
+from replaybank.llm.train.kl import KLSpec, base_logits_at, kl_mask, kl_to_base
 
 DOMAIN, REHEARSAL = 0, 1
 
@@ -96,14 +96,12 @@ def train_step(
 
 def _kl_mask(source: int, labels: Any, att: Any, kl: KLSpec | None) -> Any:
     # Positions (of labels[:, 1:]) where the KL term applies, or None.
-    if kl is None or kl.weight <= 0:
+    import torch
+
+    if kl is None or kl.weight <= 0 or (source == DOMAIN and kl.on != "all"):
         return None
-    target = labels[:, 1:]
-    if source != DOMAIN:
-        return target != IGNORE_INDEX
-    if kl.on == "all":
-        return (target == IGNORE_INDEX) & (att[:, 1:] > 0)
-    return None
+    rehearsal = torch.full((labels.shape[0],), source != DOMAIN, dtype=torch.bool)
+    return kl_mask(labels, att, rehearsal, kl.on)
 
 
 def _kl_positions(source: int, rows: list[tuple[np.ndarray, np.ndarray]], kl: KLSpec | None) -> int:

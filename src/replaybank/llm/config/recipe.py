@@ -1,0 +1,223 @@
+"""The rehearsal recipe: one definition of how rehearsal rows enter LoRA training, for every job.
+
+A :class:`Recipe` says which rehearsal sources, what share of every batch (of its rows or of its
+labelled tokens), whether the rehearsal rows train with cross-entropy, and the KL-to-base term
+(weight, temperature, positions). The main job (``replaybank run``: each trained arm is a
+recipe), the consolidation loop (``replaybank loop``: ``[loop] recipe``) and :mod:`replaybank.hf`
+(``recipe(name)``, ``mix(..., recipe=)``, ``KLToBase.from_recipe``) read the same type, the same
+built-in names (:data:`BUILTIN_RECIPES`) and the same ``[recipes.NAME]`` tables
+(:func:`parse_recipes`; the main job also reads its old spelling ``[arms.NAME]``), so a recipe
+found in one job can be named in another.
+
+Sources: ``corpus`` (the main job's rehearsal corpus), ``self`` (the base model's own answers to
+general prompts), ``replay`` (the main job's stored rows of earlier generations), or a ``.jsonl``
+file of ``{prompt, response}`` rows (the loop). Each job says which it can run.
+
+Example:
+    >>> r = builtin("self-distill")
+    >>> r.source, r.ratio, r.mix_by, r.kl_to_base, r.rehearsal_ce
+    (['self'], 0.5, 'rows', 3.0, False)
+    >>> builtin("self-distil")
+    Traceback (most recent call last):
+    ...
+    replaybank.llm.config.ConfigError: unknown recipe 'self-distil'; did you mean 'self-distill'?
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from replaybank.llm.config.schema import ARM_SOURCES, KLOn, MixBy, _f
+from replaybank.llm.config.values import ConfigError, at, did_you_mean, read_section
+
+__all__ = [
+    "BUILTIN_RECIPES", "NONE", "SOURCES", "TAKES_TRAINING_SHARE", "Recipe", "builtin", "is_file_source",
+    "load_recipes", "parse_recipes", "resolve",
+]  # fmt: skip
+
+SOURCES = ARM_SOURCES  # corpus, self, replay
+NONE = "none"  # a recipe name: no rehearsal at all
+
+
+@dataclass
+class Recipe:
+    """How rehearsal rows enter training: sources, share, cross-entropy on/off, the KL term."""
+
+    source: list[str] = _f([], "rehearsal sources: corpus, self, replay (the main job), self or a .jsonl file of {prompt, response} (the loop); empty = none (naive)")
+    ratio: float = _f(0.1, "total rehearsal share of every batch, split evenly over the sources, in [0, 1)", min=0, lt=1)
+    mix_by: MixBy = _f("rows", "rows: share of the rows; tokens: share of the labelled tokens (the loss)")
+    kl_to_base: float = _f(0.0, "weight of the KL-to-base term KL(base || adapted) on the rehearsal rows' answer tokens (see kl_on), added to the loss; 0 = off", min=0, max=1000)
+    kl_temperature: float = _f(1.0, "temperature of both distributions in the KL term", gt=0)
+    kl_on: KLOn = _f("rehearsal", "KL positions: rehearsal completions, or also the prompts of domain rows (all)")
+    rehearsal_ce: bool = _f(True, "train on the rehearsal completions with cross-entropy as well as the KL term; false = the KL term only (self-distillation; needs kl_to_base > 0)")
+
+
+#: ``ArmSpec`` is the name the main job's arms had before the loop and ``replaybank.hf`` shared them.
+ArmSpec = Recipe
+
+BUILTIN_RECIPES: dict[str, Recipe] = {
+    "naive": Recipe(source=[], ratio=0.0),
+    "rehearsal-corpus": Recipe(source=["corpus"]),  # the reference's method: general corpus, 10% of rows
+    "rehearsal": Recipe(source=["corpus"]),  # the old name of rehearsal-corpus
+    "rehearsal-self": Recipe(source=["self"]),
+    "rehearsal-replay": Recipe(source=["replay"]),
+    "rehearsal-self-kl": Recipe(source=["self"], kl_to_base=1.0),
+    # the loop's working recipe: half of every batch the base model's own answers, through the KL term only
+    "self-distill": Recipe(source=["self"], ratio=0.5, kl_to_base=3.0, rehearsal_ce=False),
+}
+"""The built-in recipes. Every job and :func:`replaybank.hf.recipe` know these names."""
+
+#: Built-in recipes whose share the main job takes from ``[training] mixing_ratio`` and ``mix_by``
+#: (the reference's share, 10% of rows by default); their ratio above is that default.
+TAKES_TRAINING_SHARE = frozenset({"rehearsal-corpus", "rehearsal", "rehearsal-self", "rehearsal-replay", "rehearsal-self-kl"})
+
+
+#: The loop's old ``[loop]`` rehearsal keys and the recipe key each became.
+LOOP_SPELLING = {"rehearsal": "source", "rehearsal_ratio": "ratio", "kl_weight": "kl_to_base"}
+
+
+def is_file_source(name: str) -> bool:
+    """Whether a source names a JSONL file of ``{prompt, response}`` rows (rather than a kind)."""
+    return name.lower().endswith(".jsonl")
+
+
+def builtin(name: str) -> Recipe:
+    """A copy of the built-in recipe ``name``.
+
+    Raises:
+        ConfigError: an unknown name, with a "did you mean".
+    """
+    if name not in BUILTIN_RECIPES:
+        raise ConfigError(f"unknown recipe {name!r}{did_you_mean(name, BUILTIN_RECIPES)}")
+    spec = BUILTIN_RECIPES[name]
+    return replace(spec, source=list(spec.source))
+
+
+def resolve(name: str, declared: dict[str, Recipe], where: str, key: str) -> Recipe | None:
+    """The recipe ``name`` names: a declared ``[recipes.NAME]`` table, else a built-in; None for ``none``.
+
+    Args:
+        name: the name as written in the config.
+        declared: the config's own tables (they replace built-ins of the same name).
+        where: ``file:line`` of the key, for the error.
+        key: ``[section] key`` that named it, for the error.
+
+    Raises:
+        ConfigError: an unknown name, naming ``where`` and ``key``, with a "did you mean".
+    """
+    if name == NONE:
+        return None
+    if name in declared:
+        return declared[name]
+    if name in BUILTIN_RECIPES:
+        return builtin(name)
+    known = sorted({*declared, *BUILTIN_RECIPES, NONE})
+    raise ConfigError(
+        f"{where}: {key} = {name!r} is not a built-in recipe or a [recipes.NAME] table{did_you_mean(name, known)}"
+    )
+
+
+def parse_recipes(raw: Any, source: str, section: str = "recipes", text: str | None = None) -> dict[str, Recipe]:
+    """``[recipes.NAME]`` (or ``[arms.NAME]``) tables -> a :class:`Recipe` per name, every key
+    checked by :func:`.values.read_section`, then the keys against each other; errors name
+    ``file:line`` when ``text`` (the TOML file's text) is given.
+
+    Example:
+        >>> parse_recipes({"mine": {"source": "self", "ratio": 0.3}}, "run.toml")["mine"].source
+        ['self']
+        >>> text = '[recipes.mine]\\nsource = "self"\\nrehearsal_ce = false\\n'
+        >>> parse_recipes({"mine": {"source": "self", "rehearsal_ce": False}}, "run.toml", text=text)
+        Traceback (most recent call last):
+        ...
+        replaybank.llm.config.ConfigError: run.toml:3: [recipes.mine] rehearsal_ce = false trains the rehearsal rows through the KL term only, which needs rehearsal sources and kl_to_base > 0 (got source = ['self'], kl_to_base = 0)
+
+    Raises:
+        ConfigError: a table that is not a table, the name ``base`` or ``none``, an unknown key,
+            source or value, a share of 0 with sources, a KL term on rehearsal rows without
+            sources, ``rehearsal_ce = false`` without the KL term.
+    """
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{at(source, text, section)}: [{section}] must hold tables [{section}.NAME], got {raw!r}")
+    out: dict[str, Recipe] = {}
+    for name, values in raw.items():
+        table = f"{section}.{name}"
+        if name in ("base", NONE):
+            what = "the untouched model" if name == "base" else "no rehearsal"
+            raise ConfigError(f"{at(source, text, table)}: [{table}] cannot be declared; {name} is {what}")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{at(source, text, table)}: [{table}] must be a table, got {values!r}")
+        for key in values:
+            if key in LOOP_SPELLING:
+                raise ConfigError(f"{at(source, text, table, key)}: unknown key [{table}] {key}; did you mean "
+                                  f"{LOOP_SPELLING[key]!r}? ([loop] {key} is its old spelling in the loop)")
+        spec, keys = read_section(source, table, Recipe, values, text=text)
+        check_recipe(spec, table, keys, source, text)
+        out[name] = spec
+    return out
+
+
+def check_recipe(spec: Recipe, table: str, keys: set[str], source: str, text: str | None = None) -> None:
+    """The keys of one recipe against each other (see :func:`parse_recipes`)."""
+
+    def where(*candidates: str) -> str:
+        key = next((k for k in candidates if k in keys), candidates[0])
+        return at(source, text, table, key)
+
+    for src in spec.source:
+        if src not in SOURCES and not is_file_source(src):
+            raise ConfigError(
+                f"{where('source')}: [{table}] source contains {src!r}; expected some of "
+                f"{', '.join(SOURCES)}{did_you_mean(src, SOURCES)} (or a .jsonl file of prompt/response rows)"
+            )
+    if len(set(spec.source)) != len(spec.source):
+        raise ConfigError(f"{where('source')}: [{table}] source lists a source twice: {spec.source}")
+    if spec.source and spec.ratio == 0:
+        raise ConfigError(f"{where('ratio', 'source')}: [{table}] has sources {spec.source} but ratio = 0; give a ratio in (0, 1)")
+    if spec.kl_to_base > 0 and not spec.source and spec.kl_on == "rehearsal":
+        raise ConfigError(
+            f"{where('kl_to_base')}: [{table}] kl_to_base = {spec.kl_to_base} applies to rehearsal rows, but the arm "
+            "has no source; add a source or set kl_on = \"all\""
+        )
+    if not spec.rehearsal_ce and (spec.kl_to_base == 0 or not spec.source):
+        raise ConfigError(
+            f"{where('rehearsal_ce')}: [{table}] rehearsal_ce = false trains the rehearsal rows through the KL term only, "
+            f"which needs rehearsal sources and kl_to_base > 0 (got source = {spec.source}, kl_to_base = {spec.kl_to_base:g})"
+        )
+
+
+def load_recipes(path: str | Path) -> dict[str, Recipe]:
+    """The ``[recipes.NAME]`` (and ``[arms.NAME]``) tables of a TOML file, checked; other sections
+    are not read (so a main-job or loop config can lend its recipes to :mod:`replaybank.hf`).
+
+    Raises:
+        ConfigError: a missing or unreadable file, invalid TOML, or a bad table (``file:line``).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: invalid TOML ({exc})") from None
+    return merge_declared(
+        parse_recipes(data.get("recipes", {}), str(p), "recipes", text),
+        parse_recipes(data.get("arms", {}), str(p), "arms", text), str(p), text,
+    )
+
+
+def merge_declared(recipes: dict[str, Recipe], arms: dict[str, Recipe], source: str, text: str | None) -> dict[str, Recipe]:
+    """``[recipes.NAME]`` and ``[arms.NAME]`` tables as one dict; a name in both is an error."""
+    both = sorted(set(recipes) & set(arms))
+    if both:
+        raise ConfigError(
+            f"{at(source, text, f'arms.{both[0]}')}: [arms.{both[0]}] and [recipes.{both[0]}] both declare "
+            f"{both[0]!r}; [arms.NAME] is the old spelling of [recipes.NAME]: keep one"
+        )
+    return {**recipes, **arms}
