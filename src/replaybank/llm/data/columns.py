@@ -128,7 +128,7 @@ def _row_estimate(path: Path) -> int:
             return 0
     lines = 0
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
+        for block in iter(lambda: f.read(1 << 20), b""):
             lines += block.count(b"\n")
     return lines + 1
 

@@ -172,7 +172,7 @@ def file_digest(path: Path) -> str:
     """SHA-256 of a file, read in blocks (a large Parquet pool is never held in memory whole)."""
     digest = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
+        for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
 
