@@ -87,6 +87,9 @@ def lazy_stage(pool_file: Path) -> dict[str, Any]:
     check_overlaps(load_suite(cfg.data.suite), data, sampled_rows(len(data.rehearsal_pool), cfg.training))
     times["suite_overlap"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    data.rehearsal_pool.label_tokens()  # the LoRA loop asks for it first: 2,048 rows tokenized (cached)
+    times["label_token_estimate"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     with fresh_adapter(model, cfg.training) as lora:
         log = train_lora(
             lora, int(tokenizer.pad_token_id), data.domain_generations[0], None, cfg.training, 0.0,
@@ -120,12 +123,13 @@ def reference_stage(pool_file: Path, sample: int) -> dict[str, Any]:
     tok = _tokenizer()
     texts = pool.texts[:sample]
     t0 = time.perf_counter()
-    for text in texts:
-        encode_rehearsal(tok, text[:MAX_CHARS], PROMPT, PROMPT_CHARS, MAX_SEQ)
+    tokens = sum(len(encode_rehearsal(tok, text[:MAX_CHARS], PROMPT, PROMPT_CHARS, MAX_SEQ)[0]) for text in texts)
     rate = len(texts) / (time.perf_counter() - t0)
     times["tokenize_all_estimated"] = len(pool) / rate
     return {
         "seconds": {k: round(v, 2) for k, v in times.items()}, "tokenize_rows_per_second": round(rate, 1),
+        # ids + labels, int64 each, in the eager pool's storage: on top of the peak below
+        "tokenized_pool_gb_estimated": round(tokens / len(texts) * 16 * len(pool) / 1e9, 2),
         "seconds_before_first_step_estimated": round(sum(times.values()), 1),
         "peak_rss_gb_before_tokenizing": round(peak_rss_gb(), 2),
     }
@@ -189,7 +193,8 @@ def main() -> None:
           f"({met[lazy['seconds_to_first_step'] <= TARGET_SECONDS]}) | {reference['seconds_before_first_step_estimated']:.0f} "
           f"(estimated, without model load) | <= {TARGET_SECONDS:.0f} |")
     print(f"| peak RSS, GB | {lazy['peak_rss_gb']} ({met[lazy['peak_rss_gb'] <= TARGET_RSS_GB]}) | "
-          f"{reference['peak_rss_gb_before_tokenizing']} (before tokenizing) | <= {TARGET_RSS_GB} |")
+          f"{reference['peak_rss_gb_before_tokenizing']} before tokenizing, + "
+          f"{reference['tokenized_pool_gb_estimated']} of tokenized rows (estimated) | <= {TARGET_RSS_GB} |")
     print("\n| eager reference stage | seconds |\n|---|---|")
     for k, v in reference["seconds"].items():
         print(f"| {k} | {v:.1f} |")
