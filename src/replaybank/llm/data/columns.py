@@ -140,8 +140,8 @@ def _jsonl_column(path: Path, text_field: str) -> Any:
     import pyarrow.json as pj  # type: ignore[import-not-found]
 
     options = pj.ParseOptions(explicit_schema=pa.schema([(text_field, pa.string())]), unexpected_field_behavior="ignore")
-    try:
-        values = pj.read_json(path, parse_options=options).column(text_field)
+    try:  # 16 MB blocks: a line longer than a block is an error in pyarrow
+        values = pj.read_json(path, read_options=pj.ReadOptions(block_size=1 << 24), parse_options=options).column(text_field)
     except Exception:  # pyarrow's messages name no line; load_corpus's do
         return None
     return None if values.null_count else values  # a null is a missing field (an error) or a null value (dropped)
