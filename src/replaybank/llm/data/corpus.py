@@ -24,7 +24,7 @@ from typing import Any
 from replaybank import jsonl
 from replaybank.errors import ReplayBankError
 from replaybank.jsonl import read_utf8
-from replaybank.llm.data.saved import is_saved_dataset, iter_saved_dataset
+from replaybank.llm.data.saved import is_saved_dataset, iter_saved_dataset, open_hf_dataset
 
 PYTHON_DOCS = "python-docs"
 """Name of the embedded general corpus: ``pydoc_data.topics`` plus stdlib docstrings."""
@@ -142,7 +142,12 @@ def _load_jsonl_file(path: Path, text_field: str, corpus: Corpus) -> None:
     )
 
 
-def _load_parquet_file(path: Path, text_field: str, corpus: Corpus) -> None:
+def read_parquet_column(path: Path, text_field: str) -> Any:
+    """Column ``text_field`` of a Parquet file as a ``pyarrow.ChunkedArray`` (no other column is read).
+
+    Raises:
+        CorpusError: pyarrow missing, no such file, not Parquet, no such column (the columns listed).
+    """
     try:
         import pyarrow.parquet as pq  # type: ignore[import-not-found]
     except ImportError:
@@ -158,15 +163,25 @@ def _load_parquet_file(path: Path, text_field: str, corpus: Corpus) -> None:
     if text_field not in names:
         raise CorpusError(f"{path}: no column {text_field!r} (columns: {', '.join(names)}); set rehearsal_text_field")
     try:
-        table = pq.read_table(path, columns=[text_field])  # only the text column
+        return pq.read_table(path, columns=[text_field]).column(text_field)
     except Exception as exc:
         raise CorpusError(f"{path}: not a readable Parquet file ({exc})") from None
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file, read in blocks (a large Parquet pool is never held in memory whole)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _load_parquet_file(path: Path, text_field: str, corpus: Corpus) -> None:
     start = len(corpus)
-    for i, value in enumerate(table.column(text_field).to_pylist()):
+    for i, value in enumerate(read_parquet_column(path, text_field).to_pylist()):
         _add(corpus, value, f"{path}:{i}")
-    corpus.manifest.append(
-        {"source": str(path), "rows": len(corpus) - start, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
-    )
+    corpus.manifest.append({"source": str(path), "rows": len(corpus) - start, "sha256": file_digest(path)})
 
 
 def _load_file(path: Path, text_field: str, corpus: Corpus) -> None:
@@ -240,22 +255,8 @@ def load_corpus(source: str | Path, text_field: str = "text", split: str = "trai
 
 
 def _load_hf_dataset(name: str, split: str, text_field: str) -> Corpus:
-    hint = (
-        f"{name!r} is neither a local path nor a locally available dataset; download it elsewhere "
-        "and point rehearsal_dataset at a local .jsonl/.parquet file or folder"
-    )
-    try:
-        import datasets  # type: ignore[import-not-found]
-    except ImportError:
-        raise CorpusError(f"{hint} (the 'datasets' package is not installed)") from None
-    try:
-        ds = datasets.load_dataset(name, split=split, download_mode="reuse_cache_if_exists")
-    except Exception as exc:  # offline mode raises ConnectionError, FileNotFoundError, ...
-        raise CorpusError(f"{hint} ({type(exc).__name__}: {exc})") from None
-    if text_field not in ds.column_names:
-        raise CorpusError(f"{name}[{split}]: no column {text_field!r} (columns: {', '.join(ds.column_names)})")
     corpus = Corpus()
-    for i, value in enumerate(ds[text_field]):
+    for i, value in enumerate(open_hf_dataset(name, split, text_field, CorpusError)[text_field]):
         _add(corpus, value, f"{name}:{i}")
     corpus.manifest.append({"source": f"hf:{name}[{split}]", "rows": len(corpus), "sha256": None})
     return corpus

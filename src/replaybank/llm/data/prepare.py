@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from replaybank.llm.config import BUILTIN_AGENDA, BUILTIN_PROBE, BUILTIN_TOOLAPI, Config
 from replaybank.llm.data import agenda, toolapi
+from replaybank.llm.data.columns import hold_out_rows, open_column
 from replaybank.llm.data.corpus import (
     Corpus,
     CorpusError,
@@ -23,6 +27,7 @@ from replaybank.llm.data.corpus import (
     remove_overlap,
     split_heldout,
 )
+from replaybank.llm.data.pool import ColumnTexts, LazyPool, ListTexts, PoolTexts
 from replaybank.llm.data.rows import (
     FormatError,
     TokenRows,
@@ -35,6 +40,12 @@ from replaybank.llm.data.rows import (
 from replaybank.llm.eval.probe import ProbeItem, default_probe_items
 
 DomainRecord = dict[str, Any]  # {"prompt", "response"} | {"messages"} | {"text"}
+
+LAZY_MIN_ROWS = 20_000
+"""A rehearsal pool with more rows is tokenized when its rows are drawn (:class:`LazyPool`); a
+columnar source (Parquet, JSONL, a saved or cached HF dataset) that large is also read as an Arrow
+column with its held-out rows sampled by index (:mod:`replaybank.llm.data.columns`). Smaller pools
+are read and tokenized up front, as they always were."""
 
 
 @dataclass
@@ -53,7 +64,8 @@ class Prepared:
     """The raw held-out records per generation, for generated-accuracy evaluation."""
     domain_train_records: list[list[DomainRecord]] = field(default_factory=list)
     rehearsal_texts: list[str] = field(default_factory=list)
-    """The corpus passages of the rehearsal pool (for overlap checks against the suite)."""
+    """The corpus passages of an eager rehearsal pool (for overlap checks against the suite); empty
+    for a :class:`LazyPool`, whose rows are checked when drawn."""
 
 
 BUILTINS = {BUILTIN_TOOLAPI: toolapi.generate_examples, BUILTIN_AGENDA: agenda.generate_examples}
@@ -143,37 +155,78 @@ def load_probe(source: str) -> list[ProbeItem]:
     return items
 
 
-def _cut(corpus: Corpus, max_chars: int) -> list[str]:
-    return [t[:max_chars] for t in corpus.texts]
+def _general(cfg: Config, encode: Callable[[str], Any], lazy_min_rows: int) -> tuple[TokenRows, list[str], Corpus, dict[str, Any]]:
+    """The rehearsal pool, its passages (eager pools only: a lazy pool's stay in their column),
+    the held-out general passages (uncut) and the manifest's entries for them.
+
+    A columnar source of more than ``lazy_min_rows`` rows is read as an Arrow column, its held-out
+    rows sampled by index; any other source through :func:`load_corpus`, whole documents held out.
+    """
+    t, d = cfg.training, cfg.data
+    dropped: Counter[str] = Counter()
+    held = Corpus()
+    if d.general_eval:
+        held = load_corpus(d.general_eval, t.rehearsal_text_field, t.rehearsal_split)
+        dropped.update({f"general_eval_{k}": v for k, v in held.dropped.items()})
+        held = held.subset(range(min(len(held), d.general_eval_rows)))
+    column = open_column(t.rehearsal_dataset, t.rehearsal_text_field, t.rehearsal_split, lazy_min_rows)
+    pool: TokenRows
+    if column is not None:
+        split = hold_out_rows(column, 0 if d.general_eval else d.general_eval_rows, seed=t.seed)
+        if not d.general_eval:
+            held = Corpus(split.texts, split.doc_ids)
+        dropped.update(split.dropped)
+        sources, overlap, how = column.manifest, split.overlap_removed, "rows sampled by index"
+        lazy = _lazy_pool(ColumnTexts(column, split.pool), encode, cfg)
+        held_cut = set(_cut(held.texts, t.rehearsal_max_chars))
+        lazy.add_check("heldout", held_cut.__contains__)  # a held-out text with other whitespace, or from general_eval
+        pool, texts = lazy, []
+    else:
+        general = load_corpus(t.rehearsal_dataset, t.rehearsal_text_field, t.rehearsal_split)
+        dropped.update(general.dropped)
+        corpus = general
+        if not d.general_eval:
+            corpus, held = split_heldout(general, d.general_eval_rows, seed=t.seed)
+        corpus, overlap = remove_overlap(corpus.subset(range(len(corpus))), held.texts)
+        sources, how = general.manifest, "whole documents"
+        texts = _cut(corpus.texts, t.rehearsal_max_chars)
+        pool = _lazy_pool(ListTexts(texts), encode, cfg) if len(texts) > lazy_min_rows else token_rows([encode(x) for x in texts])
+    if len(pool) == 0:
+        raise CorpusError(f"{t.rehearsal_dataset}: no rehearsal passages left after holding out the general eval set")
+    manifest = {
+        "general_corpus": sources,
+        "general_eval_source": d.general_eval or f"held out from {t.rehearsal_dataset} ({how})",
+        "overlap_removed": overlap,
+        "dropped": dict(sorted(dropped.items())),
+    }
+    return pool, [] if isinstance(pool, LazyPool) else texts, held, manifest
 
 
-def prepare(cfg: Config, tokenizer: Any) -> Prepared:
-    """Load, split, cut and tokenize everything the run needs.
+def _cut(texts: list[str], max_chars: int) -> list[str]:
+    return [t[:max_chars] for t in texts]
+
+
+def _lazy_pool(texts: PoolTexts, encode: Callable[[str], Any], cfg: Config) -> LazyPool:
+    t = cfg.training
+    # room for every virtual epoch's slice, so arms and generations after the first tokenize nothing
+    cache = min(max(t.rehearsal_rows_per_epoch * t.num_train_epochs, 1024), 8192)
+    return LazyPool(texts, encode, t.rehearsal_max_chars, cache_rows=cache, seed=t.seed)
+
+
+def prepare(cfg: Config, tokenizer: Any, *, lazy_min_rows: int | None = None) -> Prepared:
+    """Load, split, cut and tokenize everything the run needs (the rehearsal pool lazily when it has
+    more than ``lazy_min_rows`` rows, default :data:`LAZY_MIN_ROWS`).
 
     Raises:
         CorpusError: for any bad data source (see :mod:`replaybank.llm.data.corpus`).
     """
     t, d = cfg.training, cfg.data
-    general = load_corpus(t.rehearsal_dataset, t.rehearsal_text_field, t.rehearsal_split)
-    dropped = Counter(general.dropped)
-    if d.general_eval:
-        held = load_corpus(d.general_eval, t.rehearsal_text_field, t.rehearsal_split)
-        dropped.update({f"general_eval_{k}": v for k, v in held.dropped.items()})
-        held = held.subset(range(min(len(held), d.general_eval_rows)))
-        pool = general
-    else:
-        pool, held = split_heldout(general, d.general_eval_rows, seed=t.seed)
-    held_texts = _cut(held, t.rehearsal_max_chars)
-    pool, overlap = remove_overlap(pool.subset(range(len(pool))), held.texts)
-    if len(pool) == 0:
-        raise CorpusError(f"{t.rehearsal_dataset}: no rehearsal passages left after holding out the general eval set")
-    pool_texts = _cut(pool, t.rehearsal_max_chars)
 
-    def rehearsal_rows(texts: list[str]) -> TokenRows:
-        return token_rows([
-            encode_rehearsal(tokenizer, x, t.rehearsal_prompt, t.rehearsal_prompt_chars, t.max_seq_length)
-            for x in texts
-        ])
+    def encode(text: str) -> tuple[Any, Any]:
+        return encode_rehearsal(tokenizer, text, t.rehearsal_prompt, t.rehearsal_prompt_chars, t.max_seq_length)
+
+    pool, pool_texts, held, general = _general(cfg, encode, LAZY_MIN_ROWS if lazy_min_rows is None else lazy_min_rows)
+    held_texts = _cut(held.texts, t.rehearsal_max_chars)
 
     n_gen = cfg.orchestration.num_generations
     eval_sets: dict[str, tuple[list[DomainRecord], dict[str, Any], TokenRows]] = {}
@@ -194,22 +247,23 @@ def prepare(cfg: Config, tokenizer: Any) -> Prepared:
         train_records.append(recs)
     probe = load_probe(d.probe)
     manifest = {
-        "general_corpus": general.manifest,
-        "general_pool_rows": len(pool_texts),
+        "general_corpus": general["general_corpus"],
+        "general_pool_rows": len(pool),
         "general_eval_rows": len(held_texts),
-        "general_eval_source": d.general_eval or f"held out from {t.rehearsal_dataset} (whole documents)",
+        "general_eval_source": general["general_eval_source"],
         "general_eval_docs": sorted(set(held.doc_ids))[:50],
-        "overlap_removed": overlap,
-        "dropped": dict(sorted(dropped.items())),
+        "overlap_removed": general["overlap_removed"],
+        "dropped": general["dropped"],
         "domain_train": gen_manifest,
         "domain_train_rows": [len(g) for g in generations],
         "domain_eval": eval_manifest,
         "domain_eval_rows": len(eval_records),
         "domain_evals": [{"generation": g, **eval_sets[src][1]} for g, src in enumerate(eval_of)],
         "probe_items": len(probe),
+        "rehearsal_pool": pool.stats if isinstance(pool, LazyPool) else _eager_stats(len(pool)),
     }
     return Prepared(
-        rehearsal_rows(pool_texts), rehearsal_rows(held_texts), generations,
+        pool, token_rows([encode(x) for x in held_texts]), generations,
         eval_sets[eval_of[0]][2], probe, manifest,
         domain_evals=[eval_sets[src][2] for src in eval_of],
         domain_eval_records=[eval_sets[src][0] for src in eval_of],
@@ -218,11 +272,50 @@ def prepare(cfg: Config, tokenizer: Any) -> Prepared:
     )
 
 
-def check_overlaps(suite: Any, data: Prepared) -> None:
-    """No training text of this seed may contain any suite prompt (the whole suite, not the sample)."""
-    from replaybank.llm.eval.suite import check_no_overlap
+def _eager_stats(rows: int, suite_dropped: int = 0) -> dict[str, Any]:
+    return {"rows": rows, "lazy": False, "checked": rows, "dropped": {"suite": suite_dropped} if suite_dropped else {},
+            "tokenized": rows}
 
-    check_no_overlap(suite, data.rehearsal_texts, "rehearsal corpus")
+
+def check_overlaps(suite: Any, data: Prepared, sampled: np.ndarray | None = None) -> None:
+    """Keep suite prompts out of this seed's training text (the whole suite, not the sample).
+
+    Domain training data that contains a suite prompt stops the run (:class:`SuiteOverlapError`
+    naming the generation and row): it is the user's own training set, and quietly training on
+    less of it than they gave would hide a suite that measures memorisation. Rehearsal rows that
+    contain one are general text the run samples, so they are dropped and counted in
+    ``data.manifest["rehearsal_pool"]["dropped"]["suite"]`` instead: for an eager pool every row
+    is checked here and the overlapping ones removed; a :class:`LazyPool` checks the ``sampled``
+    rows now (every virtual epoch's slice: :func:`replaybank.llm.train.sources.sampled_rows`) and
+    any other row when it is first drawn, the next clean row taking a dropped one's place.
+
+    Raises:
+        SuiteOverlapError: domain training data overlaps the suite.
+        CorpusError: every rehearsal row overlaps the suite.
+    """
+    from replaybank.llm.eval.suite import Suite, check_no_overlap, overlap_key, overlaps
+
     for g, recs in enumerate(data.domain_train_records):
         texts = [str(r.get("prompt", r.get("text", ""))) for r in recs]
         check_no_overlap(suite, texts, f"domain training data of generation {g}")
+    prompts = [overlap_key(item.prompt) for item in (suite.items if isinstance(suite, Suite) else suite)]
+
+    def hits(text: str) -> bool:
+        key = overlap_key(text)
+        return any(overlaps(key, prompt) for prompt in prompts)
+
+    pool = data.rehearsal_pool
+    if isinstance(pool, LazyPool):
+        pool.add_check("suite", hits)
+        if sampled is not None:
+            pool.stand_ins(sampled)
+        return
+    if len(data.rehearsal_texts) != len(pool):  # a Prepared put together without its passages
+        return
+    keep = [i for i, text in enumerate(data.rehearsal_texts) if not hits(text)]
+    data.manifest["rehearsal_pool"] = _eager_stats(len(pool), len(pool) - len(keep))
+    if len(keep) < len(pool):
+        if not keep:
+            raise CorpusError(f"every one of the rehearsal pool's {len(pool)} passages overlaps an evaluation-suite prompt")
+        data.rehearsal_pool = token_rows(pool.rows(keep))
+        data.rehearsal_texts = [data.rehearsal_texts[i] for i in keep]

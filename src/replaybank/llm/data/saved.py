@@ -1,4 +1,5 @@
-"""A local Hugging Face dataset folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``.
+"""Local Hugging Face datasets: a folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``,
+or a dataset name already in the local cache (:func:`open_hf_dataset`).
 
 Such a folder holds Arrow shards and JSON metadata (``state.json`` and ``dataset_info.json`` for a
 ``Dataset``, ``dataset_dict.json`` and one subfolder per split for a ``DatasetDict``), none of
@@ -27,6 +28,18 @@ def iter_saved_dataset(path: Path, split: str, text_field: str, error: type[Exce
         error: ``datasets`` missing, an unreadable folder, a split or column that is not there
             (the message names the folder and lists what is).
     """
+    column = open_saved_dataset(path, split, text_field, error).select_columns([text_field])
+    for start in range(0, len(column), 10_000):  # in blocks: the Arrow file stays memory-mapped
+        yield from column[start : start + 10_000][text_field]
+
+
+def open_saved_dataset(path: Path, split: str, text_field: str, error: type[Exception]) -> Any:
+    """The ``datasets.Dataset`` of a ``save_to_disk`` folder (split ``split`` of a DatasetDict),
+    memory-mapped, checked to hold column ``text_field``.
+
+    Raises:
+        error: as :func:`iter_saved_dataset`.
+    """
     try:
         import datasets  # type: ignore[import-not-found]
     except ImportError:
@@ -41,6 +54,28 @@ def iter_saved_dataset(path: Path, split: str, text_field: str, error: type[Exce
         ds = ds[split]
     if text_field not in ds.column_names:
         raise error(f"{path}: no column {text_field!r} (columns: {', '.join(ds.column_names)}); set rehearsal_text_field")
-    column = ds.select_columns([text_field])
-    for start in range(0, len(column), 10_000):  # in blocks: the Arrow file stays memory-mapped
-        yield from column[start : start + 10_000][text_field]
+    return ds
+
+
+def open_hf_dataset(name: str, split: str, text_field: str, error: type[Exception]) -> Any:
+    """Split ``split`` of the Hugging Face dataset ``name``, only if it is in the local cache
+    (memory-mapped; nothing is downloaded), checked to hold column ``text_field``.
+
+    Raises:
+        error: ``datasets`` missing, a dataset that would need a download, a missing column.
+    """
+    hint = (
+        f"{name!r} is neither a local path nor a locally available dataset; download it elsewhere "
+        "and point rehearsal_dataset at a local .jsonl/.parquet file or folder"
+    )
+    try:
+        import datasets  # type: ignore[import-not-found]
+    except ImportError:
+        raise error(f"{hint} (the 'datasets' package is not installed)") from None
+    try:
+        ds = datasets.load_dataset(name, split=split, download_mode="reuse_cache_if_exists")
+    except Exception as exc:  # offline mode raises ConnectionError, FileNotFoundError, ...
+        raise error(f"{hint} ({type(exc).__name__}: {exc})") from None
+    if text_field not in ds.column_names:
+        raise error(f"{name}[{split}]: no column {text_field!r} (columns: {', '.join(ds.column_names)})")
+    return ds

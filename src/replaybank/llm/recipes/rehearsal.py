@@ -66,7 +66,7 @@ from replaybank.llm.runtime import environment, loadavg, pick_device, resolve_th
 from replaybank.llm.train import KLSpec, train_lora
 from replaybank.llm.train.adapter import fresh_adapter
 from replaybank.llm.train.lineage import select_lineage
-from replaybank.llm.train.sources import build_sources, concat_rows, rows_per_epoch
+from replaybank.llm.train.sources import build_sources, concat_rows, rows_per_epoch, sampled_rows
 
 __all__ = ["OutputError", "run_experiment", "run_seed", "train_arm"]
 
@@ -191,7 +191,9 @@ def run_seed(
     t0 = time.perf_counter()
     data = prepare(scfg, tokenizer)
     share, how = scfg.effective_mixing_ratio(len(data.domain_generations[0]))
-    check_overlaps(items, data)
+    check_overlaps(items, data, sampled_rows(len(data.rehearsal_pool), scfg.training))  # drops pool rows
+    if data.manifest["rehearsal_pool"]["dropped"]:
+        log(f"{label}: rehearsal rows dropped so far: {data.manifest['rehearsal_pool']['dropped']}")
     uses_self = any("self" in specs[a].source for a in trained)
     self_rows, self_manifest = synthesize_rows(base_model, tokenizer, scfg, items, log) if uses_self else (None, None)
     timings[f"data_{label}"] = time.perf_counter() - t0

@@ -9,14 +9,15 @@ The arm's share is split evenly over the sources that have rows.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
-from replaybank.llm.config import Recipe
+from replaybank.llm.config import Recipe, Training
 from replaybank.llm.data.rows import TokenRows, token_rows
 from replaybank.llm.eval.measure import EvalContext
-from replaybank.llm.train.loop import Source
+from replaybank.llm.train.loop import Source, epoch_slice
 
 
 def concat_rows(parts: list[TokenRows]) -> TokenRows:
@@ -59,3 +60,20 @@ def rows_per_epoch(steps: list[dict[str, Any]], source: str) -> float:
     epochs = {s["epoch"] for s in steps}
     drawn = sum(s["source_rows"].get(source, 0) for s in steps)
     return round(drawn / len(epochs), 2) if epochs else 0.0
+
+
+def sampled_rows(pool_size: int, training: Training) -> np.ndarray:
+    """The corpus rows a seed's LoRA loops draw: every virtual epoch's seeded slice
+    (:func:`..train.loop.epoch_slice`), sorted, each once. Every arm and generation of the seed
+    draws these same slices, so these are the rows to check before training.
+
+    Example:
+        >>> from replaybank.llm.config import Config
+        >>> t = Config.from_dict({"training": {"rehearsal_rows_per_epoch": 3, "num_train_epochs": 2}}).training
+        >>> sampled_rows(10, t).tolist()
+        [3, 4, 5, 6, 7, 9]
+    """
+    with warnings.catch_warnings():  # a pool smaller than a slice: the LoRA loop warns when it draws
+        warnings.simplefilter("ignore")
+        slices = [epoch_slice(pool_size, training.rehearsal_rows_per_epoch, training.seed, e) for e in range(training.num_train_epochs)]
+    return np.unique(np.concatenate(slices))
