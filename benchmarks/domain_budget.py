@@ -81,16 +81,20 @@ def main() -> None:
                     log = train_lora(peft_model, int(tok.pad_token_id), rows, None, cfg, 0.0,
                                      on_eval=on_eval, eval_points=args.epochs, desc=f"rows {n_rows} lr {lr:g}")
                 results.append({"seed": seed, "rows": n_rows, "lr": lr, "tokens": log.tokens, "cells": cells})
+                _write(args.out, args.validation, [load_start, loadavg()], results)  # a cut-short sweep keeps its cells
     print(f"\nnaive LoRA on builtin:toolapi, {args.validation} validation requests (load {load_start} -> {loadavg()})")
     print("| seed | rows | lr | " + " | ".join(f"epoch {e + 1}" for e in range(args.epochs)) + " | train s (all) |")
     print("|---|---:|---:|" + "---:|" * args.epochs + "---:|")
     for r in results:
         cells = " | ".join(f"{c['exact_match']:.3f}" for c in r["cells"])
         print(f"| {r['seed']} | {r['rows']} | {r['lr']:g} | {cells} | {r['cells'][-1]['train_s']} |")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"validation_requests": args.validation, "loadavg": [load_start, loadavg()],
-                                    "results": results}, indent=2))
+    _write(args.out, args.validation, [load_start, loadavg()], results)
     print(f"wrote {args.out}")
+
+
+def _write(out: Path, validation: int, load: list[float | None], results: list[dict[str, object]]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"validation_requests": validation, "loadavg": load, "results": results}, indent=2))
 
 
 if __name__ == "__main__":
