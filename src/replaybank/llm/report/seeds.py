@@ -62,21 +62,28 @@ def _mean(summary: dict[str, dict[str, Any]], key: str) -> float | None:
     return None if entry is None else float(entry["mean"])
 
 
+LEAKAGE_TARGET = 0.02
+RETENTION_TARGET, SEED_FLOOR = 0.90, 0.85
+DOMAIN_TARGET, DOMAIN_SLACK = 0.50, 0.05
+
+
 def check_targets(agg: dict[str, dict[str, dict[str, Any]]], rehearsal_arms: Sequence[str]) -> dict[str, Any]:
-    """The issue's targets on the seed means.
+    """Issue 23's targets on the seed means (and, for retention, on every seed).
 
     * naive loses behaviour: leakage >= 0.5, or conversation retention <= 2/3;
-    * per rehearsal arm: leakage <= 0.05; retention >= 0.9 in each checker-scored family
-      (:data:`FAMILIES`; ``open`` is not a target); domain exact match at least naive's minus
-      0.05. ``best_arm`` is the arm meeting most targets (ties: lower leakage).
+    * naive learns the skill: domain exact match >= 0.5 (mean over seeds);
+    * per rehearsal arm: leakage <= 0.02; retention >= 0.9 in each checker-scored family
+      (:data:`FAMILIES`; ``open`` is not a target) as the mean over seeds, and no seed below 0.85;
+      domain exact match at least naive's minus 0.05; mean retention over those families above
+      naive's. ``best_arm`` is the arm meeting most targets (ties: lower leakage).
 
     Example:
         >>> agg = aggregate([{"naive": {"leakage": 0.8, "retention_conversation": 0.5, "domain_exact_match": 0.9},
         ...                   "r": {"leakage": 0.0, "retention_conversation": 0.95, "retention_arithmetic": 1.0,
         ...                         "retention_code": 0.92, "domain_exact_match": 0.88}}])
         >>> t = check_targets(agg, ["r"])
-        >>> t["naive_loses_behaviour"], t["arms"]["r"]["met"], t["best_arm"]
-        (True, True, 'r')
+        >>> t["naive_loses_behaviour"], t["naive_learns_skill"], t["arms"]["r"]["met"], t["best_arm"]
+        (True, True, True, 'r')
     """
     out: dict[str, Any] = {"arms": {}}
     naive = agg.get("naive", {})
@@ -84,18 +91,24 @@ def check_targets(agg: dict[str, dict[str, dict[str, Any]]], rehearsal_arms: Seq
     if leak is not None or conv is not None:
         out["naive_loses_behaviour"] = bool((leak is not None and leak >= 0.5) or (conv is not None and conv <= 2 / 3))
     naive_dom = _mean(naive, "domain_exact_match")
+    if naive_dom is not None:
+        out["naive_learns_skill"] = naive_dom >= DOMAIN_TARGET
+    naive_ret = _mean_retention(naive)
     for arm in rehearsal_arms:
         s = agg.get(arm)
         if not s:
             continue
         checks: dict[str, bool | None] = {}
         arm_leak = _mean(s, "leakage")
-        checks["leakage_at_most_5pct"] = None if arm_leak is None else arm_leak <= 0.05
+        checks["leakage_at_most_2pct"] = None if arm_leak is None else arm_leak <= LEAKAGE_TARGET
         for fam in FAMILIES:
-            r = _mean(s, f"retention_{fam}")
-            checks[f"retention_{fam}_at_least_90pct"] = None if r is None else r >= 0.9
+            entry = s.get(f"retention_{fam}")
+            checks[f"retention_{fam}_at_least_90pct"] = None if entry is None else (
+                entry["mean"] >= RETENTION_TARGET and min(entry["values"]) >= SEED_FLOOR)
         dom = _mean(s, "domain_exact_match")
-        checks["domain_within_5_points_of_naive"] = None if dom is None or naive_dom is None else dom >= naive_dom - 0.05
+        checks["domain_within_5_points_of_naive"] = None if dom is None or naive_dom is None else dom >= naive_dom - DOMAIN_SLACK
+        ret = _mean_retention(s)
+        checks["retention_above_naive"] = None if ret is None or naive_ret is None else ret > naive_ret
         known = [v for v in checks.values() if v is not None]
         out["arms"][arm] = {"checks": checks, "met": bool(known) and all(known), "count": sum(known)}
     if out["arms"]:
@@ -103,3 +116,8 @@ def check_targets(agg: dict[str, dict[str, dict[str, Any]]], rehearsal_arms: Seq
             out["arms"], key=lambda a: (out["arms"][a]["count"], -(_mean(agg[a], "leakage") or 0.0))
         )
     return out
+
+
+def _mean_retention(summary: dict[str, dict[str, Any]]) -> float | None:
+    values = [v for fam in FAMILIES if (v := _mean(summary, f"retention_{fam}")) is not None]
+    return float(np.mean(values)) if values else None
