@@ -40,12 +40,12 @@ def _cfg(model_dir, **data):
 def test_self_distill_arm_runs_in_the_main_job(tiny_model_dir, tmp_path, long_self_answers):
     from replaybank.llm.recipes.rehearsal import run_experiment
 
-    # the main job's default drops answers cut at the budget (here: all of them)
+    # self_open_rows = false drops answers cut at the budget (here: all of them)
     with pytest.raises(ReplayBankError, match="no usable"):
-        run_experiment(_cfg(tiny_model_dir), tmp_path / "dropped", log=lambda m: None, max_steps=1)
-    # [data] self_open_rows = true keeps them as open rows, as the loop does
+        run_experiment(_cfg(tiny_model_dir, self_open_rows=False), tmp_path / "dropped", log=lambda m: None, max_steps=1)
+    # the default (true) keeps them as open rows, as the loop does
     out = tmp_path / "run"
-    run_experiment(_cfg(tiny_model_dir, self_open_rows=True), out, log=lambda m: None, max_steps=2)
+    run_experiment(_cfg(tiny_model_dir), out, log=lambda m: None, max_steps=2)
     saved = json.loads((out / "metrics.json").read_text())
     arm = saved["arms"]["self-distill"]
     assert arm["spec"] == {"source": ["self"], "ratio": 0.5, "mix_by": "rows", "kl_to_base": 3.0, "kl_temperature": 1.0,

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import platform
-from typing import Any
+from typing import Any, Literal
+
+from replaybank.errors import ReplayBankError
 
 
 def resolve_threads(setting: int, load: float | None) -> int:
@@ -105,3 +107,50 @@ def environment(device: str) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "machine": platform.machine(),
     }
+
+
+Precision = Literal["auto", "fp32", "bf16"]
+PRECISIONS: tuple[Precision, ...] = ("auto", "fp32", "bf16")
+
+
+class PrecisionError(ReplayBankError):
+    """A precision that is not one of ``auto``, ``fp32``, ``bf16``."""
+
+
+def resolve_precision(precision: str, device_type: str = "cpu") -> Literal["fp32", "bf16"]:
+    """The arithmetic ``precision`` means on ``device_type``: ``auto`` is ``bf16`` on a CPU with
+    native bfloat16 units (AMX tiles or AVX512-BF16), else ``fp32``.
+
+    Raises:
+        PrecisionError: ``precision`` is not one of ``auto``, ``fp32``, ``bf16``.
+
+    Example:
+        >>> resolve_precision("fp32"), resolve_precision("bf16"), resolve_precision("auto", "cuda")
+        ('fp32', 'bf16', 'fp32')
+    """
+    if precision not in PRECISIONS:
+        raise PrecisionError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    if precision != "auto":
+        return "bf16" if precision == "bf16" else "fp32"
+    if device_type != "cpu":
+        return "fp32"
+    return "bf16" if _cpu_has_bf16() else "fp32"
+
+
+def _cpu_has_bf16() -> bool:
+    import torch
+
+    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    try:
+        return any(bool(getattr(torch.cpu, name)()) for name in probes if hasattr(torch.cpu, name))
+    except Exception:  # a private probe that changed shape: fall back to the exact path
+        return False
+
+
+def autocast(precision: str, device_type: str) -> Any:
+    """``torch.autocast`` in bfloat16 when ``precision`` resolves to bf16 on ``device_type``, else a
+    context that changes nothing (the weights keep their dtype either way)."""
+    import torch
+
+    on = resolve_precision(precision, device_type) == "bf16"
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=on)

@@ -19,14 +19,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from replaybank.errors import ReplayBankError
 from replaybank.llm.data.rows import _render
+from replaybank.llm.runtime import PRECISIONS, Precision, PrecisionError, resolve_precision
+
+__all__ = ["PRECISIONS", "Generation", "GenerationError", "Precision", "generate", "generate_detailed",
+           "resolve_precision"]
 
 END_OF_TURN = "<|im_end|>"
-Precision = Literal["auto", "fp32", "bf16"]
-PRECISIONS: tuple[Precision, ...] = ("auto", "fp32", "bf16")
 
 
 class GenerationError(ReplayBankError):
@@ -129,7 +131,10 @@ def generate_detailed(
     if not prompts:
         return []
     device = next(model.parameters()).device
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=resolve_precision(precision, device.type) == "bf16")
+    try:
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=resolve_precision(precision, device.type) == "bf16")
+    except PrecisionError as exc:
+        raise GenerationError(str(exc)) from None
     stops = stop_token_ids(tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     texts = list(prompts) if rendered else [render_prompt(tokenizer, p) for p in prompts]
@@ -165,26 +170,6 @@ def generate_detailed(
     return [g for g in out if g is not None]
 
 
-def resolve_precision(precision: str, device_type: str = "cpu") -> Literal["fp32", "bf16"]:
-    """The arithmetic ``precision`` means on ``device_type``: ``auto`` is ``bf16`` on a CPU with
-    native bfloat16 units (AMX tiles or AVX512-BF16), else ``fp32``.
-
-    Raises:
-        GenerationError: ``precision`` is not one of ``auto``, ``fp32``, ``bf16``.
-
-    Example:
-        >>> resolve_precision("fp32"), resolve_precision("bf16"), resolve_precision("auto", "cuda")
-        ('fp32', 'bf16', 'fp32')
-    """
-    if precision not in PRECISIONS:
-        raise GenerationError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
-    if precision != "auto":
-        return "bf16" if precision == "bf16" else "fp32"
-    if device_type != "cpu":
-        return "fp32"
-    return "bf16" if _cpu_has_bf16() else "fp32"
-
-
 def precision_key(precision: Precision, model: Any) -> dict[str, str]:
     """A cache key's entry for answers generated at ``precision`` by ``model``: empty for fp32
     (keys written before precision existed stay valid), else ``{"precision": "bf16"}``."""
@@ -197,16 +182,6 @@ def device_type(model: Any) -> str:
     params = getattr(model, "parameters", None)
     first = next(iter(params()), None) if callable(params) else None
     return str(first.device.type) if first is not None else "cpu"
-
-
-def _cpu_has_bf16() -> bool:
-    import torch
-
-    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
-    try:
-        return any(bool(getattr(torch.cpu, name)()) for name in probes if hasattr(torch.cpu, name))
-    except Exception:  # a private probe that changed shape: fall back to the exact path
-        return False
 
 
 def generate(

@@ -25,6 +25,7 @@ import numpy as np
 from replaybank.llm.config import Training
 from replaybank.llm.data.rows import TokenRows
 from replaybank.llm.model import check_target_modules, enable_gradient_checkpointing
+from replaybank.llm.runtime import autocast
 from replaybank.llm.train.checkpoint import (
     CHECKPOINT_SCHEMA_VERSION,
     load_checkpoint,
@@ -236,7 +237,8 @@ def train_lora(
                 (s, rows_of(s, mb.rows_of(s), epoch)) for mb in pending for s in range(len(names))
                 if mb.rows_of(s).size
             ]
-            stats, total_loss = train_step(model, opt, params, groups, names, pad_id, device, kl, cfg.max_grad_norm)
+            with autocast(cfg.precision, device.type):  # bf16 matmuls on AMX CPUs; LoRA weights stay fp32
+                stats, total_loss = train_step(model, opt, params, groups, names, pad_id, device, kl, cfg.max_grad_norm)
             step += 1
             log.tokens += stats["tokens"]
             log.seconds = time.perf_counter() - start
