@@ -94,7 +94,8 @@ class Scripted:
 
     def __call__(self, model: Any, tokenizer: Any, prompts: Sequence[str], *, max_new_tokens: int = 64,
                  batch_size: int = 16, desc: str | None = None, rendered: bool = False, temperature: float = 0.0,
-                 seed: int = 0, stop_when: Callable[[list[int]], bool] | None = None) -> list[Any]:
+                 seed: int = 0, stop_when: Callable[[list[int]], bool] | None = None,
+                 precision: str = "fp32") -> list[Any]:
         from replaybank.llm.eval.generate import Generation
 
         if self.fallback is not None and not any("<<qx" in p for p in prompts):
