@@ -19,9 +19,10 @@ from replaybank import (
     Reshuffled,
     Trajectories,
     Uniform,
+    single,
+    slots,
 )
 from replaybank import batch as batch_mod
-from replaybank import single, slots
 from replaybank.samplers import reshuffled
 
 SPEC = {
