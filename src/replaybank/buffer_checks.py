@@ -12,10 +12,11 @@ import numpy as np
 
 from .admission import Admission
 from .errors import InsufficientMemoryError, InvalidArgumentError, InvalidTypeError, ReplayBankError
+from .ragged import Ragged
 from .samplers.base import Sampler
 from .samplers.priorities import check_priorities
 from .slots import RingTable, SlotTable
-from .spec import Spec, cast_to
+from .spec import Cast, Spec, cast_to
 from .storage import available_memory
 
 
@@ -32,6 +33,35 @@ def positive_int(value: Any, name: str) -> int:
     if value <= 0:
         raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
+
+
+MAX_CAPACITY = 1 << 40  # ids are (arrival << bits(capacity)) | slot in 63 bits
+
+
+def capacity(value: Any) -> int:
+    """``ReplayBuffer(capacity)``: a positive int no larger than an item id can address."""
+    out = positive_int(value, "capacity")
+    if out > MAX_CAPACITY:
+        raise InvalidArgumentError(
+            f"capacity={out:,} is above {MAX_CAPACITY:,} (2**40), the most slots an item id can address"
+        )
+    return out
+
+
+def cast(value: Any) -> Cast:
+    """``ReplayBuffer(cast)``: ``"checked"`` or ``"unsafe"``."""
+    if not (isinstance(value, str) and value in ("checked", "unsafe")):
+        raise InvalidArgumentError(f"ReplayBuffer(cast={value!r}): expected 'checked' or 'unsafe'")
+    return "checked" if value == "checked" else "unsafe"
+
+
+def time_order(sampler: Sampler, admission: Admission) -> None:
+    """A sampler that reads items in arrival order needs an admission that keeps it."""
+    if getattr(sampler, "needs_time_order", False) and not admission.keeps_time_order:
+        raise ReplayBankError(
+            f"{type(sampler).__name__} needs items in arrival order; use admission=Fifo() "
+            f"(got {type(admission).__name__})"
+        )
 
 
 def bookkeeping_memory(capacity: int, sampler: Sampler, admission: Admission) -> None:
@@ -62,6 +92,18 @@ def priorities(sampler: Sampler, values: Any, n: int) -> np.ndarray | None:
             "use a Prioritized sampler or drop priorities="
         )
     return check_priorities(values, n, limit=getattr(sampler, "priority_limit", np.inf))
+
+
+def updates(sampler: Sampler, ids: Any, values: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``update_priorities``' arguments: integer ids (a ``Ragged``'s values for episodes) and
+    as many valid float64 priorities."""
+    try:
+        ids = np.asarray(ids.values if isinstance(ids, Ragged) else ids)
+    except (ValueError, TypeError) as err:
+        raise InvalidTypeError(f"update_priorities: ids must be integers ({err})") from None
+    if ids.dtype.kind not in "iu":
+        raise InvalidTypeError(f"update_priorities: ids must be integers, got dtype {ids.dtype}")
+    return ids, check_priorities(values, ids.size, limit=getattr(sampler, "priority_limit", np.inf))
 
 
 def id_space(table: SlotTable | RingTable, capacity: int, n: int) -> None:

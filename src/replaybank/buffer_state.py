@@ -188,3 +188,37 @@ def restore(buffer: BufferParts, state: Any) -> None:
         buffer._table = table
         buffer._view.table = table
         buffer._rng = generator
+
+
+def clear(buffer: BufferParts) -> None:
+    """Empty ``buffer`` (``ReplayBuffer.clear``): the FIFO ring restarts at slot 0 with its next
+    arrival rounded up to a multiple of the capacity, so ids keep growing and none is reused; the
+    sampler starts over through its ``on_clear``. Checked before anything changes.
+
+    Raises:
+        ReplayBankError: admission other than ``Fifo`` (its placement depends on everything it
+            has seen), a sampler that tracks episodes across arrivals (``Trajectories``) or has
+            no ``on_clear``, or an id space too full to round up.
+    """
+    with buffer._lock:
+        table, admission, sampler = buffer._table, buffer.admission, buffer.sampler
+        who = type(sampler).__name__
+        if not isinstance(admission, Fifo) or not isinstance(table, RingTable):
+            raise ReplayBankError(
+                f"clear() needs Fifo admission (got {type(admission).__name__}, whose placement "
+                "depends on every item it has seen); build a new buffer instead"
+            )
+        if getattr(sampler, "needs_time_order", False) or not hasattr(sampler, "on_clear"):
+            raise ReplayBankError(
+                f"clear() cannot restart {who} sampling (it has no on_clear, or tracks episodes "
+                "across arrivals); build a new buffer instead"
+            )
+        base = -(-table.arrivals // buffer.capacity) * buffer.capacity
+        if base >= 1 << (63 - table.shift):
+            raise ReplayBankError(
+                f"clear(): this buffer has issued {table.arrivals:,} ids; no room is left to restart "
+                "the ring without reusing one; build a new buffer"
+            )
+        admission.count = base
+        table.restart(base)
+        sampler.on_clear()  # type: ignore[attr-defined]

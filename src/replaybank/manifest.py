@@ -61,7 +61,7 @@ STATE_KEYS = ("spec", "rng", "table", "sampler", "admission")
 # The classes a save may name, with the constructor arguments recorded for each.
 SAMPLERS: dict[str, tuple[str, ...]] = {
     "Uniform": (),
-    "Reshuffled": (),
+    "Reshuffled": ("drop_last",),
     "Prioritized": ("alpha", "beta", "eps", "branching"),
     "PrioritizedReshuffled": ("alpha", "beta", "eps", "branching"),
     "Trajectories": (
@@ -86,6 +86,8 @@ STORAGES: dict[str, tuple[str, ...]] = {
     "RaggedStorage": ("check_memory",),
     "MemmapStorage": (),
 }
+# parameters added after saves already existed: a save without them loads with these defaults
+ADDED_LATER: dict[str, dict[str, Any]] = {"Reshuffled": {"drop_last": False}}
 
 def _optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
     return lambda value, where: None if value is None else check(value, where)
@@ -118,6 +120,7 @@ PARAMS: dict[str, Callable[[Any, str], Any]] = {
     "done_key": text,
     "reward_key": text,
     "k": _int,
+    "drop_last": boolean,
     "check_memory": boolean,
 }
 _MODULES = {"sampler": samplers_mod, "admission": admission_mod, "storage": storage_mod}
@@ -154,7 +157,9 @@ def build(kind: str, config: Any, where: str, **extra: Any) -> Any:
         raise CorruptSaveError(
             f"{where}.class = {name!r}: expected one of {sorted(registry)}"
         )
-    params = dict(fields(config["params"], f"{where}.params", registry[name]))
+    later = ADDED_LATER.get(name, {})
+    required = [p for p in registry[name] if p not in later]
+    params = {**later, **fields(config["params"], f"{where}.params", required, later)}
     for key, value in params.items():
         PARAMS[key](value, f"{where}.params.{key}")
     cls: Callable[..., Any] = getattr(_MODULES[kind], name)
@@ -312,4 +317,6 @@ class Manifest:
         table = mapping(self.raw["state"]["table"], "state.table")
         if "size" in table:
             return integer(table["size"], "state.table.size", 0, self.capacity)
-        return min(integer(table.get("arrivals"), "state.table.arrivals"), self.capacity)
+        arrivals = integer(table.get("arrivals"), "state.table.arrivals")
+        base = integer(table.get("base", 0), "state.table.base", 0, arrivals)  # set by clear()
+        return min(arrivals - base, self.capacity)

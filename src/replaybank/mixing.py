@@ -75,6 +75,12 @@ class Mixer:
             ``k`` of a cycled source ``s`` uses ``(seed, s, k)``).
         epoch_source: the source whose exhaustion ends an epoch.
         drop_last: drop the last, partial batch of an epoch instead of yielding it smaller.
+        carry_credit: carry the quotas' fractional credit from one epoch into the next, so the
+            share over any number of epochs is the shares (within one row per source); without
+            it every epoch starts afresh and holds the same quotas (with ``drop_last`` and a
+            domain that is not a whole number of quota cycles, the long-run share then falls
+            short: 64 rows, 0.1 of batches of 8 gives 9.375%). With it, an epoch may hold one
+            batch more or fewer than another (:meth:`batches_in`), and epochs are taken in order.
 
     The last batch of an epoch holds the epoch source's remaining rows and, for each other source,
     its share of a batch scaled to that size (largest remainder), so the ratio holds there too.
@@ -99,6 +105,7 @@ class Mixer:
         seed: int = 0,
         epoch_source: int = 0,
         drop_last: bool = False,
+        carry_credit: bool = False,
     ) -> None:
         self.batch_size = check_batch_size(batch_size)
         self.shares = check_shares(shares)
@@ -117,7 +124,9 @@ class Mixer:
         self.seed = int(seed)
         self.epoch_source = int(epoch_source)
         self.drop_last = bool(drop_last)
+        self.carry_credit = bool(carry_credit)
         self._credit = np.zeros_like(self.shares)
+        self._epoch_credit = np.zeros_like(self.shares)  # the credit the current epoch began with
         self._cursor = np.zeros(self.sizes.size, dtype=np.int64)  # rows used per cycled source
         self._epoch = 0
         self._step = 0
@@ -152,20 +161,26 @@ class Mixer:
 
     # -- iteration ----------------------------------------------------------------------------
     def batches_per_epoch(self) -> int:
-        """Number of batches in one epoch (the same for every epoch)."""
-        probe = Mixer(
-            self.sizes.tolist(),
-            self.shares.tolist(),
-            self.batch_size,
-            self.seed,
-            self.epoch_source,
-            self.drop_last,
-        )
-        return sum(1 for _ in probe._quotas_of_epoch())
+        """Number of batches in one epoch: every epoch's, or with ``carry_credit`` the first's."""
+        return sum(1 for _ in self._quotas_of_epoch(np.zeros_like(self.shares)))
 
-    def _quotas_of_epoch(self) -> Iterator[np.ndarray]:
-        # Replays the quota schedule of one epoch from a fresh credit, without touching rows.
-        credit = np.zeros_like(self.shares)
+    def batches_in(self, epochs: int) -> int:
+        """Number of batches in the first ``epochs`` epochs.
+
+        >>> Mixer([64, 5], [0.9, 0.1], 8, drop_last=True, carry_credit=True).batches_in(20)
+        167
+        """
+        if not self.carry_credit:
+            return epochs * self.batches_per_epoch()
+        start, total = np.zeros_like(self.shares), 0
+        for _ in range(epochs):
+            schedule = list(self._quotas_of_epoch(start, with_credit=True))
+            total += len(schedule)
+            start = schedule[-1][1]  # the credit after the epoch's last batch
+        return total
+
+    def _quotas_of_epoch(self, credit: np.ndarray, with_credit: bool = False) -> Iterator[Any]:
+        # Replays the quota schedule of one epoch from ``credit``, without touching rows.
         left = int(self.sizes[self.epoch_source])
         while left > 0:
             quota, credit = next_quota(self.batch_size, self.shares, credit)
@@ -174,7 +189,7 @@ class Mixer:
                     return
                 quota = self._partial_quota(left)
             left -= int(quota[self.epoch_source])
-            yield quota
+            yield (quota, credit) if with_credit else quota
 
     def _partial_quota(self, left: int) -> np.ndarray:
         scale = left / self.shares[self.epoch_source]
@@ -187,10 +202,10 @@ class Mixer:
         quota[self.epoch_source] = left
         return quota
 
-    def _replay(self, step: int) -> tuple[int | None, np.ndarray]:
-        """``(taken, credit)`` after ``step`` batches of an epoch (``taken`` None past its end),
-        by the rule of :meth:`epoch` without touching rows."""
-        credit = np.zeros_like(self.shares)
+    def _replay(self, step: int, start: np.ndarray) -> tuple[int | None, np.ndarray]:
+        """``(taken, credit)`` after ``step`` batches of an epoch begun with credit ``start``
+        (``taken`` None past its end), by the rule of :meth:`epoch` without touching rows."""
+        credit = start.copy()
         taken, n_epoch = 0, int(self.sizes[self.epoch_source])
         for _ in range(step):
             if taken >= n_epoch:
@@ -212,7 +227,7 @@ class Mixer:
         """Yield the batches of ``epoch``; starting a new epoch resets the in-epoch position."""
         if epoch != self._epoch:
             self._epoch, self._step, self._taken = int(epoch), 0, 0
-            self._credit = np.zeros_like(self.shares)
+            self._new_epoch()
         perm = self._epoch_perm(self._epoch)
         n_epoch = perm.size
         while self._taken < n_epoch:
@@ -242,12 +257,20 @@ class Mixer:
             yield batch
         # Epoch done: the next iteration starts the following epoch.
         self._epoch, self._step, self._taken = self._epoch + 1, 0, 0
-        self._credit = np.zeros_like(self.shares)
+        self._new_epoch()
+
+    def _new_epoch(self) -> None:
+        if not self.carry_credit:
+            self._credit = np.zeros_like(self.shares)
+        self._epoch_credit = self._credit.copy()
 
     # -- state --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Position in the stream; with the constructor arguments it fixes every later batch."""
+        """Position in the stream; with the constructor arguments it fixes every later batch
+        (``epoch_credit``, the credit the epoch began with, only with ``carry_credit``)."""
+        extra = {"epoch_credit": self._epoch_credit.tolist()} if self.carry_credit else {}
         return {
+            **extra,
             "schema_version": MIXER_SCHEMA_VERSION,
             "seed": self.seed,
             "sizes": self.sizes.tolist(),
@@ -274,6 +297,7 @@ class Mixer:
         checked = check_mixer_state(state, self)
         self._epoch, self._step, self._taken = checked["epoch"], checked["step"], checked["taken"]
         self._cursor, self._credit = checked["cursor"], checked["credit"]
+        self._epoch_credit = checked["epoch_credit"]
 
 
 def check_mixer_state(state: Any, mixer: Mixer) -> dict[str, Any]:
@@ -283,7 +307,7 @@ def check_mixer_state(state: Any, mixer: Mixer) -> dict[str, Any]:
     if not isinstance(state, dict) or state.get("schema_version") != MIXER_SCHEMA_VERSION:
         got = state.get("schema_version") if isinstance(state, dict) else type(state).__name__
         raise InvalidStateError(f"mixer state has schema_version {got!r}, expected {MIXER_SCHEMA_VERSION}")
-    check_state_keys(state, who, _STATE_KEYS)
+    check_state_keys(state, who, _STATE_KEYS, ("epoch_credit",) if mixer.carry_credit else ())
     for key, mine in (("seed", mixer.seed), ("sizes", mixer.sizes.tolist()), ("batch_size", mixer.batch_size)):
         got = state[key]
         if isinstance(mine, list):
@@ -305,8 +329,9 @@ def check_mixer_state(state: Any, mixer: Mixer) -> dict[str, Any]:
         # largest remainder with carried credit keeps every entry in (-1, 1) and the sum at 0
         "credit": state_array(state, "credit", who, shape=(n,), low=-_MAX_CREDIT, high=_MAX_CREDIT),
     }
+    out["epoch_credit"] = _epoch_credit(state, mixer, out["epoch"])
     # the in-epoch position is a function of the step: replay the epoch's quotas to it
-    taken, credit = mixer._replay(out["step"])
+    taken, credit = mixer._replay(out["step"], out["epoch_credit"])
     if taken is None:
         raise InvalidStateError(f"mixer state has step={out['step']}, past the end of an epoch of this mixer")
     if out["taken"] != taken or not np.allclose(out["credit"], credit, rtol=0.0, atol=1e-9):
@@ -315,3 +340,23 @@ def check_mixer_state(state: Any, mixer: Mixer) -> dict[str, Any]:
             f"this mixer is at taken={taken}, credit={credit.tolist()} there (altered state)"
         )
     return out
+
+
+def _epoch_credit(state: dict[str, Any], mixer: Mixer, epoch: int) -> np.ndarray:
+    """The credit the saved epoch began with: zeros without ``carry_credit``; with it the saved
+    ``epoch_credit`` (a state saved before the key existed is taken only at epoch 0, where it
+    was zeros too: later epochs restarted the credit then)."""
+    zeros = np.zeros_like(mixer.shares)
+    if not mixer.carry_credit:
+        return zeros
+    if "epoch_credit" not in state:
+        if epoch == 0:
+            return zeros
+        raise InvalidStateError(
+            f"mixer state at epoch {epoch} has no epoch_credit: it was saved by a version that "
+            "restarted the quota credit every epoch, and cannot be continued exactly"
+        )
+    credit = state_array(state, "epoch_credit", "Mixer", shape=(mixer.sizes.size,), low=-_MAX_CREDIT, high=_MAX_CREDIT)
+    if abs(float(credit.sum())) > 1e-6:
+        raise InvalidStateError(f"mixer state has epoch_credit={credit.tolist()}: credit sums to 0 (altered state)")
+    return credit

@@ -132,6 +132,23 @@ class SlotTable(_Ids):
         self._occupied = None
 
 
+def kept(slots: np.ndarray) -> np.ndarray | None:
+    """Indices of a placement's items that end up stored (admitted, and not displaced later in
+    the same batch), or None when that is all of them.
+
+    >>> kept(np.array([3, -1, 3, 4]))
+    array([2, 3])
+    """
+    if len(slots) == 1:
+        return None if slots[0] >= 0 else np.zeros(0, dtype=np.int64)
+    admitted = np.flatnonzero(slots >= 0)
+    # last occurrence of each slot wins: unique over the reversed order finds it
+    last = admitted[::-1][np.unique(slots[admitted][::-1], return_index=True)[1]]
+    if len(last) == len(slots):
+        return None
+    return np.sort(last)
+
+
 def _ring_kernels() -> Any:
     """The compiled maps of ``_ring_kernels`` (None without numba, or when REPLAYBANK_KERNELS=numpy
     asks for the numpy fallback, as for the sum trees)."""
@@ -145,15 +162,29 @@ def _ring_kernels() -> Any:
 
 
 class RingTable(_Ids):
-    """FIFO admission: arrival ``a`` is in slot ``a % capacity``; ids are computed, not stored."""
+    """FIFO admission: arrival ``a`` is in slot ``a % capacity``; ids are computed, not stored.
+
+    ``base`` is the first arrival of the current fill: 0, or after ``restart`` (``clear()``) a
+    multiple of the capacity, so that arrival ``base`` lands in slot 0 and the stored items again
+    fill slots ``[0, size)``.
+    """
 
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)
+        self.base = 0
         self._kernels = _ring_kernels()
 
     def fill(self, slots: np.ndarray, ids: np.ndarray, arrivals: int) -> None:
         self.arrivals = arrivals
-        self.size = self.high = min(arrivals, self.capacity)
+        self.size = self.high = min(arrivals - self.base, self.capacity)
+
+    def restart(self, base: int) -> None:
+        """Empty the ring; the next arrival is ``base`` (a multiple of the capacity, not below
+        ``arrivals``), so no id issued before is issued again."""
+        if base % self.capacity or base < self.arrivals:
+            raise ReplayBankError(f"RingTable.restart({base}): not a multiple of {self.capacity} >= {self.arrivals}")
+        self.base = base
+        self.fill(np.zeros(0, np.int64), np.zeros(0, np.int64), base)
 
     def evict(self, slots: np.ndarray) -> None:
         if len(slots):
@@ -195,9 +226,14 @@ class RingTable(_Ids):
         return np.where(slots < self.size, (arrival << self.shift) | slots, -1)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"arrivals": self.arrivals}
+        # "base" only after a clear(), so saves of buffers never cleared read as they always did
+        return {"arrivals": self.arrivals, "base": self.base} if self.base else {"arrivals": self.arrivals}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        fields(state, "table", ("arrivals",))
+        fields(state, "table", ("arrivals",), ("base",))
         arrivals = integer(state["arrivals"], "table.arrivals", 0, self.max_arrivals)
+        base = integer(state.get("base", 0), "table.base", 0, arrivals)
+        if base % self.capacity:
+            raise ReplayBankError(f"table.base = {base}: not a multiple of the capacity {self.capacity}")
+        self.base = base
         self.fill(np.zeros(0, np.int64), np.zeros(0, np.int64), arrivals)

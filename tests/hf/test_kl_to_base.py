@@ -185,3 +185,32 @@ def test_trainer_trains_with_kl_on_a_mixed_stream(tiny_lm, tmp_path):
     assert seen[-1]["kl"] > 1e-6  # the adapter moved away from the base
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert len(losses) == 5 and all(math.isfinite(x) for x in losses)
+
+
+def test_a_trainer_batch_size_other_than_the_mix_is_refused_at_attach(tiny_lm, tmp_path):
+    """Issue 28: mix(batch_size=8) under a trainer batch of 4 halved the first batch's rehearsal
+    silently; now attach (and replaybank.hf.check_trainer) names both sizes."""
+    from replaybank.hf import check_trainer
+
+    model_dir, tok = tiny_lm
+    model = _peft(model_dir)
+    rows = [{"input_ids": [5, 6, 7], "labels": [5, 6, 7]} for _ in range(40)]
+    train = mix(rows, rows[:10], 0.25, batch_size=8, seed=0, world_size=1)
+
+    def trainer_with(batch):
+        args = transformers.TrainingArguments(
+            str(tmp_path), per_device_train_batch_size=batch, max_steps=1, report_to=[], use_cpu=True,
+            remove_unused_columns=False, save_strategy="no",
+        )  # fmt: skip
+        return transformers.Trainer(model=model, args=args, train_dataset=train)
+
+    with pytest.raises(MixError, match=r"built for 8 rows per rank .* trainer takes 4 \(per_device_train_batch_size=4\)"):
+        KLToBase(model, 0.1).attach(trainer_with(4))
+    with pytest.raises(MixError, match="trainer takes 4"):
+        check_trainer(trainer_with(4))
+    check_trainer(trainer_with(8))  # the same size: no complaint
+    two_ranks = mix(rows, rows[:10], 0.25, batch_size=4, seed=0, world_size=2)
+    trainer = trainer_with(4)
+    trainer.train_dataset = two_ranks
+    with pytest.raises(MixError, match="world_size=2, but the trainer runs on 1 process"):
+        check_trainer(trainer)

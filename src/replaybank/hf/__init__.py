@@ -14,6 +14,8 @@
 * :class:`RetentionCallback`: general-capability retention every N steps, logged through the
   trainer, with a warning or a stop below a threshold (:mod:`replaybank.hf.callbacks`).
 * :class:`MixPlan`: the order itself (numpy only), for any other loader.
+* :func:`check_trainer`: refuses a trainer whose batch size cuts across the ``mix`` batches
+  (:meth:`KLToBase.attach` runs it).
 
 Needs the ``hf`` extra (``pip install "replaybank[hf]"``) for :func:`mix` and torch for
 :mod:`replaybank.hf.torch`; this package imports neither until used.
@@ -26,9 +28,10 @@ from typing import Any
 from replaybank.hf.plan import GlobalBatch, MixError, MixNotBuiltError, MixPlan, resolve_world
 from replaybank.hf.recipe import Recipe, recipe
 from replaybank.hf.stream import mix
+from replaybank.hf.trainer_check import check_trainer
 
 __all__ = [
-    "mix", "recipe", "Recipe", "MixPlan", "GlobalBatch", "MixError", "MixNotBuiltError", "resolve_world",
+    "mix", "check_trainer", "recipe", "Recipe", "MixPlan", "GlobalBatch", "MixError", "MixNotBuiltError", "resolve_world",
     "KLToBase", "RetentionCallback", "RetentionWarning",
 ]  # fmt: skip
 

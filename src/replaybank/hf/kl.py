@@ -181,8 +181,12 @@ class KLToBase:
 
         Raises:
             MixError: when ``trainer.args.remove_unused_columns`` is true (Trainer would drop the
-                source column), or the trainer does not train this loss's model.
+                source column), the trainer does not train this loss's model, or its batch size
+                differs from its ``mix`` stream's (:func:`replaybank.hf.check_trainer`).
         """
+        from replaybank.hf.trainer_check import check_trainer
+
+        check_trainer(trainer)
         if getattr(trainer.args, "remove_unused_columns", False):
             raise MixError(
                 "trainer.args.remove_unused_columns is True: Trainer would drop the "

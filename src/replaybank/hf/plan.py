@@ -16,7 +16,8 @@ mixing rule); this module adds only three things around it:
 
 Every epoch's final global batch is complete: the epoch's last few domain rows that cannot fill
 one more batch (fewer than one batch's domain quota) are left out of that epoch (``drop_last``),
-so that a stream running over several epochs never shifts the batch boundaries.
+so that a stream running over several epochs never shifts the batch boundaries. The quota credit
+carries over epochs (the share over any number of epochs is the ratio within one row).
 """
 
 from __future__ import annotations
@@ -288,6 +289,7 @@ class MixPlan:
             self.global_batch,
             seed=self.seed,
             drop_last=True,
+            carry_credit=True,  # the long-run share is the ratio over any number of epochs
         )
         first = next_quota(self.global_batch, shares)[0]
         if first[DOMAIN] > self.n_domain:
@@ -338,8 +340,12 @@ class MixPlan:
         return int(self._mixer.state_dict()["epoch"])
 
     def batches_per_epoch(self) -> int:
-        """Global batches in each epoch (the same for every epoch)."""
+        """Global batches in the first epoch (others may differ by one: see :meth:`total_batches`)."""
         return self._mixer.batches_per_epoch()
+
+    def total_batches(self) -> int | None:
+        """Global batches over all ``epochs`` (None for an endless plan)."""
+        return None if self.epochs is None else self._mixer.batches_in(self.epochs)
 
     def __iter__(self) -> Iterator[GlobalBatch]:
         """Global batches from the current position on (resumes where the state says)."""

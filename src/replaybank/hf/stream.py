@@ -118,8 +118,9 @@ def mix(
 
     Every ``batch_size * world_size`` consecutive rows (one global batch: the rows all ranks take
     one step on) hold ``round(ratio * global batch)`` rehearsal rows by replaybank's one mixing
-    rule (:func:`replaybank.mixing.next_quota`: largest remainder, fractional credit carried, so
-    over many batches the share is exactly ``ratio``). Each epoch is a fresh seeded permutation of
+    rule (:func:`replaybank.mixing.next_quota`: largest remainder, fractional credit carried from
+    batch to batch and from epoch to epoch, so over any number of batches and epochs the rehearsal
+    rows are ``ratio`` of the rows within one row). Each epoch is a fresh seeded permutation of
     the domain rows; rehearsal rows are cycled (``rows_per_epoch=None``: the whole pool, a fresh
     seeded permutation per pass) or drawn from each epoch's seeded slice of ``rows_per_epoch``
     pool rows (the reference's virtual epochs, the same slice as the main job). Each row carries
@@ -252,5 +253,8 @@ def mix(
         remove_columns=[ROW_COLUMN],
         features=features,
     )
-    limit = MAX_RESUME_EXAMPLES if epochs is None else epochs * plan.batches_per_epoch() * rows_per_batch
-    return as_mix_stream(mapped, limit, rows_per_batch)
+    limit = MAX_RESUME_EXAMPLES if epochs is None else int(plan.total_batches() or 0) * rows_per_batch
+    stream = as_mix_stream(mapped, limit, rows_per_batch)
+    # what replaybank.hf.check_trainer compares with the trainer's batch size (KLToBase.attach)
+    stream._replaybank_mix = {"batch_size": per_rank, "world_size": world, "rank": the_rank}
+    return stream

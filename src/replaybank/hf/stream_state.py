@@ -29,6 +29,7 @@ class MixStream(datasets.IterableDataset):
     _replaybank_template: dict[str, Any]
     _replaybank_limit: int
     _replaybank_batch: int
+    _replaybank_mix: dict[str, int]
 
     def load_state_dict(self, state_dict: dict) -> None:
         """datasets' ``load_state_dict``, after :func:`check_stream_state` passed (all or nothing).

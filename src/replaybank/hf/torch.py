@@ -235,7 +235,7 @@ class MixedBatchSampler(torch.utils.data.Sampler[list[int]]):
     def __len__(self) -> int:
         if self._plan.epochs is None:
             raise TypeError("an endless MixedBatchSampler (epochs=None) has no length")
-        return self._plan.epochs * self._plan.batches_per_epoch()
+        return int(self._plan.total_batches() or 0)
 
     def state_dict(self) -> dict[str, Any]:
         """Position after the last batch yielded (JSON-serialisable)."""

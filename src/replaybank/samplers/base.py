@@ -80,6 +80,10 @@ class SamplerBase:
     def on_evict(self, slots: np.ndarray) -> None:
         return None
 
+    def on_clear(self) -> None:
+        """Start over after ``ReplayBuffer.clear()``: the state a freshly bound sampler has."""
+        self.bind(self.capacity)
+
     def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         raise ReplayBankError(
             f"{type(self).__name__} sampling has no priorities; use Prioritized or PrioritizedReshuffled"

@@ -111,6 +111,10 @@ class Prioritized(SamplerBase):
     def on_evict(self, slots: np.ndarray) -> None:
         self.trees.update(slots, np.zeros(len(slots)))
 
+    def on_clear(self) -> None:
+        self.max_priority = 1.0  # as new: fresh trees, and new items weigh 1 again
+        self.bind(self.capacity)
+
     def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         self._set(slots, priorities)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import check_state_keys, state_array, state_number
+from ..checks import check_flag, check_state_keys, state_array, state_number
 from ..errors import InvalidStateError
 from .base import SamplerBase, View, check_can_sample
 
@@ -24,7 +24,12 @@ class Reshuffled(SamplerBase):
 
     A batch that crosses an epoch boundary takes the rest of the old epoch and the start of the
     next, so an item can appear twice in that one batch; ``batch_size`` may not exceed the number
-    of stored items.
+    of stored items. With ``drop_last=True`` (PyTorch's and TorchRL's name) a batch never crosses
+    the boundary: when fewer than ``batch_size`` items are left in the epoch they are dropped and
+    the batch comes whole from the next epoch, so no batch ever holds an item twice.
+
+    Args:
+        drop_last: drop the short tail of each epoch instead of completing it from the next.
 
     >>> from replaybank import ReplayBuffer
     >>> buf = ReplayBuffer(6, sampler=Reshuffled(), seed=0)
@@ -35,7 +40,8 @@ class Reshuffled(SamplerBase):
 
     can_repeat = False
 
-    def __init__(self) -> None:
+    def __init__(self, drop_last: bool = False) -> None:
+        self.drop_last = check_flag(drop_last, "Reshuffled", "drop_last")
         self.order = np.zeros(0, dtype=np.int64)
         self.position = 0
         self.epoch = 0
@@ -43,11 +49,13 @@ class Reshuffled(SamplerBase):
     def sample(
         self, batch_size: int, view: View, rng: np.random.Generator
     ) -> tuple[np.ndarray, None]:
-        check_can_sample(batch_size, view, False, "Reshuffled")
+        check_can_sample(batch_size, view, False, "Reshuffled(drop_last=True)" if self.drop_last else "Reshuffled")
         parts: list[np.ndarray] = []
         need = batch_size
         while need:
             if self.position >= len(self.order):
+                if self.drop_last:  # the old epoch's short tail is dropped, not completed
+                    parts, need = [], batch_size
                 self.order = rng.permutation(view.table.occupied())
                 self.position = 0
                 self.epoch += 1
@@ -58,6 +66,9 @@ class Reshuffled(SamplerBase):
             parts.append(chunk)
             need -= len(chunk)
         return (parts[0] if len(parts) == 1 else np.concatenate(parts)), None
+
+    def on_clear(self) -> None:
+        self.order, self.position = np.zeros(0, dtype=np.int64), 0
 
     def state_dict(self) -> dict[str, Any]:
         return {"order": self.order, "position": self.position, "epoch": self.epoch}

@@ -1,0 +1,275 @@
+"""SB3's replay buffer interface over a ``replaybank.ReplayBuffer``.
+
+SB3's off-policy algorithms build their buffer as ``replay_buffer_class(buffer_size,
+observation_space, action_space, device=, n_envs=, optimize_memory_usage=, **replay_buffer_kwargs)``,
+call ``add(obs, next_obs, action, reward, done, infos)`` once per vector-env step and
+``sample(batch_size, env=)`` per gradient step. These classes keep that contract and SB3's sample
+shapes and dtypes (``observations`` ``(B, *obs_shape)``, ``actions`` ``(B, action_dim)``,
+``dones`` and ``rewards`` ``(B, 1)`` float32), with replaybank underneath: each env's transition is
+one item (a step of ``n_envs`` envs is one ``extend`` of ``n_envs`` rows), so ``buffer_size`` is
+the number of transitions kept, as in SB3.
+
+Timeouts: with ``handle_timeout_termination=True`` (SB3's default) a transition whose info says
+``TimeLimit.truncated`` is stored with ``done = 0``, so the TD target bootstraps through it: what
+SB3 computes at sample time as ``dones * (1 - timeouts)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .. import Prioritized, Uniform
+from ..buffer import ReplayBuffer as Bank
+from ..errors import InvalidArgumentError
+
+try:
+    import torch as th
+    from gymnasium import spaces
+    from stable_baselines3.common.buffers import BaseBuffer
+    from stable_baselines3.common.buffers import ReplayBuffer as SB3ReplayBuffer
+    from stable_baselines3.common.type_aliases import ReplayBufferSamples
+except ImportError as err:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        f"replaybank.sb3 needs stable-baselines3: pip install 'replaybank[sb3]' ({err})"
+    ) from err
+
+__all__ = ["PrioritizedReplayBuffer", "PrioritizedReplayBufferSamples", "ReplayBuffer"]
+
+_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+class PrioritizedReplayBufferSamples(NamedTuple):
+    """``ReplayBufferSamples``' fields (SB3's ``DQN.train`` reads them by name) plus ``weights``
+    (``(B, 1)`` float32 importance weights) and ``ids`` (numpy int64, for
+    ``update_priorities``)."""
+
+    observations: th.Tensor
+    actions: th.Tensor
+    next_observations: th.Tensor
+    dones: th.Tensor
+    rewards: th.Tensor
+    discounts: th.Tensor | None
+    weights: th.Tensor
+    ids: np.ndarray
+
+
+def _check_space(space: Any, what: str) -> None:
+    if not isinstance(space, _SPACES) or (
+        isinstance(space, spaces.MultiBinary) and what == "action" and not isinstance(space.n, int)
+    ):
+        raise InvalidArgumentError(
+            f"replaybank.sb3 buffers hold Box, Discrete, MultiDiscrete and 1-D MultiBinary {what} "
+            f"spaces; got {space!r} (for Dict observations use SB3's DictReplayBuffer)"
+        )
+
+
+class ReplayBuffer(SB3ReplayBuffer):
+    """Uniform replay for SB3's ``DQN``, ``SAC``, ``TD3``: pass it as ``replay_buffer_class=``.
+
+    Args:
+        buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
+        handle_timeout_termination: SB3's, as its algorithms pass them (``optimize_memory_usage``
+            must stay False: every transition keeps its own ``next_obs``).
+        seed: seeds the buffer's sampling. None (default): drawn from numpy's global generator,
+            which SB3 seeds with the algorithm's ``seed`` just before it builds the buffer, so a
+            seeded run repeats.
+
+    Raises:
+        ReplayBankError: an observation or action space it cannot hold (named), or
+            ``optimize_memory_usage=True``.
+
+    >>> from stable_baselines3 import DQN
+    >>> model = DQN("MlpPolicy", "CartPole-v1", replay_buffer_class=ReplayBuffer, buffer_size=10_000,
+    ...             learning_starts=50, seed=0)
+    >>> _ = model.learn(100)
+    >>> model.replay_buffer.bank
+    ReplayBuffer(100/10000, columns=[obs, next_obs, action, reward, done], sampler=Uniform, admission=Fifo, storage=ColumnarStorage)
+    >>> [tuple(t.shape) for t in model.replay_buffer.sample(32)[:5]]
+    [(32, 4), (32, 1), (32, 4), (32, 1), (32, 1)]
+    """
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        device: th.device | str = "auto",
+        n_envs: int = 1,
+        optimize_memory_usage: bool = False,
+        handle_timeout_termination: bool = True,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        _check_space(observation_space, "observation")
+        _check_space(action_space, "action")
+        if optimize_memory_usage:
+            raise InvalidArgumentError(
+                "replaybank.sb3 buffers keep each transition's next_obs: optimize_memory_usage=True "
+                "is not supported (leave it False)"
+            )
+        # SB3's ReplayBuffer.__init__ would allocate its own arrays: only the base's bookkeeping
+        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
+        self.buffer_size = max(buffer_size // n_envs, 1)  # rows of n_envs transitions, as SB3
+        self.optimize_memory_usage = False
+        self.handle_timeout_termination = handle_timeout_termination
+        if seed is None:
+            seed = int(np.random.randint(0, 2**31 - 1))
+        self._seed = seed
+        obs_dtype = observation_space.dtype
+        self.spec = {
+            "obs": (self.obs_shape, obs_dtype),
+            "next_obs": (self.obs_shape, obs_dtype),
+            "action": ((self.action_dim,), self._maybe_cast_dtype(action_space.dtype)),
+            "reward": ((), np.float32),
+            "done": ((), np.float32),
+        }
+        self.bank = Bank(
+            self.buffer_size * n_envs, sampler=self._sampler(), seed=seed, spec=self.spec, cast="unsafe"
+        )
+
+    def _sampler(self) -> Any:
+        return Uniform()
+
+    # -- SB3's interface ------------------------------------------------------------------------
+    def add(  # type: ignore[override]
+        self,
+        obs: np.ndarray,
+        next_obs: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        done: np.ndarray,
+        infos: list[dict[str, Any]],
+    ) -> None:
+        """Store one vector-env step: ``n_envs`` transitions."""
+        n = self.n_envs
+        done = np.asarray(done, dtype=np.float32).reshape(n)
+        if self.handle_timeout_termination:
+            truncated = np.array([info.get("TimeLimit.truncated", False) for info in infos], dtype=np.float32)
+            done = done * (1 - truncated)
+        self.bank.extend(
+            {
+                "obs": np.asarray(obs).reshape(n, *self.obs_shape),
+                "next_obs": np.asarray(next_obs).reshape(n, *self.obs_shape),
+                "action": np.asarray(action).reshape(n, self.action_dim),
+                "reward": np.asarray(reward).reshape(n),
+                "done": done,
+            }
+        )
+        self.pos += 1
+        if self.pos == self.buffer_size:
+            self.full, self.pos = True, 0
+
+    def sample(self, batch_size: int, env: Any = None) -> ReplayBufferSamples:  # type: ignore[override]
+        """A uniform batch, SB3's ``ReplayBufferSamples`` on the buffer's device; ``env`` (a
+        ``VecNormalize``) normalises observations and rewards as SB3 does."""
+        return ReplayBufferSamples(*self._tensors(self.bank.sample(batch_size).data, env))
+
+    def _tensors(self, data: dict[str, np.ndarray], env: Any) -> tuple[th.Tensor, ...]:
+        arrays = (
+            self._normalize_obs(data["obs"], env),
+            data["action"],
+            self._normalize_obs(data["next_obs"], env),
+            data["done"].reshape(-1, 1),
+            self._normalize_reward(data["reward"].reshape(-1, 1), env),
+        )
+        # the sampled arrays are fresh copies: no second copy (SB3's to_torch copies)
+        return tuple(th.as_tensor(a, device=self.device) for a in arrays)
+
+    def size(self) -> int:
+        """Stored vector-env steps (transitions // n_envs), SB3's meaning."""
+        return len(self.bank) // self.n_envs
+
+    def reset(self) -> None:
+        """Remove every stored transition (``replaybank.ReplayBuffer.clear``)."""
+        self.bank.clear()
+        self.pos, self.full = 0, False
+
+    def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> ReplayBufferSamples:
+        raise NotImplementedError("replaybank.sb3 buffers sample through sample(), not by SB3 row index")
+
+    # -- pickling (SB3's save_replay_buffer / load_replay_buffer) -------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["bank"] = self.bank.state_dict()  # arrays and RNG state; the lock is not picklable
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        bank_state = state.pop("bank")
+        self.__dict__.update(state)
+        self.bank = Bank(
+            self.buffer_size * self.n_envs, sampler=self._sampler(), seed=0, spec=self.spec, cast="unsafe"
+        )
+        self.bank.load_state_dict(bank_state)
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Proportional prioritized replay (``replaybank.Prioritized``) for SB3 algorithms.
+
+    Samples are :class:`PrioritizedReplayBufferSamples`: SB3's fields plus ``weights`` and ``ids``.
+    SB3's own ``DQN`` reads only the usual fields (it would replay by priority but neither weigh
+    the loss nor update priorities); :class:`replaybank.sb3.PERDQN` does both.
+
+    Args:
+        alpha, beta, eps: ``Prioritized``'s (priority exponent, importance-weight exponent, added
+            to every priority); ``beta`` may be changed later (``PERDQN`` anneals it).
+        the rest: :class:`ReplayBuffer`'s.
+    """
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        device: th.device | str = "auto",
+        n_envs: int = 1,
+        optimize_memory_usage: bool = False,
+        handle_timeout_termination: bool = True,
+        *,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-6,
+        seed: int | None = None,
+    ) -> None:
+        Prioritized(alpha=alpha, beta=beta, eps=eps)  # refuses bad values before anything is built
+        self._per_args = {"alpha": alpha, "beta": beta, "eps": eps}
+        super().__init__(
+            buffer_size,
+            observation_space,
+            action_space,
+            device,
+            n_envs,
+            optimize_memory_usage,
+            handle_timeout_termination,
+            seed=seed,
+        )
+
+    def _sampler(self) -> Any:
+        args = self._per_args
+        return Prioritized(alpha=args["alpha"], beta=args["beta"], eps=args["eps"])
+
+    @property
+    def beta(self) -> float:
+        """The importance-weight exponent of the next sample."""
+        return float(self.bank.sampler.beta)  # type: ignore[attr-defined]
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self.bank.sampler.beta = value  # type: ignore[attr-defined]
+        self._per_args["beta"] = self.bank.sampler.beta  # type: ignore[attr-defined]
+
+    def sample(self, batch_size: int, env: Any = None) -> PrioritizedReplayBufferSamples:  # type: ignore[override]
+        batch = self.bank.sample(batch_size)
+        weights = th.as_tensor(np.asarray(batch.weights).reshape(-1, 1), device=self.device)
+        obs, action, next_obs, done, reward = self._tensors(batch.data, env)
+        return PrioritizedReplayBufferSamples(
+            obs, action, next_obs, done, reward, None, weights, np.asarray(batch.ids)
+        )
+
+    def update_priorities(self, ids: np.ndarray, priorities: Any) -> int:
+        """Set the sampled items' priorities (e.g. |TD error|, a tensor or an array); ids
+        overwritten since are skipped. Returns how many were applied."""
+        if isinstance(priorities, th.Tensor):
+            priorities = priorities.detach().to("cpu", th.float64).numpy()
+        return self.bank.update_priorities(ids, np.asarray(priorities, dtype=np.float64).reshape(-1))

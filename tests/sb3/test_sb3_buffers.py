@@ -1,0 +1,152 @@
+"""replaybank.sb3 buffers against SB3's own ReplayBuffer: same shapes and dtypes, the same stored
+transitions, timeouts handled alike, the spaces it cannot hold named, pickling."""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("stable_baselines3")
+gym = pytest.importorskip("gymnasium")
+th = pytest.importorskip("torch")
+
+from gymnasium import spaces  # noqa: E402
+from stable_baselines3.common.buffers import ReplayBuffer as SB3Buffer  # noqa: E402
+
+from replaybank import ReplayBankError  # noqa: E402
+from replaybank.sb3 import PrioritizedReplayBuffer, ReplayBuffer  # noqa: E402
+
+CASES = {
+    "box-discrete": (spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(3)),
+    "image-box": (spaces.Box(0, 255, (3, 5, 5), np.uint8), spaces.Box(-1, 1, (2,), np.float64)),
+    "discrete-multidiscrete": (spaces.Discrete(7), spaces.MultiDiscrete([2, 3])),
+    "multibinary": (spaces.MultiBinary(5), spaces.MultiBinary(3)),
+}
+
+
+def feed(buffers, obs_space, act_space, n_envs, steps, seed=0):
+    """The same vector-env steps into every buffer; returns the stored (obs, action) pairs."""
+    obs_space.seed(seed)
+    act_space.seed(seed + 1)
+    rng = np.random.default_rng(seed)
+    stored = []
+    for _ in range(steps):
+        obs = np.stack([np.asarray(obs_space.sample()) for _e in range(n_envs)])
+        nxt = np.stack([np.asarray(obs_space.sample()) for _e in range(n_envs)])
+        act = np.stack([np.asarray(act_space.sample()) for _e in range(n_envs)])
+        reward = rng.normal(size=n_envs)  # float64, as a vector env gives them
+        done = rng.random(n_envs) < 0.3
+        infos = [{"TimeLimit.truncated": bool(d and rng.random() < 0.5)} for d in done]
+        for buf in buffers:
+            buf.add(obs, nxt, act, reward, done, infos)
+        stored += [(obs[i], act[i]) for i in range(n_envs)]
+    return stored
+
+
+@pytest.mark.parametrize("n_envs", [1, 3])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_samples_match_sb3_shapes_and_dtypes_and_hold_stored_transitions(case, n_envs) -> None:
+    obs_space, act_space = CASES[case]
+    ours = ReplayBuffer(60, obs_space, act_space, device="cpu", n_envs=n_envs, seed=0)
+    per = PrioritizedReplayBuffer(60, obs_space, act_space, device="cpu", n_envs=n_envs, seed=0)
+    theirs = SB3Buffer(60, obs_space, act_space, device="cpu", n_envs=n_envs)
+    stored = feed([ours, per, theirs], obs_space, act_space, n_envs, steps=12)
+    assert ours.size() == theirs.size() == 12 and len(ours.bank) == 12 * n_envs
+    expected = theirs.sample(16)
+    for got in (ours.sample(16), per.sample(16)):
+        for name in ("observations", "actions", "next_observations", "dones", "rewards"):
+            a, b = getattr(got, name), getattr(expected, name)
+            assert (tuple(a.shape), a.dtype, a.device) == (tuple(b.shape), b.dtype, b.device), name
+        key = lambda o, a: (np.asarray(o, np.float64).ravel().tobytes(), np.asarray(a, np.float32).ravel().tobytes())  # noqa: E731
+        pairs = {key(o, a) for o, a in stored}
+        for o, a in zip(got.observations.numpy(), got.actions.numpy()):
+            assert key(o, a) in pairs  # every sampled (obs, action) is a stored transition's
+    weights = per.sample(16).weights
+    assert tuple(weights.shape) == (16, 1) and weights.dtype == th.float32 and float(weights.max()) <= 1.0
+
+
+def test_doctests() -> None:
+    import doctest
+
+    import replaybank.sb3.buffers as module
+
+    assert doctest.testmod(module).failed == 0
+
+
+def test_timeouts_bootstrap_like_sb3() -> None:
+    obs_space, act_space = spaces.Box(-10, 10, (1,), np.float32), spaces.Discrete(2)
+    kinds = {0.0: (False, False), 1.0: (True, False), 2.0: (True, True)}  # obs -> (done, truncated)
+    for handle in (True, False):
+        ours = ReplayBuffer(10, obs_space, act_space, device="cpu", handle_timeout_termination=handle, seed=0)
+        theirs = SB3Buffer(10, obs_space, act_space, device="cpu", handle_timeout_termination=handle)
+        for value, (done, truncated) in kinds.items():
+            args = (np.array([[value]], np.float32),) * 2 + (np.array([0]), np.array([1.0]))
+            for buf in (ours, theirs):
+                buf.add(*args, np.array([done]), [{"TimeLimit.truncated": truncated}])
+        for buf in (ours, theirs):
+            s = buf.sample(64)
+            by_obs = dict(zip(s.observations[:, 0].tolist(), s.dones[:, 0].tolist()))
+            want = {0.0: 0.0, 1.0: 1.0, 2.0: 0.0 if handle else 1.0}
+            assert by_obs == want, (type(buf).__module__, handle)
+
+
+@pytest.mark.parametrize(
+    "obs_space, act_space, match",
+    [
+        (spaces.Dict({"a": spaces.Discrete(2)}), spaces.Discrete(2), "observation spaces; got Dict"),
+        (spaces.Box(-1, 1, (2,)), spaces.Tuple((spaces.Discrete(2),)), "action spaces; got Tuple"),
+        (spaces.Box(-1, 1, (2,)), spaces.MultiBinary([2, 2]), "action spaces; got MultiBinary"),
+    ],
+)
+def test_spaces_it_cannot_hold_are_named(obs_space, act_space, match) -> None:
+    with pytest.raises(ReplayBankError, match=match):
+        ReplayBuffer(10, obs_space, act_space, device="cpu")
+
+
+def test_optimize_memory_usage_and_bad_per_parameters_are_refused() -> None:
+    box, disc = spaces.Box(-1, 1, (2,), np.float32), spaces.Discrete(2)
+    with pytest.raises(ReplayBankError, match="optimize_memory_usage"):
+        ReplayBuffer(10, box, disc, device="cpu", optimize_memory_usage=True, handle_timeout_termination=False)
+    with pytest.raises(ReplayBankError, match="alpha"):
+        PrioritizedReplayBuffer(10, box, disc, device="cpu", alpha=-1.0)
+
+
+def test_priorities_steer_sampling_and_pickling_keeps_everything() -> None:
+    box, disc = spaces.Box(-10, 10, (1,), np.float32), spaces.Discrete(2)
+    buf = PrioritizedReplayBuffer(8, box, disc, device="cpu", alpha=1.0, beta=0.5, eps=0.0, seed=0)
+    for i in range(4):
+        obs = np.array([[i]], np.float32)
+        buf.add(obs, obs, np.array([0]), np.array([0.0]), np.array([False]), [{}])
+    s = buf.sample(64)
+    id_of = dict(zip(s.observations[:, 0].tolist(), s.ids.tolist()))
+    assert sorted(id_of) == [0.0, 1.0, 2.0, 3.0]  # all four were drawn at equal priority
+    ids = np.array([id_of[v] for v in (0.0, 1.0, 2.0, 3.0)])
+    assert buf.update_priorities(ids, th.tensor([0.0, 0.0, 0.0, 5.0])) == 4  # a tensor, as PERDQN's
+    after = buf.sample(32)
+    assert set(after.observations[:, 0].tolist()) == {3.0}
+    buf.beta = 0.9
+    back = pickle.loads(pickle.dumps(buf))
+    assert back.beta == 0.9 and len(back.bank) == 4
+    np.testing.assert_array_equal(back.sample(8).ids, buf.sample(8).ids)
+
+
+def test_reset_empties_and_size_counts_vector_steps() -> None:
+    box, disc = spaces.Box(-1, 1, (2,), np.float32), spaces.Discrete(2)
+    buf = ReplayBuffer(100, box, disc, device="cpu", n_envs=2, seed=0)
+    feed([buf], box, disc, 2, steps=5)
+    assert buf.size() == 5 and buf.pos == 5
+    buf.reset()
+    assert buf.size() == 0 and len(buf.bank) == 0 and buf.pos == 0
+
+
+def test_without_sb3_the_error_names_the_extra(monkeypatch) -> None:
+    for name in [m for m in sys.modules if m.startswith("replaybank.sb3.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "stable_baselines3", None)
+    monkeypatch.setitem(sys.modules, "stable_baselines3.common.buffers", None)
+    with pytest.raises(ImportError, match=r"replaybank\[sb3\]"):
+        importlib.import_module("replaybank.sb3.buffers")
