@@ -76,19 +76,30 @@ def rehearsal_rows(
         )
         manifest = {"source": "self", **{k: manifest.get(k) for k in ("kept", "open", "generated", "cached", "cache")}}
     else:
-        from replaybank.jsonl import iter_jsonl
-
-        rows = []
-        for lineno, obj in iter_jsonl(Path(source), error=ReplayBankError):
-            if not isinstance(obj.get("prompt"), str) or not isinstance(obj.get("response"), str):
-                raise ReplayBankError(f"{source}:{lineno}: a rehearsal row needs string 'prompt' and 'response'")
-            rows.append({"prompt": obj["prompt"], "response": obj["response"]})
-        if not rows:
-            raise ReplayBankError(f"{source}: no rehearsal rows")
+        rows = read_rehearsal_file(Path(source))
         manifest = {"source": source, "kept": len(rows)}
     encoded = token_rows([encode_pair(tokenizer, r["prompt"], r["response"], max_seq_length, open_end=bool(r.get("open")))
                           for r in rows])
     return encoded, manifest
+
+
+def read_rehearsal_file(path: Path) -> list[dict[str, str]]:
+    """The ``{prompt, response}`` rows of a JSONL rehearsal file.
+
+    Raises:
+        ReplayBankError: a line that is not an object with string ``prompt`` and ``response``
+            (``file:line``), an unreadable or empty file.
+    """
+    from replaybank.jsonl import iter_jsonl
+
+    rows = []
+    for lineno, obj in iter_jsonl(path, error=ReplayBankError):
+        if not isinstance(obj.get("prompt"), str) or not isinstance(obj.get("response"), str):
+            raise ReplayBankError(f"{path}:{lineno}: a rehearsal row needs string 'prompt' and 'response'")
+        rows.append({"prompt": obj["prompt"], "response": obj["response"]})
+    if not rows:
+        raise ReplayBankError(f"{path}: no rehearsal rows")
+    return rows
 
 
 def consolidate(
