@@ -47,6 +47,7 @@ from replaybank.llm.config.values import (
     key_line,
     read_section,
     read_toml,
+    shown,
     table_name,
     toml_value,
 )
@@ -171,7 +172,7 @@ class LoopConfig:
             if name not in sections:
                 raise ConfigError(f"{at(source, text, name)}: unknown section [{name}]{did_you_mean(name, [*sections, 'recipes'])}")
             if not isinstance(values, dict):
-                raise ConfigError(f"{at(source, text, name)}: [{name}] must be a table, got {values!r}")
+                raise ConfigError(f"{at(source, text, name)}: [{name}] must be a table, got {shown(values)}")
         raw = dict(data.get("loop", {}))
         known = [f.name for f in fields(Loop)] + list(LEGACY_KEYS)
         for key in raw:
@@ -205,7 +206,7 @@ class LoopConfig:
         lp = self.loop
         bad = [lv for lv in lp.levels if lv not in (1, 2, 3, 4)]
         if not lp.levels or bad:
-            raise ConfigError(f"{at(self.source, self.text, 'loop', 'levels')}: [loop] levels = {lp.levels!r}: expected some of 1, 2, 3, 4")
+            raise ConfigError(f"{at(self.source, self.text, 'loop', 'levels')}: [loop] levels = {shown(lp.levels)}: expected some of 1, 2, 3, 4")
         spec = self.recipe  # an unknown name fails here
         if spec is None or not spec.source:
             return

@@ -54,6 +54,7 @@ from replaybank.llm.config.values import (
     key_line,
     read_section,
     read_toml,
+    shown,
     table_name,
     toml_value,
 )
@@ -116,7 +117,7 @@ class Config:
             if name not in SECTIONS:
                 raise ConfigError(f"{at(source, text, name)}: unknown section [{name}]{did_you_mean(name, SECTIONS)}")
             if not isinstance(values, dict):
-                raise ConfigError(f"{at(source, text, name)}: [{name}] must be a table, got {values!r}")
+                raise ConfigError(f"{at(source, text, name)}: [{name}] must be a table, got {shown(values)}")
         for name, klass in SECTIONS.items():
             sections[name], keys = read_section(source, name, klass, data.get(name, {}), text=text)
             explicit.update(f"{name}.{key}" for key in keys)

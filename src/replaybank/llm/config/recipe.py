@@ -37,6 +37,7 @@ from replaybank.llm.config.values import (
     did_you_mean,
     read_section,
     read_toml,
+    shown,
     table_name,
 )
 
@@ -149,7 +150,7 @@ def parse_recipes(raw: Any, source: str, section: str = "recipes", text: str | N
             without the KL term.
     """
     if not isinstance(raw, dict):
-        raise ConfigError(f"{at(source, text, section)}: [{section}] must hold tables [{section}.NAME], got {raw!r}")
+        raise ConfigError(f"{at(source, text, section)}: [{section}] must hold tables [{section}.NAME], got {shown(raw)}")
     out: dict[str, Recipe] = {}
     for name, values in raw.items():
         table = table_name(section, str(name))
@@ -161,7 +162,7 @@ def parse_recipes(raw: Any, source: str, section: str = "recipes", text: str | N
         except ValueError as exc:
             raise ConfigError(f"{at(source, text, table)}: {exc}; it names the arm's folders") from None
         if not isinstance(values, dict):
-            raise ConfigError(f"{at(source, text, table)}: [{table}] must be a table, got {values!r}")
+            raise ConfigError(f"{at(source, text, table)}: [{table}] must be a table, got {shown(values)}")
         if not values:
             raise ConfigError(
                 f"{at(source, text, table)}: [{table}] is empty; give at least its source (corpus, self, replay or a "

@@ -83,7 +83,7 @@ def read_section(
             is out of bounds.
     """
     if not isinstance(values, dict):
-        raise ConfigError(f"{source}: [{name}] must be a table, got {values!r}")
+        raise ConfigError(f"{at(source, text, name)}: [{name}] must be a table, got {shown(values)}")
     hints = get_type_hints(klass)
     known = {f.name: f for f in fields(klass)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = dict(defaults or {})
@@ -202,11 +202,11 @@ def did_you_mean(word: str, options: Any) -> str:
 
 
 def check_value(source: str, section: str, key: str, value: Any, hint: Any, meta: Any) -> Any:
-    where = f"{source}: [{section}] {key} = {value!r}"
+    where = f"{source}: [{section}] {key} = {shown(value)}"
     choices = get_args(hint) if getattr(hint, "__origin__", None) is Literal else ()
     if choices:
         if value not in choices:
-            raise ConfigError(f"{where}: expected one of {', '.join(map(repr, choices))}{did_you_mean(str(value), choices)}")
+            raise ConfigError(f"{where}: expected one of {', '.join(map(repr, choices))}{did_you_mean(shown(value), choices)}")
         return value
     if hint is bool:
         if not isinstance(value, bool):
@@ -260,6 +260,15 @@ def check_value(source: str, section: str, key: str, value: Any, hint: Any, meta
             bracket = "[" if "min" in meta else "("
             raise ConfigError(f"{where}: expected a value in {bracket}{lo}, {meta['max']}]")
     return value
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` for an error message, or its type when it has none (an integer of thousands
+    of digits, a list nested too deep to print)."""
+    try:
+        return repr(value)
+    except (ValueError, RecursionError):
+        return f"<a {type(value).__name__} too large to show>"
 
 
 def parse_device(text: str) -> tuple[str, int | None]:
