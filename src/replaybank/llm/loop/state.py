@@ -11,7 +11,7 @@ transaction, so it is there entirely or not at all.
 Example:
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
-    >>> s = new_state({"loop": {"seed": 0}})
+    >>> s = new_state(LoopConfig().to_dict())
     >>> s["finished"], s["adapter"]
     (0, 'base')
     >>> write_state(folder, s); read_state(folder)["finished"]

@@ -65,6 +65,10 @@ def check_state(path: Path, state: Any) -> dict[str, Any]:
         raise StateError(f"{exc}{_ALTERED}") from None
     except RecursionError:
         raise StateError(f"{path}: field 'config' is nested too deep to be a loop config{_ALTERED}") from None
+    loop = state["config"].get("loop")
+    for key in ("lineage", "window", "seed"):  # every run wrote them; the report groups runs by them
+        if not isinstance(loop, dict) or key not in loop:
+            raise StateError(f"{path}: field 'config.loop.{key}' is missing{_ALTERED}")
     if len(rows) != finished + 1 and not (finished == 0 and not rows):
         raise StateError(
             f"{path}: field 'generations' has {len(rows)} rows but 'finished' is {finished}; expected generations "

@@ -3,11 +3,13 @@
 :func:`check_checkpoint` is the first half of :func:`replaybank.llm.train.checkpoint.load_checkpoint`:
 the schema version and the set of fields; ``step`` an integer in ``[0, 2**53]`` equal to the
 number of logged steps; the adapter's tensors exactly the model's (names, shapes), floating point
-and finite; the optimizer's groups, parameter ids, hyperparameters (``lr``, ``betas``, ``eps``,
-``weight_decay``, ...: the run's own) and per-parameter state (finite, each tensor scalar or of its
-parameter's shape); the mixer position (:func:`replaybank.mixing.check_mixer_state`); the torch
-generator states (``uint8`` tensors of the right size); the log's steps, evaluations, tokens and
-seconds. Each failure is a :class:`~replaybank.errors.ReplayBankError` naming the file and the field.
+and finite; the optimizer's groups, parameter ids, hyperparameters and settings (``lr``,
+``betas``, ``eps``, ``weight_decay``, ``capturable``, ...: the run's own, from its config) and its
+per-parameter state (the slots this optimizer keeps, each a finite floating-point tensor, scalar
+or of its parameter's shape; the step and the second moments >= 0); the mixer position (plain
+JSON values, then :func:`replaybank.mixing.check_mixer_state`); the torch generator states
+(``uint8`` tensors of the right size); the log's steps, evaluations, tokens and seconds. Each
+failure is a :class:`~replaybank.errors.ReplayBankError` naming the file and the field.
 
 Example:
     >>> check_checkpoint(Path("ck.pt"), {"schema_version": 7}, None, None, None)
@@ -31,7 +33,6 @@ __all__ = ["CHECKPOINT_SCHEMA_VERSION", "MAX_STEP", "check_checkpoint"]
 CHECKPOINT_SCHEMA_VERSION = 1
 MAX_STEP = 2**53
 _FIELDS = {"schema_version", "step", "adapter", "optimizer", "mixer", "torch_rng", "log"}
-_HYPER = ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize")
 
 
 def check_checkpoint(path: Path, state: Any, model: Any, opt: Any, mixer: Any) -> None:
@@ -45,9 +46,10 @@ def check_checkpoint(path: Path, state: Any, model: Any, opt: Any, mixer: Any) -
 
     from replaybank.mixing import check_mixer_state
 
-    if not isinstance(state, dict) or state.get("schema_version") != CHECKPOINT_SCHEMA_VERSION:
-        found = state.get("schema_version") if isinstance(state, dict) else type(state).__name__
-        raise ReplayBankError(f"{path}: checkpoint schema_version {found!r}, expected {CHECKPOINT_SCHEMA_VERSION}")
+    version = state.get("schema_version") if isinstance(state, dict) else None
+    if not _is_int(version) or version != CHECKPOINT_SCHEMA_VERSION:
+        found = _shown(version) if isinstance(state, dict) else type(state).__name__
+        raise ReplayBankError(f"{path}: checkpoint schema_version {found}, expected {CHECKPOINT_SCHEMA_VERSION}")
     expected: dict[str, Any] = {"step": int, "adapter": dict, "optimizer": dict, "mixer": dict, "torch_rng": torch.Tensor, "log": dict}
     for key, kind in expected.items():
         if not isinstance(state.get(key), kind) or (kind is int and isinstance(state[key], bool)):
@@ -56,6 +58,9 @@ def check_checkpoint(path: Path, state: Any, model: Any, opt: Any, mixer: Any) -
     if unknown:
         raise ReplayBankError(f"{path}: checkpoint has unknown field {unknown[0]!r}")
     _check_log(path, state["log"])
+    for key in ("mixer", "log"):  # written through JSON: plain values only
+        if not _plain(state[key]):
+            raise ReplayBankError(f"{path}: checkpoint field {key!r} holds values that are not plain JSON (numbers, strings, lists)")
     step = state["step"]
     if step < 0:
         raise ReplayBankError(f"{path}: checkpoint step {step} is negative")
@@ -89,7 +94,7 @@ def _check_log(path: Path, saved: dict[str, Any]) -> None:
     if not ((0 <= secs < 2**63) if isinstance(secs, int) else (math.isfinite(secs) and secs >= 0)):
         raise ReplayBankError(f"{path}: checkpoint field 'log.seconds' is {saved['seconds']!r}, expected a finite number >= 0")
     for k, entry in enumerate(saved["steps"]):
-        if not isinstance(entry, dict) or entry.get("step") != k + 1 or isinstance(entry.get("step"), bool):
+        if not isinstance(entry, dict) or not _is_int(entry.get("step")) or entry["step"] != k + 1:
             raise ReplayBankError(f"{path}: checkpoint field 'log.steps[{k}]' is not the record of step {k + 1}")
     for k, entry in enumerate(saved["evals"]):
         at = entry.get("step") if isinstance(entry, dict) else None
@@ -145,9 +150,8 @@ def _check_optimizer(path: Path, saved: dict[str, Any], opt: Any) -> None:
         if set(got) != set(own):
             odd = sorted(str(key) for key in set(got) ^ set(own))[0]
             raise ReplayBankError(f"{path}: checkpoint field '{where}' {'lacks' if odd in own else 'has an unknown'} key {odd!r}")
-        for key, value in own.items():  # the run's own hyperparameters; the other settings of the same kind
-            ok = _same(got[key], value) if key in _HYPER else key == "params" or type(got[key]) is type(value)
-            if not ok:
+        for key, value in own.items():  # the run's own hyperparameters and settings (from its config)
+            if key != "params" and not _same(got[key], value):
                 raise ReplayBankError(f"{path}: checkpoint field '{where}.{key}' is {_shown(got[key])}, this run's optimizer "
                                       f"has {value!r}")
         ids += params
@@ -193,8 +197,11 @@ def _check_slot(path: Path, where: str, value: Any, shape: tuple[int, ...], kind
     want = () if kind == 0 else shape
     if tuple(value.shape) != want:
         raise ReplayBankError(f"{path}: checkpoint field '{where}' has shape {tuple(value.shape)}, expected {want}")
-    if not bool(torch.isfinite(value).all()) or (where.endswith(".step") and bool((value < 0).any())):
-        raise ReplayBankError(f"{path}: checkpoint field '{where}' holds values that are not finite (or a negative step)")
+    # the step count and second moments (exp_avg_sq, max_exp_avg_sq: the square root is taken) are >= 0
+    signed = not where.endswith((".step", "_sq", ".square_avg"))
+    if not bool(torch.isfinite(value).all()) or (not signed and bool((value < 0).any())):
+        raise ReplayBankError(f"{path}: checkpoint field '{where}' holds values that are not finite"
+                              + ("" if signed else " and >= 0"))
 
 
 def _shown(v: Any) -> str:
@@ -206,6 +213,20 @@ def _shown(v: Any) -> str:
         return f"a {type(v).__name__}"
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _plain(v: Any, depth: int = 0) -> bool:
+    """Whether ``v`` is what JSON gives back: dicts with string keys, lists, strings, finite
+    numbers, booleans and None, at most 32 deep."""
+    if depth > 32:
+        return False
+    if isinstance(v, dict):
+        return all(isinstance(k, str) and _plain(x, depth + 1) for k, x in v.items())
+    if isinstance(v, list):
+        return all(_plain(x, depth + 1) for x in v)
+    if isinstance(v, float):
+        return math.isfinite(v)
+    return v is None or isinstance(v, (str, int, bool))
 
 
 def _same(a: Any, b: Any) -> bool:
