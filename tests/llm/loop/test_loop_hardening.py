@@ -118,6 +118,10 @@ def test_state_json_links_are_refused_on_read_and_not_followed_on_write(tmp_path
     with pytest.raises(StateError, match=r"state.json: is a symbolic link"):
         read_state(run)
     (run / "state.json").unlink()
+    os.mkfifo(run / "state.json")  # reading a FIFO would block forever
+    with pytest.raises(StateError, match=r"state.json: is not a regular file"):
+        read_state(run)
+    (run / "state.json").unlink()
     (run / "state.json.tmp").symlink_to(outside)  # a leftover temporary name pointing outside
     write_state(run, {"schema": 1, "config": LoopConfig().to_dict(), "finished": 0, "adapter": "base", "generations": []})
     assert outside.read_text() == "{}" and read_state(run)["finished"] == 0  # type: ignore[index]
@@ -191,6 +195,25 @@ def test_safe_folder_and_refuse_links(tmp_path):
     os.mkfifo(root / "adapters" / "fifo.json")
     with pytest.raises(UnsafePathError, match=r"fifo.json: exists and is not a regular file"):
         refuse_links(root / "adapters", "fifo.json")
+
+
+def test_the_main_jobs_adapter_save_refuses_links(tmp_path):
+    from types import SimpleNamespace
+
+    from replaybank.llm.config import Config, Recipe
+    from replaybank.llm.recipes.rehearsal import _save_adapter
+
+    outside = tmp_path / "outside"
+    outside.write_text("keep")
+    where = safe_folder(tmp_path, "OUT.partial", "adapters", "naive", "seed0", "gen0")
+    (where / "adapter_model.safetensors").symlink_to(outside)
+    ctx = SimpleNamespace(data=SimpleNamespace(manifest={}))
+    with pytest.raises(UnsafePathError, match=r"adapter_model.safetensors: is a symbolic link"):
+        _save_adapter(_lora(), where, Config(), ctx, "naive", Recipe(), 0.0, [0])  # type: ignore[arg-type]
+    assert outside.read_text() == "keep" and sorted(p.name for p in where.iterdir()) == ["adapter_model.safetensors"]
+    (where / "adapter_model.safetensors").unlink()
+    _save_adapter(_lora(), where, Config(), ctx, "naive", Recipe(), 0.0, [0])  # type: ignore[arg-type]
+    assert (where / "adapter_model.safetensors").is_file() and (where / "replaybank.json").is_file()
 
 
 # -- the adapter files themselves, against a small PEFT model -----------------------------------
