@@ -112,7 +112,7 @@ def test_checkpoint_with_a_pickled_object_is_refused_without_running_it(tmp_path
 def test_checkpoint_fields_are_checked_before_use(tmp_path: Path, change: dict[str, Any], match: str) -> None:
     state = {
         "schema_version": CHECKPOINT_SCHEMA_VERSION, "step": 1, "adapter": {}, "optimizer": {}, "mixer": {},
-        "torch_rng": torch.get_rng_state(), "log": {"steps": [], "evals": [], "tokens": 0, "seconds": 0.0},
+        "torch_rng": torch.get_rng_state(), "log": {"steps": [{"step": 1}], "evals": [], "tokens": 0, "seconds": 0.0},
     }
     path = tmp_path / "checkpoint.pt"
     torch.save({**state, **change}, path)
@@ -132,7 +132,7 @@ def test_cuda_rng_is_saved_and_restored_on_a_gpu_and_absent_on_cpu(tmp_path: Pat
     from replaybank.llm.train import checkpoint
 
     model, opt = _lora(0)
-    mixer, log = Mixer([20, 8], [0.75, 0.25], 4, seed=3), TrainLog()
+    mixer, log = Mixer([20, 8], [0.75, 0.25], 4, seed=3), TrainLog(steps=[{"step": 1}])  # step 1 logged
     save_checkpoint(tmp_path / "cpu.pt", model, opt, mixer, log, step=1)
     assert "cuda_rng" not in torch.load(tmp_path / "cpu.pt", weights_only=True)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.llm.config import Config, ConfigError
-from replaybank.llm.config.check import check_sources
+from replaybank.llm.config.check import check_loop_sources, check_sources
 
 LOOP_DESCRIPTION = """\
 The consolidation loop: the model's own experience, stored, replayed and consolidated.
@@ -111,7 +111,11 @@ def _add_loop(subparsers: Any) -> None:
     p.add_argument("--generations", type=int, default=None, help="generations (default [loop] generations)")
     p.add_argument("--jobs", type=int, default=1, help="runs in parallel worker processes (each one torch thread)")
     p.add_argument("--report", metavar="DIR", help="only rewrite report.md / metrics.json / loop.png of DIR")
-    p.add_argument("--print-config", action="store_true", help="print the effective config as TOML and exit")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the effective config as TOML and exit (after the checks a run makes: task and "
+                        "rehearsal files, base model, --out)")
+    p.add_argument("--schema-only", action="store_true",
+                   help="check keys and values only, not the files and model the config names (with --print-config)")
     p.set_defaults(func=cmd_loop)
 
 
@@ -200,6 +204,8 @@ def cmd_loop(args: argparse.Namespace) -> int:
     cfg = LoopConfig.from_toml(args.config) if args.config else LoopConfig()
     if args.generations is not None:
         cfg = cfg.with_(generations=args.generations)
+    if not (args.print_config and args.schema_only):
+        check_loop_sources(cfg, Path(args.out))  # the same checks before printing as before a run
     if args.print_config:
         sys.stdout.write(cfg.to_toml())
         return 0

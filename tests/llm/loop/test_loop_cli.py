@@ -26,7 +26,7 @@ def test_printed_config_reads_back_and_bad_input_is_named(capsys, tmp_path):
     assert cfg.loop == LoopConfig().with_(generations=7).loop and cfg.training == LoopConfig().training
     path.write_text('[loop]\ncontext_examples = "three"\n', encoding="utf-8")
     assert main(["loop", str(path), "--out", str(tmp_path / "o")]) == 2
-    assert f"{path}: [loop] context_examples = 'three': expected an integer" in capsys.readouterr().err
+    assert f"{path}:2: [loop] context_examples = 'three': expected an integer" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="--lineage 'newest'"):
         main(["loop", "--lineage", "newest", "--out", str(tmp_path / "o")])
     with pytest.raises(SystemExit, match="--seeds 'a,b'"):

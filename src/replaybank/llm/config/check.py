@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
+from replaybank.llm.config.loop import LEGACY_NAME, LoopConfig
 from replaybank.llm.config.parse import Config
+from replaybank.llm.config.recipe import is_file_source
 from replaybank.llm.config.schema import BUILTIN_AGENDA, BUILTIN_PROBE, BUILTIN_TOOLAPI
-from replaybank.llm.config.values import ConfigError
+from replaybank.llm.config.values import ConfigError, at, key_line, table_name
 
-__all__ = ["check_sources"]
+__all__ = ["check_loop_sources", "check_sources"]
 
 _DOMAIN_SUFFIXES = (".jsonl", ".json", ".txt", ".md")  # what llm.data_prep.load_domain reads
 
@@ -46,7 +49,7 @@ def check_sources(cfg: Config) -> None:
         _check_corpus(d.general_eval, f"empty (hold out part of the rehearsal corpus), {PYTHON_DOCS!r}, "
                       "or a .txt/.md/.jsonl/.parquet file or folder") if d.general_eval else None,
         _check_probe(d.probe),
-        _check_builtin_or_file(d.suite, "a JSONL file of suite items"),
+        _check_suite(d.suite),
         _check_builtin_or_file(d.self_prompts, "a JSONL or text file of prompts"),
         _check_out_dir(cfg.output.out_dir),
     ]
@@ -62,9 +65,59 @@ def check_sources(cfg: Config) -> None:
         ("output", "out_dir", cfg.output.out_dir),
     ]
     lines = [
-        f"{cfg.source}: [{section}] {key} = {value!r}: {problem}"
+        f"{at(cfg.source, cfg.text, section, key)}: [{section}] {key} = {value!r}: {problem}"
         for (section, key, value), problem in zip(keys, problems, strict=True)
         if problem is not None
+    ]
+    if lines:
+        raise ConfigError("\n".join(lines))
+
+
+def check_loop_sources(cfg: LoopConfig, out: Path | None = None) -> None:
+    """The loop's :func:`check_sources`: the task file, the rehearsal file of its recipe and the
+    base model are there and read as the run reads them, and ``out`` (``--out``) is not a file;
+    run by ``replaybank loop`` before anything loads, ``--print-config`` included.
+
+    Raises:
+        ConfigError: listing every problem, one per line, each naming the file, line, key and value.
+    """
+    from replaybank.errors import ReplayBankError
+    from replaybank.llm.loop.consolidate import read_rehearsal_file
+
+    lp = cfg.loop
+    problems: list[tuple[str, str, Any, str]] = []
+    if lp.tasks != "builtin:qx":
+        from replaybank.episodic.env import JsonlTasks
+
+        path = Path(lp.tasks).expanduser()
+        if not path.is_file():
+            problems.append(("loop", "tasks", lp.tasks, f"no such file{_where(path)}; expected 'builtin:qx' or a JSONL task file"))
+        else:
+            try:
+                JsonlTasks(path)
+            except ReplayBankError as exc:
+                problems.append(("loop", "tasks", lp.tasks, f"not a task file ({exc})"))
+    spec = cfg.recipe
+    files = [s for s in spec.source if is_file_source(s)] if spec is not None else []
+    if files:
+        legacy = lp.recipe == LEGACY_NAME and cfg.text is not None and key_line(cfg.text, "loop", "rehearsal") is not None
+        table, key = ("loop", "rehearsal") if legacy else (table_name("recipes", lp.recipe), "source")
+        path = Path(files[0]).expanduser()
+        if not path.is_file():
+            problems.append((table, key, files[0], f"no such file{_where(path)}; expected a JSONL file of {{prompt, response}} rows"))
+        else:
+            try:
+                read_rehearsal_file(path)
+            except ReplayBankError as exc:
+                problems.append((table, key, files[0], f"not a rehearsal file ({exc})"))
+    model = _check_base_model(cfg.training.base_model)
+    if model is not None:
+        problems.append(("training", "base_model", cfg.training.base_model, model))
+    if out is not None and out.exists() and not out.is_dir():
+        problems.append(("", "--out", str(out), "exists and is not a folder; expected a folder for the runs"))
+    lines = [
+        f"{at(cfg.source, cfg.text, table, key)}: [{table}] {key} = {value!r}: {problem}" if table else f"{key} {value}: {problem}"
+        for table, key, value, problem in problems
     ]
     if lines:
         raise ConfigError("\n".join(lines))
@@ -110,12 +163,32 @@ def _check_builtin_or_file(value: str, expected: str) -> str | None:
 
 
 def _check_probe(value: str) -> str | None:
+    from replaybank.errors import ReplayBankError
+    from replaybank.llm.data.prepare import load_probe
+
     if value == BUILTIN_PROBE:
         return None
     path = Path(value).expanduser()
     if not path.is_file():
         return f"no such file{_where(path)}; expected {BUILTIN_PROBE!r} or a JSONL file of {{prompt, answer}} lines"
-    return None if os.access(path, os.R_OK) else "file is not readable (permissions)"
+    try:  # read as the run reads it: a file that is not a probe fails here, before the model loads
+        load_probe(value)
+    except ReplayBankError as exc:
+        return f"not a probe file ({exc}); expected {BUILTIN_PROBE!r} or a JSONL file of {{prompt, answer}} lines"
+    return None
+
+
+def _check_suite(value: str) -> str | None:
+    from replaybank.llm.eval.suite import SuiteError, load_suite
+
+    problem = _check_builtin_or_file(value, "a JSONL file of suite items")
+    if problem is not None or value == "builtin":
+        return problem
+    try:  # read as the run reads it
+        load_suite(value)
+    except SuiteError as exc:
+        return f"not a suite file ({exc}); expected 'builtin' or a JSONL file of suite items"
+    return None
 
 
 def _check_corpus(value: str, expected: str) -> str | None:

@@ -31,8 +31,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-import tomllib
-
 from replaybank.llm.config.recipe import (
     BUILTIN_RECIPES,
     NONE,
@@ -48,6 +46,9 @@ from replaybank.llm.config.values import (
     did_you_mean,
     key_line,
     read_section,
+    read_toml,
+    shown,
+    table_name,
     toml_value,
 )
 
@@ -80,7 +81,7 @@ class Loop:
     demos: int = _f(16, "demonstrations the store is seeded with (train split), as a user would", min=0, max=16)
     tasks_per_generation: int = _f(24, "N: train tasks attempted per generation (a fresh seeded draw each generation)", min=1, max=100_000)
     samples_per_task: int = _f(2, "k: sampled attempts per task", min=1, max=64)
-    temperature: float = _f(0.7, "sampling temperature of the attempts (evaluation is greedy)", min=0)
+    temperature: float = _f(0.7, "sampling temperature of the attempts (evaluation is greedy)", min=0, max=100)
     system_prompt: str = _f(SYSTEM, "the agent's system prompt (acting, evaluation and consolidation rows; empty = the model's default)")
     context_examples: int = _f(3, "successful episodes retrieved (BM25 over the task text) into the context", min=0, max=64)
     max_new_tokens: int = _f(40, "generation budget per answer (per turn); rows stop at the end of the call (>>)", min=1, max=4096)
@@ -136,19 +137,20 @@ class LoopConfig:
     def from_toml(cls, path: str | Path) -> LoopConfig:
         """Read and validate a TOML file.
 
+        A file that sets no key (zero bytes, only comments or empty headers) is refused: leave
+        the config argument out to run the defaults. A UTF-8 byte-order mark is accepted.
+
         Raises:
-            ConfigError: missing file, TOML syntax error, or an invalid section, key or value.
+            ConfigError: missing or empty file, TOML syntax error, or an invalid section, key or value.
         """
         p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-            data = tomllib.loads(text)
-        except FileNotFoundError:
-            raise ConfigError(f"{p}: config file not found") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{p}: cannot read ({exc})") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{p}: invalid TOML ({exc})") from None
+        data, text = read_toml(p)
+        if all(isinstance(v, dict) and not v for v in data.values()):  # far more often a mistake than a choice
+            raise ConfigError(
+                f"{p}: config file sets no keys (it is empty, or holds only comments or empty [section] headers); "
+                f"to run the defaults leave the config argument out, or write them to a file to edit with "
+                f"`replaybank loop --print-config > {p.name}`"
+            )
         return cls.from_dict(data, source=str(p), text=text)
 
     @classmethod
@@ -168,17 +170,17 @@ class LoopConfig:
         sections = {"loop": Loop, "training": Training}
         for name, values in data.items():
             if name not in sections:
-                raise ConfigError(f"{source}: unknown section [{name}]{did_you_mean(name, [*sections, 'recipes'])}")
+                raise ConfigError(f"{at(source, text, name)}: unknown section [{name}]{did_you_mean(name, [*sections, 'recipes'])}")
             if not isinstance(values, dict):
-                raise ConfigError(f"{source}: [{name}] must be a table, got {values!r}")
+                raise ConfigError(f"{at(source, text, name)}: [{name}] must be a table, got {shown(values)}")
         raw = dict(data.get("loop", {}))
         known = [f.name for f in fields(Loop)] + list(LEGACY_KEYS)
         for key in raw:
             if key not in known:
-                raise ConfigError(f"{source}: unknown key [loop] {key}{did_you_mean(key, known)}")
+                raise ConfigError(f"{at(source, text, 'loop', key)}: unknown key [loop] {key}{did_you_mean(key, known)}")
         legacy = {key: raw.pop(key) for key in LEGACY_KEYS if key in raw}
-        loop, _ = read_section(source, "loop", Loop, raw)
-        training, _ = read_section(source, "training", Training, data.get("training", {}), LOOP_TRAINING)
+        loop, _ = read_section(source, "loop", Loop, raw, text=text)
+        training, _ = read_section(source, "training", Training, data.get("training", {}), LOOP_TRAINING, text=text)
         if legacy:
             if "recipe" in raw:
                 old = next(iter(legacy))
@@ -192,7 +194,7 @@ class LoopConfig:
             name, spec = _from_legacy(read_section(source, "loop", LegacyRehearsal, legacy, text=text)[0], source, text)
             if spec is not None and name == LEGACY_NAME:
                 if name in declared:
-                    raise ConfigError(f"{at(source, text, f'recipes.{name}')}: [recipes.{name}] is the name of the recipe "
+                    raise ConfigError(f"{at(source, text, table_name('recipes', name))}: [recipes.{name}] is the name of the recipe "
                                       f"the old [loop] rehearsal keys give; rename the table or drop those keys")
                 declared[name] = spec
             loop = dataclasses.replace(loop, recipe=name)
@@ -204,12 +206,12 @@ class LoopConfig:
         lp = self.loop
         bad = [lv for lv in lp.levels if lv not in (1, 2, 3, 4)]
         if not lp.levels or bad:
-            raise ConfigError(f"{self.source}: [loop] levels = {lp.levels!r}: expected some of 1, 2, 3, 4")
+            raise ConfigError(f"{at(self.source, self.text, 'loop', 'levels')}: [loop] levels = {shown(lp.levels)}: expected some of 1, 2, 3, 4")
         spec = self.recipe  # an unknown name fails here
         if spec is None or not spec.source:
             return
         if len(spec.source) > 1 or not (spec.source[0] == "self" or is_file_source(spec.source[0])):
-            table = f"recipes.{lp.recipe}"
+            table = table_name("recipes", lp.recipe)
             where = at(self.source, self.text, table, "source") if lp.recipe in self.recipes else at(self.source, self.text, "loop", "recipe")
             raise ConfigError(
                 f"{where}: [loop] recipe = {lp.recipe!r} rehearses with source = {spec.source}; the loop rehearses with "
@@ -220,7 +222,7 @@ class LoopConfig:
         """A copy with some ``[loop]`` keys replaced (the CLI's flags); values are re-validated."""
         data = self.to_dict()
         data["loop"].update(loop)
-        return LoopConfig.from_dict(data, source=self.source)
+        return LoopConfig.from_dict(data, source=self.source, text=self.text)
 
     @staticmethod
     def before_keys_existed() -> dict[str, Any]:

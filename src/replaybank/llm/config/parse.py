@@ -27,8 +27,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from replaybank.llm.config.floor import check_gate_keys
 from replaybank.llm.config.recipe import (
     BUILTIN_RECIPES,
@@ -55,6 +53,9 @@ from replaybank.llm.config.values import (
     did_you_mean,
     key_line,
     read_section,
+    read_toml,
+    shown,
+    table_name,
     toml_value,
 )
 
@@ -85,22 +86,12 @@ class Config:
         is refused: leave the config argument out to run with the defaults.
 
         Raises:
-            ConfigError: missing or empty file, TOML syntax error, or any invalid key or value.
+            ConfigError: missing or empty file, TOML syntax error (a UTF-8 byte-order mark is
+                accepted), or any invalid key or value.
         """
         p = Path(path)
-        try:
-            raw = p.read_bytes()
-        except FileNotFoundError:
-            raise ConfigError(f"{p}: config file not found") from None
-        except OSError as exc:
-            raise ConfigError(f"{p}: cannot read ({exc.strerror or exc})") from None
-        try:
-            data = tomllib.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise ConfigError(f"{p}: not valid UTF-8") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{p}: invalid TOML ({exc})") from None
-        cfg = cls.from_dict(data, source=str(p), text=raw.decode("utf-8"))
+        data, text = read_toml(p)
+        cfg = cls.from_dict(data, source=str(p), text=text)
         if not cfg.explicit and not cfg.arms:  # a zero-byte or comments-only file is far more often a mistake than a choice
             raise ConfigError(_empty_file_message(p))
         return cfg
@@ -124,11 +115,11 @@ class Config:
         )
         for name, values in data.items():
             if name not in SECTIONS:
-                raise ConfigError(f"{source}: unknown section [{name}]{did_you_mean(name, SECTIONS)}")
+                raise ConfigError(f"{at(source, text, name)}: unknown section [{name}]{did_you_mean(name, SECTIONS)}")
             if not isinstance(values, dict):
-                raise ConfigError(f"{source}: [{name}] must be a table, got {values!r}")
+                raise ConfigError(f"{at(source, text, name)}: [{name}] must be a table, got {shown(values)}")
         for name, klass in SECTIONS.items():
-            sections[name], keys = read_section(source, name, klass, data.get(name, {}))
+            sections[name], keys = read_section(source, name, klass, data.get(name, {}), text=text)
             explicit.update(f"{name}.{key}" for key in keys)
         if declared and "evaluation.arms" not in explicit:
             sections["evaluation"].arms = sections["evaluation"].arms + [a for a in declared if a not in sections["evaluation"].arms]
@@ -142,7 +133,7 @@ class Config:
     def _cross_check(self) -> None:
         where = self.source
         if not self.evaluation.arms:
-            raise ConfigError(f"{where}: [evaluation] arms is empty; expected one or more of base, naive, rehearsal")
+            raise ConfigError(f"{at(where, self.text, 'evaluation', 'arms')}: [evaluation] arms is empty; expected one or more of base, naive, rehearsal")
         specs = self.arm_specs()
         for arm in self.evaluation.arms:
             if arm not in specs and arm != "base":
@@ -152,51 +143,53 @@ class Config:
                 )
             files = [s for s in specs[arm].source if is_file_source(s)] if arm in specs else []
             if files:
-                old = self.text is not None and key_line(self.text, f"recipes.{arm}") is None
-                table = f"arms.{arm}" if old else f"recipes.{arm}"
+                old = self.text is not None and key_line(self.text, table_name("recipes", arm)) is None
+                table = table_name("arms" if old else "recipes", arm)
                 raise ConfigError(
                     f"{at(where, self.text, table, 'source')}: [{table}] source contains {files[0]!r}: the main job "
                     f"rehearses with {', '.join(ARM_SOURCES)}; a .jsonl file of prompt/response rows is a source of the loop"
                 )
         if len(set(self.evaluation.arms)) != len(self.evaluation.arms):
-            raise ConfigError(f"{where}: [evaluation] arms = {self.evaluation.arms!r} lists an arm twice; list each once")
+            raise ConfigError(f"{at(where, self.text, 'evaluation', 'arms')}: [evaluation] arms = {self.evaluation.arms!r} lists an arm twice; list each once")
         t = self.training
         if t.rehearsal_prompt_chars >= t.rehearsal_max_chars:
             raise ConfigError(
-                f"{where}: [training] rehearsal_prompt_chars = {t.rehearsal_prompt_chars} is not below "
+                f"{at(where, self.text, 'training', 'rehearsal_prompt_chars')}: [training] rehearsal_prompt_chars = {t.rehearsal_prompt_chars} is not below "
                 f"[training] rehearsal_max_chars = {t.rehearsal_max_chars}: the prompt would show the whole "
                 "passage and the completion only repeat it; expected rehearsal_prompt_chars < rehearsal_max_chars"
             )
         converts = self.share_from_rows()
         zero = [a for a in self.evaluation.arms if a in specs and specs[a].source and specs[a].ratio == 0]
         if zero and not converts:
-            knob = "[training] mixing_ratio = 0" if self.takes_training_share(zero[0]) else f"[recipes.{zero[0]}] ratio = 0"
+            shared = self.takes_training_share(zero[0])
+            knob = "[training] mixing_ratio = 0" if shared else f"[{table_name('recipes', zero[0])}] ratio = 0"
+            line = at(where, self.text, "training", "mixing_ratio") if shared else at(where, self.text, table_name("recipes", zero[0]), "ratio")
             raise ConfigError(
-                f"{where}: {knob} makes the rehearsal arm {zero[0]!r} the naive arm again; "
+                f"{line}: {knob} makes the rehearsal arm {zero[0]!r} the naive arm again; "
                 f"expected a share > 0, or drop {zero[0]!r} from [evaluation] arms"
             )
         if not self.training.lora_target_modules:
-            raise ConfigError(f"{where}: [training] lora_target_modules is empty; name at least one module")
+            raise ConfigError(f"{at(where, self.text, 'training', 'lora_target_modules')}: [training] lora_target_modules is empty; name at least one module")
         if not self.data.domain_train:
-            raise ConfigError(f"{where}: [data] domain_train is empty; give one file or folder per generation")
+            raise ConfigError(f"{at(where, self.text, 'data', 'domain_train')}: [data] domain_train is empty; give one file or folder per generation")
         n_gen, n_files = self.orchestration.num_generations, len(self.data.domain_train)
         if n_files not in (1, n_gen) or (n_files == 1 and n_gen > 1 and self.data.domain_train[0] != BUILTIN_TOOLAPI):
             raise ConfigError(
-                f"{where}: [data] domain_train has {n_files} entries but [orchestration] "
+                f"{at(where, self.text, 'data', 'domain_train')}: [data] domain_train has {n_files} entries but [orchestration] "
                 f"num_generations = {n_gen}; give one file or folder per generation"
             )
 
     def _check_arms(self) -> None:
         where = self.source
         if len(set(self.evaluation.arms)) != len(self.evaluation.arms):
-            raise ConfigError(f"{where}: [evaluation] arms lists an arm twice: {self.evaluation.arms}")
+            raise ConfigError(f"{at(where, self.text, 'evaluation', 'arms')}: [evaluation] arms lists an arm twice: {self.evaluation.arms}")
         if self.data.domain_eval and len(self.data.domain_eval) not in (1, self.orchestration.num_generations):
             raise ConfigError(
-                f"{where}: [data] domain_eval has {len(self.data.domain_eval)} entries but [orchestration] "
+                f"{at(where, self.text, 'data', 'domain_eval')}: [data] domain_eval has {len(self.data.domain_eval)} entries but [orchestration] "
                 f"num_generations = {self.orchestration.num_generations}; give one for all or one per generation"
             )
         if not self.data.domain_eval:
-            raise ConfigError(f"{where}: [data] domain_eval is empty; give one file (or builtin) for all generations")
+            raise ConfigError(f"{at(where, self.text, 'data', 'domain_eval')}: [data] domain_eval is empty; give one file (or builtin) for all generations")
 
     def arm_specs(self) -> dict[str, Recipe]:
         """Every arm this config can run by name: the built-in recipes, then its ``[recipes.NAME]``

@@ -29,10 +29,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
+from replaybank.llm.config.names import check_name
 from replaybank.llm.config.schema import ARM_SOURCES, KLOn, MixBy, _f
-from replaybank.llm.config.values import ConfigError, at, did_you_mean, read_section
+from replaybank.llm.config.values import (
+    ConfigError,
+    at,
+    did_you_mean,
+    read_section,
+    read_toml,
+    shown,
+    table_name,
+)
 
 __all__ = [
     "BUILTIN_RECIPES", "NONE", "SOURCES", "TAKES_TRAINING_SHARE", "Recipe", "builtin", "is_file_source",
@@ -51,7 +58,7 @@ class Recipe:
     ratio: float = _f(0.1, "total rehearsal share of every batch, split evenly over the sources, in [0, 1)", min=0, lt=1)
     mix_by: MixBy = _f("rows", "rows: share of the rows; tokens: share of the labelled tokens (the loss)")
     kl_to_base: float = _f(0.0, "weight of the KL-to-base term KL(base || adapted) on the rehearsal rows' answer tokens (see kl_on), added to the loss; 0 = off", min=0, max=1000)
-    kl_temperature: float = _f(1.0, "temperature of both distributions in the KL term", gt=0)
+    kl_temperature: float = _f(1.0, "temperature of both distributions in the KL term", gt=0, max=100)
     kl_on: KLOn = _f("rehearsal", "KL positions: rehearsal completions, or also the prompts of domain rows (all)")
     rehearsal_ce: bool = _f(True, "train on the rehearsal completions with cross-entropy as well as the KL term; false = the KL term only (self-distillation; needs kl_to_base > 0)")
 
@@ -136,20 +143,31 @@ def parse_recipes(raw: Any, source: str, section: str = "recipes", text: str | N
         replaybank.llm.config.ConfigError: run.toml:3: [recipes.mine] rehearsal_ce = false trains the rehearsal rows through the KL term only, which needs rehearsal sources and kl_to_base > 0 (got source = ['self'], kl_to_base = 0)
 
     Raises:
-        ConfigError: a table that is not a table, the name ``base`` or ``none``, an unknown key,
-            source or value, a share of 0 with sources, a KL term on rehearsal rows without
-            sources, ``rehearsal_ce = false`` without the KL term.
+        ConfigError: a table that is not a table, the name ``base`` or ``none``, a name that is not
+            a name (:func:`.names.check_name`: it becomes a folder name), an empty table, an
+            unknown key, source or value, a share of 0 with sources, a share > 0 with
+            ``source = []``, a KL term on rehearsal rows without sources, ``rehearsal_ce = false``
+            without the KL term.
     """
     if not isinstance(raw, dict):
-        raise ConfigError(f"{at(source, text, section)}: [{section}] must hold tables [{section}.NAME], got {raw!r}")
+        raise ConfigError(f"{at(source, text, section)}: [{section}] must hold tables [{section}.NAME], got {shown(raw)}")
     out: dict[str, Recipe] = {}
     for name, values in raw.items():
-        table = f"{section}.{name}"
+        table = table_name(section, str(name))
         if name in ("base", NONE):
             what = "the untouched model" if name == "base" else "no rehearsal"
             raise ConfigError(f"{at(source, text, table)}: [{table}] cannot be declared; {name} is {what}")
+        try:
+            check_name(name, f"[{section}.NAME]")
+        except ValueError as exc:
+            raise ConfigError(f"{at(source, text, table)}: {exc}; it names the arm's folders") from None
         if not isinstance(values, dict):
-            raise ConfigError(f"{at(source, text, table)}: [{table}] must be a table, got {values!r}")
+            raise ConfigError(f"{at(source, text, table)}: [{table}] must be a table, got {shown(values)}")
+        if not values:
+            raise ConfigError(
+                f"{at(source, text, table)}: [{table}] is empty; give at least its source (corpus, self, replay or a "
+                ".jsonl file) and ratio, or name the built-in naive for no rehearsal"
+            )
         for key in values:
             if key in LOOP_SPELLING:
                 raise ConfigError(f"{at(source, text, table, key)}: unknown key [{table}] {key}; did you mean "
@@ -177,6 +195,11 @@ def check_recipe(spec: Recipe, table: str, keys: set[str], source: str, text: st
         raise ConfigError(f"{where('source')}: [{table}] source lists a source twice: {spec.source}")
     if spec.source and spec.ratio == 0:
         raise ConfigError(f"{where('ratio', 'source')}: [{table}] has sources {spec.source} but ratio = 0; give a ratio in (0, 1)")
+    if not spec.source and "ratio" in keys and spec.ratio > 0:
+        raise ConfigError(
+            f"{where('ratio')}: [{table}] ratio = {spec.ratio:g} with source = []: a share of no rehearsal rows; "
+            "give a source, or drop ratio (source = [] is the naive arm)"
+        )
     if spec.kl_to_base > 0 and not spec.source and spec.kl_on == "rehearsal":
         raise ConfigError(
             f"{where('kl_to_base')}: [{table}] kl_to_base = {spec.kl_to_base} applies to rehearsal rows, but the arm "
@@ -197,15 +220,7 @@ def load_recipes(path: str | Path) -> dict[str, Recipe]:
         ConfigError: a missing or unreadable file, invalid TOML, or a bad table (``file:line``).
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-        data = tomllib.loads(text)
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: config file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: cannot read ({exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{p}: invalid TOML ({exc})") from None
+    data, text = read_toml(p)
     return merge_declared(
         parse_recipes(data.get("recipes", {}), str(p), "recipes", text),
         parse_recipes(data.get("arms", {}), str(p), "arms", text), str(p), text,
@@ -217,7 +232,8 @@ def merge_declared(recipes: dict[str, Recipe], arms: dict[str, Recipe], source: 
     both = sorted(set(recipes) & set(arms))
     if both:
         raise ConfigError(
-            f"{at(source, text, f'arms.{both[0]}')}: [arms.{both[0]}] and [recipes.{both[0]}] both declare "
+            f"{at(source, text, table_name('arms', both[0]))}: [{table_name('arms', both[0])}] and "
+            f"[{table_name('recipes', both[0])}] both declare "
             f"{both[0]!r}; [arms.NAME] is the old spelling of [recipes.NAME]: keep one"
         )
     return {**recipes, **arms}

@@ -10,7 +10,7 @@ Example:
     >>> from dataclasses import fields
     >>> rate = next(f for f in fields(Training) if f.name == "learning_rate")
     >>> rate.default, dict(rate.metadata)
-    (0.002, {'help': 'AdamW learning rate', 'gt': 0})
+    (0.002, {'help': 'AdamW learning rate', 'gt': 0, 'max': 10})
 """
 
 from __future__ import annotations
@@ -56,12 +56,12 @@ class Training:
     lora_alpha: int = _f(16, "LoRA scaling alpha (the update is scaled by alpha / r)", min=1, max=65_536)
     lora_dropout: float = _f(0.0, "dropout on the LoRA input", min=0, lt=1)
     lora_target_modules: list[str] = _f(ALL_LINEAR, "names of the linear modules that get adapters", nonempty=True)
-    learning_rate: float = _f(2e-3, "AdamW learning rate", gt=0)
-    weight_decay: float = _f(0.0, "AdamW weight decay", min=0)
+    learning_rate: float = _f(2e-3, "AdamW learning rate", gt=0, max=10)
+    weight_decay: float = _f(0.0, "AdamW weight decay", min=0, max=10)
     num_train_epochs: int = _f(2, "passes over the domain data (2 x 240 rows: chosen on a validation split, benchmarks/domain_budget.py)", min=1, max=10_000)
     batch_size: int = _f(8, "rows per micro-batch (the mixing quota applies to each)", min=1, max=65_536)
     gradient_accumulation_steps: int = _f(1, "micro-batches per optimizer step", min=1, max=65_536)
-    max_grad_norm: float = _f(1.0, "gradient clipping norm (0 = off)", min=0)
+    max_grad_norm: float = _f(1.0, "gradient clipping norm (0 = off)", min=0, max=1e6)
     precision: GenerationPrecision = _f("auto", "arithmetic of the LoRA training step: auto = bf16 autocast on a CPU with native bfloat16 units (AMX / AVX512-BF16: the SmolLM2 step 1.5x faster here), fp32 elsewhere (a GPU model is bf16 already); fp32; bf16. The LoRA weights and AdamW state stay fp32 either way")
     gradient_checkpointing: bool = _f(False, "recompute each decoder layer's activations in the backward pass instead of keeping them (less memory, about a third more compute; needed for a 7B model at 8 x 2048 tokens); a model that does not support it is an error")
     mixing_ratio: float = _f(0.1, "share of every batch taken from the rehearsal corpus, in [0, 1)", min=0, lt=1)

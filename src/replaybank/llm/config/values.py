@@ -24,7 +24,10 @@ import json
 import math
 import re
 from dataclasses import fields
+from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_type_hints
+
+import tomllib
 
 from replaybank.errors import ReplayBankError
 
@@ -36,6 +39,33 @@ class ConfigError(ReplayBankError):
 
 
 ConfigError.__module__ = "replaybank.llm.config"  # its public path, as tracebacks show it
+
+
+def read_toml(path: str | Path) -> tuple[dict[str, Any], str]:
+    """The TOML file ``path`` as ``(data, text)``; a UTF-8 byte-order mark is dropped (Windows
+    editors write one; TOML itself does not allow it).
+
+    Raises:
+        ConfigError: a missing or unreadable file, not UTF-8, invalid TOML (with its line and
+            column), or arrays and tables nested too deep to read.
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: config file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not valid UTF-8") from None
+    try:
+        return tomllib.loads(text), text
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: invalid TOML ({exc})") from None
+    except RecursionError:  # tomllib recurses once per nesting level
+        raise ConfigError(f"{p}: invalid config: arrays or tables nested too deep to read") from None
 
 
 def read_section(
@@ -53,7 +83,7 @@ def read_section(
             is out of bounds.
     """
     if not isinstance(values, dict):
-        raise ConfigError(f"{source}: [{name}] must be a table, got {values!r}")
+        raise ConfigError(f"{at(source, text, name)}: [{name}] must be a table, got {shown(values)}")
     hints = get_type_hints(klass)
     known = {f.name: f for f in fields(klass)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = dict(defaults or {})
@@ -140,6 +170,17 @@ def _dotted(name: str) -> tuple[str, ...]:
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
+def table_name(section: str, name: str) -> str:
+    """``section.name`` as TOML writes it: the name quoted when it is not a bare key, so
+    :func:`key_line` finds ``[recipes."my.recipe"]``.
+
+    Example:
+        >>> table_name("recipes", "mine"), table_name("recipes", "my.recipe")
+        ('recipes.mine', 'recipes."my.recipe"')
+    """
+    return f"{section}.{name}" if _BARE_KEY.fullmatch(name) else f"{section}.{json.dumps(name)}"
+
+
 def toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -161,11 +202,11 @@ def did_you_mean(word: str, options: Any) -> str:
 
 
 def check_value(source: str, section: str, key: str, value: Any, hint: Any, meta: Any) -> Any:
-    where = f"{source}: [{section}] {key} = {value!r}"
+    where = f"{source}: [{section}] {key} = {shown(value)}"
     choices = get_args(hint) if getattr(hint, "__origin__", None) is Literal else ()
     if choices:
         if value not in choices:
-            raise ConfigError(f"{where}: expected one of {', '.join(map(repr, choices))}{did_you_mean(str(value), choices)}")
+            raise ConfigError(f"{where}: expected one of {', '.join(map(repr, choices))}{did_you_mean(shown(value), choices)}")
         return value
     if hint is bool:
         if not isinstance(value, bool):
@@ -219,6 +260,15 @@ def check_value(source: str, section: str, key: str, value: Any, hint: Any, meta
             bracket = "[" if "min" in meta else "("
             raise ConfigError(f"{where}: expected a value in {bracket}{lo}, {meta['max']}]")
     return value
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` for an error message, or its type when it has none (an integer of thousands
+    of digits, a list nested too deep to print)."""
+    try:
+        return repr(value)
+    except (ValueError, RecursionError):
+        return f"<a {type(value).__name__} too large to show>"
 
 
 def parse_device(text: str) -> tuple[str, int | None]:

@@ -28,6 +28,7 @@ from typing import Any
 from replaybank.episodic import EpisodeStore
 from replaybank.errors import ReplayBankError
 from replaybank.llm.config import Recipe, Training
+from replaybank.llm.config.names import refuse_links
 from replaybank.llm.data.rows import TokenRows
 
 
@@ -58,6 +59,8 @@ def rehearsal_rows(
     rows (no end of turn) instead of dropping them (see
     :func:`replaybank.llm.data.selfsynth.synthesize`).
 
+    The manifest's ``sha256`` is a hash of the rows' text (prompts, responses, open flags).
+
     Raises:
         ReplayBankError: a JSONL line that is not an object with string ``prompt`` and
             ``response`` (``file:line``), an empty file, or self-synthesis that kept no row.
@@ -76,19 +79,32 @@ def rehearsal_rows(
         )
         manifest = {"source": "self", **{k: manifest.get(k) for k in ("kept", "open", "generated", "cached", "cache")}}
     else:
-        from replaybank.jsonl import iter_jsonl
-
-        rows = []
-        for lineno, obj in iter_jsonl(Path(source), error=ReplayBankError):
-            if not isinstance(obj.get("prompt"), str) or not isinstance(obj.get("response"), str):
-                raise ReplayBankError(f"{source}:{lineno}: a rehearsal row needs string 'prompt' and 'response'")
-            rows.append({"prompt": obj["prompt"], "response": obj["response"]})
-        if not rows:
-            raise ReplayBankError(f"{source}: no rehearsal rows")
+        rows = read_rehearsal_file(Path(source))
         manifest = {"source": source, "kept": len(rows)}
     encoded = token_rows([encode_pair(tokenizer, r["prompt"], r["response"], max_seq_length, open_end=bool(r.get("open")))
                           for r in rows])
+    # the rows' content hash: a resume refuses rows changed under the same source (state.check_inputs)
+    manifest["sha256"] = hashlib.sha256(json.dumps(rows, sort_keys=True).encode("utf-8")).hexdigest()
     return encoded, manifest
+
+
+def read_rehearsal_file(path: Path) -> list[dict[str, str]]:
+    """The ``{prompt, response}`` rows of a JSONL rehearsal file.
+
+    Raises:
+        ReplayBankError: a line that is not an object with string ``prompt`` and ``response``
+            (``file:line``), an unreadable or empty file.
+    """
+    from replaybank.jsonl import iter_jsonl
+
+    rows = []
+    for lineno, obj in iter_jsonl(path, error=ReplayBankError):
+        if not isinstance(obj.get("prompt"), str) or not isinstance(obj.get("response"), str):
+            raise ReplayBankError(f"{path}:{lineno}: a rehearsal row needs string 'prompt' and 'response'")
+        rows.append({"prompt": obj["prompt"], "response": obj["response"]})
+    if not rows:
+        raise ReplayBankError(f"{path}: no rehearsal rows")
+    return rows
 
 
 def consolidate(
@@ -139,50 +155,121 @@ def consolidate(
 
 
 def save_adapter(model: Any, folder: Path, meta: dict[str, Any]) -> str:
-    """Write the LoRA tensors as ``adapter.safetensors`` (atomically) and ``adapter.json``; return the hash."""
+    """Write the LoRA tensors as ``adapter.safetensors`` (atomically) and ``adapter.json``; return the hash.
+
+    ``folder`` must be a real folder (see :func:`replaybank.llm.config.names.safe_folder`); a
+    link at any file name written here is refused, and leftovers at the temporary names are
+    removed, never written through.
+
+    Raises:
+        UnsafePathError: a symbolic link (or a FIFO, a folder) at a file name written here.
+    """
     from peft import get_peft_model_state_dict
     from safetensors.torch import save_file
 
-    folder.mkdir(parents=True, exist_ok=True)
+    refuse_links(folder, *_FILES)
     state = {k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(model).items()}
     tmp = folder / "adapter.safetensors.tmp"
+    tmp.unlink(missing_ok=True)
     save_file(state, str(tmp))
     digest = _sha256(tmp)
     os.replace(tmp, folder / "adapter.safetensors")
-    (folder / "adapter.json.tmp").write_text(json.dumps({**meta, "sha256": digest}, indent=1))
-    os.replace(folder / "adapter.json.tmp", folder / "adapter.json")
+    meta_tmp = folder / "adapter.json.tmp"
+    meta_tmp.unlink(missing_ok=True)
+    with open(meta_tmp, "x", encoding="utf-8") as f:
+        f.write(json.dumps({**meta, "sha256": digest}, indent=1))
+    os.replace(meta_tmp, folder / "adapter.json")
     return digest[:16]
 
 
-def load_adapter(model: Any, folder: Path) -> str:
+_FILES = ("adapter.safetensors", "adapter.safetensors.tmp", "adapter.json", "adapter.json.tmp")
+
+
+def load_adapter(model: Any, folder: Path, *, expected: str | None = None, generation: int | None = None) -> str:
     """Load ``adapter.safetensors`` into the PEFT ``model``; return its hash (as recorded).
 
+    Everything is checked before the model is touched: the files are regular files (no links),
+    ``adapter.json`` is an object with a SHA-256 that the file matches, that hash is ``expected``
+    (the one ``state.json`` recorded for this generation) and its ``generation`` is ``generation``,
+    and the tensors are exactly the model's adapter tensors: the same names and shapes, floating
+    point, finite.
+
     Raises:
-        AdapterError: missing or damaged file, a hash that does not match ``adapter.json``, or
-            tensors that do not fit the model.
+        AdapterError: missing, linked or damaged files, a hash that does not match ``adapter.json``
+            or ``expected`` (an adapter copied from another generation), tensors missing, extra,
+            of another shape or not finite.
     """
-    from peft import set_peft_model_state_dict
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
     path, meta_path = folder / "adapter.safetensors", folder / "adapter.json"
-    if any(p.is_symlink() for p in (folder, path, meta_path)):
+    if any(p.is_symlink() for p in (folder.parent, folder, path, meta_path)):
         raise AdapterError(f"{folder}: the saved adapter is a symbolic link; a run folder holds its own files")
     if not path.is_file() or not meta_path.is_file():
         raise AdapterError(f"{folder}: no saved adapter (adapter.safetensors and adapter.json); delete state.json to restart")
+    meta = _read_meta(meta_path)
     digest = _sha256(path)
-    recorded = json.loads(meta_path.read_text()).get("sha256")
-    if recorded != digest:
-        raise AdapterError(f"{path}: sha256 {digest[:16]} does not match adapter.json ({str(recorded)[:16]}); the file changed")
-    try:
-        state = load_file(str(path))
-    except (SafetensorError, OSError) as exc:
-        raise AdapterError(f"{path}: not a readable safetensors file ({exc})") from None
-    result = set_peft_model_state_dict(model, state)
-    unexpected = getattr(result, "unexpected_keys", None) or []
-    if unexpected:
-        raise AdapterError(f"{path}: tensors that are not in this model's adapter: {unexpected[:3]}")
+    if meta["sha256"] != digest:
+        raise AdapterError(f"{path}: sha256 {digest[:16]} does not match adapter.json ({meta['sha256'][:16]}); the file changed")
+    if expected is not None and digest[:16] != expected:
+        raise AdapterError(
+            f"{path}: holds adapter {digest[:16]}, but state.json records {expected} for this generation; "
+            "the adapter was replaced (copied from another generation?): restore it or delete the run folder"
+        )
+    if generation is not None and meta.get("generation", generation) != generation:
+        raise AdapterError(f"{meta_path}: is generation {meta.get('generation')!r}'s adapter, expected {generation}'s")
+    state = _read_tensors(path)
+    mine = get_peft_model_state_dict(model)
+    _check_tensors(path, state, mine)
+    set_peft_model_state_dict(model, state)
     return digest[:16]
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    """``adapter.json``: an object with a 64-hex ``sha256``."""
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise AdapterError(f"{path}: not an adapter record ({type(exc).__name__}); delete state.json to restart") from None
+    if not isinstance(meta, dict):
+        raise AdapterError(f"{path}: expected a JSON object, got {type(meta).__name__}; delete state.json to restart")
+    digest = meta.get("sha256")
+    if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise AdapterError(f"{path}: field 'sha256' is not 64 hex digits; delete state.json to restart")
+    return meta
+
+
+def _read_tensors(path: Path) -> dict[str, Any]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise AdapterError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
+def _check_tensors(path: Path, state: dict[str, Any], mine: dict[str, Any], what: str = "the model's adapter") -> None:
+    """``state`` holds exactly the tensors of ``mine`` (names, shapes), floating point and finite.
+
+    Raises:
+        AdapterError: naming ``path`` and the first tensor that differs.
+    """
+    import torch
+
+    missing, extra = sorted(set(mine) - set(state)), sorted(set(state) - set(mine))
+    if extra:
+        raise AdapterError(f"{path}: tensors that are not in {what}: {extra[:3]}")
+    if missing:
+        raise AdapterError(f"{path}: {len(missing)} of {what}'s {len(mine)} tensors are missing, e.g. {missing[:2]}")
+    for name, ref in mine.items():
+        got = state[name]
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(ref.shape):
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            raise AdapterError(f"{path}: tensor {name} has shape {shape}, {what} has {tuple(ref.shape)}")
+        if not got.is_floating_point():
+            raise AdapterError(f"{path}: tensor {name} is {got.dtype}, expected floating point")
+        if not bool(torch.isfinite(got).all()):
+            raise AdapterError(f"{path}: tensor {name} holds NaN or infinite values")
 
 
 def _sha256(path: Path) -> str:

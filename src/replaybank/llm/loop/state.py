@@ -11,7 +11,7 @@ transaction, so it is there entirely or not at all.
 Example:
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
-    >>> s = new_state({"loop": {"seed": 0}})
+    >>> s = new_state(LoopConfig().to_dict())
     >>> s["finished"], s["adapter"]
     (0, 'base')
     >>> write_state(folder, s); read_state(folder)["finished"]
@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
-from replaybank.errors import ReplayBankError
 from replaybank.llm.config.loop import LoopConfig
+from replaybank.llm.loop.state_check import STATE_SCHEMA, StateError, check_state
 
-STATE_SCHEMA = 1
+__all__ = ["STATE_FILE", "STATE_SCHEMA", "StateError", "check_inputs", "check_same_config", "check_same_run",
+           "new_state", "read_state", "write_state"]
+
 STATE_FILE = "state.json"
-
-
-class StateError(ReplayBankError):
-    """``state.json`` is unreadable, from another schema, or from a run with another config."""
 
 
 def new_state(config: dict[str, Any]) -> dict[str, Any]:
@@ -42,27 +41,38 @@ def new_state(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_state(folder: Path) -> dict[str, Any] | None:
-    """The saved state, or None when the folder has none.
+    """The saved state, checked whole (:func:`.state_check.check_state`), or None when the folder
+    has none.
 
     Raises:
-        StateError: not JSON, another schema version, or missing fields.
+        StateError: a link, FIFO or folder where the file should be; not JSON (or nested too deep);
+            another schema version; a field missing, of the wrong type or range, or inconsistent
+            with the others (generation rows, adapter hashes, the config).
     """
     path = folder / STATE_FILE
-    if not path.is_file():
-        return None
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+        raise StateError(f"{path}: is {kind}; a run folder holds its own state.json (remove it to start over)")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read()
+        state = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+    except OSError as exc:
+        raise StateError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except RecursionError:
+        raise StateError(f"{path}: not a loop state file (nested too deep); delete the folder to start over") from None
+    except ValueError as exc:  # JSONDecodeError, not UTF-8, NaN/Infinity, an integer of thousands of digits
         raise StateError(f"{path}: not a loop state file ({exc}); delete the folder to start over") from None
-    if not isinstance(state, dict) or state.get("schema") != STATE_SCHEMA:
-        found = state.get("schema") if isinstance(state, dict) else type(state).__name__
-        raise StateError(f"{path}: loop state schema {found!r}, this replaybank reads {STATE_SCHEMA}")
-    for key, kind in (("config", dict), ("finished", int), ("adapter", str), ("generations", list)):
-        if not isinstance(state.get(key), kind):
-            raise StateError(f"{path}: field {key!r} is {type(state.get(key)).__name__}, expected {kind.__name__}")
-    if isinstance(state["finished"], bool) or state["finished"] < 0:
-        raise StateError(f"{path}: field 'finished' is {state['finished']!r}, expected a generation number >= 0")
-    return state
+    return check_state(path, state)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
 
 
 def check_same_config(
@@ -115,11 +125,41 @@ def check_same_run(folder: Path, state: dict[str, Any], cfg: LoopConfig) -> None
     check_same_config(folder, saved, LoopConfig.comparable(cfg.to_dict()), LoopConfig.before_keys_existed())
 
 
+def check_inputs(
+    folder: Path, state: dict[str, Any], *, base_model: str | None = None, rehearsal: dict[str, Any] | None = None,
+    model_name: str = "",
+) -> None:
+    """Refuse to resume when what the run trains on changed under the same names: the base model's
+    weights (``base_model``: :func:`replaybank.llm.eval.generate.model_fingerprint`; the config
+    names it ``model_name``) or the rehearsal rows (``rehearsal``: the manifest of
+    :func:`.consolidate.rehearsal_rows`, its ``sha256``). A state written before these were
+    recorded resumes and records them.
+
+    Raises:
+        StateError: naming what changed, its recorded and its current hash.
+    """
+    old = state.get("base_model")
+    if base_model is not None and old is not None and old != base_model:
+        raise StateError(
+            f"{folder}: [training] base_model = {model_name!r} is not the model this run started with (weights' "
+            f"fingerprint {base_model[:16]}, the run recorded {old[:16]}); resume with the model it started with, "
+            "or give another --out"
+        )
+    recorded = state.get("rehearsal", {}).get("sha256")
+    if rehearsal is not None and recorded is not None and rehearsal.get("sha256") != recorded:
+        raise StateError(
+            f"{folder}: the rehearsal rows ({rehearsal.get('source')}) changed since this run started (sha256 "
+            f"{str(rehearsal.get('sha256'))[:16]}, the run recorded {recorded[:16]}); restore them, or give another --out"
+        )
+
+
 def write_state(folder: Path, state: dict[str, Any]) -> None:
-    """Replace ``state.json`` atomically (write a temporary file, fsync, rename)."""
+    """Replace ``state.json`` atomically (write a temporary file, fsync, rename); the temporary
+    file is created anew (a link left at its name is removed, never written through)."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / (STATE_FILE + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    tmp.unlink(missing_ok=True)  # a leftover (or a link) at the name: removed, not followed
+    with open(tmp, "x", encoding="utf-8") as f:  # O_EXCL: never through a link made meanwhile
         json.dump(state, f, indent=1)
         f.flush()
         os.fsync(f.fileno())

@@ -36,6 +36,7 @@ from replaybank.episodic.retrieval import Retriever
 from replaybank.episodic.turns import demonstrate
 from replaybank.llm.config import Recipe
 from replaybank.llm.config.loop import LoopConfig
+from replaybank.llm.config.names import refuse_links, safe_folder
 from replaybank.llm.eval.measure import suite_retention
 from replaybank.llm.loop.act import attempt, build_prompts, summarise, to_episode
 from replaybank.llm.loop.consolidate import (
@@ -47,7 +48,13 @@ from replaybank.llm.loop.consolidate import (
 )
 from replaybank.llm.loop.lineage import lineage_for, split_heldout
 from replaybank.llm.loop.report import write_report
-from replaybank.llm.loop.state import check_same_run, new_state, read_state, write_state
+from replaybank.llm.loop.state import (
+    check_inputs,
+    check_same_run,
+    new_state,
+    read_state,
+    write_state,
+)
 from replaybank.llm.loop.tasks import make_environment
 from replaybank.llm.runtime import pick_device, use_device
 
@@ -65,13 +72,17 @@ def run_loop(
 
     Raises:
         ConfigError: ``[training] device`` names a device this machine lacks.
-        StateError: ``out`` holds a run with another config.
+        StateError: ``out`` holds a run with another config, a ``state.json`` that fails its
+            checks, or a run whose base model or rehearsal rows changed since it started.
+        AdapterError: the adapter to resume from is not the one ``state.json`` recorded.
+        UnsafePathError: a symbolic link inside ``out`` where the loop writes (``adapters/genN``).
         CheckerError: the environment's checker raised (naming the checker and task).
         TaskFileError: a malformed task file line (``file:line``).
         StoreError: the store is locked, corrupt or from a newer schema.
     """
     import torch
 
+    from replaybank.llm.eval.generate import model_fingerprint
     from replaybank.llm.eval.suite import load_suite, prepare_suite, sample_suite
     from replaybank.llm.model import cache_dir, load_model
     from replaybank.llm.train import add_lora
@@ -99,6 +110,8 @@ def run_loop(
         base, tok = load_model(cfg.training.base_model, device, log=log)
         training = dataclasses.replace(cfg.training, seed=lp.seed)
         model = add_lora(base, training)
+        fingerprint = model_fingerprint(model)  # of the base weights (LoRA left out)
+        check_inputs(out, state, base_model=fingerprint, model_name=cfg.training.base_model)  # before any work
         initial = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
         suite = prepare_suite(model, tok, sample_suite(load_suite(), lp.suite_per_family, lp.seed),
                               cache_dir=cache_dir() / "suite", batch_size=lp.generation_batch_size)
@@ -107,13 +120,15 @@ def run_loop(
             suite_prompts=[i.prompt for i in suite.items], batch_size=lp.generation_batch_size,
             keep_truncated=lp.self_open_rows,
         )
-        state["rehearsal"] = reh_manifest
+        check_inputs(out, state, rehearsal=reh_manifest)
+        state["rehearsal"], state["base_model"] = reh_manifest, fingerprint
         state["suite_base"] = {"families": suite.base["families"], "n": suite.base["n"]}
         if demos and not store.episodes(source="demo", limit=1):
             store.add_many([demonstrate(env, t) for t in demos])
             log(f"store seeded with {len(demos)} demonstrations")
         if state["finished"] > 0:
-            adapter = load_adapter(model, out / "adapters" / f"gen{state['finished']}")
+            g = state["finished"]
+            adapter = load_adapter(model, out / "adapters" / f"gen{g}", expected=state["adapter"], generation=g)
             log(f"resuming after generation {state['finished']} (adapter {adapter})")
         if not state["generations"]:
             row = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=0)
@@ -130,7 +145,7 @@ def run_loop(
             domain, n_rows = domain_rows(store, tok, lineage, training.max_seq_length, lp.system_prompt)
             log(f"gen {g}: consolidating {n_rows} successes of generations {lineage} (+ demos), {_recipe_words(lp.recipe, recipe)}")
             train = consolidate(model, tok.pad_token_id, domain, rehearsal, recipe, training, desc=f"gen {g} consolidate")
-            adapter = save_adapter(model, out / "adapters" / f"gen{g}",
+            adapter = save_adapter(model, safe_folder(out, "adapters", f"gen{g}"),
                                    {"generation": g, "lineage": lineage, "seed": lp.seed, "rows": n_rows})
             row = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=g)
             state["generations"].append({
@@ -230,7 +245,8 @@ def _line(row: dict[str, Any], total: int) -> str:
 def _run_one(name: str, data: dict[str, Any], source: str, folder: str, worker: int | None = None) -> str:
     cfg = LoopConfig.from_dict(data, source=source)
     path = Path(folder)
-    path.mkdir(parents=True, exist_ok=True)
+    path = safe_folder(path.parent, path.name)  # a run's folder inside --out, not a link out of it
+    refuse_links(path, "log.txt")
     with open(path / "log.txt", "a", encoding="utf-8") as logf:
 
         def log(msg: str) -> None:

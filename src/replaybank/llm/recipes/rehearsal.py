@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.llm.config import Config, Recipe
+from replaybank.llm.config.names import refuse_links, safe_folder
 from replaybank.llm.config.parse import with_seed
 from replaybank.llm.data.prepare import check_overlaps, prepare
 from replaybank.llm.data.rows import TokenRows
@@ -302,7 +303,7 @@ def _train_arm(
             "domain_accuracy": [{k: c[k] for k in ("exact_match", "call_score", "n")} for c in matrix_rows[-1]],
         })
         if cfg.output.save_adapters:
-            _save_adapter(model, partial / "adapters" / name / seed_label / f"gen{g}", cfg, ctx, name, spec, ratio, lineage)
+            _save_adapter(model, safe_folder(partial, "adapters", name, seed_label, f"gen{g}"), cfg, ctx, name, spec, ratio, lineage)
         log(f"{tag} gen {g}: {len(train_log.steps)} steps, {train_log.tokens} tokens in {train_log.seconds:.1f} s, "
             f"rehearsal share {generations[-1]['rehearsal_share']:.4f}; "
             f"domain exact match {[round(c['exact_match'], 3) for c in matrix_rows[-1]]}")
@@ -349,6 +350,8 @@ def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> 
 
 
 def _save_adapter(model: Any, where: Path, cfg: Config, ctx: EvalContext, arm: str, spec: Recipe, ratio: float, lineage: list[int]) -> None:
+    # ``where`` is a checked folder inside OUT.partial; a link at a file name PEFT writes is refused
+    refuse_links(where, "adapter_model.safetensors", "adapter_config.json", "README.md", "replaybank.json")
     model.save_pretrained(where)
     (where / "replaybank.json").write_text(
         json.dumps(

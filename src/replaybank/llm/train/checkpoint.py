@@ -13,11 +13,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from replaybank.llm.train.checkpoint_check import CHECKPOINT_SCHEMA_VERSION, check_checkpoint
+
 if TYPE_CHECKING:
     from replaybank.llm.train.log import TrainLog
     from replaybank.mixing import Mixer
-
-CHECKPOINT_SCHEMA_VERSION = 1
 
 
 def save_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLog, step: int) -> None:
@@ -40,7 +40,12 @@ def save_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLo
         "log": json.loads(json.dumps(log.to_dict(), default=float)),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.parent.is_symlink():  # OUT.partial/<arm>-seedN-genG must be the run's own folder
+        from replaybank.errors import ReplayBankError
+
+        raise ReplayBankError(f"{path.parent}: is a symbolic link; a run folder holds its own checkpoints (remove the link)")
     tmp = path.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)  # a leftover, or a link at the name: removed, never written through
     torch.save(state, tmp)
     os.replace(tmp, path)  # atomic: a crash never leaves a half-written checkpoint in place
 
@@ -50,16 +55,18 @@ def load_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLo
 
     The file is read with ``torch.load(weights_only=True)``: tensors and plain containers
     (dict, list, str, int, float, bool, None) only, so a checkpoint from elsewhere cannot run code
-    on load. Every field is checked before anything is restored.
+    on load. All or nothing: every field is checked against the model, optimizer and mixer it is
+    restored into before any of them is changed (:func:`check_checkpoint`), and a restore that
+    still fails puts back what it had changed.
 
     Raises:
         ReplayBankError (a ValueError): the file holds anything else (a pickled object), is not a
-            checkpoint, has another schema version, or a field of the wrong type.
+            checkpoint, has another schema version, or a field that does not fit (the message
+            names the file and the field).
     """
     import pickle
 
     import torch
-    from peft import set_peft_model_state_dict
 
     from replaybank.errors import ReplayBankError
 
@@ -70,36 +77,48 @@ def load_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLo
             f"{path}: refused: the checkpoint holds objects other than tensors and plain containers, "
             f"which are not loaded (weights_only); delete it to restart the arm ({str(exc).splitlines()[0]})"
         ) from None
-    except (RuntimeError, EOFError, OSError) as exc:
+    except (RuntimeError, EOFError, OSError, ValueError) as exc:
         raise ReplayBankError(f"{path}: not a readable checkpoint ({exc}); delete it to restart the arm") from None
-    if not isinstance(state, dict) or state.get("schema_version") != CHECKPOINT_SCHEMA_VERSION:
-        found = state.get("schema_version") if isinstance(state, dict) else type(state).__name__
-        raise ReplayBankError(f"{path}: checkpoint schema_version {found!r}, expected {CHECKPOINT_SCHEMA_VERSION}")
-    expected: dict[str, Any] = {
-        "step": int, "adapter": dict, "optimizer": dict, "mixer": dict, "torch_rng": torch.Tensor, "log": dict,
+    except RecursionError:
+        raise ReplayBankError(f"{path}: not a readable checkpoint (nested too deep); delete it to restart the arm") from None
+    check_checkpoint(path, state, model, opt, mixer)
+    _restore(path, state, model, opt, mixer, log)
+    return int(state["step"])
+
+
+def _restore(path: Path, state: dict[str, Any], model: Any, opt: Any, mixer: Mixer, log: TrainLog) -> None:
+    """Put a checked ``state`` into place; on any failure, put back what was there and raise."""
+    import copy
+
+    import torch
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    from replaybank.errors import ReplayBankError
+
+    device = model_device(model)
+    before = {
+        "adapter": {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()},
+        "optimizer": copy.deepcopy(opt.state_dict()), "mixer": mixer.state_dict(),
+        "torch_rng": torch.get_rng_state(), **cuda_rng_state(device),
     }
-    for key, kind in expected.items():
-        if not isinstance(state.get(key), kind) or (kind is int and isinstance(state[key], bool)):
-            raise ReplayBankError(f"{path}: checkpoint field {key!r} is {type(state.get(key)).__name__}, expected {kind.__name__}")
-    saved = state["log"]
-    log_fields: dict[str, Any] = {"steps": list, "evals": list, "tokens": int, "seconds": (int, float)}
-    for key, kinds in log_fields.items():
-        if not isinstance(saved.get(key), kinds):
-            raise ReplayBankError(f"{path}: checkpoint field 'log.{key}' is {type(saved.get(key)).__name__}")
-    if "cuda_rng" in state and not isinstance(state["cuda_rng"], torch.Tensor):
-        raise ReplayBankError(f"{path}: checkpoint field 'cuda_rng' is {type(state['cuda_rng']).__name__}, expected Tensor")
-    if not all(isinstance(v, torch.Tensor) for v in state["adapter"].values()):
-        raise ReplayBankError(f"{path}: checkpoint field 'adapter' holds non-tensor values")
-    if state["step"] < 0:
-        raise ReplayBankError(f"{path}: checkpoint step {state['step']} is negative")
-    set_peft_model_state_dict(model, state["adapter"])
-    opt.load_state_dict(state["optimizer"])
-    mixer.load_state_dict(state["mixer"])
-    torch.set_rng_state(state["torch_rng"])
-    restore_cuda_rng(state.get("cuda_rng"), model_device(model))
+    saved, done = state["log"], []
+    try:
+        for name, restore in (
+            ("optimizer", lambda s: opt.load_state_dict(s["optimizer"])),
+            ("mixer", lambda s: mixer.load_state_dict(s["mixer"])),
+            ("torch_rng", lambda s: torch.set_rng_state(s["torch_rng"])),
+            ("cuda_rng", lambda s: restore_cuda_rng(s.get("cuda_rng"), device)),
+            ("adapter", lambda s: set_peft_model_state_dict(model, s["adapter"])),
+        ):
+            field = name
+            restore(state)
+            done.append(restore)
+    except Exception as exc:  # checked first, so unexpected: leave everything as it was
+        for undo in done:
+            undo(before)
+        raise ReplayBankError(f"{path}: checkpoint field {field!r} could not be restored ({exc}); delete it to restart the arm") from None
     log.steps, log.evals = list(saved["steps"]), list(saved["evals"])
     log.tokens, log.seconds = int(saved["tokens"]), float(saved["seconds"])
-    return int(state["step"])
 
 
 def model_device(model: Any) -> Any:
