@@ -34,7 +34,7 @@ def test_device_spellings_are_checked_when_the_config_is_read(tmp_path: Path) ->
     path = tmp_path / "run.toml"
     for bad in ("gpu", "cuda:", "cuda:-1", "cuda:01", "cuda:x", "CPU"):
         path.write_text(f'[training]\ndevice = "{bad}"\n')
-        with pytest.raises(ConfigError, match=r"run\.toml: \[training\] device = .*expected auto, cpu, cuda or cuda:N"):
+        with pytest.raises(ConfigError, match=r"run\.toml:2: \[training\] device = .*expected auto, cpu, cuda or cuda:N"):
             Config.from_toml(path)
 
 

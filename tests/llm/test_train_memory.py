@@ -53,7 +53,7 @@ def test_gradient_checkpointing_gives_the_same_losses_and_weights(tiny_model_dir
 def test_gradient_checkpointing_is_a_checked_bool_and_needs_a_model_that_supports_it(tmp_path: Path) -> None:
     path = tmp_path / "run.toml"
     path.write_text('[training]\ngradient_checkpointing = "yes"\n')
-    with pytest.raises(ConfigError, match=r"run\.toml: \[training\] gradient_checkpointing = 'yes': expected true or false"):
+    with pytest.raises(ConfigError, match=r"run\.toml:2: \[training\] gradient_checkpointing = 'yes': expected true or false"):
         Config.from_toml(path)
 
     class _NoCheckpointing(torch.nn.Module):
