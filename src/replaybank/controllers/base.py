@@ -186,9 +186,16 @@ def summarize(history: Sequence[Sequence[float]] | np.ndarray, k: int = 3) -> So
             raise ControllerError(f"summarize(history): source {c} starts at loss 0; nothing to normalise by")
         norm = col / col[0]
         loss[c] = norm[-1] if math.isfinite(h[-1, c]) else np.nan
-        tail = norm[-k:]
-        trend[c] = 0.0 if tail.size < 2 else float(np.polyfit(np.arange(tail.size), tail, 1)[0])
+        trend[c] = _slope(norm[-k:])
     return SourceStats(loss, trend)
+
+
+def _slope(y: np.ndarray) -> float:
+    """Least-squares slope of ``y`` against ``0, 1, ...`` (0 for fewer than two points)."""
+    if y.size < 2:
+        return 0.0
+    x = np.arange(y.size) - (y.size - 1) / 2.0
+    return float(x @ (y - y.mean()) / (x @ x))
 
 
 def constrain(desired: np.ndarray, limits: MixLimits, mask: np.ndarray) -> np.ndarray:
