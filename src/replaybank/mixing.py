@@ -40,7 +40,6 @@ __all__ = [
 ]
 
 
-
 @dataclass(frozen=True)
 class MixedBatch:
     """One batch from :class:`Mixer`.

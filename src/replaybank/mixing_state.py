@@ -57,11 +57,13 @@ def check_mixer_state(state: Any, mixer: MixerLike) -> dict[str, Any]:
             raise InvalidStateError(f"mixer state has {key}={got!r}, this mixer has {mine!r}")
     n = mixer.sizes.size
     shares = state_array(state, "shares", who, shape=(n,), low=0.0)
-    if "segment" in state:  # steered: the saved shares are the ones in use
+    if "segment" in state:  # steered: the saved shares are the ones in use, bit for bit
         try:
-            shares = checked_shares(shares, mixer, "state['shares']")
+            checked_shares(shares, mixer, "state['shares']")
         except InvalidArgumentError as err:
             raise InvalidStateError(str(err)) from None
+        if abs(float(shares.sum()) - 1.0) > 1e-9:
+            raise InvalidStateError(f"mixer state has shares {state['shares']} summing to {shares.sum()}, not 1 (altered state)")
     elif np.allclose(shares / max(shares.sum(), 1e-300), mixer._base_shares):
         shares = mixer._base_shares
     else:
