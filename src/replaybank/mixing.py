@@ -9,6 +9,9 @@ of source 1.
 default 0) defines the epoch: an epoch ends only when every row of that source has been used once.
 Every other source is cycled, each pass with a fresh seeded permutation, so a small source is
 repeated rather than ending the epoch early or silently disappearing from the batches.
+
+:meth:`Mixer.set_shares` changes the shares between batches (a controller of
+:mod:`replaybank.controllers` steering the mixture); every later batch holds the new quotas exactly.
 """
 
 from __future__ import annotations
@@ -19,8 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.checks import check_state_keys, state_array, state_number
-from replaybank.errors import InvalidStateError
+from replaybank.mixing_state import MIXER_SCHEMA_VERSION, check_mixer_state, checked_shares
 from replaybank.quotas import (
     MixBy,
     Shares,
@@ -34,13 +36,8 @@ from replaybank.quotas import (
 
 __all__ = [
     "MIXER_SCHEMA_VERSION", "MixBy", "MixedBatch", "Mixer", "Shares", "batch_quotas",
-    "largest_remainder", "next_quota", "row_shares",
+    "check_mixer_state", "largest_remainder", "next_quota", "row_shares",
 ]
-
-MIXER_SCHEMA_VERSION = 1
-_STATE_KEYS = ("schema_version", "seed", "sizes", "shares", "batch_size", "epoch", "step", "taken", "cursor", "credit")
-_MAX_POSITION = 2**53  # epochs, steps and cycled rows past it are no position a run reaches
-_MAX_CREDIT = 2.0
 
 
 @dataclass(frozen=True)
@@ -125,8 +122,12 @@ class Mixer:
         self.epoch_source = int(epoch_source)
         self.drop_last = bool(drop_last)
         self.carry_credit = bool(carry_credit)
+        self._base_shares = self.shares  # the constructor's: an unsteered state must match them
         self._credit = np.zeros_like(self.shares)
         self._epoch_credit = np.zeros_like(self.shares)  # the credit the current epoch began with
+        # where the current shares took effect in this epoch: (step, taken, credit) there
+        self._steered = False
+        self._segment: tuple[int, int, np.ndarray] = (0, 0, self._epoch_credit.copy())
         self._cursor = np.zeros(self.sizes.size, dtype=np.int64)  # rows used per cycled source
         self._epoch = 0
         self._step = 0
@@ -191,10 +192,11 @@ class Mixer:
             left -= int(quota[self.epoch_source])
             yield (quota, credit) if with_credit else quota
 
-    def _partial_quota(self, left: int) -> np.ndarray:
-        scale = left / self.shares[self.epoch_source]
+    def _partial_quota(self, left: int, shares: np.ndarray | None = None) -> np.ndarray:
+        shares = self.shares if shares is None else shares
+        scale = left / shares[self.epoch_source]
         total = max(left, int(round(scale)))
-        others = self.shares.copy()
+        others = shares.copy()
         others[self.epoch_source] = 0.0
         quota = np.zeros_like(self.sizes)
         if others.sum() > 0 and total > left:
@@ -202,19 +204,23 @@ class Mixer:
         quota[self.epoch_source] = left
         return quota
 
-    def _replay(self, step: int, start: np.ndarray) -> tuple[int | None, np.ndarray]:
-        """``(taken, credit)`` after ``step`` batches of an epoch begun with credit ``start``
-        (``taken`` None past its end), by the rule of :meth:`epoch` without touching rows."""
+    def _replay(
+        self, step: int, start: np.ndarray, taken: int = 0, shares: np.ndarray | None = None
+    ) -> tuple[int | None, np.ndarray]:
+        """``(taken, credit)`` after ``step`` batches at ``shares`` from a position with credit
+        ``start`` and ``taken`` epoch rows used (``taken`` None past the epoch's end), by the rule
+        of :meth:`epoch` without touching rows."""
+        shares = self.shares if shares is None else shares
         credit = start.copy()
-        taken, n_epoch = 0, int(self.sizes[self.epoch_source])
+        n_epoch = int(self.sizes[self.epoch_source])
         for _ in range(step):
             if taken >= n_epoch:
                 return None, credit
-            quota, new_credit = next_quota(self.batch_size, self.shares, credit)
+            quota, new_credit = next_quota(self.batch_size, shares, credit)
             if quota[self.epoch_source] > n_epoch - taken:
                 if self.drop_last:
                     return None, credit
-                quota = self._partial_quota(n_epoch - taken)
+                quota = self._partial_quota(n_epoch - taken, shares)
             credit = new_credit
             taken += int(quota[self.epoch_source])
         return taken, credit
@@ -263,12 +269,52 @@ class Mixer:
         if not self.carry_credit:
             self._credit = np.zeros_like(self.shares)
         self._epoch_credit = self._credit.copy()
+        self._segment = (0, 0, self._epoch_credit.copy())
+
+    # -- steering -----------------------------------------------------------------------------
+    def set_shares(self, shares: Shares) -> None:
+        """Use ``shares`` from the next batch on (between batches, also inside a running epoch).
+
+        Every later batch holds ``floor`` or ``ceil`` of ``batch_size * share`` rows of each
+        source, as with fixed shares. The fractional credit restarts at zero when the shares
+        change (a source whose share fell to 0 must not win a leftover row), so each stretch of
+        constant shares is exact on its own: within one row per source over the stretch. Equal
+        shares change nothing (a fixed controller leaves the batches as they were). The epoch
+        still ends when the epoch source's rows are used up; :meth:`batches_per_epoch` and
+        :meth:`batches_in` count batches at the current shares.
+
+        Raises:
+            InvalidArgumentError: (a ``ValueError``) on shares of another length, not finite,
+                negative or all zero, a positive share for a source with no rows, or share 0 for
+                the epoch source.
+
+        Example:
+            >>> m = Mixer([8, 8], [0.5, 0.5], batch_size=4, seed=0)
+            >>> it = iter(m)
+            >>> next(it).rows_of(1).size
+            2
+            >>> m.set_shares([0.75, 0.25])
+            >>> next(it).rows_of(1).size
+            1
+        """
+        new = checked_shares(shares, self, "set_shares(shares)")
+        if np.array_equal(new, self.shares):
+            return
+        self.shares = new
+        self._credit = np.zeros_like(new)
+        self._segment = (self._step, self._taken, self._credit.copy())
+        self._steered = True
 
     # -- state --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Position in the stream; with the constructor arguments it fixes every later batch
-        (``epoch_credit``, the credit the epoch began with, only with ``carry_credit``)."""
-        extra = {"epoch_credit": self._epoch_credit.tolist()} if self.carry_credit else {}
+        (``epoch_credit``, the credit the epoch began with, only with ``carry_credit``; after
+        :meth:`set_shares`, ``segment``: the step, epoch rows taken and credit where the current
+        ``shares`` took effect)."""
+        extra: dict[str, Any] = {"epoch_credit": self._epoch_credit.tolist()} if self.carry_credit else {}
+        if self._steered:  # only a steered mixer writes it: other states stay as they were
+            step, taken, credit = self._segment
+            extra["segment"] = {"step": step, "taken": taken, "credit": credit.tolist()}
         return {
             **extra,
             "schema_version": MIXER_SCHEMA_VERSION,
@@ -292,71 +338,13 @@ class Mixer:
                 differently built mixer, a missing or unknown key, or a position this mixer
                 cannot be at: ``epoch``/``step`` not integers in ``[0, 2**53]``, ``taken`` outside
                 ``[0, rows of the epoch source]``, a ``cursor`` of the wrong length or below 0, a
-                ``credit`` of the wrong length, not finite or outside the largest-remainder range.
+                ``credit`` of the wrong length, not finite or outside the largest-remainder range;
+                shares other than the constructor's without a ``segment`` (a steered state's
+                shares are taken, after the checks of :meth:`set_shares`).
         """
         checked = check_mixer_state(state, self)
         self._epoch, self._step, self._taken = checked["epoch"], checked["step"], checked["taken"]
         self._cursor, self._credit = checked["cursor"], checked["credit"]
         self._epoch_credit = checked["epoch_credit"]
-
-
-def check_mixer_state(state: Any, mixer: Mixer) -> dict[str, Any]:
-    """``state`` checked against ``mixer`` (see :meth:`Mixer.load_state_dict`); returns the
-    position as ``epoch``, ``step``, ``taken`` (ints), ``cursor`` (int64) and ``credit`` (float64)."""
-    who = "Mixer"
-    if not isinstance(state, dict) or state.get("schema_version") != MIXER_SCHEMA_VERSION:
-        got = state.get("schema_version") if isinstance(state, dict) else type(state).__name__
-        raise InvalidStateError(f"mixer state has schema_version {got!r}, expected {MIXER_SCHEMA_VERSION}")
-    check_state_keys(state, who, _STATE_KEYS, ("epoch_credit",) if mixer.carry_credit else ())
-    for key, mine in (("seed", mixer.seed), ("sizes", mixer.sizes.tolist()), ("batch_size", mixer.batch_size)):
-        got = state[key]
-        if isinstance(mine, list):
-            same = isinstance(got, (list, tuple)) and [type(x) is int and x for x in got] == mine
-        else:
-            same = type(got) is int and got == mine
-        if not same:
-            raise InvalidStateError(f"mixer state has {key}={got!r}, this mixer has {mine!r}")
-    n = mixer.sizes.size
-    shares = state_array(state, "shares", who, shape=(n,), low=0.0)
-    if not np.allclose(shares / max(shares.sum(), 1e-300), mixer.shares):
-        raise InvalidStateError(f"mixer state has shares {state['shares']}, this mixer has {mixer.shares.tolist()}")
-    n_epoch = int(mixer.sizes[mixer.epoch_source])
-    out = {
-        "epoch": state_number(state, "epoch", who, integer=True, low=0, high=_MAX_POSITION),
-        "step": state_number(state, "step", who, integer=True, low=0, high=_MAX_POSITION),
-        "taken": state_number(state, "taken", who, integer=True, low=0, high=n_epoch),
-        "cursor": state_array(state, "cursor", who, shape=(n,), integer=True, low=0, high=_MAX_POSITION),
-        # largest remainder with carried credit keeps every entry in (-1, 1) and the sum at 0
-        "credit": state_array(state, "credit", who, shape=(n,), low=-_MAX_CREDIT, high=_MAX_CREDIT),
-    }
-    out["epoch_credit"] = _epoch_credit(state, mixer, out["epoch"])
-    # the in-epoch position is a function of the step: replay the epoch's quotas to it
-    taken, credit = mixer._replay(out["step"], out["epoch_credit"])
-    if taken is None:
-        raise InvalidStateError(f"mixer state has step={out['step']}, past the end of an epoch of this mixer")
-    if out["taken"] != taken or not np.allclose(out["credit"], credit, rtol=0.0, atol=1e-9):
-        raise InvalidStateError(
-            f"mixer state has taken={out['taken']}, credit={out['credit'].tolist()} at step {out['step']}; "
-            f"this mixer is at taken={taken}, credit={credit.tolist()} there (altered state)"
-        )
-    return out
-
-
-def _epoch_credit(state: dict[str, Any], mixer: Mixer, epoch: int) -> np.ndarray:
-    """The credit the saved epoch began with: zeros without ``carry_credit``; with it the saved
-    ``epoch_credit`` (a state saved before the key existed is taken only at epoch 0, where it
-    was zeros too: later epochs restarted the credit then)."""
-    zeros = np.zeros_like(mixer.shares)
-    if not mixer.carry_credit:
-        return zeros
-    if "epoch_credit" not in state:
-        if epoch == 0:
-            return zeros
-        raise InvalidStateError(
-            f"mixer state at epoch {epoch} has no epoch_credit: it was saved by a version that "
-            "restarted the quota credit every epoch, and cannot be continued exactly"
-        )
-    credit = state_array(state, "epoch_credit", "Mixer", shape=(mixer.sizes.size,), low=-_MAX_CREDIT, high=_MAX_CREDIT)
-    if abs(float(credit.sum())) > 1e-6:
-        raise InvalidStateError(f"mixer state has epoch_credit={credit.tolist()}: credit sums to 0 (altered state)")
-    return credit
+        self.shares, self._segment = checked["shares"], checked["segment"]
+        self._steered = "segment" in state
