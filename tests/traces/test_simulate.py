@@ -181,3 +181,16 @@ def test_optimal_bounds_every_policy_on_larger_traces(seed: int, ratio: float, s
     gap = res.gap_recovered("lru")
     assert gap is None or gap == 0.0
     assert res.gap_recovered("opt") in (None, 1.0)
+
+
+def test_decode_only_replay_drops_the_prefill_steps() -> None:
+    t = synthetic_trace(requests=5, prompt_tokens=12, decode_tokens=10, layers=1, experts=8, top_k=2, seed=2)
+    ev = layer_events(t, 0, "step", steps="decode")
+    assert ev.count == 50 and (t.kind[ev.step] == 1).all()
+    assert ev.ids.tolist() == np.sort(t.experts[0][t.kind[t.step_of_token()] == 1], axis=1).ravel().tolist()
+    step, token = (simulate(t, "lru", 2, semantics=s, steps="decode") for s in ("step", "token"))  # type: ignore[arg-type]
+    assert step.layers == token.layers and step.steps == "decode"
+    with pytest.raises(ReplayBankError, match="smaller than a step union"):
+        simulate(t, "lru", 2)
+    with pytest.raises(ReplayBankError, match="steps = 'some'"):
+        simulate(t, "lru", 2, steps="some")  # type: ignore[arg-type]

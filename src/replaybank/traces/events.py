@@ -30,10 +30,12 @@ from typing import Literal
 import numpy as np
 
 from ..errors import ReplayBankError
-from .trace import Trace
+from .trace import DECODE, PREFILL, Trace
 
 Semantics = Literal["step", "token"]
 SEMANTICS: tuple[Semantics, ...] = ("step", "token")
+Steps = Literal["all", "decode", "prefill"]
+STEPS: tuple[Steps, ...] = ("all", "decode", "prefill")
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,9 +57,12 @@ class Events:
         return np.diff(self.ptr)
 
 
-def layer_events(trace: Trace, layer: int, semantics: Semantics) -> Events:
+def layer_events(trace: Trace, layer: int, semantics: Semantics, steps: Steps = "all") -> Events:
     """The events of traced layer ``layer`` (0-based index into ``trace.layers``) under
-    ``semantics``; see the module doc."""
+    ``semantics``; see the module doc. ``steps="decode"`` (or ``"prefill"``) keeps only the events
+    of those steps, as if the others were served elsewhere."""
+    if steps not in STEPS:
+        raise ReplayBankError(f"steps = {steps!r}: expected one of {list(STEPS)}")
     if semantics not in SEMANTICS:
         raise ReplayBankError(f"semantics = {semantics!r}: expected one of {list(SEMANTICS)}")
     if not 0 <= layer < trace.num_layers:
@@ -70,16 +75,38 @@ def layer_events(trace: Trace, layer: int, semantics: Semantics) -> Events:
         ptr = np.arange(trace.num_tokens + 1, dtype=np.int64) * trace.top_k
         step = step_of_token
     else:
-        keys = np.unique((step_of_token[:, None] * e + experts).ravel())
+        keys = _step_keys(np.sort(experts, axis=1), step_of_token, trace.tokens, e)
         event = keys // e
         ids = keys - event * e
         counts = np.bincount(event, minlength=trace.num_steps)
         ptr = np.zeros(trace.num_steps + 1, dtype=np.int64)
         np.cumsum(counts, out=ptr[1:])
         step = np.arange(trace.num_steps, dtype=np.int64)
+    if steps != "all":
+        keep = trace.kind[step] == (DECODE if steps == "decode" else PREFILL)
+        if not keep.any():
+            raise ReplayBankError(f"steps = {steps!r}: the trace has no {steps} steps")
+        sizes = np.diff(ptr)[keep]
+        ids, step = ids[np.repeat(keep, np.diff(ptr))], step[keep]
+        ptr = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=ptr[1:])
     n = len(ptr) - 1
     event_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))
     return Events(ptr, ids.astype(np.int32), _next_use(ids, event_of, n, e), step, e)
+
+
+def _step_keys(
+    rows: np.ndarray, step_of_token: np.ndarray, tokens: np.ndarray, e: int
+) -> np.ndarray:
+    """Sorted distinct ``step * e + expert`` of every step. A one-token step's sorted row is its
+    union already; only multi-token steps (prefills) go through ``np.unique``, and a stable sort
+    merges the two sorted runs in linear time."""
+    keys = step_of_token[:, None] * e + rows
+    single = tokens[step_of_token] == 1
+    if single.all():
+        return keys.ravel()
+    merged = np.concatenate([keys[single].ravel(), np.unique(keys[~single])])
+    return np.sort(merged, kind="stable")
 
 
 def _next_use(ids: np.ndarray, event_of: np.ndarray, n: int, e: int) -> np.ndarray:

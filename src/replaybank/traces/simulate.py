@@ -32,7 +32,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import ReplayBankError
-from .events import Events, Semantics, layer_events
+from .events import Events, Semantics, Steps, layer_events
 from .kernel import COUNTERS, POLICY_CODES, get_kernel
 from .trace import Trace
 
@@ -80,6 +80,7 @@ class Result:
     capacities: tuple[int, ...]
     num_experts: tuple[int, ...]
     layers: tuple[Counts, ...]
+    steps: Steps = "all"
 
     @property
     def total(self) -> Counts:
@@ -89,6 +90,7 @@ class Result:
         return {
             "policy": self.policy,
             "semantics": self.semantics,
+            "steps": self.steps,
             "capacity_ratio": [c / e for c, e in zip(self.capacities, self.num_experts)],
             "capacities": list(self.capacities),
             "total": self.total.to_dict(),
@@ -127,7 +129,7 @@ class Comparison:
 
     def table(self) -> str:
         """A plain-text table, one row per policy (totals over layers)."""
-        head = f"{'policy':<8}{'misses':>10}{'miss rate':>11}{'loads':>10}{'MiB moved':>11}"
+        head = f"{'policy':<8}{'misses':>10}{'miss rate':>11}{'loads':>10}{'GiB moved':>11}"
         head += f"{'stalls':>9}{'victim rate':>13}{'gap recovered':>15}"
         rows = [head]
         for name, res in self.results.items():
@@ -135,7 +137,7 @@ class Comparison:
             gap = self.gap_recovered(name) if {"lru", "opt"} <= set(self.results) else None
             rows.append(
                 f"{name:<8}{t.misses:>10,}{t.miss_rate:>11.4f}{t.loads:>10,}"
-                f"{t.bytes_moved / 2**20:>11.1f}{t.stalls:>9,}{t.victim_rate:>13.3f}"
+                f"{t.bytes_moved / 2**30:>11.2f}{t.stalls:>9,}{t.victim_rate:>13.3f}"
                 + (f"{gap:>15.3f}" if gap is not None else f"{'-':>15}")
             )
         return "\n".join(rows)
@@ -175,7 +177,7 @@ def _check_fits(trace: Trace, events: Events, layer: int, capacity: int, semanti
         f"capacity {capacity} of layer {layer} (model layer {trace.layers[layer]}) is smaller than "
         f"a {unit}: {trace.describe_step(int(events.step[i]))} needs {int(sizes[i])} experts at "
         f"once (the largest {unit} of this layer is {int(sizes.max())}); a step is atomic and is "
-        "never split: raise the capacity, or replay only decode steps"
+        "never split: raise the capacity, or replay only decode steps (steps='decode', --steps decode)"
     )
 
 
@@ -184,11 +186,12 @@ def _replay(
     events: Sequence[Events],
     policy: Policy,
     caps: tuple[int, ...],
-    semantics: Semantics,
+    mode: tuple[Semantics, Steps],
     expert_bytes: int,
     rng: np.random.Generator,
     half_life: float,
 ) -> Result:
+    semantics, steps = mode
     if policy not in POLICY_CODES:
         raise ReplayBankError(f"policy = {policy!r}: expected one of {list(POLICY_CODES)}")
     kernel = get_kernel()
@@ -212,13 +215,14 @@ def _replay(
         layers.append(
             Counts(events=ev.count, needs=len(ev.ids), bytes_moved=c["loads"] * expert_bytes, **c)
         )
-    return Result(policy, semantics, caps, trace.num_experts, tuple(layers))
+    return Result(policy, semantics, caps, trace.num_experts, tuple(layers), steps)
 
 
 def _setup(
     trace: Trace,
     capacity: int | Sequence[int],
     semantics: Semantics,
+    steps: Steps,
     expert_bytes: int,
     half_life: float,
 ) -> tuple[tuple[int, ...], list[Events]]:
@@ -231,7 +235,7 @@ def _setup(
     if not (isinstance(half_life, (int, float)) and math.isfinite(half_life) and half_life > 0):
         raise ReplayBankError(f"half_life = {half_life!r}: expected a finite number > 0")
     caps = capacities(trace, capacity)
-    return caps, [layer_events(trace, layer, semantics) for layer in range(trace.num_layers)]
+    return caps, [layer_events(trace, layer, semantics, steps) for layer in range(trace.num_layers)]
 
 
 def simulate(
@@ -240,6 +244,7 @@ def simulate(
     capacity: int | Sequence[int],
     *,
     semantics: Semantics = "step",
+    steps: Steps = "all",
     expert_bytes: int = 0,
     seed: int | np.random.Generator = 0,
     half_life: float = DEFAULT_HALF_LIFE,
@@ -249,6 +254,7 @@ def simulate(
     Args:
         capacity: experts each layer's cache holds: one int, or one per traced layer.
         semantics: ``"step"`` (atomic per-step unions) or ``"token"`` (the biased per-token replay).
+        steps: ``"all"``, or only the ``"decode"`` (or ``"prefill"``) steps.
         expert_bytes: size of one expert's weights, for ``bytes_moved``.
         seed: for ``random``'s draws (an int or a ``numpy.random.Generator``).
         half_life: ``lfru``'s half-life of a use, in events.
@@ -257,9 +263,9 @@ def simulate(
         ReplayBankError: a capacity outside ``[1, num_experts]``, or a step union (or top-k)
             larger than its layer's capacity (the message names layer, request and step).
     """
-    caps, events = _setup(trace, capacity, semantics, expert_bytes, half_life)
+    caps, events = _setup(trace, capacity, semantics, steps, expert_bytes, half_life)
     rng = np.random.default_rng(seed)
-    return _replay(trace, events, policy, caps, semantics, expert_bytes, rng, half_life)
+    return _replay(trace, events, policy, caps, (semantics, steps), expert_bytes, rng, half_life)
 
 
 def compare(
@@ -268,6 +274,7 @@ def compare(
     policies: Sequence[Policy] = POLICIES,
     *,
     semantics: Semantics = "step",
+    steps: Steps = "all",
     expert_bytes: int = 0,
     seed: int | np.random.Generator = 0,
     half_life: float = DEFAULT_HALF_LIFE,
@@ -275,11 +282,11 @@ def compare(
     """``simulate`` for each of ``policies`` on the same events (built once); arguments as there.
     With ``lru`` and ``opt`` among them, ``Comparison.gap_recovered`` gives each policy's share of
     the LRU-to-optimal gap."""
-    caps, events = _setup(trace, capacity, semantics, expert_bytes, half_life)
+    caps, events = _setup(trace, capacity, semantics, steps, expert_bytes, half_life)
     rng = np.random.default_rng(seed)
     return Comparison(
         {
-            p: _replay(trace, events, p, caps, semantics, expert_bytes, rng, half_life)
+            p: _replay(trace, events, p, caps, (semantics, steps), expert_bytes, rng, half_life)
             for p in policies
         }
     )
