@@ -10,6 +10,7 @@ semantics for matched pairs. See docs/traces.md.
 from __future__ import annotations
 
 from .events import Events, layer_events, union_stats
+from .recorder import RouterHooks, record
 from .simulate import (
     POLICIES,
     Comparison,
@@ -31,6 +32,7 @@ __all__ = [
     "Counts",
     "Events",
     "Result",
+    "RouterHooks",
     "Trace",
     "capacities",
     "capacity_for_ratio",
@@ -39,6 +41,7 @@ __all__ = [
     "layer_events",
     "load_trace",
     "read_manifest",
+    "record",
     "save_trace",
     "simulate",
     "synthetic_trace",
