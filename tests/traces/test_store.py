@@ -36,6 +36,7 @@ def test_round_trip_keeps_every_column(saved: Path) -> None:
     t = synthetic_trace(requests=3, prompt_tokens=4, decode_tokens=5, layers=2, experts=8, top_k=2, seed=0)
     for mmap in (False, True):
         back = load_trace(saved, mmap=mmap)
+        assert isinstance(back.experts, np.memmap) == mmap  # mapped, not copied, when asked
         for name in ("request", "kind", "start", "tokens", "experts", "gates"):
             assert np.array_equal(getattr(back, name), getattr(t, name)), name
         assert (back.num_experts, back.layers, dict(back.meta)) == (t.num_experts, t.layers, dict(t.meta))

@@ -15,6 +15,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from ..errors import ReplayBankError
 from .trace import Trace
 
 
@@ -94,7 +95,7 @@ def replay_events(
                 elif policy == "opt":
                     victim = min(candidates, key=lambda y: (-far[y], y))
                 else:
-                    raise ValueError(f"policy = {policy!r}: expected lru, lfu, lfru or opt")
+                    raise ReplayBankError(f"policy = {policy!r}: expected lru, lfu, lfru or opt")
                 counts["evictions"] += 1
                 counts["optimal_victims"] += far[victim] == max(far.values())
                 cache.remove(victim)

@@ -116,8 +116,8 @@ class Trace:
     def __post_init__(self) -> None:
         _check(self)
         # stored canonically; the checks above guarantee these casts are exact
-        object.__setattr__(self, "kind", self.kind.astype(np.uint8))
-        object.__setattr__(self, "experts", self.experts.astype(np.int16))
+        object.__setattr__(self, "kind", self.kind.astype(np.uint8, copy=False))
+        object.__setattr__(self, "experts", self.experts.astype(np.int16, copy=False))
         offsets = np.zeros(len(self.tokens) + 1, dtype=np.int64)
         np.cumsum(self.tokens, out=offsets[1:])
         object.__setattr__(self, "offsets", offsets)
