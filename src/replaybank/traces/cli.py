@@ -1,0 +1,234 @@
+"""``replaybank traces simulate | inspect | synth``: replay MoE routing traces against expert caches."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+SIMULATE_HELP = """\
+Replay a routing trace (a folder written by save_trace or 'traces synth') against one expert
+cache per traced layer, for each policy, and print misses, loads, bytes moved, stalls, the
+victim-selection rate and the share of the LRU-to-optimal gap each policy recovers.
+
+Semantics. --semantics step (the default, and the correct one) makes each step one atomic event:
+a prefill or a decode step needs the union of the experts its tokens route to, all resident at
+once; a step whose union exceeds the capacity is an error naming layer, request and step (it is
+never split; --steps decode replays only the decode steps, as if prefill ran elsewhere). --semantics token replays token by token, the biased semantics of many trace-based
+evaluations (reuse inside a step counts as hits; a too-large step is split silently); 'both' runs
+the two as a matched pair.
+
+Policies. lru, lfu (uses since the trace began, ties by recency), lfru (use counts halving every
+--half-life events), random (seeded by --seed), opt (offline optimum with compulsory admission:
+Belady's MIN over per-step unions, a lower bound for every policy). Victim rate: the share of a
+policy's evictions whose victim opt would also have picked from that cache. Gap recovered:
+(misses_lru - misses_policy) / (misses_lru - misses_opt).
+
+Every miss is loaded (compulsory admission, no prefetch): loads = misses, bytes = loads x
+--expert-bytes; a stall is an event that waited for at least one load.
+"""
+
+
+def add_subcommands(subparsers: Any) -> None:
+    """Add ``traces`` (``simulate``, ``inspect``, ``synth``) to the top-level parser."""
+    traces = subparsers.add_parser(
+        "traces",
+        help="MoE routing traces: replay expert-caching policies (simulate, inspect, synth)",
+    )
+    sub = traces.add_subparsers(dest="traces_command", metavar="ACTION", required=True)
+    sim = sub.add_parser(
+        "simulate",
+        help="replay a trace against per-layer expert caches, for each policy",
+        description=SIMULATE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sim.add_argument("trace", help="trace folder (manifest.json + .npy columns)")
+    size = sim.add_mutually_exclusive_group(required=True)
+    size.add_argument(
+        "--capacity", type=int, help="experts cached per layer (same for every layer)"
+    )
+    size.add_argument(
+        "--ratio", type=float, help="capacity as a share of each layer's experts, in (0, 1]"
+    )
+    sim.add_argument(
+        "--policies",
+        default="lru,lfu,lfru,random,opt",
+        help="comma-separated, from lru, lfu, lfru, random, opt (default: all)",
+    )
+    sim.add_argument("--semantics", choices=("step", "token", "both"), default="step")
+    sim.add_argument(
+        "--steps",
+        choices=("all", "decode", "prefill"),
+        default="all",
+        help="replay every step (default) or only decode / prefill steps",
+    )
+    sim.add_argument(
+        "--expert-bytes",
+        type=int,
+        default=0,
+        help="bytes of one expert's weights (for bytes moved)",
+    )
+    sim.add_argument("--seed", type=int, default=0, help="seed of the random policy")
+    sim.add_argument("--half-life", type=float, default=32.0, help="lfru's half-life, in events")
+    sim.add_argument("--per-layer", action="store_true", help="also print each layer's miss rates")
+    sim.add_argument(
+        "--json",
+        type=Path,
+        help="also write the results, union statistics and capacity ratios here",
+    )
+    sim.set_defaults(func=cmd_simulate)
+
+    inspect = sub.add_parser(
+        "inspect", help="a trace's shape and its per-step union sizes per layer"
+    )
+    inspect.add_argument("trace", help="trace folder")
+    inspect.set_defaults(func=cmd_inspect)
+
+    synth = sub.add_parser(
+        "synth", help="write a synthetic trace (Zipf popularity, Markov locality) for trying things"
+    )
+    synth.add_argument("out", type=Path, help="folder to create")
+    for name, default, helptext in (
+        ("requests", 64, "requests"),
+        ("prompt-tokens", 16, "tokens per prefill"),
+        ("decode-tokens", 64, "decode steps per request"),
+        ("layers", 4, "traced layers"),
+        ("experts", 32, "experts per layer"),
+        ("top-k", 2, "experts per token"),
+        ("concurrent", 4, "requests interleaved at a time"),
+        ("seed", 0, "seed"),
+    ):
+        synth.add_argument(
+            f"--{name}", type=int, default=default, help=f"{helptext} (default {default})"
+        )
+    synth.add_argument(
+        "--zipf", type=float, default=1.0, help="Zipf exponent of popularity (0 = uniform)"
+    )
+    synth.add_argument(
+        "--stickiness",
+        type=float,
+        default=0.3,
+        help="chance a token reuses the previous token's experts",
+    )
+    synth.add_argument("--overwrite", action="store_true")
+    synth.set_defaults(func=cmd_synth)
+
+
+def _fmt(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.1f}"
+
+
+def _print_unions(stats: list[dict[str, float]], caps: tuple[int, ...] | None = None) -> None:
+    print(
+        f"{'layer':>6}{'experts':>9}{'capacity':>11}{'union max':>11}{'mean':>7}{'p95':>7}{'prefill':>9}{'decode':>8}"
+    )
+    for i, s in enumerate(stats):
+        cap = "-" if caps is None else f"{caps[i]} ({caps[i] / s['num_experts']:.2f})"
+        print(
+            f"{s['layer']:>6}{s['num_experts']:>9}{cap:>11}{s['max']:>11.0f}{s['mean']:>7.1f}"
+            f"{s['p95']:>7.1f}{_fmt(s['prefill_mean']):>9}{_fmt(s['decode_mean']):>8}"
+        )
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from ..errors import ReplayBankError
+    from .events import union_stats
+    from .simulate import POLICIES, capacities, capacity_for_ratio, compare
+    from .store import load_trace
+
+    trace = load_trace(args.trace, mmap=True)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or not policies:
+        raise ReplayBankError(
+            f"--policies: {unknown or 'none'} unknown; choose from {list(POLICIES)}"
+        )
+    caps = (
+        capacity_for_ratio(trace, args.ratio)
+        if args.ratio is not None
+        else capacities(trace, args.capacity)
+    )
+    stats = union_stats(trace)
+    print(
+        f"{args.trace}: {trace.num_steps:,} steps, {trace.num_tokens:,} tokens x {trace.num_layers} "
+        f"layers = {trace.routing_events:,} routing events, top-{trace.top_k}\n"
+    )
+    print("per-step union of experts (the paper's reporting) and capacity (ratio) per layer:")
+    _print_unions(stats, caps)
+    out: dict[str, Any] = {
+        "trace": str(args.trace),
+        "unions": stats,
+        "capacities": list(caps),
+        "capacity_ratio": [c / e for c, e in zip(caps, trace.num_experts)],
+    }
+    for semantics in ("step", "token") if args.semantics == "both" else (args.semantics,):
+        res = compare(
+            trace,
+            caps,
+            policies,
+            semantics=semantics,
+            steps=args.steps,
+            expert_bytes=args.expert_bytes,  # type: ignore[arg-type]
+            seed=args.seed,
+            half_life=args.half_life,
+        )
+        print(
+            f"\nsemantics = {semantics}"
+            + (" (atomic per-step unions)" if semantics == "step" else " (biased)")
+            + ("" if args.steps == "all" else f", {args.steps} steps only")
+        )
+        print(res.table())
+        if args.per_layer:
+            print(
+                "miss rate per layer: "
+                + "; ".join(
+                    f"{name} " + " ".join(f"{c.miss_rate:.3f}" for c in r.layers)
+                    for name, r in res.results.items()
+                )
+            )
+        out[semantics] = res.to_dict()
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .events import union_stats
+    from .store import load_trace
+
+    trace = load_trace(args.trace, mmap=True)
+    requests = len(set(trace.request.tolist()))
+    print(
+        f"{args.trace}: {requests:,} requests, {trace.num_steps:,} steps "
+        f"({int((trace.kind == 0).sum()):,} prefill, {int((trace.kind == 1).sum()):,} decode), "
+        f"{trace.num_tokens:,} tokens, {trace.num_layers} layers (model layers "
+        f"{list(trace.layers)}), top-{trace.top_k}; checksums and rows verified"
+    )
+    for key, value in trace.meta.items():
+        print(f"  {key}: {value}")
+    _print_unions(union_stats(trace))
+    return 0
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from .store import save_trace
+    from .synthetic import synthetic_trace
+
+    trace = synthetic_trace(
+        requests=args.requests,
+        prompt_tokens=args.prompt_tokens,
+        decode_tokens=args.decode_tokens,
+        layers=args.layers,
+        experts=args.experts,
+        top_k=args.top_k,
+        zipf=args.zipf,
+        stickiness=args.stickiness,
+        concurrent=args.concurrent,
+        seed=args.seed,
+    )
+    save_trace(trace, args.out, overwrite=args.overwrite)
+    print(f"wrote {args.out}: {trace.routing_events:,} routing events")
+    return 0
