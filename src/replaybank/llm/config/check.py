@@ -19,9 +19,6 @@ from replaybank.llm.config.values import ConfigError, at, key_line, table_name
 
 __all__ = ["check_loop_sources", "check_sources"]
 
-_DOMAIN_SUFFIXES = (".jsonl", ".json", ".txt", ".md")  # what llm.data_prep.load_domain reads
-
-
 def check_sources(cfg: Config) -> None:
     """Check that every file, folder, model and dataset the config names is there, offline.
 
@@ -44,8 +41,8 @@ def check_sources(cfg: Config) -> None:
         _check_base_model(t.base_model),
         _check_corpus(t.rehearsal_dataset, "a .txt/.md/.jsonl/.parquet file or a folder of them, a save_to_disk folder, "
                       f"{PYTHON_DOCS!r}, or an HF dataset in the local cache"),
-        *(_check_domain(v) for v in d.domain_train),
-        *(_check_domain(v) for v in d.domain_eval),
+        *(_check_domain(v, d.domain_split) for v in d.domain_train),
+        *(_check_domain(v, d.domain_split) for v in d.domain_eval),
         _check_corpus(d.general_eval, f"empty (hold out part of the rehearsal corpus), {PYTHON_DOCS!r}, "
                       "or a .txt/.md/.jsonl/.parquet file or folder") if d.general_eval else None,
         _check_probe(d.probe),
@@ -141,16 +138,24 @@ def _folder(path: Path, suffixes: tuple[str, ...], expected: str) -> str | None:
     return None
 
 
-def _check_domain(value: str) -> str | None:
+def _check_domain(value: str, split: str) -> str | None:
+    from replaybank.llm.data.corpus import CorpusError
+    from replaybank.llm.data.domain_files import read_domain_source
+
     if value in (BUILTIN_TOOLAPI, BUILTIN_AGENDA):
         return None
-    expected = f"{BUILTIN_TOOLAPI!r}, {BUILTIN_AGENDA!r}, or a .jsonl/.txt/.md file or a folder of them"
+    expected = (f"{BUILTIN_TOOLAPI!r}, {BUILTIN_AGENDA!r}, a .jsonl/.parquet/.txt/.md file or a folder of them, "
+                "a save_to_disk folder, or an HF dataset in the local cache")
     path = Path(value).expanduser()
-    if path.is_dir():
-        return _folder(path, _DOMAIN_SUFFIXES, expected)
-    if path.is_file():
-        return _readable_file(path, _DOMAIN_SUFFIXES, expected)
-    return f"no such file or folder{_where(path)}; expected {expected}"
+    if not path.exists() and (path.suffix or "/" not in value or value.startswith((".", "/", "~"))):
+        return f"no such file or folder{_where(path)}; expected {expected}"  # else: an HF dataset name
+    if path.is_file() and not os.access(path, os.R_OK):
+        return "file is not readable (permissions)"
+    try:  # read as the run reads it: bad columns, nulls and bad lines fail here, before the model loads
+        read_domain_source(path, split, value)
+    except CorpusError as exc:
+        return f"{exc}; expected {expected}"
+    return None
 
 
 def _check_builtin_or_file(value: str, expected: str) -> str | None:

@@ -82,10 +82,11 @@ class Training:
 
 @dataclass
 class Data:
-    domain_train: list[str] = _f([BUILTIN_TOOLAPI], "domain training data, one file or folder per generation (JSONL prompt/response or messages, or text); builtin:toolapi = the embedded fictional tool API", nonempty=True)
+    domain_train: list[str] = _f([BUILTIN_TOOLAPI], "domain training data, one source per generation: a JSONL/Parquet file or folder (prompt+response or completion, messages, or text), .txt/.md, a save_to_disk folder or a cached HF dataset; builtin:toolapi = the embedded fictional tool API", nonempty=True)
     domain_eval: list[str] = _f([BUILTIN_TOOLAPI], "held-out domain data (same formats), one for all generations or one per generation", nonempty=True)
     domain_train_rows: int = _f(240, "rows generated per generation for builtin:toolapi", min=1, max=10_000_000)
     domain_eval_rows: int = _f(48, "held-out domain rows (cap for files; count for builtin)", min=1, max=10_000_000)
+    domain_split: str = _f("train", "split read from a saved DatasetDict folder or a cached HF dataset named in domain_train / domain_eval (point domain_eval at the split's own subfolder, e.g. data/ds/test, to read another)", nonempty=True)
     general_eval: str = _f("", "held-out general text; empty = hold out whole documents of the rehearsal corpus")
     general_eval_rows: int = _f(16, "held-out general passages", min=1, max=10_000_000)
     probe: str = _f(BUILTIN_PROBE, "general-skill probe: builtin, or a JSONL file of {prompt, answer}", nonempty=True)

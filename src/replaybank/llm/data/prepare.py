@@ -22,11 +22,11 @@ from replaybank.llm.data.corpus import (
     Corpus,
     CorpusError,
     iter_jsonl,
-    list_data_files,
     load_corpus,
     remove_overlap,
     split_heldout,
 )
+from replaybank.llm.data.domain_files import DomainRecord, read_domain_source
 from replaybank.llm.data.pool import ColumnTexts, LazyPool, ListTexts, PoolTexts
 from replaybank.llm.data.rows import (
     FormatError,
@@ -38,8 +38,6 @@ from replaybank.llm.data.rows import (
     token_rows,
 )
 from replaybank.llm.eval.probe import ProbeItem, default_probe_items
-
-DomainRecord = dict[str, Any]  # {"prompt", "response"} | {"messages"} | {"text"}
 
 LAZY_MIN_ROWS = 20_000
 """A rehearsal pool with more rows is tokenized when its rows are drawn (:class:`LazyPool`); a
@@ -72,58 +70,26 @@ BUILTINS = {BUILTIN_TOOLAPI: toolapi.generate_examples, BUILTIN_AGENDA: agenda.g
 """Built-in domain generators: ``builtin:toolapi`` (the qx tool API), ``builtin:agenda`` (``@agenda{...}``)."""
 
 
-def load_domain(source: str, n_builtin: int, seed: int, exclude: set[str] | None = None) -> tuple[list[DomainRecord], dict[str, Any]]:
-    """Domain records from ``builtin:toolapi`` or a JSONL / text file or folder.
+def load_domain(
+    source: str, n_builtin: int, seed: int, exclude: set[str] | None = None, split: str = "train"
+) -> tuple[list[DomainRecord], dict[str, Any]]:
+    """Domain records from ``builtin:toolapi`` / ``builtin:agenda``, or a JSONL / Parquet / text
+    file or folder, a ``save_to_disk`` folder or a cached HF dataset (split ``split``).
 
-    JSONL lines are ``{"prompt", "response"}`` (``completion`` also accepted) or
-    ``{"messages": [...]}``; text files give ``{"text"}`` records (plain LM loss).
+    JSONL lines and Parquet / dataset rows are ``{"prompt", "response"}`` (``completion`` also
+    accepted) or ``{"messages": [...]}``; ``text`` and text files give ``{"text"}`` records (plain
+    LM loss). See :mod:`replaybank.llm.data.domain_files`.
 
     Raises:
-        CorpusError: missing file, malformed line (``file:line``), a line with none of the
-            accepted fields, or no records at all.
+        CorpusError: missing file, malformed line (``file:line``), a line or columnar source with
+            none of the accepted fields (the fields found listed), a null value (file and row), or
+            no records at all.
     """
     if source in BUILTINS:
         recs: list[DomainRecord] = list(BUILTINS[source](n_builtin, seed, exclude))
         digest = hashlib.sha256(repr(recs).encode()).hexdigest()
         return recs, {"source": f"{source} (seed {seed})", "rows": len(recs), "sha256": digest}
-    path = Path(source).expanduser()
-    if not path.exists():
-        raise CorpusError(f"{path}: domain data not found")
-    files = list_data_files(path) if path.is_dir() else [path]
-    records: list[DomainRecord] = []
-    for file in files:
-        if file.suffix.lower() in (".jsonl", ".json"):
-            for number, obj in iter_jsonl(file):
-                records.append(_domain_record(obj, f"{file}:{number}"))
-        elif file.suffix.lower() in (".txt", ".md"):
-            corpus = load_corpus(file)
-            records += [{"text": t} for t in corpus.texts]
-        else:
-            raise CorpusError(f"{file}: domain data must be .jsonl or .txt/.md, got {file.suffix!r}")
-    if not records:
-        raise CorpusError(f"{path}: no domain records")
-    h = hashlib.sha256()
-    for file in files:
-        h.update(file.read_bytes())
-    return records, {"source": str(path), "files": [str(f) for f in files], "rows": len(records), "sha256": h.hexdigest()}
-
-
-def _domain_record(obj: dict[str, Any], where: str) -> DomainRecord:
-    if "messages" in obj:
-        if not isinstance(obj["messages"], list):
-            raise CorpusError(f"{where}: 'messages' must be a list of {{role, content}} objects")
-        return {"messages": obj["messages"], "where": where}
-    answer_key = "response" if "response" in obj else "completion" if "completion" in obj else None
-    if "prompt" in obj and answer_key:
-        if not isinstance(obj["prompt"], str) or not isinstance(obj[answer_key], str):
-            raise CorpusError(f"{where}: 'prompt' and {answer_key!r} must be strings")
-        return {"prompt": obj["prompt"], "response": obj[answer_key], "where": where}
-    if "text" in obj and isinstance(obj["text"], str):
-        return {"text": obj["text"], "where": where}
-    raise CorpusError(
-        f"{where}: a domain line needs prompt+response, prompt+completion, messages or text "
-        f"(fields: {', '.join(sorted(obj)) or 'none'})"
-    )
+    return read_domain_source(Path(source).expanduser(), split, source)
 
 
 def encode_domain(tokenizer: Any, records: list[DomainRecord], max_seq_length: int) -> TokenRows:
@@ -232,7 +198,7 @@ def prepare(cfg: Config, tokenizer: Any, *, lazy_min_rows: int | None = None) ->
     eval_sets: dict[str, tuple[list[DomainRecord], dict[str, Any], TokenRows]] = {}
     for k, source in enumerate(d.domain_eval):
         if source not in eval_sets:
-            recs, man = load_domain(source, d.domain_eval_rows, seed=t.seed + 10_000 + 100 * k)
+            recs, man = load_domain(source, d.domain_eval_rows, seed=t.seed + 10_000 + 100 * k, split=d.domain_split)
             recs = recs[: d.domain_eval_rows]
             eval_sets[source] = (recs, {**man, "rows": len(recs)}, encode_domain(tokenizer, recs, t.max_seq_length))
     eval_of = [d.domain_eval[g] if len(d.domain_eval) > 1 else d.domain_eval[0] for g in range(n_gen)]
@@ -241,7 +207,7 @@ def prepare(cfg: Config, tokenizer: Any, *, lazy_min_rows: int | None = None) ->
     generations, gen_manifest, train_records = [], [], []
     for g in range(n_gen):
         source = d.domain_train[g] if len(d.domain_train) > 1 else d.domain_train[0]
-        recs, man = load_domain(source, d.domain_train_rows, seed=t.seed + 1 + g, exclude=held_prompts)
+        recs, man = load_domain(source, d.domain_train_rows, seed=t.seed + 1 + g, exclude=held_prompts, split=d.domain_split)
         generations.append(encode_domain(tokenizer, recs, t.max_seq_length))
         gen_manifest.append({"generation": g, **man})
         train_records.append(recs)

@@ -33,9 +33,12 @@ def iter_saved_dataset(path: Path, split: str, text_field: str, error: type[Exce
         yield from column[start : start + 10_000][text_field]
 
 
-def open_saved_dataset(path: Path, split: str, text_field: str, error: type[Exception]) -> Any:
+def open_saved_dataset(
+    path: Path, split: str, text_field: str | None, error: type[Exception], *, split_key: str = "rehearsal_split"
+) -> Any:
     """The ``datasets.Dataset`` of a ``save_to_disk`` folder (split ``split`` of a DatasetDict),
-    memory-mapped, checked to hold column ``text_field``.
+    memory-mapped, checked to hold column ``text_field`` (unless None: the caller picks columns).
+    ``split_key`` is the config key a missing split's message points at.
 
     Raises:
         error: as :func:`iter_saved_dataset`.
@@ -50,23 +53,26 @@ def open_saved_dataset(path: Path, split: str, text_field: str, error: type[Exce
         raise error(f"{path}: a save_to_disk dataset folder that could not be read ({type(exc).__name__}: {exc})") from None
     if isinstance(ds, datasets.DatasetDict):
         if split not in ds:
-            raise error(f"{path}: no split {split!r} in this saved DatasetDict (splits: {', '.join(ds)}); set rehearsal_split")
+            raise error(f"{path}: no split {split!r} in this saved DatasetDict (splits: {', '.join(ds)}); set {split_key}")
         ds = ds[split]
-    if text_field not in ds.column_names:
+    if text_field is not None and text_field not in ds.column_names:
         raise error(f"{path}: no column {text_field!r} (columns: {', '.join(ds.column_names)}); set rehearsal_text_field")
     return ds
 
 
-def open_hf_dataset(name: str, split: str, text_field: str, error: type[Exception]) -> Any:
+def open_hf_dataset(
+    name: str, split: str, text_field: str | None, error: type[Exception], *, key: str = "rehearsal_dataset"
+) -> Any:
     """Split ``split`` of the Hugging Face dataset ``name``, only if it is in the local cache
-    (memory-mapped; nothing is downloaded), checked to hold column ``text_field``.
+    (memory-mapped; nothing is downloaded), checked to hold column ``text_field`` (unless None).
+    ``key`` is the config key the not-found message points at.
 
     Raises:
         error: ``datasets`` missing, a dataset that would need a download, a missing column.
     """
     hint = (
         f"{name!r} is neither a local path nor a locally available dataset; download it elsewhere "
-        "and point rehearsal_dataset at a local .jsonl/.parquet file or folder"
+        f"and point {key} at a local .jsonl/.parquet file or folder"
     )
     try:
         import datasets  # type: ignore[import-not-found]
@@ -76,6 +82,6 @@ def open_hf_dataset(name: str, split: str, text_field: str, error: type[Exceptio
         ds = datasets.load_dataset(name, split=split, download_mode="reuse_cache_if_exists")
     except Exception as exc:  # offline mode raises ConnectionError, FileNotFoundError, ...
         raise error(f"{hint} ({type(exc).__name__}: {exc})") from None
-    if text_field not in ds.column_names:
+    if text_field is not None and text_field not in ds.column_names:
         raise error(f"{name}[{split}]: no column {text_field!r} (columns: {', '.join(ds.column_names)})")
     return ds
