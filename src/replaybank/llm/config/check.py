@@ -139,7 +139,7 @@ def _folder(path: Path, suffixes: tuple[str, ...], expected: str) -> str | None:
 
 
 def _check_domain(value: str, split: str) -> str | None:
-    from replaybank.llm.data.corpus import CorpusError
+    from replaybank.llm.data.corpus import SUPPORTED_SUFFIXES, CorpusError
     from replaybank.llm.data.domain_files import read_domain_source
 
     if value in (BUILTIN_TOOLAPI, BUILTIN_AGENDA):
@@ -149,12 +149,12 @@ def _check_domain(value: str, split: str) -> str | None:
     path = Path(value).expanduser()
     if not path.exists() and (path.suffix or "/" not in value or value.startswith((".", "/", "~"))):
         return f"no such file or folder{_where(path)}; expected {expected}"  # else: an HF dataset name
-    if path.is_file() and not os.access(path, os.R_OK):
-        return "file is not readable (permissions)"
+    if path.is_file() and (problem := _readable_file(path, SUPPORTED_SUFFIXES, expected)):
+        return problem
     try:  # read as the run reads it: bad columns, nulls and bad lines fail here, before the model loads
         read_domain_source(path, split, value)
-    except CorpusError as exc:
-        return f"{exc}; expected {expected}"
+    except CorpusError as exc:  # the message names the file, row or column; the formats only help a wrong kind of source
+        return str(exc) if path.exists() else f"{exc}; expected {expected}"
     return None
 
 
