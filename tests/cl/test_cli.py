@@ -78,3 +78,14 @@ def test_replaybank_command_runs_cl(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert (out / "metrics.json").exists()
     assert main(["cl", "--strategies", "sgd", "--out", str(out)]) == 2
     assert "valid strategies" in capsys.readouterr().err
+
+
+def test_out_naming_a_file_is_refused_before_any_training(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from replaybank.cli import main
+
+    target = tmp_path / "results.txt"
+    target.write_text("keep me")
+    # issue 29: a file as --out trained fully, then crashed while writing the report
+    assert main(["cl", "--strategies", "naive", "--seeds", "1", "--tasks", "2", "--out", str(target)]) == 2
+    assert "exists and is not a folder" in capsys.readouterr().err
+    assert target.read_text() == "keep me"

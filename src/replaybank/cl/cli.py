@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from replaybank.cl.config import PROTOCOLS, STRATEGY_NAMES, check_strategies, protocol_config
 from replaybank.cl.streams import SCENARIOS, STREAMS
@@ -55,6 +56,15 @@ def _lrs(text: str) -> list[float]:
         raise ReplayBankError(f"--lrs must be comma-separated numbers, got {text!r}") from None
 
 
+def _check_out(out: str) -> None:
+    """``--out`` must be a folder (or not exist yet), checked before any training."""
+    path = Path(out).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ReplayBankError(f"--out {out}: exists and is not a folder; name a folder (it is created if missing)")
+    if path.is_symlink():
+        raise ReplayBankError(f"--out {out}: is a symbolic link; name a real folder")
+
+
 def run_cl(args: argparse.Namespace) -> int:
     """Handler of ``replaybank cl``; validates everything before importing torch."""
     default = "naive,joint,er" if args.tune else "naive,joint,er,derpp"
@@ -68,6 +78,7 @@ def run_cl(args: argparse.Namespace) -> int:
         raise ReplayBankError(f"--seeds must be >= 1, got {args.seeds}")
     if args.buffer <= 0:
         raise ReplayBankError(f"--buffer must be a positive number of items, got {args.buffer}")
+    _check_out(args.out)
     config = protocol_config(
         args.protocol,
         epochs=args.epochs,
