@@ -74,7 +74,7 @@ def test_prioritized_matches_a_single_buffer_with_skewed_priorities(alpha, beta)
     prio = rng.lognormal(0.0, 1.0, n)
     prio[[0, 3, 7]] = 200.0
     sampler = Prioritized(alpha=alpha, beta=beta)
-    buf = ShardedReplayBuffer(3, 300, sampler=sampler, seed=2)
+    buf = ShardedReplayBuffer(3, 300, sampler=sampler, seed=2, timeout=180)  # generous: actors start slowly on a loaded machine
     fill(buf, sizes, prio)
     single = ReplayBuffer(300, sampler=Prioritized(alpha=alpha, beta=beta), seed=0)
     single.extend({"x": np.arange(n)}, priorities=prio)
