@@ -18,13 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from replaybank.llm.runtime import Precision
+
 Lineage = Literal["window", "all", "best"]
 Arm = Literal["base", "naive", "rehearsal"]
 #: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (checked by :func:`.values.parse_device`).
 Device = str
 MixBy = Literal["rows", "tokens"]
 KLOn = Literal["rehearsal", "all"]
-GenerationPrecision = Literal["auto", "fp32", "bf16"]
+GenerationPrecision = Precision  # one definition: llm/runtime.py (resolve_precision, autocast)
 ARM_SOURCES = ("corpus", "self", "replay")
 BUILTIN_AGENDA = "builtin:agenda"
 DEFAULT_ARMS = ["base", "naive", "rehearsal-corpus", "rehearsal-self", "self-distill"]
