@@ -87,6 +87,10 @@ def test_wrong_sums_are_not_rehearsed(tmp_path: Path) -> None:
     ("Calculate 81 - 36.", 45), ("What is 12 + 48? Answer with the number.", 60), ("What is double 16?", 32),
     ("What is half of 7?", 3.5), ("Write a Python function subtract(a, b) that returns a minus b.", None),
     ("What is the capital of Canada?", None),
+    ("Add 17 and 25.", 42), ("What is the sum of 18 and 27?", 45), ("How much is 19 plus 23?", 42),
+    ("What do you get when you add 33 to 14?", 47), ("Subtract 9 from 40.", 31), ("What is 56 minus 21?", 35),
+    ("Multiply 6 by 7.", 42), ("What is 7 multiplied by 8?", 56), ("What is the product of 4 and 6?", 24),
+    ("Add a pinch of salt and 2 eggs.", None),
 ])
 def test_arithmetic_value(prompt: str, value: float | None) -> None:
     assert arithmetic_value(prompt) == value

@@ -139,6 +139,15 @@ def _reject(prompt: str, gen: Generation, excluded: list[str], keep_truncated: b
 
 _BINARY = re.compile(r"^(?:what is|calculate|compute)\s+(-?\d+)\s*(\+|-|\*|x|×|plus|minus|times)\s*(-?\d+)\b", re.I)
 _UNARY = re.compile(r"^what is\s+(half of|double|twice)\s+(-?\d+)\b", re.I)
+# Sums asked in words ("Add 17 and 25.", "Subtract 9 from 40."): the pool's worded arithmetic.
+_WORDED: tuple[tuple[re.Pattern[str], Callable[[int, int], int]], ...] = (
+    (re.compile(r"^(?:add|what is the sum of|what do you get when you add)\s+(-?\d+)\s+(?:and|to)\s+(-?\d+)\b", re.I), lambda a, b: a + b),
+    (re.compile(r"^how much is\s+(-?\d+)\s+plus\s+(-?\d+)\b", re.I), lambda a, b: a + b),
+    (re.compile(r"^subtract\s+(-?\d+)\s+from\s+(-?\d+)\b", re.I), lambda a, b: b - a),
+    (re.compile(r"^(?:what is the difference between)\s+(-?\d+)\s+and\s+(-?\d+)\b", re.I), lambda a, b: a - b),
+    (re.compile(r"^(?:multiply|what is)\s+(-?\d+)\s+(?:by|multiplied by)\s+(-?\d+)\b", re.I), lambda a, b: a * b),
+    (re.compile(r"^what is the product of\s+(-?\d+)\s+and\s+(-?\d+)\b", re.I), lambda a, b: a * b),
+)
 
 
 def arithmetic_value(prompt: str) -> int | float | None:
@@ -155,6 +164,10 @@ def arithmetic_value(prompt: str) -> int | float | None:
     if m:
         a, op, b = int(m.group(1)), m.group(2).lower(), int(m.group(3))
         return a + b if op in ("+", "plus") else a - b if op in ("-", "minus") else a * b
+    for pattern, combine in _WORDED:
+        m = pattern.match(text)
+        if m:
+            return combine(int(m.group(1)), int(m.group(2)))
     m = _UNARY.match(text)
     if m:
         n = int(m.group(2))
