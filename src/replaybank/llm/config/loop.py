@@ -118,7 +118,7 @@ class Loop:
     recipe: str = _f("self-distill", "rehearsal recipe: a built-in (self-distill = the base model's own answers at half of the rows, through the KL term only; rehearsal-self, rehearsal-self-kl, ...; docs/llm.md#rehearsal-recipes), a [recipes.NAME] table (source self or a .jsonl file of {prompt, response}), or none", nonempty=True)
     eval_tasks: int = _f(40, "held-out tasks of the evaluation (greedy, with and without replayed context)", min=1, max=100_000)
     validation_tasks: int = _f(24, "held-out tasks of the validation split (ranks generations for lineage best; disjoint from the evaluation tasks)", min=1, max=100_000)
-    seed: int = _f(0, "seed of tasks, sampling, LoRA init and data order", min=0, max=2**31 - 1)
+    seed: int = _f(0, "seed of tasks, sampling, LoRA init and data order (the loop seeds training with it: [training] seed is not read)", min=0, max=2**31 - 1)
 
 
 @dataclass
