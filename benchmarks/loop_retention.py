@@ -14,7 +14,7 @@ per ``--variant NAME:key=value,...`` (``[loop]`` keys ``recipe`` (a built-in rec
 to its initial weights, consolidated once with those settings, and evaluated: held-out exact and
 credit without context (``eval_tasks`` tasks, greedy) and the general-capability suite on
 ``--suite-per-family`` items per family (0 = every item of the suite). Retention is reported on
-the whole evaluated suite and on the loop's own per-seed sample (``[loop] suite_per_family``
+the whole evaluated suite and on the loop's own per-seed sample (``[evaluation] suite_per_family``
 items per family, the sample ``replaybank loop`` scores), so the sampling noise of the loop's
 figure is visible. The variant with no change (``base:``) is generation 1 of the default loop.
 
@@ -95,7 +95,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     cfg = LoopConfig().with_(seed=args.seed)
-    lp = cfg.loop
+    lp, ev = cfg.loop, cfg.evaluation
     env = make_environment(cfg)
     heldout = list(env.tasks(lp.eval_tasks + lp.validation_tasks, split="heldout", seed=lp.seed))
     evaluation, _ = split_heldout(heldout, lp.eval_tasks)
@@ -107,9 +107,9 @@ def main() -> None:
     initial = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
     all_items = load_suite()
     evaluated = sample_suite(all_items, args.suite_per_family, lp.seed)
-    loop_sample = {i.id for i in sample_suite(all_items, lp.suite_per_family, lp.seed)}
-    suite = prepare_suite(model, tok, evaluated, cache_dir=cache_dir() / "suite", batch_size=lp.generation_batch_size)
-    base_scores = {o["id"]: o["score"] for o in evaluate_suite(model, tok, suite, batch_size=lp.generation_batch_size,
+    loop_sample = {i.id for i in sample_suite(all_items, ev.suite_per_family, lp.seed)}
+    suite = prepare_suite(model, tok, evaluated, cache_dir=cache_dir() / "suite", batch_size=ev.generation_batch_size)
+    base_scores = {o["id"]: o["score"] for o in evaluate_suite(model, tok, suite, batch_size=ev.generation_batch_size,
                                                                desc="base suite")["items"]}
     results: dict[str, Any] = {"seed": args.seed, "suite_items": len(suite.items), "loop_sample": sorted(loop_sample),
                                "variants": {}}
@@ -124,21 +124,21 @@ def main() -> None:
             vtrain = dataclasses.replace(training, **{k: v for k, v in changes.items() if k in TRAINING_KEYS})
             recipe = vcfg.recipe
             source = recipe.source[0] if recipe is not None and recipe.source else "none"
-            key = f"{source}/open={vcfg.loop.self_open_rows}"
+            key = f"{source}/open={vcfg.data.self_open_rows}"
             if key not in rehearsal_cache:
                 rehearsal_cache[key] = rehearsal_rows(
-                    source, model, tok, seed=lp.seed, n_rows=lp.self_rows, max_seq_length=training.max_seq_length,
-                    suite_prompts=[i.prompt for i in all_items if i.id in loop_sample], batch_size=lp.generation_batch_size,
-                    keep_truncated=vcfg.loop.self_open_rows)[0]
+                    source, model, tok, seed=lp.seed, n_rows=cfg.data.self_rows, max_seq_length=training.max_seq_length,
+                    suite_prompts=[i.prompt for i in all_items if i.id in loop_sample], batch_size=ev.generation_batch_size,
+                    keep_truncated=vcfg.data.self_open_rows)[0]
             model.load_state_dict(initial, strict=False)
             t0 = time.perf_counter()
             train = consolidate(model, tok.pad_token_id, domain, rehearsal_cache[key], recipe, vtrain,
                                 desc=f"{name} consolidate")
             t_train = time.perf_counter() - t0
             bare, _ = act_attempt(model, tok, env, evaluation, build_prompts(evaluation, None, 0, system=lp.system_prompt),
-                                  max_new_tokens=lp.max_new_tokens, batch_size=lp.generation_batch_size,
+                                  max_new_tokens=ev.max_new_tokens, batch_size=ev.generation_batch_size,
                                   max_calls=max_calls, desc=f"{name} held-out")
-            res = evaluate_suite(model, tok, suite, batch_size=lp.generation_batch_size, desc=f"{name} suite")
+            res = evaluate_suite(model, tok, suite, batch_size=ev.generation_batch_size, desc=f"{name} suite")
             full = retention(res["items"], base_scores, None)
             sample = retention(res["items"], base_scores, loop_sample)
             held = summarise(bare)

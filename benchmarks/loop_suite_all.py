@@ -68,7 +68,7 @@ def main() -> None:
     base, tok = load_model(first.training.base_model)
     model = add_lora(base, first.training)  # a fresh adapter is the identity: base answers below
     initial = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
-    batch = first.loop.generation_batch_size
+    batch = first.evaluation.generation_batch_size
     suite = prepare_suite(model, tok, load_suite(), cache_dir=cache_dir() / "suite", batch_size=batch)
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()

@@ -110,13 +110,15 @@ def test_state_round_trip_and_refusals(tmp_path):
         check_same_config(tmp_path, state, LoopConfig().with_(seed=1).to_dict())
     # A run written before a key existed resumes when the key is at the value it ran with then, else is refused.
     before = LoopConfig.before_keys_existed()
-    older = {**state, "config": {**state["config"], "loop": {k: v for k, v in state["config"]["loop"].items() if k != "self_open_rows"}}}
+    older = {**state, "config": {**state["config"], "data": {k: v for k, v in state["config"]["data"].items() if k != "self_open_rows"}}}
     check_same_config(tmp_path, older, LoopConfig().with_(self_open_rows=False).to_dict(), before)
-    with pytest.raises(StateError, match=r"written before \[loop\] self_open_rows existed \(it ran as self_open_rows = False\), not True"):
+    with pytest.raises(StateError, match=r"written before \[data\] self_open_rows existed \(it ran as self_open_rows = False\), not True"):
         check_same_config(tmp_path, older, LoopConfig().to_dict(), before)
     # a run saved before [loop] recipe holds the old rehearsal keys; it resumes under the recipe they
     # give (the default self-distill has the same values), and another recipe is refused
-    loop = {k: v for k, v in state["config"]["loop"].items() if k != "recipe"}
+    # (and, as then, the keys of [evaluation] and [data] under [loop])
+    saved = state["config"]
+    loop = {k: v for k, v in {**saved["loop"], **saved["evaluation"], **saved["data"]}.items() if k != "recipe"}
     old = {**state, "config": {"loop": {**loop, "rehearsal": "self", "rehearsal_ratio": 0.5, "kl_weight": 3.0,
                                         "rehearsal_ce": False}, "training": state["config"]["training"]}}
     check_same_run(tmp_path, old, LoopConfig())

@@ -2,8 +2,8 @@
 (:mod:`.schema`), one reader that checks a section (:mod:`.values`), the rehearsal recipe every
 job shares (:mod:`.recipe`: :class:`Recipe`, the built-in names, ``[recipes.NAME]`` tables), the
 main job's config (:mod:`.parse`, ``replaybank run``), the loop's (:mod:`.loop`, ``replaybank loop``: the shared
-``[training]`` section with the loop's defaults, beside its own ``[loop]``), and the check of what a
-config names against this machine (:mod:`.check`).
+``[training]``, ``[evaluation]`` and ``[data]`` sections with the loop's defaults, beside its own
+``[loop]``), and the check of what a config names against this machine (:mod:`.check`).
 
 ``from replaybank.llm.config import Config`` is the public path; the names below are re-exported.
 """
@@ -30,6 +30,8 @@ from replaybank.llm.config.schema import (
     MixBy,
     Orchestration,
     Output,
+    SharedData,
+    SharedEvaluation,
     Training,
 )
 from replaybank.llm.config.values import ConfigError, read_section
@@ -37,6 +39,7 @@ from replaybank.llm.config.values import ConfigError, read_section
 __all__ = [
     "ALL_LINEAR", "ARM_SOURCES", "BUILTIN_AGENDA", "BUILTIN_PROBE", "BUILTIN_TOOLAPI", "DEFAULT_ARMS",
     "BUILTIN_RECIPES", "SECTIONS", "Arm", "ArmSpec", "Config", "ConfigError", "Data", "Device", "Evaluation", "KLOn",
-    "Lineage", "Loop", "LoopConfig", "MixBy", "Orchestration", "Output", "Recipe", "Training",
+    "Lineage", "Loop", "LoopConfig", "MixBy", "Orchestration", "Output", "Recipe", "SharedData",
+    "SharedEvaluation", "Training",
     "load_recipes", "read_section", "with_seed",
 ]

@@ -1,22 +1,30 @@
-"""The loop's config: ``[loop]`` (acting, lineage, rehearsal, evaluation), ``[training]`` and
-``[recipes.NAME]``.
+"""The loop's config: ``[loop]`` (acting, lineage, held-out tasks, seed) beside the sections every
+job shares: ``[training]``, ``[evaluation]``, ``[data]`` and ``[recipes.NAME]``.
 
 The rehearsal is a recipe (:mod:`.recipe`, the one type every job shares): ``[loop] recipe``
 names a built-in (default ``self-distill``: the base model's own answers, half of the rows,
 through the KL term only) or a ``[recipes.NAME]`` table, or ``none``. The rows themselves are
-the loop's data settings (``[loop] self_rows``, ``self_open_rows``). The keys that set the
+the loop's data settings (``[data] self_rows``, ``self_open_rows``). The keys that set the
 rehearsal before ``recipe`` existed (``rehearsal``, ``rehearsal_ratio``, ``kl_weight``,
 ``rehearsal_ce``) are still read and mapped onto a recipe, so old configs and run folders load.
 
-``[training]`` is the main job's section (:class:`replaybank.llm.config.Training`: LoRA, AdamW,
-batch size, base model) with the loop's defaults (:data:`replaybank.llm.config.schema.LOOP_TRAINING`);
-every key is read by the same reader as ``replaybank run``'s (:func:`.values.read_section`: a wrong
-type, range or unknown key names the file, ``[section] key`` and the value, with a "did you mean").
+The shared sections are declared once (:mod:`.schema`), with the loop's defaults as tables of
+overrides: ``[training]`` is the main job's section (:class:`~.schema.Training`: LoRA, AdamW,
+batch size, base model) at :data:`~.schema.LOOP_TRAINING`; ``[evaluation]`` holds the keys of
+the main job's section the loop reads (:class:`~.schema.SharedEvaluation`: ``max_new_tokens``,
+``generation_batch_size``, ``suite_per_family``) at :data:`~.schema.LOOP_EVALUATION`; ``[data]``
+the self-synthesized rows' keys (:class:`~.schema.SharedData`: ``self_rows``,
+``self_open_rows``). Those five keys were ``[loop]`` keys before the sections were shared; that
+spelling is still read (:data:`MOVED`), so old configs and run folders load. Every key is read by
+the same reader as ``replaybank run``'s (:func:`.values.read_section`: a wrong type, range or
+unknown key names the file, ``[section] key`` and the value, with a "did you mean").
 
 Example:
     >>> cfg = LoopConfig.from_dict({"loop": {"generations": 3}, "training": {"learning_rate": 1e-3}})
     >>> cfg.loop.generations, cfg.training.learning_rate, cfg.loop.lineage
     (3, 0.001, 'window')
+    >>> cfg.evaluation.suite_per_family, LoopConfig.from_dict({"loop": {"suite_per_family": 8}}).evaluation.suite_per_family
+    (16, 8)
     >>> LoopConfig.from_dict({"loop": {"genrations": 3}})
     Traceback (most recent call last):
     ...
@@ -39,7 +47,17 @@ from replaybank.llm.config.recipe import (
     parse_recipes,
     resolve,
 )
-from replaybank.llm.config.schema import LOOP_TRAINING, Lineage, Training, _f
+from replaybank.llm.config.schema import (
+    LOOP_EVALUATION,
+    LOOP_TRAINING,
+    Data,
+    Evaluation,
+    Lineage,
+    SharedData,
+    SharedEvaluation,
+    Training,
+    _f,
+)
 from replaybank.llm.config.values import (
     ConfigError,
     at,
@@ -71,6 +89,15 @@ RAN_BEFORE_THE_KEY: dict[str, Any] = {"rehearsal_ce": True, "self_open_rows": Fa
 LEGACY_KEYS = ("rehearsal", "rehearsal_ratio", "kl_weight", "rehearsal_ce")
 #: The name of the recipe the old keys give when it is no built-in one.
 LEGACY_NAME = "loop-keys"
+#: ``[loop]`` keys that are now keys of a shared section: key -> its section. A config (or a run
+#: folder's saved config) that writes them under ``[loop]`` is read as if they were in the section.
+MOVED: dict[str, str] = {
+    "max_new_tokens": "evaluation", "generation_batch_size": "evaluation", "suite_per_family": "evaluation",
+    "self_rows": "data", "self_open_rows": "data",
+}  # fmt: skip
+#: The shared sections of the loop's config: name -> (the keys the loop reads, the main job's
+#: section, whose other keys the loop does not read).
+SHARED: dict[str, tuple[type, type]] = {"evaluation": (SharedEvaluation, Evaluation), "data": (SharedData, Data)}
 
 
 @dataclass
@@ -84,19 +111,14 @@ class Loop:
     temperature: float = _f(0.7, "sampling temperature of the attempts (evaluation is greedy)", min=0, max=100)
     system_prompt: str = _f(SYSTEM, "the agent's system prompt (acting, evaluation and consolidation rows; empty = the model's default)")
     context_examples: int = _f(3, "successful episodes retrieved (BM25 over the task text) into the context", min=0, max=64)
-    max_new_tokens: int = _f(40, "generation budget per answer (per turn); rows stop at the end of the call (>>)", min=1, max=4096)
     max_turns: int = _f(4, "most turns of an episode: each turn is one call, executed, its result shown as a tool turn; an episode also ends after as many calls as the task expects, or at a turn without a call", min=1, max=64)
-    generation_batch_size: int = _f(32, "prompts generated together", min=1, max=4096)
     lineage: Lineage = _f("window", "generations consolidated: window (last K), all, best (K best on the validation split)")
     window: int = _f(3, "K of window and best", min=1, max=1000)
     init: Init = _f("continue", "continue: the adapter carries over between generations; fresh: a new adapter each generation")
     recipe: str = _f("self-distill", "rehearsal recipe: a built-in (self-distill = the base model's own answers at half of the rows, through the KL term only; rehearsal-self, rehearsal-self-kl, ...; docs/llm.md#rehearsal-recipes), a [recipes.NAME] table (source self or a .jsonl file of {prompt, response}), or none", nonempty=True)
-    self_rows: int = _f(96, "self-synthesized rehearsal rows (once per seed, cached)", min=1, max=100_000)
-    self_open_rows: bool = _f(True, "keep the base model's self-synthesized answers that hit the 96-token budget, as open rows trained without an end of turn (dropping them leaves only short answers in rehearsal)")
     eval_tasks: int = _f(40, "held-out tasks of the evaluation (greedy, with and without replayed context)", min=1, max=100_000)
     validation_tasks: int = _f(24, "held-out tasks of the validation split (ranks generations for lineage best; disjoint from the evaluation tasks)", min=1, max=100_000)
-    suite_per_family: int = _f(16, "general-capability suite items per family, seeded per run (0 = every item, 172 in the shipped suite; 8 per family moves retention by about 7 points from the sample alone)", min=0, max=100_000)
-    seed: int = _f(0, "seed of tasks, sampling, LoRA init and data order", min=0, max=2**31 - 1)
+    seed: int = _f(0, "seed of tasks, sampling, LoRA init and data order (the loop seeds training with it: [training] seed is not read)", min=0, max=2**31 - 1)
 
 
 @dataclass
@@ -116,6 +138,8 @@ class LoopConfig:
 
     loop: Loop = field(default_factory=Loop)
     training: Training = field(default_factory=lambda: Training(**LOOP_TRAINING))
+    evaluation: SharedEvaluation = field(default_factory=lambda: SharedEvaluation(**LOOP_EVALUATION))
+    data: SharedData = field(default_factory=SharedData)
     source: str = "<defaults>"
     recipes: dict[str, Recipe] = field(default_factory=dict)
     """The config's ``[recipes.NAME]`` tables (and the recipe of the old ``[loop]`` keys)."""
@@ -155,32 +179,36 @@ class LoopConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "<config>", *, text: str | None = None) -> LoopConfig:
-        """Validate ``{section: {key: value}}`` (sections ``loop``, ``training``, ``recipes``).
+        """Validate ``{section: {key: value}}`` (sections ``loop``, ``training``, ``evaluation``,
+        ``data``, ``recipes``; the keys of :data:`MOVED` also under ``loop``).
 
         ``text`` is the TOML file's text when there is one: errors about the recipe then name the
         line.
 
         Raises:
             ConfigError: unknown section or key, wrong type or range, inconsistent values, an
-                unknown recipe, a recipe the loop cannot run, or ``[loop] recipe`` together with
-                the old rehearsal keys.
+                unknown recipe, a recipe the loop cannot run, ``[loop] recipe`` together with
+                the old rehearsal keys, or a key written both under ``[loop]`` and its section.
         """
         data = dict(data)
         declared = parse_recipes(data.pop("recipes", {}), source, "recipes", text)
-        sections = {"loop": Loop, "training": Training}
+        sections = {"loop": Loop, "training": Training, **{name: klass for name, (klass, _) in SHARED.items()}}
         for name, values in data.items():
             if name not in sections:
                 raise ConfigError(f"{at(source, text, name)}: unknown section [{name}]{did_you_mean(name, [*sections, 'recipes'])}")
             if not isinstance(values, dict):
                 raise ConfigError(f"{at(source, text, name)}: [{name}] must be a table, got {shown(values)}")
         raw = dict(data.get("loop", {}))
-        known = [f.name for f in fields(Loop)] + list(LEGACY_KEYS)
+        known = [f.name for f in fields(Loop)] + list(LEGACY_KEYS) + list(MOVED)
         for key in raw:
             if key not in known:
                 raise ConfigError(f"{at(source, text, 'loop', key)}: unknown key [loop] {key}{did_you_mean(key, known)}")
         legacy = {key: raw.pop(key) for key in LEGACY_KEYS if key in raw}
+        shared = {name: _shared_values(source, text, name, data.get(name, {}), raw) for name in SHARED}
         loop, _ = read_section(source, "loop", Loop, raw, text=text)
         training, _ = read_section(source, "training", Training, data.get("training", {}), LOOP_TRAINING, text=text)
+        evaluation, _ = read_section(source, "evaluation", SharedEvaluation, shared["evaluation"], LOOP_EVALUATION, text=text)
+        data_section, _ = read_section(source, "data", SharedData, shared["data"], text=text)
         if legacy:
             if "recipe" in raw:
                 old = next(iter(legacy))
@@ -198,7 +226,8 @@ class LoopConfig:
                                       f"the old [loop] rehearsal keys give; rename the table or drop those keys")
                 declared[name] = spec
             loop = dataclasses.replace(loop, recipe=name)
-        cfg = cls(loop=loop, training=training, source=source, recipes=declared, text=text)
+        cfg = cls(loop=loop, training=training, evaluation=evaluation, data=data_section, source=source,
+                  recipes=declared, text=text)
         cfg._cross_check()
         return cfg
 
@@ -219,9 +248,11 @@ class LoopConfig:
             )
 
     def with_(self, **loop: Any) -> LoopConfig:
-        """A copy with some ``[loop]`` keys replaced (the CLI's flags); values are re-validated."""
+        """A copy with some ``[loop]`` keys replaced (the CLI's flags; the keys of :data:`MOVED`
+        go to their section); values are re-validated."""
         data = self.to_dict()
-        data["loop"].update(loop)
+        for key, value in loop.items():
+            data[MOVED.get(key, "loop")][key] = value
         return LoopConfig.from_dict(data, source=self.source, text=self.text)
 
     @staticmethod
@@ -230,14 +261,15 @@ class LoopConfig:
         :meth:`comparable` gives: the defaults, except :data:`RAN_BEFORE_THE_KEY`."""
         data = LoopConfig.comparable(LoopConfig().to_dict())
         for key, value in RAN_BEFORE_THE_KEY.items():
-            data["loop" if key in data["loop"] else "recipe"][key] = value
+            data[MOVED.get(key, "loop" if key in data["loop"] else "recipe")][key] = value
         return data
 
     @staticmethod
     def comparable(data: dict[str, Any]) -> dict[str, Any]:
         """A saved config (:meth:`to_dict`, or a run's from before ``[loop] recipe``) as resuming
         compares it: the rehearsal recipe's values as a section ``recipe``, whatever its name (or
-        ``{"source": []}`` without rehearsal); keys an old run did not have are left out, so
+        ``{"source": []}`` without rehearsal), the keys of :data:`MOVED` in their sections
+        wherever the run wrote them; keys an old run did not have are left out, so
         :func:`replaybank.llm.loop.state.check_same_config` holds them to :meth:`before_keys_existed`.
 
         Example:
@@ -249,6 +281,9 @@ class LoopConfig:
         """
         out = {name: dict(values) for name, values in data.items() if name != "recipes"}
         lp = out.setdefault("loop", {})
+        for key, section in MOVED.items():
+            if key in lp:
+                out.setdefault(section, {})[key] = lp.pop(key)
         legacy = {key: lp.pop(key) for key in LEGACY_KEYS if key in lp}
         name = lp.pop("recipe", None)
         recipe: dict[str, Any]
@@ -280,7 +315,8 @@ class LoopConfig:
         spec = self.recipe
         if spec is not None:
             recipes[self.loop.recipe] = dataclasses.asdict(spec)
-        return {"loop": dataclasses.asdict(self.loop), "recipes": recipes, "training": dataclasses.asdict(self.training)}
+        return {"loop": dataclasses.asdict(self.loop), "recipes": recipes, "training": dataclasses.asdict(self.training),
+                "evaluation": dataclasses.asdict(self.evaluation), "data": dataclasses.asdict(self.data)}
 
     def to_toml(self) -> str:
         """The effective config as TOML, each key with its help as a comment."""
@@ -288,7 +324,8 @@ class LoopConfig:
         data = self.to_dict()
         tables: list[tuple[str, Any, dict[str, Any]]] = [("loop", Loop, data["loop"])]
         tables += [(f"recipes.{json.dumps(name)}", Recipe, values) for name, values in data["recipes"].items()]
-        tables.append(("training", Training, data["training"]))
+        tables += [("training", Training, data["training"]), ("data", SharedData, data["data"]),
+                   ("evaluation", SharedEvaluation, data["evaluation"])]
         for name, klass, values in tables:
             lines.append(f"\n[{name}]")
             for f in fields(klass):
@@ -321,3 +358,32 @@ def _from_legacy(old: LegacyRehearsal, source: str, text: str | None) -> tuple[s
     spec = Recipe(source=[old.rehearsal], ratio=old.rehearsal_ratio, kl_to_base=old.kl_weight, rehearsal_ce=old.rehearsal_ce)
     name = next((n for n, r in BUILTIN_RECIPES.items() if r == spec and n != "rehearsal"), LEGACY_NAME)
     return name, spec
+
+
+def _shared_values(source: str, text: str | None, name: str, values: Any, loop: dict[str, Any]) -> dict[str, Any]:
+    """The values of shared section ``[name]``: its own table and the keys of :data:`MOVED` that
+    ``loop`` (the ``[loop]`` table, popped from it here) still writes for it.
+
+    Raises:
+        ConfigError: ``[name]`` sets a key of the main job's section that the
+            loop does not read; a key is written both there and under ``[loop]``; a moved key's
+            value is wrong (named ``[loop] KEY``, where it is written).
+    """
+    klass, of_run = SHARED[name]
+    reads = [f.name for f in fields(klass)]
+    for key in values:
+        if key not in reads and key in {f.name for f in fields(of_run)}:
+            raise ConfigError(
+                f"{at(source, text, name, key)}: [{name}] {key} is a key of `replaybank run`; the loop's [{name}] "
+                f"reads {', '.join(reads)}"
+            )
+    moved = {key: loop.pop(key) for key in [k for k in loop if MOVED.get(k) == name]}
+    both = sorted(set(moved) & set(values))
+    if both:
+        line = key_line(text, "loop", both[0]) if text else None
+        raise ConfigError(
+            f"{at(source, text, name, both[0])}: [{name}] {both[0]} and [loop] {both[0]}"
+            + (f" (line {line})" if line else "") + f" are one key; [loop] {both[0]} is its old spelling: keep [{name}]"
+        )
+    read_section(source, "loop", klass, moved, text=text)  # checked where it is written: [loop] KEY
+    return {**values, **moved}

@@ -1,10 +1,27 @@
-"""The experiment config's schema: its sections, every key's type, default, help and range.
+"""The config schema of every LLM job: its sections, every key's type, default, help and range.
 
 Each section is a dataclass whose fields carry their help and bounds in ``metadata`` (``min``,
-``max``, ``gt``, ``lt``, ``nonempty``); :class:`replaybank.llm.config.Config` reads them to check
-a file and to write the effective config with its help. Defaults are the embedded default
+``max``, ``gt``, ``lt``, ``nonempty``); :func:`.values.read_section` reads them to check a file,
+and each job writes its effective config with their help. Defaults are the embedded default
 experiment (SmolLM2-135M-Instruct taught a fictional tool API, Python's documentation as the
 rehearsal corpus, 10% of every batch).
+
+The sections both jobs read are declared once, here, with the main job's defaults:
+
+=====================  ==========================  ===================================
+section                replaybank run              replaybank loop (its defaults)
+=====================  ==========================  ===================================
+``[training]``         :class:`Training`           :class:`Training` (:data:`LOOP_TRAINING`)
+``[evaluation]``       :class:`Evaluation`         :class:`SharedEvaluation` (:data:`LOOP_EVALUATION`)
+``[data]``             :class:`Data`               :class:`SharedData`
+``[recipes.NAME]``     :class:`.recipe.Recipe`     :class:`.recipe.Recipe`
+=====================  ==========================  ===================================
+
+A job's own keys sit beside them: the main job's :class:`Orchestration` and :class:`Output`
+and the run-only keys of :class:`Data` and :class:`Evaluation` (subclasses of the shared
+ones), the loop's ``[loop]`` (:mod:`.loop`). A job's different defaults are a table of
+overrides (:data:`LOOP_TRAINING`, :data:`LOOP_EVALUATION`); types and bounds are never
+declared twice.
 
 Example:
     >>> from dataclasses import fields
@@ -83,7 +100,18 @@ class Training:
 
 
 @dataclass
-class Data:
+class SharedData:
+    """The ``[data]`` keys every job reads: the self-synthesized rehearsal rows (``replaybank run``'s
+    ``[data]`` adds its domain and held-out data, :class:`Data`; the loop reads these alone)."""
+
+    self_rows: int = _f(96, "self-synthesized rehearsal rows generated (once per seed, cached)", min=1, max=1_000_000)
+    self_open_rows: bool = _f(True, "keep the base model's self-synthesized answers that hit the generation budget, as open rows trained without an end of turn (false drops them, leaving only short answers to rehearse)")
+
+
+@dataclass
+class Data(SharedData):
+    """``replaybank run``'s ``[data]``: the shared keys (:class:`SharedData`) and the main job's data."""
+
     domain_train: list[str] = _f([BUILTIN_TOOLAPI], "domain training data, one source per generation: a JSONL/Parquet file or folder (prompt+response or completion, messages, or text), .txt/.md, a save_to_disk folder or a cached HF dataset; builtin:toolapi = the embedded fictional tool API", nonempty=True)
     domain_eval: list[str] = _f([BUILTIN_TOOLAPI], "held-out domain data (same formats), one for all generations or one per generation", nonempty=True)
     domain_train_rows: int = _f(240, "rows generated per generation for builtin:toolapi", min=1, max=10_000_000)
@@ -94,19 +122,27 @@ class Data:
     probe: str = _f(BUILTIN_PROBE, "general-skill probe: builtin, or a JSONL file of {prompt, answer}", nonempty=True)
     suite: str = _f("builtin", "general-capability suite (conversation, instruction, arithmetic, code; open = agreement with the base; tool-call leakage): builtin or a JSONL file", nonempty=True)
     self_prompts: str = _f("builtin", "prompt pool the base model answers for self-synthesized rehearsal: builtin or a JSONL/text file", nonempty=True)
-    self_rows: int = _f(96, "self-synthesized rehearsal rows generated (once per seed, cached)", min=1, max=1_000_000)
-    self_open_rows: bool = _f(True, "keep the base model's self-synthesized answers that hit the generation budget, as open rows trained without an end of turn (false drops them, leaving only short answers to rehearse)")
 
 
 @dataclass
-class Evaluation:
+class SharedEvaluation:
+    """The ``[evaluation]`` keys every job reads: generation budget and batch, the suite's sample
+    (``replaybank run``'s ``[evaluation]`` adds its arms, seeds and gate, :class:`Evaluation`)."""
+
+    max_new_tokens: int = _f(48, "generation budget per domain answer (the main job's held-out requests; each turn of the loop's tasks, acting and evaluation), stops at the end of turn", min=1, max=65_536)
+    generation_batch_size: int = _f(64, "prompts generated together (left-padded; on CPU, 64 ran 2.4x faster than 16)", min=1, max=65_536)
+    suite_per_family: int = _f(0, "general-capability suite items evaluated per family and seed (a seeded sample; 0 = every item, 172 in the shipped suite; 8 per family moves retention by about 7 points from the sample alone)", min=0, max=1_000_000)
+
+
+@dataclass
+class Evaluation(SharedEvaluation):
+    """``replaybank run``'s ``[evaluation]``: the shared keys (:class:`SharedEvaluation`) and the
+    main job's arms, seeds, probe and retention gate."""
+
     arms: list[str] = _f(DEFAULT_ARMS, "arms to run: base, or a rehearsal recipe: naive, rehearsal(-corpus), rehearsal-self, rehearsal-replay, rehearsal-self-kl, self-distill, or any [recipes.NAME] (old spelling [arms.NAME])", nonempty=True)
     eval_points: int = _f(1, "held-out loss evaluations per trained arm and generation, evenly spaced, the last at the end", min=1, max=10_000)
     probe_pairs: int = _f(2, "batch pairs for the interference probe (`replaybank probe`, and per source inside `replaybank run`)", min=1, max=100_000)
-    suite_per_family: int = _f(0, "suite items evaluated per family and seed (a seeded sample; 0 = every item)", min=0, max=1_000_000)
     seeds: int = _f(1, "seeds per arm (training.seed, +1, ...); the report gives mean and std", min=1, max=1_000)
-    max_new_tokens: int = _f(48, "generation budget per suite / domain item (stops at end of turn)", min=1, max=65_536)
-    generation_batch_size: int = _f(64, "prompts generated together (left-padded; on CPU, 64 ran 2.4x faster than 16)", min=1, max=65_536)
     generation_precision: GenerationPrecision = _f("auto", "arithmetic of every generated answer (suite, domain requests, self rows): auto = bf16 autocast on a CPU with native bfloat16 units (AMX / AVX512-BF16; several times faster there), else fp32; fp32; bf16. Base and arms are always compared at the same precision")
     probe_sources: bool = _f(True, "run the interference probe per rehearsal source inside `replaybank run`")
     retention_floor: float | dict[str, float] = _f(RETENTION_FLOOR, "retention gate: the least mean retention over seeds (an arm's family score over the base model's) each family must keep, in [0, 1]; a number for every family or a table {family = number} (families it leaves out keep 0.9); the report marks each arm pass/fail, `replaybank run --require-floor` exits 3 when the gated arm falls below")
@@ -130,6 +166,15 @@ LOOP_TRAINING: dict[str, Any] = {
     "max_seq_length": 160,
     "num_threads": 1,
     "precision": "fp32",  # the loop's published figures were measured in fp32
+}
+
+
+#: ``[evaluation]`` of the loop: the keys it reads (:class:`SharedEvaluation`) with its defaults,
+#: which are the ones its published tables were measured with (benchmarks/results/loop_config.toml).
+LOOP_EVALUATION: dict[str, Any] = {
+    "max_new_tokens": 40,  # a qx call takes at most ~30 tokens
+    "generation_batch_size": 32,
+    "suite_per_family": 16,
 }
 
 

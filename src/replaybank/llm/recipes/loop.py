@@ -87,7 +87,7 @@ def run_loop(
     from replaybank.llm.model import cache_dir, load_model
     from replaybank.llm.train import add_lora
 
-    lp = cfg.loop
+    lp, ev = cfg.loop, cfg.evaluation
     recipe = cfg.recipe
     out.mkdir(parents=True, exist_ok=True)
     state = read_state(out)
@@ -113,12 +113,12 @@ def run_loop(
         fingerprint = model_fingerprint(model)  # of the base weights (LoRA left out)
         check_inputs(out, state, base_model=fingerprint, model_name=cfg.training.base_model)  # before any work
         initial = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
-        suite = prepare_suite(model, tok, sample_suite(load_suite(), lp.suite_per_family, lp.seed),
-                              cache_dir=cache_dir() / "suite", batch_size=lp.generation_batch_size)
+        suite = prepare_suite(model, tok, sample_suite(load_suite(), ev.suite_per_family, lp.seed),
+                              cache_dir=cache_dir() / "suite", batch_size=ev.generation_batch_size)
         rehearsal, reh_manifest = rehearsal_rows(
-            recipe.source[0] if recipe is not None and recipe.source else "none", model, tok, seed=lp.seed, n_rows=lp.self_rows, max_seq_length=training.max_seq_length,
-            suite_prompts=[i.prompt for i in suite.items], batch_size=lp.generation_batch_size,
-            keep_truncated=lp.self_open_rows,
+            recipe.source[0] if recipe is not None and recipe.source else "none", model, tok, seed=lp.seed, n_rows=cfg.data.self_rows, max_seq_length=training.max_seq_length,
+            suite_prompts=[i.prompt for i in suite.items], batch_size=ev.generation_batch_size,
+            keep_truncated=cfg.data.self_open_rows,
         )
         check_inputs(out, state, rehearsal=reh_manifest)
         state["rehearsal"], state["base_model"] = reh_manifest, fingerprint
@@ -165,7 +165,7 @@ def act_generation(
     max_calls: int, log: Log,
 ) -> dict[str, Any]:
     """Attempt this generation's tasks and record them (skipped when the store already has them)."""
-    lp = cfg.loop
+    lp, ev = cfg.loop, cfg.evaluation
     if g in store.generations():
         recs = store.episodes(generation=[g])
         n = len(recs)
@@ -179,7 +179,7 @@ def act_generation(
     started = time.time()
     sample_seed = lp.seed * SPLIT_SEED + g
     attempts, stats = attempt(
-        model, tok, env, tasks, prompts, max_new_tokens=lp.max_new_tokens, batch_size=lp.generation_batch_size,
+        model, tok, env, tasks, prompts, max_new_tokens=ev.max_new_tokens, batch_size=ev.generation_batch_size,
         temperature=lp.temperature, seed=sample_seed, max_calls=max_calls, max_turns=lp.max_turns, desc=f"gen {g} act",
     )
     episodes = [to_episode(a, generation=g, adapter=adapter, seed=sample_seed, started_at=started) for a in attempts]
@@ -195,8 +195,8 @@ def evaluate(
     """Greedy held-out success without and with replayed context, validation, suite retention."""
     from replaybank.llm.eval.suite import evaluate_suite
 
-    lp = cfg.loop
-    kw: dict[str, Any] = {"max_new_tokens": lp.max_new_tokens, "batch_size": lp.generation_batch_size,
+    lp, ev = cfg.loop, cfg.evaluation
+    kw: dict[str, Any] = {"max_new_tokens": ev.max_new_tokens, "batch_size": ev.generation_batch_size,
                           "max_calls": max_calls, "max_turns": lp.max_turns}
     tag = f"gen {generation} eval"
     sys_ = lp.system_prompt
@@ -207,7 +207,7 @@ def evaluate(
                       desc=f"{tag} context", **kw)
     val, _ = attempt(model, tok, env, validation, build_prompts(validation, None, 0, system=sys_),
                      desc=f"{tag} validation", **kw)
-    res = evaluate_suite(model, tok, suite, batch_size=lp.generation_batch_size, desc=f"{tag} suite")
+    res = evaluate_suite(model, tok, suite, batch_size=ev.generation_batch_size, desc=f"{tag} suite")
     return {
         "no_context": summarise(bare), "context": summarise(ctx), "validation": summarise(val),
         "suite": {"families": res["families"], "retention": res["retention"], "leakage": res["leakage"],
