@@ -34,7 +34,7 @@ weights?) and with it, and the general-capability suite measures retention again
 model. The store starts with at most 16 demonstrations.
 
 A killed loop resumes from its last finished generation: run the same command again.
-Writes, in --out: one folder per run (store.db, adapters/genN/adapter.safetensors, state.json,
+Writes, in --out: one folder per run (store.db, adapters/genN/ as PEFT folders, state.json,
 log.txt), report.md, metrics.json and loop.png.
 """
 

@@ -146,7 +146,9 @@ def run_loop(
             log(f"gen {g}: consolidating {n_rows} successes of generations {lineage} (+ demos), {_recipe_words(lp.recipe, recipe)}")
             train = consolidate(model, tok.pad_token_id, domain, rehearsal, recipe, training, desc=f"gen {g} consolidate")
             adapter = save_adapter(model, safe_folder(out, "adapters", f"gen{g}"),
-                                   {"generation": g, "lineage": lineage, "seed": lp.seed, "rows": n_rows})
+                                   {"generation": g, "lineage": lineage, "seed": lp.seed, "rows": n_rows,
+                                    "base_model": {"fingerprint": fingerprint, "name": cfg.training.base_model},
+                                    "recipe": {"name": lp.recipe, **(dataclasses.asdict(recipe) if recipe is not None else {})}})
             row = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=g)
             state["generations"].append({
                 "generation": g, "adapter": adapter, "lineage": lineage, "train_rows": n_rows, "act": acted,
