@@ -1,4 +1,5 @@
-"""``replaybank run``, ``replaybank config``, ``replaybank probe`` and ``replaybank loop``.
+"""``replaybank run``, ``replaybank config``, ``replaybank probe``, ``replaybank loop`` (and
+``replaybank adapters``, from :mod:`replaybank.llm.adapters.cli`).
 
 Thin: parse, load the config, call into the package. No torch import at module level, so
 ``replaybank --help`` stays fast.
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from replaybank.llm.adapters.cli import add_subcommands as add_adapter_commands
 from replaybank.llm.config import Config, ConfigError
 from replaybank.llm.config.check import check_loop_sources, check_sources
 
@@ -49,7 +51,7 @@ examples:
 
 
 def add_subcommands(subparsers: Any) -> None:
-    """Add ``run``, ``config``, ``probe`` and ``loop`` to the top-level ``replaybank`` parser."""
+    """Add ``run``, ``config``, ``probe``, ``loop`` and ``adapters`` to the top-level ``replaybank`` parser."""
     run = subparsers.add_parser(
         "run",
         help="continual LoRA fine-tuning with rehearsal: base / naive / corpus / self / self+KL arms, over seeds",
@@ -95,6 +97,7 @@ def add_subcommands(subparsers: Any) -> None:
     probe.set_defaults(func=cmd_probe)
 
     _add_loop(subparsers)
+    add_adapter_commands(subparsers)
 
 
 def _add_loop(subparsers: Any) -> None:
