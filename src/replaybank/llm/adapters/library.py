@@ -213,7 +213,7 @@ class AdapterLibrary:
             check_adapter_config(read_json_object(staging / CONFIG, "adapter_config.json", error=ManifestError), str(shown), name)
             if measure is not None:
                 figures = self._measure(name, staging, base_model, measure)
-            checked = gate(name, figures, floor=floor, force=force) if figures is not None or floor is not None else None
+            checked = gate(name, figures or {}, floor=floor, force=force) if figures is not None or floor is not None else None
             manifest = new_manifest(
                 name, skill=skill, fingerprint=fingerprint, sha256=sha256_file(staging / WEIGHTS), base_name=base_name,
                 domain=domain, data=dict(data) if data is not None else given.get("data"),
@@ -272,7 +272,8 @@ class AdapterLibrary:
     def _fingerprint(
         self, name: str, base_model: Any, fingerprint: str | None, base_name: str | None, given: dict[str, Any],
     ) -> tuple[str, str | None]:
-        recorded = given.get("base_model") if isinstance(given.get("base_model"), dict) else {}
+        field = given.get("base_model")
+        recorded: dict[str, Any] = field if isinstance(field, dict) else {}
         if base_model is not None:
             from replaybank.llm.eval.generate import model_fingerprint
 

@@ -2,7 +2,9 @@
 
 :class:`Router` is replaybank's router: Okapi BM25 (the episodic store's,
 :class:`replaybank.episodic.retrieval.BM25`) over every adapter's registered example prompts. A
-request's score for an adapter is its best example's BM25 score; its **confidence** is that score
+request's score for an adapter is its best example's BM25 score (English function words, :data:`STOPWORDS`,
+left out of requests and examples alike: on a few examples per adapter, "what is the" would
+otherwise carry a general question to whichever adapter has a question among its examples); its **confidence** is that score
 over the score the same example gets as a query for itself (about 1 for a request worded like the
 example, 0 with no word in common), so one threshold means the same thing whatever the library's
 size. Below ``threshold`` the request goes to the bare base model (``adapter`` None): general
@@ -27,11 +29,23 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from replaybank.episodic.retrieval import BM25
+from replaybank.episodic.retrieval import BM25, tokenize
 from replaybank.llm.adapters.errors import EmptyLibraryError, LibraryError
 from replaybank.llm.adapters.library import AdapterLibrary
 
-__all__ = ["Route", "Router", "arrow_model", "load_all", "routed"]
+__all__ = ["STOPWORDS", "Route", "Router", "arrow_model", "load_all", "routed"]
+
+STOPWORDS = frozenset("""
+a an the and or but if then so of to in on at by for from with about into over under as is are was were be been
+being am do does did doing have has had having i me my mine you your yours we us our they them their he him his
+she her it its this that these those what which who whom whose when where why how can could would should will
+shall may might must please not no yes just up out there here some any all also too very s t d ll m re ve
+""".split())
+
+
+def _content(text: str) -> str:
+    """``text``'s words without :data:`STOPWORDS` (what the router scores)."""
+    return " ".join(w for w in tokenize(text) if w not in STOPWORDS)
 
 
 @dataclass(frozen=True)
@@ -69,9 +83,9 @@ class Router:
         if not self._docs:
             raise EmptyLibraryError(f"none of the adapters {self.adapters} has example prompts to route by "
                                     "(add them with examples= / --examples)", field="examples")
-        self._bm25 = BM25([text for _, text in self._docs])
+        self._bm25 = BM25([_content(text) for _, text in self._docs])
         # each example's score as a query for itself: the confidence's denominator
-        self._self = [max(float(self._bm25.scores(text)[k]), 1e-12) for k, (_, text) in enumerate(self._docs)]
+        self._self = [max(float(self._bm25.scores(_content(text))[k]), 1e-12) for k, (_, text) in enumerate(self._docs)]
 
     @classmethod
     def from_library(cls, library: AdapterLibrary, *, threshold: float = 0.3, names: Sequence[str] | None = None) -> Router:
@@ -87,7 +101,7 @@ class Router:
 
     def route(self, prompt: str) -> Route:
         """The adapter for ``prompt``, or the base model when no adapter is confident enough."""
-        scores = self._bm25.scores(prompt)
+        scores = self._bm25.scores(_content(prompt))
         conf = dict.fromkeys(self.adapters, 0.0)
         raw = dict.fromkeys(self.adapters, 0.0)
         for k, (name, _) in enumerate(self._docs):
