@@ -175,6 +175,10 @@ def test_failed_registrations_leave_the_library_unchanged(lib, tmp_path):
         lib.add("gen2", model=make_adapter(), base_model=make_base(), skill="s", measure=broken)
     assert snapshot(lib.root) == before and lib.names() == ["gen1"]
     assert list((lib.root / ".staging").iterdir()) == []
+    (lib.root / "orphan").mkdir()  # a folder left by a crash between the rename and the index
+    with pytest.raises(AdapterExistsError, match=r"adapter 'orphan', field 'name': .*orphan: exists but is not registered"):
+        lib.add("orphan", folder=_folder(tmp_path, name="src4"), skill="s")
+    assert lib.names() == ["gen1"] and list((lib.root / "orphan").iterdir()) == []
 
 
 def test_list_show_remove(lib, tmp_path):

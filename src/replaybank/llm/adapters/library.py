@@ -77,7 +77,6 @@ class AdapterLibrary:
             if not create:
                 raise LibraryError(f"{self.root}: no adapter library here (create it with `replaybank adapters add`)")
             self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / _STAGING).mkdir(exist_ok=True)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -205,7 +204,7 @@ class AdapterLibrary:
             raise LibraryError("give exactly one of folder= (a PEFT folder) and model= (a PEFT model)", adapter=name, field="folder")
         if name in self.index():
             raise AdapterExistsError(f"{self.root}: already registered (remove it first)", adapter=name, field="name")
-        staging = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.root / _STAGING))
+        staging = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._staging()))
         try:
             given = self._stage(name, staging, folder, model, adapter_name)
             fingerprint, base_name = self._fingerprint(name, base_model, fingerprint, base_name, given)
@@ -226,8 +225,11 @@ class AdapterLibrary:
             _fsync_folder(staging)
             with self._locked():
                 index = self.index()
-                if name in index or os.path.lexists(self.root / name):
+                if name in index:
                     raise AdapterExistsError(f"{self.root}: registered meanwhile by another process", adapter=name, field="name")
+                if os.path.lexists(self.root / name):
+                    raise AdapterExistsError(f"{self.root / name}: exists but is not registered (left by a crash, or not "
+                                             "the library's); remove it to register this name", adapter=name, field="name")
                 os.rename(staging, self.root / name)
                 index[name] = {"skill": skill, "domain": domain, "sha256": result.sha256, "created": result.created,
                                "retention": checked["retention"] if checked else None}
@@ -243,7 +245,7 @@ class AdapterLibrary:
             index = self.index()
             index.pop(name)
             self._write_index(index)
-            trash = Path(tempfile.mkdtemp(prefix=f"removed-{name}-", dir=self.root / _STAGING))
+            trash = Path(tempfile.mkdtemp(prefix=f"removed-{name}-", dir=self._staging()))
             os.rename(path, trash / name)
         shutil.rmtree(trash, ignore_errors=True)
 
@@ -297,6 +299,11 @@ class AdapterLibrary:
             return measure(peft_model)
         finally:
             detach(peft_model, f"candidate-{name}", wrapped)
+
+    def _staging(self) -> Path:
+        path = self.root / _STAGING
+        path.mkdir(exist_ok=True)
+        return path
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
