@@ -1,4 +1,5 @@
-"""``replaybank run``, ``replaybank config``, ``replaybank probe`` and ``replaybank loop``.
+"""``replaybank run``, ``replaybank config``, ``replaybank probe``, ``replaybank loop`` (and
+``replaybank adapters``, from :mod:`replaybank.llm.adapters.cli`).
 
 Thin: parse, load the config, call into the package. No torch import at module level, so
 ``replaybank --help`` stays fast.
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from replaybank.llm.adapters.cli import add_subcommands as add_adapter_commands
 from replaybank.llm.config import Config, ConfigError
 from replaybank.llm.config.check import check_loop_sources, check_sources
 
@@ -34,7 +36,7 @@ weights?) and with it, and the general-capability suite measures retention again
 model. The store starts with at most 16 demonstrations.
 
 A killed loop resumes from its last finished generation: run the same command again.
-Writes, in --out: one folder per run (store.db, adapters/genN/adapter.safetensors, state.json,
+Writes, in --out: one folder per run (store.db, adapters/genN/ as PEFT folders, state.json,
 log.txt), report.md, metrics.json and loop.png.
 """
 
@@ -49,7 +51,7 @@ examples:
 
 
 def add_subcommands(subparsers: Any) -> None:
-    """Add ``run``, ``config``, ``probe`` and ``loop`` to the top-level ``replaybank`` parser."""
+    """Add ``run``, ``config``, ``probe``, ``loop`` and ``adapters`` to the top-level ``replaybank`` parser."""
     run = subparsers.add_parser(
         "run",
         help="continual LoRA fine-tuning with rehearsal: base / naive / corpus / self / self+KL arms, over seeds",
@@ -95,6 +97,7 @@ def add_subcommands(subparsers: Any) -> None:
     probe.set_defaults(func=cmd_probe)
 
     _add_loop(subparsers)
+    add_adapter_commands(subparsers)
 
 
 def _add_loop(subparsers: Any) -> None:

@@ -62,10 +62,10 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 def test_an_adapter_copied_from_another_generation_is_refused(run_copy):
     data, run = run_copy
-    for name in ("adapter.safetensors", "adapter.json"):  # gen1's files, self-consistent, in gen2's place
+    for name in ("adapter_model.safetensors", "replaybank.json"):  # gen1's files, self-consistent, in gen2's place
         shutil.copy(run / "adapters" / "gen1" / name, run / "adapters" / "gen2" / name)
     before = _snapshot(run)
-    with pytest.raises(AdapterError, match=r"gen2/adapter.safetensors: holds adapter \w{16}, but state.json records \w{16}"):
+    with pytest.raises(AdapterError, match=r"gen2/adapter_model.safetensors: holds adapter \w{16}, but state.json records \w{16}"):
         run_loop(_more(data), run, log=lambda m: None)
     assert _snapshot(run) == before and not (run / "adapters" / "gen3").exists()
 
@@ -197,6 +197,31 @@ def test_safe_folder_and_refuse_links(tmp_path):
         refuse_links(root / "adapters", "fifo.json")
 
 
+def test_a_loop_adapter_is_a_peft_folder_that_from_pretrained_loads(finished, tiny_model_dir):
+    """Issue 26: PeftModel.from_pretrained loads a loop-written adapter and gives the loop's logits."""
+    from transformers import LlamaForCausalLM
+
+    from replaybank.llm.train import add_lora
+    from replaybank.llm.train.peft_files import sha256_file
+
+    data, run, _ = finished
+    folder = run / "adapters" / "gen2"
+    assert sorted(p.name for p in folder.iterdir()) == ["adapter_config.json", "adapter_model.safetensors", "replaybank.json"]
+    meta = json.loads((folder / "replaybank.json").read_text())
+    assert meta["sha256"] == sha256_file(folder / "adapter_model.safetensors") and meta["base_model"]["fingerprint"]
+    cfg = LoopConfig.from_dict(data)
+    ours = add_lora(LlamaForCausalLM.from_pretrained(tiny_model_dir).eval(), cfg.training)
+    load_adapter(ours, folder, generation=2)
+    theirs = peft.PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(tiny_model_dir).eval(), folder)
+    ids = torch.tensor([[5, 17, 300, 42, 9, 1000]])
+    with torch.no_grad():
+        a, b = ours.eval()(input_ids=ids).logits, theirs(input_ids=ids).logits
+        with theirs.disable_adapter():
+            bare = theirs(input_ids=ids).logits
+    assert torch.allclose(a, b, atol=1e-5), float((a - b).abs().max())
+    assert not torch.allclose(a, bare, atol=1e-4)  # the adapter is really there
+
+
 def test_the_main_jobs_adapter_save_refuses_links(tmp_path):
     from types import SimpleNamespace
 
@@ -267,11 +292,23 @@ def test_save_and_load_round_trip_and_the_expected_hash(tmp_path):
         load_adapter(other, folder, expected=digest, generation=2)
 
 
+def test_a_folder_in_the_layout_before_issue_26_still_loads(tmp_path):
+    model = _lora()
+    digest = _write(tmp_path / "gen1", peft.get_peft_model_state_dict(model))  # adapter.safetensors + adapter.json
+    other = _lora()
+    with torch.no_grad():
+        for name, p in other.named_parameters():
+            if "lora_" in name:
+                p.zero_()
+    assert load_adapter(other, tmp_path / "gen1", expected=digest, generation=1) == digest
+    assert all(torch.equal(a, b) for a, b in zip(_lora_weights(model).values(), _lora_weights(other).values(), strict=True))
+
+
 def test_save_adapter_refuses_links_at_its_file_names(tmp_path):
     outside = tmp_path / "outside"
     outside.write_text("keep")
     folder = safe_folder(tmp_path, "run", "adapters", "gen1")
-    for name in ("adapter.safetensors", "adapter.json.tmp"):
+    for name in ("adapter_model.safetensors", "adapter_config.json.tmp", "replaybank.json.tmp"):
         (folder / name).symlink_to(outside)
         with pytest.raises(UnsafePathError, match=rf"{name}: is a symbolic link"):
             save_adapter(_lora(), folder, {"generation": 1})
@@ -307,9 +344,9 @@ def test_tensors_that_do_not_fit_are_refused_and_the_model_is_untouched(tmp_path
 
 
 @pytest.mark.parametrize(("meta", "match"), [
-    (b"{not json", r"adapter.json: not an adapter record \(JSONDecodeError\)"),
-    (b"[1, 2]", r"adapter.json: expected a JSON object, got list"),
-    (b"[" * 100_000, r"adapter.json: not an adapter record \(RecursionError\)"),
+    (b"{not json", r"adapter.json: the adapter's manifest is not readable JSON \(JSONDecodeError\)"),
+    (b"[1, 2]", r"adapter.json: the adapter's manifest must be a JSON object, got list"),
+    (b"[" * 100_000, r"adapter.json: the adapter's manifest is not readable JSON \(RecursionError\)"),
     (b'{"sha256": 7}', r"adapter.json: field 'sha256' is not 64 hex digits"),
 ])
 def test_an_adapter_json_that_is_not_a_record_is_an_adapter_error(tmp_path, meta, match):

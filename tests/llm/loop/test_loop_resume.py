@@ -60,4 +60,4 @@ def test_kill_during_store_write_and_during_consolidation_then_resume(tiny_cfg, 
         after = {r.id: r.count for r in store.episodes()}
     assert all(after[i] >= n for i, n in before)  # every episode recorded before the kills is still there
     for g in (1, 2, 3):
-        assert (run / "adapters" / f"gen{g}" / "adapter.safetensors").is_file()
+        assert (run / "adapters" / f"gen{g}" / "adapter_model.safetensors").is_file()

@@ -41,7 +41,7 @@ def test_two_generations_write_store_adapters_state_and_report(tiny_cfg, tmp_pat
         assert first.context[1]["content"] in {d.episode.task.text for d in demos} | {
             r.episode.task.text for r in store.episodes(success=True)}
     for g in (1, 2):
-        meta = json.loads((out / "adapters" / f"gen{g}" / "adapter.json").read_text())
+        meta = json.loads((out / "adapters" / f"gen{g}" / "replaybank.json").read_text())
         assert meta["sha256"][:16] == state["generations"][g]["adapter"] and meta["lineage"] == [1, 2][:g]
     row = state["generations"][2]
     assert row["lineage"] == [1, 2] and row["train"]["steps"] > 0 and row["train"]["rehearsal_rows"] > 0
@@ -105,12 +105,12 @@ def test_resuming_with_another_config_is_refused(tiny_cfg, tmp_path):
         run_loop(LoopConfig.from_dict(tiny_cfg(generations=1, lineage="all")), out, log=lambda m: None)
     # Resuming checks the adapter it carries on against the hash recorded when it was saved: one
     # changed byte in the weights stops the resume, naming the file, before generation 2 trains.
-    weights = out / "adapters" / "gen1" / "adapter.safetensors"
+    weights = out / "adapters" / "gen1" / "adapter_model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0x01
     weights.write_bytes(bytes(data))
     state_before = (out / "state.json").read_bytes()
-    with pytest.raises(AdapterError, match=r"gen1/adapter.safetensors: sha256 \w+ does not match adapter.json"):
+    with pytest.raises(AdapterError, match=r"gen1/adapter_model.safetensors: sha256 \w+ does not match replaybank.json"):
         run_loop(LoopConfig.from_dict(tiny_cfg(generations=2)), out, log=lambda m: None)
     assert (out / "state.json").read_bytes() == state_before  # nothing recorded for generation 2
     assert not (out / "adapters" / "gen2").exists()

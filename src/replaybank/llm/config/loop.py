@@ -119,6 +119,7 @@ class Loop:
     eval_tasks: int = _f(40, "held-out tasks of the evaluation (greedy, with and without replayed context)", min=1, max=100_000)
     validation_tasks: int = _f(24, "held-out tasks of the validation split (ranks generations for lineage best; disjoint from the evaluation tasks)", min=1, max=100_000)
     seed: int = _f(0, "seed of tasks, sampling, LoRA init and data order (the loop seeds training with it: [training] seed is not read)", min=0, max=2**31 - 1)
+    library: str = _f("", "an adapter library folder (docs/adapters.md): every finished generation's adapter is registered there as RUN-genN, with its suite retention and held-out success as figures and its training tasks as routing examples; empty = none. May change when a run resumes")
 
 
 @dataclass

@@ -13,27 +13,35 @@ rows or tokens of every batch, its KL-to-base term, cross-entropy on the rows or
 :class:`replaybank.mixing.Mixer` inside the one LoRA training loop
 (:func:`replaybank.llm.train.train_lora`).
 
-Adapters are saved per generation as ``adapter.safetensors`` (LoRA tensors only, loaded back with
-``safetensors``, never pickle) next to ``adapter.json`` (its SHA-256, generation, lineage).
+Adapters are saved per generation as PEFT folders (``adapter_model.safetensors``,
+``adapter_config.json``: ``PeftModel.from_pretrained`` loads them) with ``replaybank.json`` (its
+SHA-256, generation, lineage); loaded back with ``safetensors``, never pickle. Runs saved before
+(``adapter.safetensors`` + ``adapter.json``) still resume.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from replaybank.episodic import EpisodeStore
 from replaybank.errors import ReplayBankError
 from replaybank.llm.config import Recipe, Training
-from replaybank.llm.config.names import refuse_links
 from replaybank.llm.data.rows import TokenRows
+from replaybank.llm.train.peft_files import (
+    MANIFEST,
+    WEIGHTS,
+    AdapterError,
+    check_tensors,
+    read_json_object,
+    read_tensors,
+    sha256_file,
+    write_adapter_folder,
+)
 
-
-class AdapterError(ReplayBankError):
-    """A saved adapter is missing, damaged or does not fit the model."""
+__all__ = ["AdapterError", "consolidate", "domain_rows", "load_adapter", "rehearsal_rows", "save_adapter"]
 
 
 def domain_rows(
@@ -155,61 +163,48 @@ def consolidate(
 
 
 def save_adapter(model: Any, folder: Path, meta: dict[str, Any]) -> str:
-    """Write the LoRA tensors as ``adapter.safetensors`` (atomically) and ``adapter.json``; return the hash.
-
-    ``folder`` must be a real folder (see :func:`replaybank.llm.config.names.safe_folder`); a
-    link at any file name written here is refused, and leftovers at the temporary names are
-    removed, never written through.
+    """Write the adapter into ``folder`` as a PEFT folder (``adapter_model.safetensors``,
+    ``adapter_config.json``) with ``replaybank.json`` (``meta`` plus the weights' SHA-256); return
+    the hash's first 16 digits. See :mod:`replaybank.llm.train.peft_files`.
 
     Raises:
         UnsafePathError: a symbolic link (or a FIFO, a folder) at a file name written here.
     """
-    from peft import get_peft_model_state_dict
-    from safetensors.torch import save_file
-
-    refuse_links(folder, *_FILES)
-    state = {k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(model).items()}
-    tmp = folder / "adapter.safetensors.tmp"
-    tmp.unlink(missing_ok=True)
-    save_file(state, str(tmp))
-    digest = _sha256(tmp)
-    os.replace(tmp, folder / "adapter.safetensors")
-    meta_tmp = folder / "adapter.json.tmp"
-    meta_tmp.unlink(missing_ok=True)
-    with open(meta_tmp, "x", encoding="utf-8") as f:
-        f.write(json.dumps({**meta, "sha256": digest}, indent=1))
-    os.replace(meta_tmp, folder / "adapter.json")
-    return digest[:16]
+    return write_adapter_folder(model, folder, meta)[:16]
 
 
-_FILES = ("adapter.safetensors", "adapter.safetensors.tmp", "adapter.json", "adapter.json.tmp")
+#: (weights, manifest) of an adapter folder: the PEFT layout, then the loop's layout before issue 26
+LAYOUTS = ((WEIGHTS, MANIFEST), ("adapter.safetensors", "adapter.json"))
 
 
 def load_adapter(model: Any, folder: Path, *, expected: str | None = None, generation: int | None = None) -> str:
-    """Load ``adapter.safetensors`` into the PEFT ``model``; return its hash (as recorded).
+    """Load the adapter saved in ``folder`` into the PEFT ``model``; return its hash (as recorded).
 
-    Everything is checked before the model is touched: the files are regular files (no links),
-    ``adapter.json`` is an object with a SHA-256 that the file matches, that hash is ``expected``
-    (the one ``state.json`` recorded for this generation) and its ``generation`` is ``generation``,
-    and the tensors are exactly the model's adapter tensors: the same names and shapes, floating
-    point, finite.
+    Reads the PEFT layout (``adapter_model.safetensors`` + ``replaybank.json``) and, to resume runs
+    written before it, the old one (``adapter.safetensors`` + ``adapter.json``). Everything is
+    checked before the model is touched: the files are regular files (no links), the manifest is an
+    object with a SHA-256 that the file matches, that hash is ``expected`` (the one ``state.json``
+    recorded for this generation) and its ``generation`` is ``generation``, and the tensors are
+    exactly the model's adapter tensors: the same names and shapes, floating point, finite.
 
     Raises:
-        AdapterError: missing, linked or damaged files, a hash that does not match ``adapter.json``
+        AdapterError: missing, linked or damaged files, a hash that does not match the manifest
             or ``expected`` (an adapter copied from another generation), tensors missing, extra,
             of another shape or not finite.
     """
     from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
-    path, meta_path = folder / "adapter.safetensors", folder / "adapter.json"
+    names = next(((w, m) for w, m in LAYOUTS if (folder / w).is_file() or (folder / w).is_symlink()), LAYOUTS[0])
+    path, meta_path = folder / names[0], folder / names[1]
     if any(p.is_symlink() for p in (folder.parent, folder, path, meta_path)):
         raise AdapterError(f"{folder}: the saved adapter is a symbolic link; a run folder holds its own files")
     if not path.is_file() or not meta_path.is_file():
-        raise AdapterError(f"{folder}: no saved adapter (adapter.safetensors and adapter.json); delete state.json to restart")
+        raise AdapterError(f"{folder}: no saved adapter ({WEIGHTS} and {MANIFEST}, or adapter.safetensors and "
+                           "adapter.json before issue 26); delete state.json to restart")
     meta = _read_meta(meta_path)
-    digest = _sha256(path)
+    digest = sha256_file(path)
     if meta["sha256"] != digest:
-        raise AdapterError(f"{path}: sha256 {digest[:16]} does not match adapter.json ({meta['sha256'][:16]}); the file changed")
+        raise AdapterError(f"{path}: sha256 {digest[:16]} does not match {meta_path.name} ({meta['sha256'][:16]}); the file changed")
     if expected is not None and digest[:16] != expected:
         raise AdapterError(
             f"{path}: holds adapter {digest[:16]}, but state.json records {expected} for this generation; "
@@ -217,64 +212,17 @@ def load_adapter(model: Any, folder: Path, *, expected: str | None = None, gener
         )
     if generation is not None and meta.get("generation", generation) != generation:
         raise AdapterError(f"{meta_path}: is generation {meta.get('generation')!r}'s adapter, expected {generation}'s")
-    state = _read_tensors(path)
+    state = read_tensors(path)
     mine = get_peft_model_state_dict(model)
-    _check_tensors(path, state, mine)
+    check_tensors(path, state, mine)
     set_peft_model_state_dict(model, state)
     return digest[:16]
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
-    """``adapter.json``: an object with a 64-hex ``sha256``."""
-    try:
-        meta = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise AdapterError(f"{path}: not an adapter record ({type(exc).__name__}); delete state.json to restart") from None
-    if not isinstance(meta, dict):
-        raise AdapterError(f"{path}: expected a JSON object, got {type(meta).__name__}; delete state.json to restart")
+    """The adapter's manifest: an object with a 64-hex ``sha256``."""
+    meta = read_json_object(path, "the adapter's manifest")
     digest = meta.get("sha256")
     if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         raise AdapterError(f"{path}: field 'sha256' is not 64 hex digits; delete state.json to restart")
     return meta
-
-
-def _read_tensors(path: Path) -> dict[str, Any]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise AdapterError(f"{path}: not a readable safetensors file ({exc})") from None
-
-
-def _check_tensors(path: Path, state: dict[str, Any], mine: dict[str, Any], what: str = "the model's adapter") -> None:
-    """``state`` holds exactly the tensors of ``mine`` (names, shapes), floating point and finite.
-
-    Raises:
-        AdapterError: naming ``path`` and the first tensor that differs.
-    """
-    import torch
-
-    missing, extra = sorted(set(mine) - set(state)), sorted(set(state) - set(mine))
-    if extra:
-        raise AdapterError(f"{path}: tensors that are not in {what}: {extra[:3]}")
-    if missing:
-        raise AdapterError(f"{path}: {len(missing)} of {what}'s {len(mine)} tensors are missing, e.g. {missing[:2]}")
-    for name, ref in mine.items():
-        got = state[name]
-        if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(ref.shape):
-            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-            raise AdapterError(f"{path}: tensor {name} has shape {shape}, {what} has {tuple(ref.shape)}")
-        if not got.is_floating_point():
-            raise AdapterError(f"{path}: tensor {name} is {got.dtype}, expected floating point")
-        if not bool(torch.isfinite(got).all()):
-            raise AdapterError(f"{path}: tensor {name} holds NaN or infinite values")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

@@ -80,7 +80,8 @@ def check_same_config(
 ) -> None:
     """Refuse to resume a run with another config (its store and adapters would be mixed up).
 
-    ``generations`` may grow (a finished run can be extended); nothing else may change. A key the
+    ``generations`` may grow (a finished run can be extended) and ``library`` change (where the
+    generations are registered); nothing else may change. A key the
     run's state does not have (added to the config after the run was written) must be at its
     value in ``defaults``: the behaviour the run had before the key existed
     (:meth:`replaybank.llm.config.loop.LoopConfig.before_keys_existed`).
@@ -92,7 +93,7 @@ def check_same_config(
     for section in sorted(set(old) | set(new)):
         a, b = old.get(section, {}), new.get(section, {})
         for key in sorted(set(a) | set(b)):
-            if section == "loop" and key == "generations":
+            if section == "loop" and key in ("generations", "library"):  # extend a run; register it elsewhere
                 continue
             if key not in a:
                 default = (defaults or {}).get(section, {}).get(key, _MISSING)

@@ -47,6 +47,7 @@ from replaybank.llm.loop.consolidate import (
     save_adapter,
 )
 from replaybank.llm.loop.lineage import lineage_for, split_heldout
+from replaybank.llm.loop.register import register_generations
 from replaybank.llm.loop.report import write_report
 from replaybank.llm.loop.state import (
     check_inputs,
@@ -130,6 +131,16 @@ def run_loop(
             g = state["finished"]
             adapter = load_adapter(model, out / "adapters" / f"gen{g}", expected=state["adapter"], generation=g)
             log(f"resuming after generation {state['finished']} (adapter {adapter})")
+        recipe_record = {"name": lp.recipe, **(dataclasses.asdict(recipe) if recipe is not None else {})}
+
+        def register(state: dict[str, Any]) -> None:
+            if lp.library:
+                added = register_generations(Path(lp.library), out, state, store, skill=f"tool calls ({lp.tasks})",
+                                             base_name=cfg.training.base_model, fingerprint=fingerprint, recipe=recipe_record)
+                if added:
+                    log(f"registered {', '.join(added)} in the adapter library {lp.library}")
+
+        register(state)  # generations finished before [loop] library was set (or before a kill)
         if not state["generations"]:
             row = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=0)
             state["generations"].append({"generation": 0, "adapter": "base", **row})
@@ -146,7 +157,9 @@ def run_loop(
             log(f"gen {g}: consolidating {n_rows} successes of generations {lineage} (+ demos), {_recipe_words(lp.recipe, recipe)}")
             train = consolidate(model, tok.pad_token_id, domain, rehearsal, recipe, training, desc=f"gen {g} consolidate")
             adapter = save_adapter(model, safe_folder(out, "adapters", f"gen{g}"),
-                                   {"generation": g, "lineage": lineage, "seed": lp.seed, "rows": n_rows})
+                                   {"generation": g, "lineage": lineage, "seed": lp.seed, "rows": n_rows,
+                                    "base_model": {"fingerprint": fingerprint, "name": cfg.training.base_model},
+                                    "recipe": recipe_record})
             row = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=g)
             state["generations"].append({
                 "generation": g, "adapter": adapter, "lineage": lineage, "train_rows": n_rows, "act": acted,
@@ -155,6 +168,7 @@ def run_loop(
             state["finished"], state["adapter"] = g, adapter
             write_state(out, state)
             log(_line(state["generations"][-1], lp.generations))
+            register(state)  # after state.json: a killed run registers what it missed when it resumes
     state["seconds_this_session"] = round(time.perf_counter() - t_start, 1)
     write_state(out, state)
     return state

@@ -26,7 +26,6 @@ leftovers of a run with another config) is only replaced with ``force``.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.llm.config import Config, Recipe
-from replaybank.llm.config.names import refuse_links, safe_folder
+from replaybank.llm.config.names import safe_folder
 from replaybank.llm.config.parse import with_seed
 from replaybank.llm.data.prepare import check_overlaps, prepare
 from replaybank.llm.data.rows import TokenRows
@@ -67,6 +66,7 @@ from replaybank.llm.runtime import environment, loadavg, pick_device, resolve_th
 from replaybank.llm.train import KLSpec, train_lora
 from replaybank.llm.train.adapter import fresh_adapter
 from replaybank.llm.train.lineage import select_lineage
+from replaybank.llm.train.peft_files import write_adapter_folder
 from replaybank.llm.train.sources import build_sources, concat_rows, rows_per_epoch, sampled_rows
 
 __all__ = ["OutputError", "run_experiment", "run_seed", "train_arm"]
@@ -350,16 +350,9 @@ def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> 
 
 
 def _save_adapter(model: Any, where: Path, cfg: Config, ctx: EvalContext, arm: str, spec: Recipe, ratio: float, lineage: list[int]) -> None:
-    # ``where`` is a checked folder inside OUT.partial; a link at a file name PEFT writes is refused
-    refuse_links(where, "adapter_model.safetensors", "adapter_config.json", "README.md", "replaybank.json")
-    model.save_pretrained(where)
-    (where / "replaybank.json").write_text(
-        json.dumps(
-            {"arm": arm, "spec": spec.__dict__, "rehearsal_share": ratio, "lineage": lineage,
-             "config": cfg.to_dict(), "data": ctx.data.manifest},
-            indent=2, sort_keys=True,
-        )
-    )
+    # ``where`` is a checked folder inside OUT.partial; the same PEFT folder the loop writes
+    write_adapter_folder(model, where, {"arm": arm, "spec": spec.__dict__, "rehearsal_share": ratio, "lineage": lineage,
+                                        "config": cfg.to_dict(), "data": ctx.data.manifest})
 
 
 def _parallel_seeds(cfg: Config, n_seeds: int, jobs: int, partial: Path, log: Log, max_steps: int | None) -> list[dict[str, Any]]:

@@ -1,0 +1,180 @@
+"""``replaybank adapters {add,list,show,remove,merge,route}``: the adapter library from the shell.
+
+Thin: parse, call :mod:`replaybank.llm.adapters`, print. Torch is imported only by the commands
+that load a model (``add --base``/``--measure``, ``merge``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from replaybank.llm.adapters.errors import LibraryError
+
+EPILOG = """\
+examples:
+  replaybank adapters add lib tools --from runs/loop/run/adapters/gen5 --skill "tool calls" --examples prompts.txt
+  replaybank adapters add lib tools --from DIR --skill S --base smollm2 --measure --floor 0.9
+  replaybank adapters list lib
+  replaybank adapters merge lib both --adapters tools,agenda --type cat --weights 1,1 --base smollm2
+  replaybank adapters route lib "Add 3 eggs to my cart" "Write a poem"
+"""
+
+
+def add_subcommands(subparsers: Any) -> None:
+    """Add ``adapters`` (with its own subcommands) to the ``replaybank`` parser."""
+    top = subparsers.add_parser(
+        "adapters", help="an adapter library: register (gated), list, show, remove, merge and route LoRA adapters",
+        description="A folder of LoRA adapters, each a PEFT folder with a checked manifest (docs/adapters.md).",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = top.add_subparsers(dest="adapters_command", metavar="ACTION", required=True)
+    add = sub.add_parser("add", help="register a PEFT adapter folder (atomic; gated with --floor)")
+    add.add_argument("library", help="the library folder (created when absent)")
+    add.add_argument("name", help="the adapter's name in the library")
+    add.add_argument("--from", dest="folder", required=True, help="a PEFT adapter folder (e.g. a loop's adapters/genN)")
+    add.add_argument("--skill", required=True, help="what the adapter is for")
+    add.add_argument("--domain", help="its domain")
+    add.add_argument("--examples", help="a text file of example prompts, one a line (what the router matches)")
+    add.add_argument("--base", help="the base model (name or folder): fingerprinted, and measured with --measure; "
+                     "default: the fingerprint in the folder's replaybank.json")
+    add.add_argument("--measure", action="store_true", help="measure retention on the general suite (needs --base)")
+    add.add_argument("--suite-per-family", type=int, default=0, help="suite items per family for --measure (0 = all)")
+    add.add_argument("--figures", help="a JSON file of figures measured elsewhere: {retention, domain, per_family, n}")
+    add.add_argument("--floor", type=float, help="refuse below this retention (a fraction, e.g. 0.9)")
+    add.add_argument("--force", action="store_true", help="register below the floor anyway (recorded)")
+    add.set_defaults(func=cmd_add)
+    ls = sub.add_parser("list", help="the registered adapters")
+    ls.add_argument("library")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_list)
+    show = sub.add_parser("show", help="one adapter's manifest (checked; --verify also hashes the weights)")
+    show.add_argument("library")
+    show.add_argument("name")
+    show.add_argument("--verify", action="store_true")
+    show.set_defaults(func=cmd_show)
+    rm = sub.add_parser("remove", help="unregister an adapter and delete its folder")
+    rm.add_argument("library")
+    rm.add_argument("name")
+    rm.set_defaults(func=cmd_remove)
+    mg = sub.add_parser("merge", help="merge adapters into a new one (PEFT add_weighted_adapter)")
+    mg.add_argument("library")
+    mg.add_argument("into", help="the merged adapter's name")
+    mg.add_argument("--adapters", required=True, help="comma-separated names")
+    mg.add_argument("--weights", help="comma-separated weights (default 1/n each)")
+    mg.add_argument("--type", default="linear", help="linear, cat, svd, ties, dare_ties, dare_linear, magnitude_prune, ...")
+    mg.add_argument("--density", type=float, help="for ties / dare_* / magnitude_prune")
+    mg.add_argument("--svd-rank", type=int, help="rank of an svd merge (default the largest)")
+    mg.add_argument("--base", required=True, help="the base model the adapters were trained on")
+    mg.add_argument("--skill", help="the merged adapter's skill (default: the parents' joined by +)")
+    mg.set_defaults(func=cmd_merge)
+    rt = sub.add_parser("route", help="which adapter each prompt goes to (BM25 over example prompts; else the base)")
+    rt.add_argument("library")
+    rt.add_argument("prompts", nargs="+")
+    rt.add_argument("--threshold", type=float, default=0.3, help="minimum confidence, else the base model (default 0.3)")
+    rt.add_argument("--json", action="store_true")
+    rt.set_defaults(func=cmd_route)
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    from replaybank.llm.adapters import AdapterLibrary, suite_measure
+
+    examples = _examples(Path(args.examples)) if args.examples else []
+    figures = _figures(Path(args.figures)) if args.figures else None
+    base = tok = None
+    if args.measure and not args.base:
+        raise LibraryError("--measure needs --base (the model to measure on)", adapter=args.name, field="base")
+    if args.base:
+        from replaybank.llm.model import load_model
+
+        base, tok = load_model(args.base, "cpu", log=lambda m: None)
+    manifest = AdapterLibrary(args.library, create=True).add(
+        args.name, folder=Path(args.folder), skill=args.skill, domain=args.domain, examples=examples,
+        base_model=base, base_name=args.base, figures=figures, floor=args.floor, force=args.force,
+        measure=suite_measure(tok, per_family=args.suite_per_family) if args.measure else None,
+    )
+    fig = manifest.figures or {}
+    extra = f", retention {fig['retention']:.1%}" if fig.get("retention") is not None else ""
+    print(f"registered {manifest.name} ({manifest.sha256[:16]}, skill {manifest.skill!r}{extra}"
+          f"{', FORCED below the floor' if fig.get('forced') else ''})")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from replaybank.llm.adapters import AdapterLibrary
+
+    index = AdapterLibrary(args.library).index()
+    if args.json:
+        print(json.dumps(index, indent=1, sort_keys=True))
+        return 0
+    if not index:
+        print(f"{args.library}: no adapters")
+    for name, row in sorted(index.items()):
+        ret = row.get("retention")
+        print(f"{name:<24} {row.get('skill', '')!s:<24} {str(row.get('sha256', ''))[:16]}  "
+              f"retention {'-' if ret is None else f'{ret:.1%}'}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from replaybank.llm.adapters import AdapterLibrary
+
+    lib = AdapterLibrary(args.library)
+    m = lib.verify(args.name) if args.verify else lib.manifest(args.name)
+    print(json.dumps(m.to_dict(), indent=1, sort_keys=True))
+    return 0
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    from replaybank.llm.adapters import AdapterLibrary
+
+    AdapterLibrary(args.library).remove(args.name)
+    print(f"removed {args.name}")
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from replaybank.llm.adapters import AdapterLibrary, merge
+    from replaybank.llm.model import load_model
+
+    names = [n.strip() for n in args.adapters.split(",") if n.strip()]
+    try:
+        weights = [float(w) for w in args.weights.split(",")] if args.weights else None
+    except ValueError:
+        raise LibraryError(f"--weights {args.weights!r} is not comma-separated numbers", field="weights") from None
+    base, _ = load_model(args.base, "cpu", log=lambda m: None)
+    m = merge(AdapterLibrary(args.library), names, into=args.into, base_model=base, weights=weights,
+              combination_type=args.type, density=args.density, svd_rank=args.svd_rank, skill=args.skill)
+    print(f"registered {m.name} ({m.sha256[:16]}): {args.type} of {', '.join(names)}")
+    return 0
+
+
+def cmd_route(args: argparse.Namespace) -> int:
+    from replaybank.llm.adapters import AdapterLibrary, Router
+
+    router = Router.from_library(AdapterLibrary(args.library), threshold=args.threshold)
+    routes = router.route_many(args.prompts)
+    if args.json:
+        print(json.dumps([{"prompt": p, "adapter": r.adapter, "confidence": round(r.confidence, 4), "best": r.best}
+                          for p, r in zip(args.prompts, routes, strict=True)], indent=1))
+        return 0
+    for prompt, r in zip(args.prompts, routes, strict=True):
+        print(f"{r.adapter or '(base model)':<24} confidence {r.confidence:.2f}  {prompt}")
+    return 0
+
+
+def _examples(path: Path) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LibraryError(f"{path}: cannot read example prompts ({type(exc).__name__})", field="examples") from None
+    return [line.strip() for line in lines if line.strip()]
+
+
+def _figures(path: Path) -> dict[str, Any]:
+    from replaybank.llm.adapters.errors import ManifestError
+    from replaybank.llm.train.peft_files import read_json_object
+
+    return read_json_object(path, "the figures file", error=ManifestError)

@@ -1,0 +1,176 @@
+"""Choosing an adapter per request, with a fallback to the bare base model.
+
+:class:`Router` is replaybank's router: Okapi BM25 (the episodic store's,
+:class:`replaybank.episodic.retrieval.BM25`) over every adapter's registered example prompts. A
+request's score for an adapter is its best example's BM25 score (English function words, :data:`STOPWORDS`,
+left out of requests and examples alike: on a few examples per adapter, "what is the" would
+otherwise carry a general question to whichever adapter has a question among its examples); its **confidence** is that score
+over the score the same example gets as a query for itself (about 1 for a request worded like the
+example, 0 with no word in common), so one threshold means the same thing whatever the library's
+size. Below ``threshold`` the request goes to the bare base model (``adapter`` None): general
+requests keep the base model's answers. Ties go to the adapter first in name order.
+
+:func:`load_all` puts every adapter onto one base model under its name, and :func:`routed` runs a
+block with the routed adapter active (or all of them disabled). :func:`arrow_model` builds PEFT's
+Arrow (per-token routing among the adapters inside the model) from library entries.
+
+Example:
+    >>> r = Router({"cart": ["Add 3 eggs to my cart."], "weather": ["Forecast for Oslo tomorrow."]}, threshold=0.3)
+    >>> r.route("Add two apples to the cart").adapter, r.route("Forecast for Lima").adapter
+    ('cart', 'weather')
+    >>> d = r.route("Write a haiku about autumn"); d.adapter, d.fallback
+    (None, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from replaybank.episodic.retrieval import BM25, tokenize
+from replaybank.llm.adapters.errors import EmptyLibraryError, LibraryError
+from replaybank.llm.adapters.library import AdapterLibrary
+
+__all__ = ["STOPWORDS", "Route", "Router", "arrow_model", "load_all", "routed"]
+
+STOPWORDS = frozenset("""
+a an the and or but if then so of to in on at by for from with about into over under as is are was were be been
+being am do does did doing have has had having i me my mine you your yours we us our they them their he him his
+she her it its this that these those what which who whom whose when where why how can could would should will
+shall may might must please not no yes just up out there here some any all also too very s t d ll m re ve
+""".split())
+
+
+def _content(text: str) -> str:
+    """``text``'s words without :data:`STOPWORDS` (what the router scores)."""
+    return " ".join(w for w in tokenize(text) if w not in STOPWORDS)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one request goes: ``adapter`` (None: the bare base model), the best adapter's
+    ``confidence`` and raw BM25 ``score``, and every adapter's confidence."""
+
+    adapter: str | None
+    confidence: float
+    score: float
+    best: str
+    confidences: dict[str, float]
+
+    @property
+    def fallback(self) -> bool:
+        return self.adapter is None
+
+
+class Router:
+    """BM25 over example prompts ``{adapter: [prompt, ...]}``; see the module doc.
+
+    Raises:
+        EmptyLibraryError: no adapter, or no adapter with an example prompt.
+        LibraryError: a threshold that is not a number >= 0.
+    """
+
+    def __init__(self, examples: Mapping[str, Sequence[str]], *, threshold: float = 0.3) -> None:
+        if not examples:
+            raise EmptyLibraryError("no adapter to route to (register adapters with example prompts)", field="adapters")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold >= 0:
+            raise LibraryError(f"threshold {threshold!r} is not a number >= 0", field="threshold")
+        self.threshold = float(threshold)
+        self.adapters = sorted(examples)
+        self._docs = [(name, text) for name in self.adapters for text in examples[name]]
+        if not self._docs:
+            raise EmptyLibraryError(f"none of the adapters {self.adapters} has example prompts to route by "
+                                    "(add them with examples= / --examples)", field="examples")
+        self._bm25 = BM25([_content(text) for _, text in self._docs])
+        # each example's score as a query for itself: the confidence's denominator
+        self._self = [max(float(self._bm25.scores(_content(text))[k]), 1e-12) for k, (_, text) in enumerate(self._docs)]
+
+    @classmethod
+    def from_library(cls, library: AdapterLibrary, *, threshold: float = 0.3, names: Sequence[str] | None = None) -> Router:
+        """A router over ``names`` (default: every adapter) and their manifests' example prompts.
+
+        Raises:
+            EmptyLibraryError: the library holds no adapter (or none has example prompts).
+        """
+        names = list(names) if names is not None else library.names()
+        if not names:
+            raise EmptyLibraryError(f"{library.root}: the library holds no adapter to route to", field="adapters")
+        return cls({n: library.manifest(n).examples for n in names}, threshold=threshold)
+
+    def route(self, prompt: str) -> Route:
+        """The adapter for ``prompt``, or the base model when no adapter is confident enough."""
+        scores = self._bm25.scores(_content(prompt))
+        conf = dict.fromkeys(self.adapters, 0.0)
+        raw = dict.fromkeys(self.adapters, 0.0)
+        for k, (name, _) in enumerate(self._docs):
+            c = float(scores[k]) / self._self[k]
+            if c > conf[name]:
+                conf[name], raw[name] = c, float(scores[k])
+        best = max(self.adapters, key=lambda n: (conf[n], -self.adapters.index(n)))
+        chosen = best if conf[best] >= self.threshold and conf[best] > 0 else None
+        return Route(adapter=chosen, confidence=conf[best], score=raw[best], best=best, confidences=conf)
+
+    def route_many(self, prompts: Sequence[str]) -> list[Route]:
+        return [self.route(p) for p in prompts]
+
+
+def load_all(library: AdapterLibrary, base_model: Any, names: Sequence[str] | None = None) -> Any:
+    """Every adapter (or ``names``) onto ``base_model`` under its own name; returns the PEFT model.
+
+    Raises:
+        EmptyLibraryError: nothing to load. FingerprintError, HashMismatchError, ...: see
+            :meth:`AdapterLibrary.load`.
+    """
+    names = list(names) if names is not None else library.names()
+    if not names:
+        raise EmptyLibraryError(f"{library.root}: the library holds no adapter", field="adapters")
+    model = library.load(names[0], base_model)
+    for n in names[1:]:
+        library.load(n, model)
+    return model
+
+
+@contextmanager
+def routed(peft_model: Any, route: Route) -> Iterator[Any]:
+    """Run the block with ``route``'s adapter active, or every adapter disabled for a fallback."""
+    if route.adapter is None:
+        with peft_model.disable_adapter():
+            yield peft_model
+        return
+    before = peft_model.active_adapter
+    peft_model.set_adapter(route.adapter)
+    try:
+        yield peft_model
+    finally:
+        peft_model.set_adapter(before)
+
+
+def arrow_model(library: AdapterLibrary, base_model: Any, names: Sequence[str] | None = None, *, top_k: int = 3,
+                router_temperature: float = 1.0) -> Any:
+    """PEFT's Arrow routing (``create_arrow_model``) over library adapters, each verified first
+    (hash, config, base model fingerprint). Arrow needs adapters of one rank on linear layers.
+
+    Raises:
+        EmptyLibraryError: nothing to route among. LibraryError: this PEFT has no Arrow.
+    """
+    try:
+        from peft import ArrowConfig, create_arrow_model
+    except ImportError:
+        raise LibraryError("this PEFT has no Arrow (create_arrow_model needs peft >= 0.17)", field="peft") from None
+    from replaybank.llm.adapters.errors import FingerprintError
+    from replaybank.llm.eval.generate import model_fingerprint
+
+    names = list(names) if names is not None else library.names()
+    if not names:
+        raise EmptyLibraryError(f"{library.root}: the library holds no adapter to route among", field="adapters")
+    fingerprint = model_fingerprint(base_model)
+    for n in names:
+        m = library.verify(n)
+        if m.fingerprint != fingerprint:
+            raise FingerprintError(f"registered for base model {m.fingerprint[:16]}, not this one ({fingerprint[:16]})",
+                                   adapter=n, field="base_model.fingerprint")
+    paths = [str(library.folder(n)) for n in names]
+    return create_arrow_model(base_model, paths, ArrowConfig(top_k=min(top_k, len(names)), router_temperature=router_temperature),
+                              use_safetensors=True)

@@ -1,0 +1,71 @@
+"""The loop's generations registered in an adapter library (``[loop] library``).
+
+Each finished generation ``g`` of run folder ``RUN`` becomes the library entry ``RUN-genG`` (the
+folder's name when it is a name, else ``loop``): its PEFT folder ``adapters/genG``, the figures the
+loop measured (suite retention, held-out success without context as the domain figure, retention
+per family), the distinct task texts it was trained on (the lineage's successes and the
+demonstrations) as the router's example prompts, and the lineage and rows as its data manifest. Registration runs after
+``state.json`` records the generation, over every finished generation not yet in the library, so a
+killed run catches up when it resumes; an entry already there with the same weights is left alone.
+
+Example:
+    >>> entry_name(Path("runs/loop/window-rehearsal-s0"), 3)
+    'window-rehearsal-s0-gen3'
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from replaybank.episodic import EpisodeStore
+from replaybank.llm.adapters import AdapterExistsError, AdapterLibrary
+from replaybank.llm.config.names import MAX_NAME, is_name
+from replaybank.llm.train.peft_files import sha256_file
+
+__all__ = ["entry_name", "register_generations"]
+
+MAX_EXAMPLES = 64
+
+
+def entry_name(out: Path, generation: int) -> str:
+    """``RUN-genG`` for run folder ``out`` (``loop-genG`` when its name is not a name)."""
+    stem = out.resolve().name
+    stem = stem if is_name(stem) and len(stem) <= MAX_NAME - 12 else "loop"
+    return f"{stem}-gen{generation}"
+
+
+def register_generations(
+    library: Path, out: Path, state: dict[str, Any], store: EpisodeStore, *, skill: str, base_name: str,
+    fingerprint: str, recipe: dict[str, Any] | None,
+) -> list[str]:
+    """Register every finished generation of ``state`` missing from ``library``; return the new names.
+
+    Raises:
+        AdapterExistsError: ``RUN-genG`` is in the library with other weights (another run of the
+            same name registered there); rename one of the runs or use another library.
+        ManifestError, GateError, ...: see :meth:`AdapterLibrary.add`.
+    """
+    lib = AdapterLibrary(library, create=True)
+    added = []
+    for row in state["generations"]:
+        g = row["generation"]
+        if g == 0:
+            continue
+        name, folder = entry_name(out, g), out / "adapters" / f"gen{g}"
+        index = lib.index()
+        if name in index:
+            if index[name].get("sha256") != sha256_file(folder / "adapter_model.safetensors"):
+                raise AdapterExistsError(f"{library}: holds another adapter under this name (not {folder}); "
+                                         "rename the run folder or use another [loop] library", adapter=name, field="name")
+            continue
+        lineage = row.get("lineage") or [g]
+        trained = store.episodes(generation=lineage, success=True) + store.episodes(source="demo", success=True)
+        tasks = dict.fromkeys(r.episode.task.text for r in trained)  # what consolidation trained on
+        figures = {"retention": row.get("retention"), "domain": row["no_context"]["success"],
+                   "per_family": row["suite"]["retention"], "n": row["no_context"]["n"]}
+        lib.add(name, folder=folder, skill=skill, domain=skill, fingerprint=fingerprint, base_name=base_name,
+                examples=list(tasks)[:MAX_EXAMPLES], figures=figures, recipe=recipe,
+                data={"run": str(out), "generation": g, "lineage": lineage, "train_rows": row.get("train_rows")})
+        added.append(name)
+    return added

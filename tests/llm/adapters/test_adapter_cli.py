@@ -1,0 +1,78 @@
+"""Issue 26: ``replaybank adapters add | list | show | remove | merge | route`` end to end, on
+adapters of the tiny random Llama written as the loop writes them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from replaybank.cli import main
+
+torch = pytest.importorskip("torch")
+peft = pytest.importorskip("peft")
+
+
+def _loop_folder(model_dir: Path, where: Path, seed: int) -> Path:
+    """A PEFT folder with the loop's replaybank.json (base model fingerprint included)."""
+    from transformers import LlamaForCausalLM
+
+    from replaybank.llm.eval.generate import model_fingerprint
+    from replaybank.llm.train.peft_files import write_adapter_folder
+
+    base = LlamaForCausalLM.from_pretrained(model_dir)
+    torch.manual_seed(seed)
+    model = peft.get_peft_model(base, peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"],
+                                                      init_lora_weights=False, task_type="CAUSAL_LM"))
+    where.mkdir(parents=True)
+    write_adapter_folder(model, where, {"generation": 1, "base_model": {"fingerprint": model_fingerprint(model),
+                                                                        "name": str(model_dir)}})
+    return where
+
+
+def test_the_adapters_command_end_to_end(tiny_model_dir, tmp_path, capsys):
+    lib = tmp_path / "lib"
+    cart = _loop_folder(tiny_model_dir, tmp_path / "run" / "gen1", seed=1)
+    weather = _loop_folder(tiny_model_dir, tmp_path / "run" / "gen2", seed=2)
+    (tmp_path / "cart.txt").write_text("Add 3 eggs to my cart.\nPut rice in the shopping cart.\n")
+    (tmp_path / "weather.txt").write_text("What is the forecast for Oslo tomorrow?\n")
+    (tmp_path / "figures.json").write_text(json.dumps({"retention": 0.8}))
+    assert main(["adapters", "add", str(lib), "cart", "--from", str(cart), "--skill", "shopping",
+                 "--examples", str(tmp_path / "cart.txt")]) == 0
+    # the gate: figures measured elsewhere, below the floor: refused (exit 2), then forced
+    args = ["adapters", "add", str(lib), "weather", "--from", str(weather), "--skill", "weather",
+            "--examples", str(tmp_path / "weather.txt"), "--figures", str(tmp_path / "figures.json"), "--floor", "0.9"]
+    assert main(args) == 2
+    assert "adapter 'weather', field 'figures.retention': retention 80.0% is below the floor 90.0%" in capsys.readouterr().err
+    assert main([*args, "--force"]) == 0
+    assert "FORCED below the floor" in capsys.readouterr().out
+    assert main(["adapters", "list", str(lib), "--json"]) == 0
+    index = json.loads(capsys.readouterr().out)
+    assert sorted(index) == ["cart", "weather"] and index["weather"]["retention"] == 0.8
+    assert main(["adapters", "show", str(lib), "cart", "--verify"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["skill"] == "shopping" and shown["source"] == str(cart) and shown["examples"][0] == "Add 3 eggs to my cart."
+    assert main(["adapters", "route", str(lib), "Add milk to my cart", "Forecast for Oslo?", "Write a poem", "--json"]) == 0
+    routes = json.loads(capsys.readouterr().out)
+    assert [r["adapter"] for r in routes] == ["cart", "weather", None]
+    assert main(["adapters", "merge", str(lib), "both", "--adapters", "cart,weather", "--type", "cat",
+                 "--weights", "1,1", "--base", str(tiny_model_dir)]) == 0
+    assert "registered both" in capsys.readouterr().out
+    merged = peft.PeftModel.from_pretrained(__import__("transformers").LlamaForCausalLM.from_pretrained(tiny_model_dir),
+                                            lib / "both")
+    assert merged.peft_config["default"].r == 4
+    assert main(["adapters", "merge", str(lib), "bad", "--adapters", "cart,both", "--type", "linear",
+                 "--base", str(tiny_model_dir)]) == 2
+    assert "adapter 'cart, both', field 'r': combination type 'linear' needs adapters of one rank" in capsys.readouterr().err
+    assert main(["adapters", "remove", str(lib), "cart"]) == 0
+    assert main(["adapters", "show", str(lib), "cart"]) == 2
+    assert "adapter 'cart', field 'name': " in capsys.readouterr().err
+
+
+def test_route_on_an_empty_library_is_a_clear_error(tmp_path, capsys):
+    assert main(["adapters", "add", str(tmp_path / "lib"), "x", "--from", str(tmp_path / "nowhere"), "--skill", "s"]) == 2
+    assert "field 'folder'" in capsys.readouterr().err
+    assert main(["adapters", "route", str(tmp_path / "lib"), "hello"]) == 2
+    err = capsys.readouterr().err
+    assert "field 'adapters': " in err and "the library holds no adapter to route to" in err

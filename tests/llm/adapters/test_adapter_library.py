@@ -1,0 +1,211 @@
+"""Issue 26: the adapter library: registration (atomic, two processes at once), loading with its
+checks (base model fingerprint, weights hash, config as data), list / show / remove."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from replaybank.llm.adapters import (
+    AdapterExistsError,
+    AdapterLibrary,
+    AdapterNotFoundError,
+    FingerprintError,
+    HashMismatchError,
+    LibraryError,
+    ManifestError,
+)
+from replaybank.llm.eval.generate import model_fingerprint
+from replaybank.llm.train.peft_files import AdapterError, write_adapter_folder
+
+from .conftest import inputs, make_adapter, make_base, snapshot  # type: ignore[import-not-found]
+
+torch = pytest.importorskip("torch")
+peft = pytest.importorskip("peft")
+
+SRC = Path(__file__).resolve().parents[3] / "src"
+
+
+def _folder(tmp_path: Path, rank: int = 2, seed: int = 1, name: str = "src") -> Path:
+    """A PEFT folder as the loop writes it (its replaybank.json records the base model)."""
+    folder = tmp_path / name
+    folder.mkdir()
+    model = make_adapter(rank, seed)
+    write_adapter_folder(model, folder, {"generation": 1, "base_model": {"fingerprint": model_fingerprint(model), "name": "net"},
+                                         "recipe": {"name": "self-distill"}})
+    return folder
+
+
+def test_register_from_a_model_and_load_gives_the_same_outputs(lib):
+    model = make_adapter(rank=3)
+    m = lib.add("tools", model=model, base_model=make_base(), skill="tool calls", domain="qx",
+                examples=["Add 3 eggs to my cart."], data={"rows": 12})
+    assert lib.names() == ["tools"] and m.skill == "tool calls" and m.parents == ()
+    on_disk = sorted(p.name for p in (lib.root / "tools").iterdir())
+    assert on_disk == ["adapter_config.json", "adapter_model.safetensors", "replaybank.json"]
+    loaded = lib.load("tools", make_base())
+    x = inputs()
+    with torch.no_grad():
+        assert torch.allclose(loaded(x), model(x), atol=1e-6)
+        assert not torch.allclose(loaded(x), make_base()(x), atol=1e-3)
+    # a stranger's tools load the folder too: it is a standard PEFT folder
+    theirs = peft.PeftModel.from_pretrained(make_base(), lib.root / "tools")
+    with torch.no_grad():
+        assert torch.allclose(theirs(x), model(x), atol=1e-6)
+
+
+def test_register_from_a_loop_folder_takes_its_fingerprint_and_recipe(lib, tmp_path):
+    m = lib.add("gen1", folder=_folder(tmp_path), skill="s")
+    assert m.fingerprint == model_fingerprint(make_base()) and m.base_name == "net"
+    assert m.recipe == {"name": "self-distill"} and m.source == str(tmp_path / "src")
+    assert lib.index()["gen1"]["sha256"] == m.sha256
+
+
+def test_another_base_model_is_refused_naming_the_adapter_and_field(lib, tmp_path):
+    lib.add("gen1", folder=_folder(tmp_path), skill="s")
+    other = make_base()
+    with torch.no_grad():
+        other.proj.weight.add_(0.5)
+    with pytest.raises(FingerprintError, match=r"adapter 'gen1', field 'base_model.fingerprint': recorded base model net"):
+        lib.load("gen1", other)
+    assert not isinstance(other, peft.PeftModel) and not any("lora" in n for n, _ in other.named_modules())
+    with pytest.raises(FingerprintError, match=r"adapter 'again', field 'base_model.fingerprint'"):
+        lib.add("again", folder=_folder(tmp_path, name="src2"), skill="s", base_model=other)
+
+
+def test_a_changed_weights_file_is_refused(lib, tmp_path):
+    lib.add("gen1", folder=_folder(tmp_path), skill="s")
+    weights = lib.root / "gen1" / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    with pytest.raises(HashMismatchError, match=r"adapter 'gen1', field 'sha256': .* is not the registered"):
+        lib.load("gen1", make_base())
+    # and a source folder whose weights do not match its own replaybank.json is not registered
+    src = _folder(tmp_path, name="src2")
+    (src / "adapter_model.safetensors").write_bytes(weights.read_bytes())
+    with pytest.raises(HashMismatchError, match=r"adapter 'bad', field 'sha256'"):
+        lib.add("bad", folder=src, skill="s")
+    assert lib.names() == ["gen1"]
+
+
+@pytest.mark.parametrize(("edit", "match"), [
+    (lambda m: m.update(colour="red"), r"field 'colour': .*unknown key"),
+    (lambda m: m["files"].update(weights="../../outside.safetensors"), r"field 'files.weights': .*'../../outside.safetensors' is not a file name inside the adapter's folder"),
+    (lambda m: m["files"].update(config="/etc/passwd"), r"field 'files.config'"),
+    (lambda m: m.update(sha256="abc"), r"field 'sha256': .*'abc' is not 64"),
+    (lambda m: m["base_model"].update(fingerprint=None), r"field 'base_model.fingerprint'"),
+    (lambda m: m.update(name="other"), r"field 'name': .*is 'other', expected the folder's name 'gen1'"),
+    (lambda m: m.update(examples="one prompt"), r"field 'examples'"),
+    (lambda m: m.update(figures={"retention": float("nan"), "domain": None, "per_family": {}, "floor": 0.9,
+                                 "passed": True, "forced": False, "n": 3}), r"field 'figures.retention': .*finite number"),
+    (lambda m: m.update(figures={"retention": 0.9}), r"field 'figures.domain': .*missing"),
+    (lambda m: m.pop("skill"), r"field 'skill': .*missing"),
+])
+def test_a_manifest_that_fails_its_schema_is_refused(lib, tmp_path, edit, match):
+    lib.add("gen1", folder=_folder(tmp_path), skill="s")
+    path = lib.root / "gen1" / "replaybank.json"
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match=r"adapter 'gen1', " + match):
+        lib.load("gen1", make_base())
+
+
+def test_a_weights_file_that_is_a_link_out_of_the_library_is_refused(lib, tmp_path):
+    lib.add("gen1", folder=_folder(tmp_path), skill="s")
+    weights = lib.root / "gen1" / "adapter_model.safetensors"
+    outside = tmp_path / "outside.safetensors"
+    outside.write_bytes(weights.read_bytes())
+    weights.unlink()
+    weights.symlink_to(outside)
+    with pytest.raises(ManifestError, match=r"field 'files.weights': .* not a regular file"):
+        lib.load("gen1", make_base())
+
+
+@pytest.mark.parametrize(("edit", "match"), [
+    (lambda c: c.update(auto_mapping={"base_model_class": "Evil", "parent_library": "evil"}), r"field 'adapter_config.auto_mapping': .*src/adapter_config.json: names custom classes"),
+    (lambda c: c.update(peft_type="PROMPT_TUNING"), r"field 'adapter_config.peft_type'"),
+    (lambda c: c.update(r=0), r"field 'adapter_config.r'"),
+])
+def test_an_adapter_config_that_is_not_a_plain_lora_is_refused_at_registration(lib, tmp_path, edit, match):
+    src = _folder(tmp_path)
+    cfg = json.loads((src / "adapter_config.json").read_text())
+    edit(cfg)
+    (src / "adapter_config.json").write_text(json.dumps(cfg))
+    before = snapshot(lib.root)
+    with pytest.raises(ManifestError, match=r"adapter 'gen1', " + match):
+        lib.add("gen1", folder=src, skill="s")
+    assert snapshot(lib.root) == before and lib.names() == []
+
+
+def test_tensors_that_do_not_fit_the_config_leave_the_model_bare(lib, tmp_path):
+    lib.add("gen1", folder=_folder(tmp_path, rank=2), skill="s")
+    cfg_path = lib.root / "gen1" / "adapter_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["r"] = 3  # the tensors are rank 2
+    cfg_path.write_text(json.dumps(cfg))
+    base = make_base()
+    with pytest.raises(AdapterError, match=r"has shape \(2, 6\), adapter 'gen1' as its config describes it has \(3, 6\)"):
+        lib.load("gen1", base)
+    assert not any("lora" in n for n, _ in base.named_modules())
+
+
+def test_failed_registrations_leave_the_library_unchanged(lib, tmp_path):
+    lib.add("gen1", folder=_folder(tmp_path), skill="s")
+    before = snapshot(lib.root)
+    with pytest.raises(AdapterExistsError, match=r"adapter 'gen1', field 'name': .*already registered"):
+        lib.add("gen1", folder=_folder(tmp_path, name="src2"), skill="s")
+    with pytest.raises(LibraryError, match=r"adapter '../x', field 'name'"):
+        lib.add("../x", folder=_folder(tmp_path, name="src3"), skill="s")
+    with pytest.raises(LibraryError, match=r"field 'folder': .*missing or not a regular file"):
+        lib.add("gen2", folder=tmp_path / "nowhere", skill="s")
+    with pytest.raises(LibraryError, match=r"adapter 'gen2', field 'base_model.fingerprint': unknown base model"):
+        lib.add("gen2", model=make_adapter(), skill="s")
+
+    def broken(model):  # the measurement itself fails half-way
+        raise RuntimeError("suite crashed")
+
+    with pytest.raises(RuntimeError, match="suite crashed"):
+        lib.add("gen2", model=make_adapter(), base_model=make_base(), skill="s", measure=broken)
+    assert snapshot(lib.root) == before and lib.names() == ["gen1"]
+    assert list((lib.root / ".staging").iterdir()) == []
+    (lib.root / "orphan").mkdir()  # a folder left by a crash between the rename and the index
+    with pytest.raises(AdapterExistsError, match=r"adapter 'orphan', field 'name': .*orphan: exists but is not registered"):
+        lib.add("orphan", folder=_folder(tmp_path, name="src4"), skill="s")
+    assert lib.names() == ["gen1"] and list((lib.root / "orphan").iterdir()) == []
+
+
+def test_list_show_remove(lib, tmp_path):
+    for k in range(3):
+        lib.add(f"a{k}", folder=_folder(tmp_path, name=f"src{k}", seed=k), skill=f"skill {k}")
+    assert lib.names() == ["a0", "a1", "a2"] and lib.manifest("a1").skill == "skill 1"
+    lib.remove("a1")
+    assert lib.names() == ["a0", "a2"] and not (lib.root / "a1").exists()
+    with pytest.raises(AdapterNotFoundError, match=r"adapter 'a1', field 'name': .*no such adapter \(registered: a0, a2\)"):
+        lib.manifest("a1")
+    with pytest.raises(AdapterNotFoundError, match=r"adapter '..', field 'name'"):
+        lib.folder("..")
+
+
+def test_two_processes_registering_at_once_lose_nothing(tmp_path):
+    folder = _folder(tmp_path)
+    lib_path = tmp_path / "lib"
+    AdapterLibrary(lib_path, create=True)
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    worker = Path(__file__).with_name("register_worker.py")
+    procs = [subprocess.Popen([sys.executable, str(worker), str(lib_path), str(folder), prefix, "4", "0.05"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for prefix in ("p", "q")]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+    lib = AdapterLibrary(lib_path)
+    expected = sorted(f"{p}{k}" for p in "pq" for k in range(4))
+    assert lib.names() == expected
+    assert sorted(p.name for p in lib_path.iterdir() if not p.name.startswith(".") and p.is_dir()) == expected
+    assert all(lib.verify(n).skill == f"skill {n[0]}" for n in expected)

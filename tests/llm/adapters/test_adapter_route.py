@@ -1,0 +1,96 @@
+"""Issue 26: routing each request to an adapter (BM25 over registered example prompts) with a
+fallback to the bare base model; the routed adapter really answers; PEFT Arrow from the library."""
+
+from __future__ import annotations
+
+import pytest
+
+from replaybank.llm.adapters import (
+    AdapterLibrary,
+    EmptyLibraryError,
+    LibraryError,
+    Router,
+    load_all,
+    routed,
+)
+
+from .conftest import inputs, make_adapter, make_base  # type: ignore[import-not-found]
+
+torch = pytest.importorskip("torch")
+
+EXAMPLES = {
+    "cart": ["Add 3 eggs to my cart.", "Put two bags of rice in the shopping cart.", "Remove milk from my cart."],
+    "weather": ["What is the forecast for Oslo tomorrow?", "Will it rain in Lima today?", "Weather in Paris this weekend."],
+    "timer": ["Set a timer for 5 minutes.", "Start a 90 second countdown timer.", "Cancel my tea timer."],
+}
+
+
+@pytest.mark.parametrize(("prompt", "adapter"), [
+    ("Add a box of tea to my cart", "cart"),
+    ("Please put 4 apples in the shopping cart", "cart"),
+    ("What's the forecast for Rome tomorrow?", "weather"),
+    ("Will it rain in Oslo this weekend?", "weather"),
+    ("Set a 10 minutes timer", "timer"),
+    ("Write a haiku about autumn leaves.", None),   # general requests go to the base model
+    ("Explain photosynthesis simply.", None),
+    ("What is 17 times 23?", None),
+    ("What is the capital of France?", None),   # shares only "what is the" with a weather example
+    ("How do I set up a Python virtual environment?", None),
+])
+def test_constructed_prompts_go_where_they_belong(prompt, adapter):
+    r = Router(EXAMPLES, threshold=0.3).route(prompt)
+    assert r.adapter == adapter, (r.best, r.confidences)
+    assert r.fallback == (adapter is None)
+
+
+def test_the_threshold_decides_the_fallback():
+    prompt = "Add a box of tea to my cart"
+    low, high = Router(EXAMPLES, threshold=0.05).route(prompt), Router(EXAMPLES, threshold=5.0).route(prompt)
+    assert low.adapter == "cart" and high.adapter is None and high.best == "cart"
+    assert low.confidence == high.confidence and 0 < low.confidence < 1.5
+    same = Router(EXAMPLES).route("Add 3 eggs to my cart.")  # an example itself: confidence 1
+    assert same.adapter == "cart" and same.confidence == pytest.approx(1.0)
+
+
+def test_an_empty_library_or_no_examples_is_a_clear_error(lib):
+    with pytest.raises(EmptyLibraryError, match=r"field 'adapters': .*the library holds no adapter to route to"):
+        Router.from_library(lib)
+    lib.add("plain", model=make_adapter(), skill="s", fingerprint="f" * 64)
+    with pytest.raises(EmptyLibraryError, match=r"field 'examples': none of the adapters \['plain'\] has example prompts"):
+        Router.from_library(lib)
+    with pytest.raises(LibraryError, match=r"field 'threshold'"):
+        Router(EXAMPLES, threshold=-1)
+
+
+def test_the_routed_adapter_answers_and_the_fallback_is_the_base(lib):
+    models = {name: make_adapter(rank=2, seed=k + 1) for k, name in enumerate(EXAMPLES)}
+    for name, model in models.items():
+        lib.add(name, model=model, base_model=make_base(), skill=name, examples=EXAMPLES[name])
+    router = Router.from_library(lib)
+    served = load_all(lib, make_base())
+    x = inputs()
+    with torch.no_grad():
+        for prompt, want in [("Add tea to my cart", "cart"), ("Forecast for Oslo?", "weather"),
+                             ("Set a timer for 3 minutes", "timer"), ("Tell me a joke.", None)]:
+            route = router.route(prompt)
+            assert route.adapter == want
+            with routed(served, route) as m:
+                got = m(x)
+            expected = models[want](x) if want else make_base()(x)
+            assert torch.allclose(got, expected, atol=1e-6), prompt
+
+
+def test_arrow_routing_over_library_adapters(lib):
+    from replaybank.llm.adapters import arrow_model
+
+    for k, name in enumerate(EXAMPLES):
+        lib.add(name, model=make_adapter(rank=2, seed=k + 1), base_model=make_base(), skill=name)
+    model = arrow_model(lib, make_base(), top_k=2)
+    with torch.no_grad():
+        out = model(inputs())
+        assert out.shape == (7, 5) and torch.isfinite(out).all()
+        assert not torch.allclose(out, make_base()(inputs()), atol=1e-4)
+    assert model.active_adapter == "arrow_router"
+    empty = AdapterLibrary(lib.root.parent / "empty", create=True)
+    with pytest.raises(EmptyLibraryError):
+        arrow_model(empty, make_base())
