@@ -63,12 +63,21 @@ def test_the_snapshot_covers_every_shipped_config():
     assert {"<run defaults>", "<loop defaults>", "benchmarks/results/loop_config.toml"} <= set(BEFORE)
 
 
+#: keys added after the snapshot, at the default that keeps a config's behaviour as it was
+ADDED_SINCE = {"loop.library": ""}  # issue 26: register each loop generation in an adapter library (off)
+
+
 @pytest.mark.parametrize("name", sorted(BEFORE))
 def test_every_shipped_config_resolves_to_the_values_it_had(name):
     job, now = _resolved(name)
     before = BEFORE[name]
     expected = {(NOW_AT.get(k, k) if job == "loop" else k): v for k, v in before.items()}
-    assert now == expected  # nothing lost, nothing added, no value changed
+    expected |= {k: v for k, v in ADDED_SINCE.items() if k.split(".")[0] in _sections(now)}
+    assert now == expected  # nothing lost, no value changed; added keys only at their "off" default
+
+
+def _sections(values):
+    return {k.split(".")[0] for k in values}
 
 
 def test_the_loop_reads_the_main_jobs_sections_at_its_own_defaults():
