@@ -158,13 +158,27 @@ class PairedTrees:
         return slots, self.weights(slots, beta)
 
 
+def _compiled_tree() -> Any:
+    """``NumbaPairTree``, or None without numba or when ``REPLAYBANK_KERNELS=numpy`` asks for the
+    numpy fallback."""
+    if os.environ.get("REPLAYBANK_KERNELS", "").lower() == "numpy":
+        return None
+    try:
+        from ._numba_tree import NumbaPairTree
+    except ImportError:
+        return None
+    return NumbaPairTree
+
+
+def default_branching() -> int:
+    """Children per node of the trees ``make_pair`` builds when not told: 8 for the compiled tree
+    (its walk reads every child of a node, and 8 (sum, min) pairs are two cache lines), 32 for
+    the numpy fallback (fewer levels, so fewer numpy calls per walk)."""
+    return 8 if _compiled_tree() is not None else 32
+
+
 def make_pair(capacity: int, *, branching: int | None = None) -> Any:
     """Sum and min trees over the same leaves: compiled and interleaved when numba is installed."""
-    if os.environ.get("REPLAYBANK_KERNELS", "").lower() != "numpy":
-        try:
-            from ._numba_tree import NumbaPairTree
-        except ImportError:
-            pass
-        else:
-            return NumbaPairTree(capacity, branching=branching or 8)
-    return PairedTrees(capacity, branching=branching or 32)
+    compiled = _compiled_tree()
+    k = branching or default_branching()
+    return compiled(capacity, branching=k) if compiled is not None else PairedTrees(capacity, branching=k)
