@@ -135,6 +135,21 @@ def _weights(ratios: np.ndarray, beta: float) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
+def _prefetch_up(tree: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarray) -> None:
+    """Start loading, all at once, the nodes a refresh of ``index`` reads on the two levels above
+    the leaves, where a batch's ancestors are scattered over megabytes (at 10^6 items an update of
+    256 uncached leaves took 28-32 us without, 17-18 us with). After a walk to the same leaves
+    they are cached already and the 1,024 prefetches only cost time, so it is asked for."""
+    for level in range(1, min(3, len(offsets) - 1)):
+        below = offsets[level - 1]
+        span = k ** level
+        for i in range(len(index)):
+            first = below + (index[i] // span) * k
+            for line in range(2 * first, 2 * (first + k), 8):
+                prefetch(tree, line)
+
+
+@numba.njit(cache=True, nogil=True)
 def _refresh(tree: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarray) -> None:
     """Recompute every ancestor of ``index`` from all its children, level by level. Near the top,
     where a level has fewer nodes than there are leaves to refresh, the whole level is recomputed
@@ -176,10 +191,18 @@ def _update(tree: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarray, va
 
 @numba.njit(cache=True, nogil=True)
 def _update_powered(
-    tree: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarray, values: np.ndarray, priorities: np.ndarray
+    tree: np.ndarray,
+    offsets: np.ndarray,
+    k: int,
+    index: np.ndarray,
+    values: np.ndarray,
+    priorities: np.ndarray,
+    cold: bool,
 ) -> float:
     """Set leaves to ``values`` (the powered ``priorities``); returns the largest priority (-inf if
-    none)."""
+    none). ``cold``: the leaves were not just walked to, prefetch their ancestors first."""
+    if cold:
+        _prefetch_up(tree, offsets, k, index)
     top = -np.inf
     for i in range(len(index)):
         top = max(top, priorities[i])
@@ -282,12 +305,17 @@ class NumbaPairTree:
     def update(self, index: np.ndarray, values: np.ndarray) -> None:
         _update(self.tree, self.offsets, self.k, _index(index), _values(values))
 
-    def update_powered(self, index: np.ndarray, priorities: np.ndarray, eps: float, alpha: float) -> float:
+    def update_powered(
+        self, index: np.ndarray, priorities: np.ndarray, eps: float, alpha: float, *, cold: bool = False
+    ) -> float:
         """Set ``leaves[index] = (priorities + eps) ** alpha`` (the last value wins for a repeated
         index); returns ``max(priorities)``, ``-inf`` when there are none. The power is numpy's,
-        as in the fallback (see ``_weights``); leaves, ancestors and the maximum are one call."""
+        as in the fallback (see ``_weights``); leaves, ancestors and the maximum are one call.
+        ``cold``: the caller did not just walk to these leaves (``_prefetch_up``)."""
         p = _values(priorities)
-        return float(_update_powered(self.tree, self.offsets, self.k, _index(index), (p + eps) ** alpha, p))
+        return float(
+            _update_powered(self.tree, self.offsets, self.k, _index(index), (p + eps) ** alpha, p, cold)
+        )
 
     def update_pair(self, index: np.ndarray, sums: np.ndarray, mins: np.ndarray) -> None:
         """Set the sum-tree and min-tree leaves to different values (zero min = not in it)."""

@@ -103,9 +103,13 @@ class Prioritized(SamplerBase):
             top = np.float64(leaf_limit(capacity)) ** (1.0 / self.alpha) * (1 - 1e-12)
         return float(min(top, np.finfo(np.float64).max)) - self.eps
 
+    # Whether the tree nodes of updated priorities are usually cold: Prioritized's updates follow
+    # a walk of this tree to the same leaves; PrioritizedReshuffled walks its mask tree instead.
+    _cold_updates = False
+
     def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         # one pass: the leaves get (p + eps) ** alpha, and the largest p comes back
-        top = self.trees.update_powered(slots, priorities, self.eps, self.alpha)
+        top = self.trees.update_powered(slots, priorities, self.eps, self.alpha, cold=self._cold_updates)
         if top > self.max_priority:
             self.max_priority = top
 

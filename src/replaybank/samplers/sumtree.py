@@ -114,9 +114,12 @@ class PairedTrees:
         self.sum.update(index, values)
         self.min.update(index, np.where(values > 0, values, np.inf))
 
-    def update_powered(self, index: np.ndarray, priorities: np.ndarray, eps: float, alpha: float) -> float:
+    def update_powered(
+        self, index: np.ndarray, priorities: np.ndarray, eps: float, alpha: float, *, cold: bool = False
+    ) -> float:
         """Set ``leaves[index] = (priorities + eps) ** alpha`` (the last value wins for a repeated
-        index); returns ``max(priorities)``, ``-inf`` when there are none."""
+        index); returns ``max(priorities)``, ``-inf`` when there are none. ``cold`` is the
+        compiled tree's prefetch hint; numpy has none."""
         self.update(index, (priorities + eps) ** alpha)
         return float(priorities.max()) if len(priorities) else -np.inf
 
