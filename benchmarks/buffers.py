@@ -18,6 +18,8 @@ update (the tree write); "Python overhead" is the step measured through the publ
 those four (it goes slightly negative when noise exceeds it). cpprb and TorchRL are timed through their public calls only. The split is
 timed with this thread's CPU clock by default (``--clock wall`` for wall time), so that on a shared
 machine the time other processes hold the core is not counted; their cache pollution still is.
+The split also times ``PrioritizedReshuffled`` and ``Trajectories(16, priority="td")`` (16 slices
+of 16 steps, up to 10^6 items) against ``Prioritized``.
 """
 
 from __future__ import annotations
