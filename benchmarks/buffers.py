@@ -18,6 +18,8 @@ update (the tree write); "Python overhead" is the step measured through the publ
 those four (it goes slightly negative when noise exceeds it). cpprb and TorchRL are timed through their public calls only. The split is
 timed with this thread's CPU clock by default (``--clock wall`` for wall time), so that on a shared
 machine the time other processes hold the core is not counted; their cache pollution still is.
+The split also times ``PrioritizedReshuffled`` and ``Trajectories(16, priority="td")`` (16 slices
+of 16 steps, up to 10^6 items) against ``Prioritized``.
 """
 
 from __future__ import annotations
@@ -245,13 +247,13 @@ class Workload:
         self.prios = rng.random(BATCH) + 0.1
         self.rng = np.random.default_rng(1)
 
-    def replaybank(self, n: int, sampler: rb.Prioritized) -> rb.ReplayBuffer:
+    def replaybank(self, n: int, sampler: rb.samplers.Sampler) -> rb.ReplayBuffer:
         buf = rb.ReplayBuffer(n, sampler=sampler, seed=0)
         fill_repeating(lambda c, p: buf.extend(c, priorities=p), n, self.block, self.block_prios)
         return buf
 
-    def step(self, buf: rb.ReplayBuffer) -> Callable[[], dict[str, float]]:
-        return lambda: timed_step(lambda: buf.sample(BATCH), lambda b: buf.update_priorities(b.ids, self.prios))  # type: ignore[attr-defined]
+    def step(self, buf: rb.ReplayBuffer, batch: int = BATCH) -> Callable[[], dict[str, float]]:
+        return lambda: timed_step(lambda: buf.sample(batch), lambda b: buf.update_priorities(b.ids, self.prios))  # type: ignore[attr-defined]
 
 
 def per_vs_peers(n: int, w: Workload, seconds: float, rounds: int, use_cpprb: bool, use_trl: bool
@@ -282,11 +284,20 @@ def per_vs_peers(n: int, w: Workload, seconds: float, rounds: int, use_cpprb: bo
     return interleaved(steps, seconds, rounds), notes
 
 
-def rr_vs_per(n: int, w: Workload, seconds: float, rounds: int) -> dict[str, dict[str, float]]:
-    """PrioritizedReshuffled against Prioritized at the same size (after the peers are freed)."""
+# a third buffer of 10^7 rows (2.7 GB) next to the other two does not fit the shared machine
+TRAJECTORY_MAX = 1_000_000
+
+
+def variants_vs_per(n: int, w: Workload, seconds: float, rounds: int) -> dict[str, dict[str, float]]:
+    """PrioritizedReshuffled, and Trajectories with TD priorities (16 slices of 16 steps: the same
+    256 rows per call), against Prioritized at the same size (after the peers are freed)."""
     per = w.replaybank(n, rb.Prioritized(alpha=0.6, beta=0.4))
     rr = w.replaybank(n, rb.PrioritizedReshuffled(alpha=0.6, beta=0.4))
-    return interleaved({"Prioritized": w.step(per), "PrioritizedReshuffled": w.step(rr)}, seconds, rounds)
+    steps = {"Prioritized": w.step(per), "PrioritizedReshuffled": w.step(rr)}
+    if n <= TRAJECTORY_MAX:
+        trajectories = w.replaybank(n, rb.Trajectories(16, priority="td", alpha=0.6, beta=0.4))
+        steps["Trajectories(16, td)"] = w.step(trajectories, BATCH // 16)
+    return interleaved(steps, seconds, rounds)
 
 
 def per_split(sizes: list[int], seconds: float, rounds: int, use_cpprb: bool, use_trl: bool) -> dict[str, object]:
@@ -300,9 +311,9 @@ def per_split(sizes: list[int], seconds: float, rounds: int, use_cpprb: bool, us
         parts = us.pop("replaybank parts")
         total = step_us(us["replaybank"])
         split = {**parts, "python overhead": total - sum(parts.values()), "step": total}
-        pair = rr_vs_per(n, w, seconds, rounds)
-        us["PrioritizedReshuffled"] = pair["PrioritizedReshuffled"]
-        us["Prioritized (RR-M pass)"] = pair["Prioritized"]
+        variants = variants_vs_per(n, w, seconds, rounds)
+        us["Prioritized (second pass)"] = variants.pop("Prioritized")
+        us.update(variants)
         out[str(n)] = {"us_per_call": us, "replaybank_split_us": split, "notes": notes}
         print_split(n, us, split, notes)
     return out
@@ -488,11 +499,17 @@ def run_per_split(args: argparse.Namespace, sizes: list[int], use_cpprb: bool, u
         us = case["us_per_call"]  # type: ignore[index]
         mine = step_us(us["replaybank"])
         ratios[n] = {f"step vs {who}": step_us(us[who]) / mine for who in ("cpprb", "torchrl") if who in us}
-        ratios[n]["PrioritizedReshuffled vs Prioritized (speed)"] = step_us(us["Prioritized (RR-M pass)"]) / step_us(us["PrioritizedReshuffled"])
-    print("\n| size | " + " | ".join(next(iter(ratios.values()))) + " |")
-    print("|---|" + "---:|" * len(next(iter(ratios.values()))))
+        second = step_us(us["Prioritized (second pass)"])
+        ratios[n]["PrioritizedReshuffled vs Prioritized (speed)"] = second / step_us(us["PrioritizedReshuffled"])
+        if "Trajectories(16, td)" in us:
+            ratios[n]["Trajectories(16, td) vs Prioritized (speed)"] = second / step_us(us["Trajectories(16, td)"])
+        ratios[n]["update_priorities(256) us"] = us["replaybank"]["update"]
+    keys = list(dict.fromkeys(k for r in ratios.values() for k in r))
+    print("\n| size | " + " | ".join(keys) + " |")
+    print("|---|" + "---:|" * len(keys))
     for n, r in ratios.items():
-        print(f"| {int(n):,} | " + " | ".join(f"{v:.2f}x" for v in r.values()) + " |")
+        cells = ["-" if k not in r else f"{r[k]:.1f}" if k.endswith(" us") else f"{r[k]:.2f}x" for k in keys]
+        print(f"| {int(n):,} | " + " | ".join(cells) + " |")
     args.per_out.parent.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()
     args.per_out.write_text(json.dumps({

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ._numba_prefetch import prefetch
 from ._numba_tree import _below, _refresh, _walk
 
 
@@ -86,6 +87,9 @@ def draw(
     order (the r-th of an item passes iff ``C + r <= E``), count the accepted ones, and mask the
     items now ahead of their expected count. Returns the accepted slots in draw order."""
     candidates = _walk(tree, offsets, k, mass)
+    for s in candidates:  # start every candidate's misses at once; the checks below read them
+        prefetch(count, s)  # count, base and anchor share a line
+        prefetch(leaves, s)
     ascending = True
     for i in range(1, len(candidates)):
         if candidates[i] < candidates[i - 1]:

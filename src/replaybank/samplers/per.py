@@ -21,7 +21,7 @@ from ..checks import (
 from ..errors import InvalidArgumentError, ReplayBankError
 from .base import SamplerBase, View, check_can_sample
 from .priorities import leaf_limit
-from .sumtree import make_pair
+from .sumtree import default_branching, make_pair
 
 
 class Prioritized(SamplerBase):
@@ -39,7 +39,8 @@ class Prioritized(SamplerBase):
         alpha: priority exponent, finite and >= 0 (0 is uniform).
         beta: importance-weight exponent, finite and >= 0.
         eps: added to every priority, finite and >= 0.
-        branching: children per sum-tree node, an integer in [2, 1024].
+        branching: children per sum-tree node, an integer in [2, 1024]; by default 8 with the
+            compiled kernels (numba), 32 with the numpy fallback (``sumtree.default_branching``).
 
     Raises:
         InvalidTypeError, InvalidArgumentError: a parameter of the wrong type or out of range.
@@ -59,12 +60,19 @@ class Prioritized(SamplerBase):
     uses_priorities = True
 
     def __init__(
-        self, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, *, branching: int = 32
+        self,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-6,
+        *,
+        branching: int | None = None,
     ) -> None:
         who = type(self).__name__
         self.alpha = check_real(alpha, who, "alpha", low=0.0)
         self.beta = beta
         self.eps = check_real(eps, who, "eps", low=0.0)
+        if branching is None:
+            branching = default_branching()
         self.branching = check_int(branching, who, "branching", low=2, high=1024)
         self.max_priority = 1.0
 
@@ -95,9 +103,13 @@ class Prioritized(SamplerBase):
             top = np.float64(leaf_limit(capacity)) ** (1.0 / self.alpha) * (1 - 1e-12)
         return float(min(top, np.finfo(np.float64).max)) - self.eps
 
+    # Whether the tree nodes of updated priorities are usually cold: Prioritized's updates follow
+    # a walk of this tree to the same leaves; PrioritizedReshuffled walks its mask tree instead.
+    _cold_updates = False
+
     def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         # one pass: the leaves get (p + eps) ** alpha, and the largest p comes back
-        top = self.trees.update_powered(slots, priorities, self.eps, self.alpha)
+        top = self.trees.update_powered(slots, priorities, self.eps, self.alpha, cold=self._cold_updates)
         if top > self.max_priority:
             self.max_priority = top
 

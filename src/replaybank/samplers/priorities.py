@@ -3,6 +3,7 @@ share (``Prioritized``, ``PrioritizedReshuffled``, prioritized ``Trajectories``)
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -40,8 +41,7 @@ def check_priorities(
         p = np.full(n, float(p))
     if p.shape != (n,):
         raise InvalidArgumentError(f"{where}: expected {n} values (one per item), got shape {p.shape}")
-    # two reductions cover NaN (min is NaN), -inf and negatives (min < 0) and +inf / too large (max)
-    if n and not (p.min() >= 0 and p.max() <= limit):
+    if n and not _within()(p, float(limit)):
         bad = ~(p >= 0) | ~(p <= limit)
         i = int(np.argmax(bad))
         if np.isfinite(p[i]) and p[i] >= 0:
@@ -51,6 +51,28 @@ def check_priorities(
             )
         raise InvalidArgumentError(f"{where}[{i}] = {p[i]!r}: priorities must be finite and >= 0")
     return p
+
+
+def _numpy_within(p: np.ndarray, limit: float) -> bool:
+    # two reductions cover NaN (min is NaN), -inf and negatives (min < 0) and +inf / too large (max)
+    return bool(p.min() >= 0 and p.max() <= limit)
+
+
+_WITHIN: list[Any] = []  # the value check, chosen on first use
+
+
+def _within() -> Any:
+    """The compiled value check (``_numba_checks.within``), or the numpy one without numba or
+    when ``REPLAYBANK_KERNELS=numpy`` asks for the fallback (read at the first check)."""
+    if not _WITHIN:
+        check: Any = _numpy_within
+        if os.environ.get("REPLAYBANK_KERNELS", "").lower() != "numpy":
+            try:
+                from ._numba_checks import within as check
+            except ImportError:
+                pass
+        _WITHIN.append(check)
+    return _WITHIN[0]
 
 
 def _brief(value: Any) -> str:

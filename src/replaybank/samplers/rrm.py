@@ -62,6 +62,8 @@ class PrioritizedReshuffled(Prioritized):
     # masked item's due time aims at E = C - TOL / 2, so rounding never flips a decision back.
     TOL = 1e-6
 
+    _cold_updates = True  # draws walk the mask tree, so the main tree's nodes are not cached
+
     def bind(self, capacity: int) -> None:
         super().bind(capacity)
         # count, base and anchor of one item side by side: a draw reads all three, and this way

@@ -114,9 +114,12 @@ class PairedTrees:
         self.sum.update(index, values)
         self.min.update(index, np.where(values > 0, values, np.inf))
 
-    def update_powered(self, index: np.ndarray, priorities: np.ndarray, eps: float, alpha: float) -> float:
+    def update_powered(
+        self, index: np.ndarray, priorities: np.ndarray, eps: float, alpha: float, *, cold: bool = False
+    ) -> float:
         """Set ``leaves[index] = (priorities + eps) ** alpha`` (the last value wins for a repeated
-        index); returns ``max(priorities)``, ``-inf`` when there are none."""
+        index); returns ``max(priorities)``, ``-inf`` when there are none. ``cold`` is the
+        compiled tree's prefetch hint; numpy has none."""
         self.update(index, (priorities + eps) ** alpha)
         return float(priorities.max()) if len(priorities) else -np.inf
 
@@ -158,13 +161,27 @@ class PairedTrees:
         return slots, self.weights(slots, beta)
 
 
+def _compiled_tree() -> Any:
+    """``NumbaPairTree``, or None without numba or when ``REPLAYBANK_KERNELS=numpy`` asks for the
+    numpy fallback."""
+    if os.environ.get("REPLAYBANK_KERNELS", "").lower() == "numpy":
+        return None
+    try:
+        from ._numba_tree import NumbaPairTree
+    except ImportError:
+        return None
+    return NumbaPairTree
+
+
+def default_branching() -> int:
+    """Children per node of the trees ``make_pair`` builds when not told: 8 for the compiled tree
+    (its walk reads every child of a node, and 8 (sum, min) pairs are two cache lines), 32 for
+    the numpy fallback (fewer levels, so fewer numpy calls per walk)."""
+    return 8 if _compiled_tree() is not None else 32
+
+
 def make_pair(capacity: int, *, branching: int | None = None) -> Any:
     """Sum and min trees over the same leaves: compiled and interleaved when numba is installed."""
-    if os.environ.get("REPLAYBANK_KERNELS", "").lower() != "numpy":
-        try:
-            from ._numba_tree import NumbaPairTree
-        except ImportError:
-            pass
-        else:
-            return NumbaPairTree(capacity, branching=branching or 8)
-    return PairedTrees(capacity, branching=branching or 32)
+    compiled = _compiled_tree()
+    k = branching or default_branching()
+    return compiled(capacity, branching=k) if compiled is not None else PairedTrees(capacity, branching=k)
