@@ -52,7 +52,9 @@ SPEC = {
 }
 
 
-def best_us(fns: dict[str, Callable[[], object]], seconds: float, rounds: int) -> dict[str, dict[str, float]]:
+def best_us(
+    fns: dict[str, Callable[[], object]], seconds: float, rounds: int
+) -> dict[str, dict[str, float]]:
     """Microseconds per call of each function, CPU and wall clock: best of ``rounds`` windows."""
     best = {name: {"cpu": float("inf"), "wall": float("inf")} for name in fns}
     for _ in range(rounds):
@@ -70,8 +72,12 @@ def best_us(fns: dict[str, Callable[[], object]], seconds: float, rounds: int) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=0.3, help="CPU seconds of one timing window")
-    parser.add_argument("--rounds", type=int, default=5, help="windows per contestant (best is kept)")
+    parser.add_argument(
+        "--seconds", type=float, default=0.3, help="CPU seconds of one timing window"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="windows per contestant (best is kept)"
+    )
     parser.add_argument("--out", default="benchmarks/results/rl_add.json")
     args = parser.parse_args()
 
@@ -80,11 +86,19 @@ def main() -> None:
     for _ in range(CAPACITY):
         buf.add(obs=o, next_obs=o2, action=1, reward=1.0, done=False)
     item = {"obs": o, "next_obs": o2, "action": 1, "reward": 1.0, "done": False}
-    np_item = {"obs": o, "next_obs": o2, "action": np.int64(1), "reward": np.float32(1.0), "done": np.bool_(False)}
+    np_item = {
+        "obs": o,
+        "next_obs": o2,
+        "action": np.int64(1),
+        "reward": np.float32(1.0),
+        "done": np.bool_(False),
+    }
     row = {"obs": o[None], "next_obs": o2[None], "action": np.array([1]), "reward": np.array([1.0], np.float32),
            "done": np.array([False])}  # fmt: skip
     fns: dict[str, Callable[[], object]] = {
-        "add, Python scalars": lambda: buf.add(obs=o, next_obs=o2, action=1, reward=1.0, done=False),
+        "add, Python scalars": lambda: buf.add(
+            obs=o, next_obs=o2, action=1, reward=1.0, done=False
+        ),
         "add, numpy scalars": lambda: buf.add(**np_item),
         "extend, one row": lambda: buf.extend(row),
     }
@@ -118,8 +132,12 @@ def main() -> None:
     assert values is not None
     take_kwargs = lambda **kw: kw  # noqa: E731
     parts: dict[str, Callable[[], object]] = {
-        "keyword call (**item)": lambda: take_kwargs(obs=o, next_obs=o2, action=1, reward=1.0, done=False),
-        "column checks (single.coerce)": lambda: single.coerce(plan, item, buf._castable, buf._cast, batched=False),
+        "keyword call (**item)": lambda: take_kwargs(
+            obs=o, next_obs=o2, action=1, reward=1.0, done=False
+        ),
+        "column checks (single.coerce)": lambda: single.coerce(
+            plan, item, buf._castable, buf._cast, batched=False
+        ),
         "write: lock, slot, stores, id": lambda: buf._write_one(values),
         "  of which the 5 stores": lambda: buf.storage.write_one(3, values),
     }
