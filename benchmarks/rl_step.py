@@ -4,8 +4,8 @@
 
 CartPole-shaped transitions (obs and next_obs float32[4], action int64, reward float32, done),
 capacity 10,000 (CleanRL's ``buffer_size``), batch 128; the buffer is filled before timing. Each
-figure is the best of 3 windows of ``--seconds``, contestants interleaved so that load from other
-processes hits all alike. Rows:
+figure is the best of 3 windows of ``--seconds`` of this process's CPU time, contestants
+interleaved so that load from other processes hits all alike. Rows:
 
 * ``add``: one transition. replaybank ``add(**item)``; SB3 ``add(obs, next_obs, action, reward,
   done, infos)`` with a vector env's ``(1, ...)`` arrays, as its off-policy algorithms call it.
@@ -81,16 +81,17 @@ def sb3_buffer() -> object | None:
 
 
 def best_us(fns: dict[str, Callable[[], object]], seconds: float, rounds: int = 3) -> dict[str, float]:
-    """Microseconds per call of each function: best of ``rounds`` interleaved windows."""
+    """Microseconds of this process's CPU time per call of each function: best of ``rounds``
+    interleaved windows (on a shared machine wall time also counts the neighbours' turns)."""
     best = dict.fromkeys(fns, float("inf"))
     for _ in range(rounds):
         for name, fn in fns.items():
-            calls, start = 0, time.perf_counter()
-            while time.perf_counter() - start < seconds:
+            calls, start = 0, time.process_time()
+            while time.process_time() - start < seconds:
                 for _ in range(50):
                     fn()
                 calls += 50
-            best[name] = min(best[name], (time.perf_counter() - start) / calls * 1e6)
+            best[name] = min(best[name], (time.process_time() - start) / calls * 1e6)
     return best
 
 
@@ -148,6 +149,8 @@ def main() -> None:
         versions["stable_baselines3"] = stable_baselines3.__version__
     out = {
         "machine": platform.platform(),
+        "load_average": os.getloadavg(),
+        "clock": "process CPU time",
         "cpus": os.cpu_count(),
         "versions": versions,
         "capacity": CAPACITY,

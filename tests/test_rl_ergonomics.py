@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import doctest
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -194,6 +195,43 @@ def test_extend_of_one_row_keeps_the_checks() -> None:
         small = ReplayBuffer(4, spec={"x": ((), "int8")})
         small.extend({"x": np.array([300])})
     assert len(buf) == 0
+
+
+SCALARS = [0, 1, -1, 255, 256, 300, -129, 2**63 - 1, 2**63, 2**64, True, False, 0.0, 1.5, -0.1, 1e38,
+           3.5e38, 1e40, -1e40, float("inf"), float("nan"), np.float32(2.5), np.int64(7), np.bool_(True)]
+
+
+@pytest.mark.parametrize("cast", ["checked", "unsafe"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "uint8", "int64", "bool", "float16"])
+def test_add_of_scalars_stores_or_refuses_exactly_as_the_batch_path(dtype, cast) -> None:
+    # add() takes Python scalars without building arrays: every value must end as the general
+    # path (extend of a one-row array) ends it, stored the same or refused the same
+    for value in SCALARS:
+        fast = ReplayBuffer(4, spec={"x": ((), dtype), "y": ((2,), "float32")}, cast=cast)
+        slow = ReplayBuffer(4, spec={"x": ((), dtype), "y": ((2,), "float32")}, cast=cast)
+        outcome = []
+        writes = ((fast, lambda: fast.add(x=value, y=np.ones(2, np.float32))),  # noqa: B023 (called at once)
+                  (slow, lambda: slow.extend({"x": np.asarray(value)[None], "y": np.ones((1, 2), np.float32)})))  # noqa: B023
+        for buf, write in writes:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    write()
+                    got = buf.get(np.array([0]))["x"]
+                    outcome.append(("stored", got.dtype, got.tobytes()))
+                except (ReplayBankError, OverflowError) as err:
+                    outcome.append(("refused", type(err)))
+        assert outcome[0] == outcome[1], (dtype, cast, value, outcome)
+        assert len(fast) == len(slow)
+
+
+def test_add_of_python_scalars_keeps_the_sampler_row_checks() -> None:
+    buf = ReplayBuffer(8, sampler=Trajectories(2), spec={"obs": ((2,), "float32"), "done": ((), "float32")})
+    buf.add(obs=np.zeros(2, np.float32), done=0.0)
+    with pytest.raises(ReplayBankError, match="episode ends must be True/False"):
+        buf.add(obs=np.zeros(2, np.float32), done=0.5)
+    buf.add(obs=np.zeros(2, np.float32), done=1.0)
+    assert len(buf) == 2
 
 
 # -- clear() ----------------------------------------------------------------------------------------

@@ -32,8 +32,6 @@ from .storage import ColumnarStorage, Storage
 
 __all__ = ["Batch", "ReplayBuffer", "SCHEMA_VERSION"]
 
-_NO_SLOTS = np.zeros(0, dtype=np.int64)
-
 
 class ReplayBuffer:
     """A replay buffer of named columns with pluggable admission, sampling and storage.
@@ -194,7 +192,7 @@ class ReplayBuffer:
                 env axis (a vector env's step: ``obs`` of shape ``(n_envs, *obs_shape)``); store
                 those with ``extend`` (see ``single.refuse_env_axis``).
         """
-        plan = self._plan()
+        plan = self._one_plan if self.storage.spec is self._plan_spec else self._plan()
         if plan is not None:
             values = single.coerce(plan, item, self._castable, self._cast, batched=False)
             if values is not None:
@@ -215,11 +213,13 @@ class ReplayBuffer:
             self._one_plan, self._plan_spec = (single.plan(spec) if ok else None), spec  # type: ignore[arg-type]
         return self._one_plan
 
-    def _write_one(self, values: dict[str, np.ndarray]) -> int:
+    def _write_one(self, values: dict[str, Any]) -> int:
         """Store one checked item (``single.coerce``) in the FIFO ring; returns its id."""
         sampler = self.sampler
-        rows = {k: v[None] for k, v in values.items()} if sampler.needs_rows else {}
-        buffer_checks.rows(sampler, rows)
+        rows: dict[str, np.ndarray] = {}
+        if sampler.needs_rows:
+            rows = single.rows(self._one_plan, values)  # type: ignore[arg-type]
+            buffer_checks.rows(sampler, rows)
         with self._lock:
             table = self._table
             arrival = table.arrivals
@@ -233,7 +233,7 @@ class ReplayBuffer:
                 table.fill(index, np.array([item_id]), arrival + 1)
                 sampler.on_write(index, rows, None, self._view)
             else:  # a ring with a sampler that keeps no per-item state: nothing to index
-                table.fill(_NO_SLOTS, _NO_SLOTS, arrival + 1)
+                table.advance(arrival + 1)  # type: ignore[union-attr]
             return item_id
 
     def _write(

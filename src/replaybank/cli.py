@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-FEATURES = ("llm", "cl", "rl", "episodic", "traces")
+FEATURES = ("llm", "hf", "cl", "rl", "episodic", "traces")
 
 
 def build_parser() -> argparse.ArgumentParser:

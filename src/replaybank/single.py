@@ -5,6 +5,15 @@ is checked against its column's shape and dtype and handed to ``storage.write_on
 cannot take as it is (a missing column, another shape, a dtype that needs a checked cast, ragged
 columns) returns None and the caller takes the general path, which raises the precise error.
 
+Python scalars (``reward=1.0``, ``action=1``, ``done=False``) for 0-d columns are the commonest
+values and skip numpy entirely: a ``float`` / ``int`` / ``bool`` whose value the column's dtype
+holds (the same kind rules as the ``"checked"`` cast: a float into a float column within its
+finite range, an int or bool into an int column within its bounds, a bool into a bool column) is
+stored as it is, numpy's item assignment making the same conversion ``astype`` would; so is a
+numpy scalar of the column's own dtype (``np.float32(1.0)`` into a float32 column). Anything
+else (a float into an int column, 1e40 into float32, NaN, 300 into int8) goes the array way below
+and meets the same checks as before. Measured in ``benchmarks/rl_add.py``.
+
 It also recognises the commonest mistake of a vectorised loop: ``add()`` handed a vector env's
 arrays, each with a leading env axis (``obs`` of shape ``(1, 4)``), which would otherwise become
 the columns' item shape.
@@ -20,15 +29,50 @@ import numpy as np
 from .errors import InvalidArgumentError
 from .spec import Cast, Spec, cast_to
 
-#: per column: name, item shape, the shape of one row with its leading axis, dtype
-Plan = tuple[tuple[str, tuple[int, ...], tuple[int, ...], np.dtype[Any]], ...]
+#: Python scalar types a 0-d column takes as they are, and the (inclusive) value range
+Scalars = tuple[tuple[type, ...], Any, Any]
+#: per column: name, item shape, the shape of one row with its leading axis, dtype, scalars
+Plan = tuple[tuple[str, tuple[int, ...], tuple[int, ...], np.dtype[Any], "Scalars | None"], ...]
+
+
+def scalars(dtype: np.dtype[Any]) -> Scalars | None:
+    """Which Python scalars a 0-d column of ``dtype`` stores without numpy, and their range:
+    exactly those the ``"checked"`` cast keeps unchanged (None: none, the array path decides).
+
+    >>> scalars(np.dtype("float16"))
+    ((<class 'float'>, <class 'int'>, <class 'bool'>), -65504.0, 65504.0)
+    >>> scalars(np.dtype("uint8"))
+    ((<class 'int'>, <class 'bool'>), 0, 255)
+    >>> scalars(np.dtype("bool"))
+    ((<class 'bool'>,), False, True)
+    """
+    if dtype.kind == "f":
+        # inf and NaN fail the comparison (the array path decides them), and so does what numpy
+        # would not read as an int64 / uint64 (it makes an object array of 2**64, refused)
+        top = float(np.finfo(dtype).max)  # Python compares ints with floats exactly
+        return (float, int, bool), max(-top, -(2**63)), min(top, 2**64 - 1)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return (int, bool), int(info.min), int(info.max)
+    if dtype.kind == "b":
+        return (bool,), False, True
+    return None
 
 
 def plan(spec: Spec) -> Plan | None:
     """What ``coerce`` checks, read off the spec once; None when a column is ragged."""
     if any(col.ragged for col in spec.values()):
         return None
-    return tuple((name, col.shape, (1, *col.shape), col.dtype) for name, col in spec.items())
+    return tuple(
+        (name, col.shape, (1, *col.shape), col.dtype, scalars(col.dtype) if col.shape == () else None)
+        for name, col in spec.items()
+    )
+
+
+def rows(columns: Plan, values: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """``coerce``'s values as one-row arrays of their columns' dtypes (for a sampler that reads
+    the written rows)."""
+    return {name: np.asarray(values[name], dtype)[None] for name, _, _, dtype, _ in columns}
 
 
 def coerce(
@@ -38,8 +82,9 @@ def coerce(
     cast: Cast,
     *,
     batched: bool,
-) -> dict[str, np.ndarray] | None:
-    """One item's values, each of its column's shape and dtype, or None for the general path.
+) -> dict[str, Any] | None:
+    """One item's values, each of its column's shape and dtype (or a Python scalar the column
+    holds exactly), or None for the general path.
 
     Args:
         columns: ``plan(spec)`` of the buffer's spec.
@@ -57,19 +102,21 @@ def coerce(
     """
     if len(item) != len(columns):
         return None
+    if batched:
+        return _row(columns, item, castable, cast)
     values = {}
     try:
-        for name, shape, one, dtype in columns:
+        for name, shape, _, dtype, accepts in columns:
             value = item[name]
-            if type(value) is not np.ndarray:
-                if batched and len(value) != 1:
-                    return None  # a batch of several rows: never converted twice
+            kind = type(value)
+            if kind is not np.ndarray:
+                if accepts is not None and (
+                    kind is dtype.type or (kind in accepts[0] and accepts[1] <= value <= accepts[2])
+                ):
+                    values[name] = value  # a scalar the column holds as it is: no array built
+                    continue
                 value = np.asarray(value)
-            if batched:
-                if value.shape != one:
-                    return None
-                value = value.reshape(shape)  # row 0 as an array (a 0-d one for scalars)
-            elif value.shape != shape:
+            if value.shape != shape:
                 return None
             if value.dtype is not dtype and value.dtype != dtype:
                 value = _convert(name, value, dtype, castable, cast)
@@ -77,6 +124,31 @@ def coerce(
                     return None
             values[name] = value
     except (KeyError, TypeError, ValueError):  # missing, unsized, ragged or refused: general path
+        return None
+    return values
+
+
+def _row(
+    columns: Plan, batch: Mapping[str, Any], castable: dict[tuple[str, np.dtype[Any]], bool], cast: Cast
+) -> dict[str, Any] | None:
+    # extend() of one row: every value has a leading axis of length 1; row 0 is the item.
+    values = {}
+    try:
+        for name, shape, one, dtype, _ in columns:
+            value = batch[name]
+            if type(value) is not np.ndarray:
+                if len(value) != 1:
+                    return None  # a batch of several rows: never converted twice
+                value = np.asarray(value)
+            if value.shape != one:
+                return None
+            value = value.reshape(shape)  # row 0 as an array (a 0-d one for scalars)
+            if value.dtype is not dtype and value.dtype != dtype:
+                value = _convert(name, value, dtype, castable, cast)
+                if value is None:
+                    return None
+            values[name] = value
+    except (KeyError, TypeError, ValueError):
         return None
     return values
 

@@ -175,8 +175,13 @@ class RingTable(_Ids):
         self._kernels = _ring_kernels()
 
     def fill(self, slots: np.ndarray, ids: np.ndarray, arrivals: int) -> None:
+        self.advance(arrivals)
+
+    def advance(self, arrivals: int) -> None:
+        """``fill`` without slots (a ring's slots follow from the arrival count)."""
         self.arrivals = arrivals
-        self.size = self.high = min(arrivals - self.base, self.capacity)
+        size = arrivals - self.base
+        self.size = self.high = size if size < self.capacity else self.capacity
 
     def restart(self, base: int) -> None:
         """Empty the ring; the next arrival is ``base`` (a multiple of the capacity, not below

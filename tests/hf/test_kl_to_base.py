@@ -115,6 +115,24 @@ def test_kl_only_on_rehearsal_rows(tiny_lm):
     assert kl.last["kl"] == pytest.approx(kl_pair, rel=1e-4)
 
 
+def test_the_base_pass_runs_on_the_rehearsal_rows_only(tiny_lm):
+    """Issue 28: the base pass ran on all 8 rows of a batch though 1 was rehearsal."""
+    model = _peft(tiny_lm[0])
+    _perturb(model)
+    kl = KLToBase(model, weight=1.0).install()
+    rows_seen = []
+    decoder = model.get_base_model().model
+    decoder.register_forward_pre_hook(lambda m, a, kw: rows_seen.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    ids, att, labels, source = _batch()  # rows 1 and 3 rehearsal
+    _loss(kl, model, ids, att, labels, source)
+    assert rows_seen == [4, 2]  # the adapted pass on the batch, the base pass on 2 rows
+    _, kl_pair, _, k = _hand(model, ids[[1, 3]], att[[1, 3]], labels[[1, 3]], torch.ones(2), 1.0)
+    assert kl.last["kl"] == pytest.approx(kl_pair, rel=1e-4) and kl.last["kl_positions"] == k
+    rows_seen.clear()
+    _loss(kl, model, ids, att, labels, torch.zeros(4, dtype=torch.long))
+    assert rows_seen == [4]  # no rehearsal row: no base pass
+
+
 def test_num_items_in_batch_scales_both_terms(tiny_lm):
     model = _peft(tiny_lm[0])
     _perturb(model)
@@ -185,6 +203,12 @@ def test_trainer_trains_with_kl_on_a_mixed_stream(tiny_lm, tmp_path):
     assert seen[-1]["kl"] > 1e-6  # the adapter moved away from the base
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert len(losses) == 5 and all(math.isfinite(x) for x in losses)
+    # each loss entry also carries its parts: one micro-batch per step, so loss = ce + 0.5 * kl
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    assert [h["ce"] for h in logged] == pytest.approx([s["ce"] for s in seen], rel=1e-6)
+    assert [h["kl"] for h in logged] == pytest.approx([s["kl"] for s in seen], rel=1e-6, abs=1e-9)
+    assert all(h["loss"] == pytest.approx(h["ce"] + 0.5 * h["kl"], rel=1e-4) for h in logged)
+    assert all(h["rehearsal_share"] == 0.25 for h in logged)
 
 
 def test_a_trainer_batch_size_other_than_the_mix_is_refused_at_attach(tiny_lm, tmp_path):

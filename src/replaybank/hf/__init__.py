@@ -16,6 +16,12 @@
 * :class:`MixPlan`: the order itself (numpy only), for any other loader.
 * :func:`check_trainer`: refuses a trainer whose batch size cuts across the ``mix`` batches
   (:meth:`KLToBase.attach` runs it).
+* :class:`SourceTap`: the rows' ``source`` column through any collator to each forward call, and
+  the rehearsal share logged with the loss, for a script without :class:`KLToBase`
+  (:mod:`replaybank.hf.source`).
+* :func:`embedded_model`: the embedded SmolLM2's folder (fp32, made once from the GGUF wheel,
+  cached); :func:`self_rows`: the base model's own answers as rehearsal rows in TRL's formats
+  (cached; ``replaybank synth --out rows.jsonl`` writes them to a file; :mod:`replaybank.hf.embedded`).
 
 Needs the ``hf`` extra (``pip install "replaybank[hf]"``) for :func:`mix` and torch for
 :mod:`replaybank.hf.torch`; this package imports neither until used.
@@ -25,14 +31,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from replaybank.hf.embedded import embedded_model, self_rows
 from replaybank.hf.plan import GlobalBatch, MixError, MixNotBuiltError, MixPlan, resolve_world
 from replaybank.hf.recipe import Recipe, recipe
+from replaybank.hf.source import SourceTap
 from replaybank.hf.stream import mix
 from replaybank.hf.trainer_check import check_trainer
 
 __all__ = [
     "mix", "check_trainer", "recipe", "Recipe", "MixPlan", "GlobalBatch", "MixError", "MixNotBuiltError", "resolve_world",
-    "KLToBase", "RetentionCallback", "RetentionWarning",
+    "KLToBase", "RetentionCallback", "RetentionWarning", "SourceTap", "embedded_model", "self_rows",
 ]  # fmt: skip
 
 _LAZY = {

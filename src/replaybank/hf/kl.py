@@ -2,7 +2,8 @@
 
 The term itself is the main job's (:mod:`replaybank.llm.train.kl`: :func:`kl_to_base`, forward
 ``KL(p_base || p_adapted)`` times ``T**2`` summed over positions, and :func:`base_logits_at`, the
-base logits from the PEFT model's ``disable_adapter()`` with no gradient and the LM head run on the
+base logits from the PEFT model's ``disable_adapter()`` with no gradient, the base pass run on the
+rows that hold KL positions only (the rehearsal rows: 1 of 8 at ratio 0.1) and the LM head on the
 KL positions only); this module only wires it into Trainer's loss hook.
 
 **What the loss is.** For one micro-batch with ``n`` labelled next-token positions and ``k``
@@ -28,8 +29,13 @@ domain's gradient keeps its scale.
 the labels, so :meth:`KLToBase.attach` (1) wraps the trainer's collator so that each batch carries
 the rows' ``source`` column as a tensor, and (2) registers a forward pre-hook on the model that
 takes ``source`` (and keeps ``input_ids`` / ``attention_mask``) out of the forward call's
-arguments before the model sees them. Trainer must keep the column:
-``remove_unused_columns=False``.
+arguments before the model sees them (both by :class:`~replaybank.hf.source.SourceTap`). Trainer
+must keep the column: ``remove_unused_columns=False``.
+
+**What is logged.** Each of the trainer's loss entries (``state.log_history``, the console, every
+``report_to`` logger) also gets ``ce`` (the micro-batches' mean cross-entropy since the last log),
+``kl`` (their mean KL per rehearsal position, micro-batches with rehearsal positions only) and
+``rehearsal_share`` (rehearsal rows over rows trained since the last log).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from replaybank.hf.plan import MixError
+from replaybank.hf.source import SourceTap, add_to_log
 from replaybank.llm.config.recipe import Recipe
 from replaybank.llm.data.rows import IGNORE_INDEX
 from replaybank.llm.train.kl import base_logits_at, kl_mask, kl_to_base
@@ -50,31 +57,6 @@ def _check_number(name: str, value: Any, *, positive: bool) -> float:
     if value < 0 or (positive and value == 0):
         raise MixError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value!r}")
     return float(value)
-
-
-class _KeepSource:
-    """Collator wrapper: strips the source column from the rows, adds it back as a tensor."""
-
-    def __init__(self, inner: Callable[[list[dict[str, Any]]], Any], column: str) -> None:
-        self.inner = inner
-        self.column = column
-
-    def __call__(self, features: list[dict[str, Any]]) -> Any:
-        import torch
-
-        sources = []
-        for i, row in enumerate(features):
-            if self.column not in row:
-                raise MixError(
-                    f"row {i} of the batch has no {self.column!r} column: train on a stream from "
-                    "replaybank.hf.mix (it adds the column), keep it with "
-                    "TrainingArguments(remove_unused_columns=False), or name your column with "
-                    "KLToBase(..., source_column=...)"
-                )
-            sources.append(int(row[self.column]))
-        batch = self.inner([{k: v for k, v in row.items() if k != self.column} for row in features])
-        batch[self.column] = torch.tensor(sources, dtype=torch.long)
-        return batch
 
 
 class KLToBase:
@@ -125,10 +107,9 @@ class KLToBase:
         self.on = on
         self.rehearsal_ce = bool(rehearsal_ce)
         self.source_column = source_column
+        self.tap = SourceTap(model, source_column=source_column)
         self.last: dict[str, Any] = {}
-        self._inputs: dict[str, Any] = {}
-        self._busy = False
-        self._hook: Any = None
+        self._sums = {"ce": 0.0, "ce_n": 0, "kl": 0.0, "kl_n": 0}
 
     @classmethod
     def from_recipe(cls, model: Any, recipe: Recipe | str, *, source_column: str = "source") -> KLToBase:
@@ -146,61 +127,50 @@ class KLToBase:
 
     # -- wiring -------------------------------------------------------------------------------
 
-    def _pre_forward(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if self._busy:
-            return None
-        kwargs = dict(kwargs)
-        self._inputs = {
-            "source": kwargs.pop(self.source_column, None),
-            "input_ids": kwargs.get("input_ids", args[0] if args else None),
-            "attention_mask": kwargs.get("attention_mask"),
-        }
-        return args, kwargs
-
     def install(self) -> KLToBase:
         """Register the forward pre-hook on the model (idempotent); :meth:`attach` calls it."""
-        if self._hook is None:
-            self._hook = self.model.register_forward_pre_hook(self._pre_forward, with_kwargs=True)
+        self.tap.install()
         return self
 
     def remove(self) -> None:
         """Remove the forward pre-hook."""
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+        self.tap.remove()
 
     def collator(self, inner: Callable[[list[dict[str, Any]]], Any]) -> Callable[[list[dict[str, Any]]], Any]:
         """``inner`` wrapped so that each batch also carries the rows' source as a tensor."""
-        return _KeepSource(inner, self.source_column)
+        return self.tap.collator(inner)
+
+    def means(self) -> dict[str, float]:
+        """``{"ce": ..., "kl": ...}``: the micro-batches' mean cross-entropy and mean KL per
+        rehearsal position since the last call (``kl`` only when a micro-batch had rehearsal
+        positions); what :meth:`attach` logs with each loss."""
+        sums, self._sums = self._sums, {"ce": 0.0, "ce_n": 0, "kl": 0.0, "kl_n": 0}
+        out = {"ce": sums["ce"] / sums["ce_n"]} if sums["ce_n"] else {}
+        if sums["kl_n"]:
+            out["kl"] = sums["kl"] / sums["kl_n"]
+        return out
 
     def attach(self, trainer: Any) -> Any:
         """Make ``trainer`` (a ``Trainer`` or ``SFTTrainer``) train with this loss; returns it.
 
-        Sets ``trainer.compute_loss_func``, wraps ``trainer.data_collator`` with :meth:`collator`
-        and installs the model hook.
+        Sets ``trainer.compute_loss_func``, wraps ``trainer.data_collator`` with :meth:`collator`,
+        installs the model hook and adds ``ce``, ``kl`` (:meth:`means`) and ``rehearsal_share``
+        (:class:`~replaybank.hf.source.SourceTap`) to each of the trainer's loss log entries.
 
         Raises:
             MixError: when ``trainer.args.remove_unused_columns`` is true (Trainer would drop the
                 source column), the trainer does not train this loss's model, or its batch size
                 differs from its ``mix`` stream's (:func:`replaybank.hf.check_trainer`).
         """
-        from replaybank.hf.trainer_check import check_trainer
-
-        check_trainer(trainer)
-        if getattr(trainer.args, "remove_unused_columns", False):
-            raise MixError(
-                "trainer.args.remove_unused_columns is True: Trainer would drop the "
-                f"{self.source_column!r} column that marks rehearsal rows; set "
-                "remove_unused_columns=False in the TrainingArguments / SFTConfig"
-            )
         if trainer.model is not self.model:
             raise MixError(
                 "the trainer trains another model than KLToBase(model, ...) was given: pass the "
                 "same PEFT model to both"
             )
+        self.tap.attach(trainer)
         trainer.compute_loss_func = self
-        trainer.data_collator = self.collator(trainer.data_collator)
-        return self.install()
+        add_to_log(trainer, self.means)
+        return self
 
     # -- the loss -----------------------------------------------------------------------------
 
@@ -217,7 +187,7 @@ class KLToBase:
         logits = outputs["logits"] if isinstance(outputs, dict) else outputs.logits
         if labels is None:
             raise MixError("KLToBase got no labels: the batches need a 'labels' column")
-        source = self._inputs.get("source")
+        source = self.tap.last.get("source")
         if source is None:
             raise MixError(
                 f"no {self.source_column!r} column reached the model's forward: call "
@@ -238,20 +208,26 @@ class KLToBase:
         total = n if num_items_in_batch is None else float(num_items_in_batch)
         total = max(total, 1.0)
         loss = ce_sum / total
-        ids = self._inputs["input_ids"]
-        att = self._inputs["attention_mask"]
+        ids = self.tap.last["input_ids"]
+        att = self.tap.last["attention_mask"]
         if att is None:
             att = torch.ones_like(labels)
         where = kl_mask(labels, att.to(mask.device), rehearsal, self.on)
         k = int(where.sum())
         self.last = {"ce": float(ce_sum.detach()) / max(int(ce_mask.sum()), 1), "kl": None, "kl_positions": k}
         if self.weight > 0 and k > 0:
-            self._busy = True
+            self.tap.paused = True  # the base pass (rehearsal rows only) is not a training batch
             try:
                 base = base_logits_at(self.model, ids, att, where)
             finally:
-                self._busy = False
+                self.tap.paused = False
             kl_sum = kl_to_base(logits[:, :-1][where], base, self.temperature)
             self.last["kl"] = float(kl_sum.detach()) / k
             loss = loss + self.weight * (kl_sum / k) * (n / total)
+        if self.model.training:
+            self._sums["ce"] += self.last["ce"]
+            self._sums["ce_n"] += 1
+            if self.last["kl"] is not None:
+                self._sums["kl"] += self.last["kl"]
+                self._sums["kl_n"] += 1
         return loss

@@ -144,6 +144,17 @@ class ReplayBuffer(SB3ReplayBuffer):
     ) -> None:
         """Store one vector-env step: ``n_envs`` transitions."""
         n = self.n_envs
+        if n == 1:  # the per-step path: one item, no batch arrays (ReplayBuffer.add)
+            timeout = self.handle_timeout_termination and infos[0].get("TimeLimit.truncated", False)
+            self.bank.add(
+                obs=np.asarray(obs).reshape(self.obs_shape),
+                next_obs=np.asarray(next_obs).reshape(self.obs_shape),
+                action=np.asarray(action).reshape(self.action_dim),
+                reward=np.asarray(reward).item(),
+                done=0.0 if timeout else float(np.asarray(done).item()),
+            )
+            self._advance()
+            return
         done = np.asarray(done, dtype=np.float32).reshape(n)
         if self.handle_timeout_termination:
             truncated = np.array([info.get("TimeLimit.truncated", False) for info in infos], dtype=np.float32)
@@ -157,6 +168,9 @@ class ReplayBuffer(SB3ReplayBuffer):
                 "done": done,
             }
         )
+        self._advance()
+
+    def _advance(self) -> None:
         self.pos += 1
         if self.pos == self.buffer_size:
             self.full, self.pos = True, 0

@@ -130,6 +130,9 @@ def kl_to_base(logits: Any, base_logits: Any, temperature: float = 1.0) -> Any:
 def base_logits_at(model: Any, ids: Any, att: Any, mask: Any) -> Any:
     """Logits of the base model (adapter disabled, no gradient) at ``mask`` positions.
 
+    The base pass runs on the rows that hold a ``mask`` position only (in a mixed batch, the
+    rehearsal rows: 1 of 8 at ratio 0.1), in the same row-major order as ``logits[mask]``.
+
     Raises:
         ValueError: when ``model`` has no ``disable_adapter`` (not a PEFT model).
     """
@@ -139,5 +142,8 @@ def base_logits_at(model: Any, ids: Any, att: Any, mask: Any) -> Any:
 
     if not hasattr(model, "disable_adapter"):
         raise ValueError("kl_to_base needs a PEFT model (its base distribution comes from disable_adapter())")
+    rows = mask.any(dim=1)
+    if not bool(rows.all()):
+        ids, att, mask = ids[rows], att[rows], mask[rows]
     with torch.no_grad(), model.disable_adapter():
         return logits_at(model, ids, att, mask)

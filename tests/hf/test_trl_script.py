@@ -1,0 +1,82 @@
+"""examples/trl_sft_script.py, TRL's own trl/scripts/sft.py with the three replaybank lines, run as
+TRL runs it (its parser, its main) for 2 LoRA steps on a tiny random Llama: the domain dataset is
+a local folder of chat rows, the rehearsal rows stand in for self_rows (tested on its own in
+test_embedded.py), and the trainer logs ce, kl and the rehearsal share with each loss."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("peft")
+pytest.importorskip("datasets")
+torch = pytest.importorskip("torch")
+
+import replaybank.hf  # noqa: E402
+from replaybank.hf.kl import KLToBase  # noqa: E402
+
+SCRIPT = Path(__file__).parents[2] / "examples" / "trl_sft_script.py"
+
+
+def _chat(prompt: str, answer: str) -> dict:
+    return {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]}
+
+
+def test_trl_sft_script_with_three_lines_trains_on_the_mix_with_kl(tiny_lm, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_DISABLED", "true")
+    model_dir, _ = tiny_lm
+    data = tmp_path / "domain"
+    data.mkdir()
+    rows = [_chat(f"{a} + {b} =", f" {a + b}") for a in range(8) for b in range(6)]
+    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    asked = {}
+
+    def fake_self_rows(model, tokenizer=None, *, row_format="conversational", **kwargs):
+        asked.update(model=model, row_format=row_format)
+        return [_chat(f"# q{i}?", f" a{i}") for i in range(12)]  # '#' marks rehearsal rows
+
+    monkeypatch.setattr(replaybank.hf, "self_rows", fake_self_rows)
+    trainers = []
+    real_attach = KLToBase.attach
+
+    def spy_attach(self, trainer):
+        trainers.append(trainer)
+        return real_attach(self, trainer)
+
+    monkeypatch.setattr(KLToBase, "attach", spy_attach)
+    spec = importlib.util.spec_from_file_location("trl_sft_script", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    argv = ["--model_name_or_path", str(model_dir), "--dataset_name", str(data), "--output_dir", str(tmp_path / "out"),
+            "--per_device_train_batch_size", "10", "--max_steps", "2", "--remove_unused_columns", "False",
+            "--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--learning_rate", "5e-2", "--logging_steps", "1",
+            "--report_to", "none", "--save_strategy", "no", "--use_cpu", "True", "--dtype", "float32"]  # fmt: skip
+    args = script.make_parser().parse_args_and_config(args=argv)
+    script.main(*args)
+
+    assert asked == {"model": str(model_dir), "row_format": "messages"}
+    (trainer,) = trainers
+    assert trainer.state.global_step == 2
+    assert (tmp_path / "out" / "adapter_model.safetensors").is_file()  # the script saved as it does
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logged) == 2
+    for entry in logged:
+        # ratio 0.1 of 10 rows: 1 rehearsal row per batch; one micro-batch per step, so the
+        # logged loss is the token-mean cross-entropy + 0.1 x the mean KL per rehearsal position
+        assert entry["rehearsal_share"] == pytest.approx(0.1)
+        assert math.isfinite(entry["ce"]) and entry["kl"] >= 0.0
+        assert entry["loss"] == pytest.approx(entry["ce"] + 0.1 * entry["kl"], rel=1e-3)
+    assert logged[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # LoRA B starts at zero
+    assert logged[1]["kl"] > 0.0  # one step later the adapter has moved
+    marker = trainer.processing_class.convert_tokens_to_ids("#")
+    for k, batch in enumerate(trainer.get_train_dataloader()):
+        assert batch["source"].tolist().count(1) == 1
+        assert batch["source"].tolist() == (batch["input_ids"][:, 3] == marker).long().tolist()
+        if k == 4:
+            break
