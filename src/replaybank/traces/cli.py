@@ -21,13 +21,17 @@ evaluations (reuse inside a step counts as hits; a too-large step is split silen
 the two as a matched pair.
 
 Policies. lru, lfu (uses since the trace began, ties by recency), lfru (use counts halving every
---half-life events), random (seeded by --seed), opt (offline optimum with compulsory admission:
-Belady's MIN over per-step unions, a lower bound for every policy). Victim rate: the share of a
+--half-life events), random (seeded by --seed), pred (causal next-use predictor: evicts the expert
+least likely to be needed next, from a Markov chain over experts learned online from the events
+already replayed, never the future), opt (offline optimum with compulsory admission: Belady's MIN
+over per-step unions, a lower bound for every policy). Victim rate: the share of a
 policy's evictions whose victim opt would also have picked from that cache. Gap recovered:
 (misses_lru - misses_policy) / (misses_lru - misses_opt).
 
-Every miss is loaded (compulsory admission, no prefetch): loads = misses, bytes = loads x
---expert-bytes; a stall is an event that waited for at least one load.
+Every miss is loaded (compulsory admission): loads = misses + prefetch loads, bytes = loads x
+--expert-bytes; a stall is an event that waited for at least one load. --prefetch N loads, before
+each event of layer l+1, the N experts that most often ran with layer l's current experts in the
+events before (0 = off); a prefetch is useful when the event then needs it.
 """
 
 
@@ -54,8 +58,8 @@ def add_subcommands(subparsers: Any) -> None:
     )
     sim.add_argument(
         "--policies",
-        default="lru,lfu,lfru,random,opt",
-        help="comma-separated, from lru, lfu, lfru, random, opt (default: all)",
+        default="lru,lfu,lfru,random,pred,opt",
+        help="comma-separated, from lru, lfu, lfru, random, pred, opt (default: all)",
     )
     sim.add_argument("--semantics", choices=("step", "token", "both"), default="step")
     sim.add_argument(
@@ -72,6 +76,9 @@ def add_subcommands(subparsers: Any) -> None:
     )
     sim.add_argument("--seed", type=int, default=0, help="seed of the random policy")
     sim.add_argument("--half-life", type=float, default=32.0, help="lfru's half-life, in events")
+    sim.add_argument(
+        "--prefetch", type=int, default=0, help="experts prefetched per event for layers >= 1"
+    )
     sim.add_argument("--per-layer", action="store_true", help="also print each layer's miss rates")
     sim.add_argument(
         "--json",
@@ -173,6 +180,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             expert_bytes=args.expert_bytes,  # type: ignore[arg-type]
             seed=args.seed,
             half_life=args.half_life,
+            prefetch=args.prefetch,
         )
         print(
             f"\nsemantics = {semantics}"
