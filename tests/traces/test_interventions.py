@@ -88,3 +88,9 @@ def test_study_pairs_change_one_factor(tmp_path) -> None:  # type: ignore[no-unt
     json.dumps(study, default=float)  # plain data
     with pytest.raises(ReplayBankError, match="10 requests, the design draws 50"):
         run_study({"prose": workload(0, "prose", 1.0)}, Design(requests=50))
+
+
+def test_a_capacity_below_a_step_union_names_the_request_and_step() -> None:
+    wide = synthetic_trace(requests=8, prompt_tokens=6, decode_tokens=4, layers=1, experts=12, top_k=2, seed=0)
+    with pytest.raises(ReplayBankError, match=r"capacity 3 of layer 0 .* request \d+, step \d+: prefill"):
+        run_study({"w": wide}, Design(seeds=(0,), requests=4, ratio=0.25))
