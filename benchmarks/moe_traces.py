@@ -9,7 +9,8 @@ stdlib source (``code``: never trained on), each a prompt of ``--prompt-tokens``
 in chunks of ``--prefill-chunk`` and ``--decode-tokens`` decode steps that feed the window's next
 bytes (teacher forcing: the routing of the text itself). Requests are recorded one after another;
 ``traces.schedule`` interleaves them later. Writes ``benchmarks/results/moe_traces/{prose,code}/``
-(trace folders) and ``training.json`` (the model's training record).
+(trace folders) and ``training.json`` (the model's training record). ``--model-seed 1 --out
+benchmarks/results/moe_traces_seed1`` repeats it with a second model trained from another seed.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def main() -> None:
     parser.add_argument("--prefill-chunk", type=int, default=4)
     parser.add_argument("--decode-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0, help="which windows are drawn")
+    parser.add_argument("--model-seed", type=int, default=0, help="the model's training seed")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
 
@@ -46,7 +48,8 @@ def main() -> None:
 
     torch.set_num_threads(1)
     start = time.perf_counter()
-    model, training = load_or_train(MoeSpec())
+    spec = MoeSpec(seed=args.model_seed)
+    model, training = load_or_train(spec)
     print(f"model: {training['steps']} steps in {training['seconds']} s, held-out loss "
           f"{training['heldout_loss_bytes']:.3f} nats/byte ({time.perf_counter() - start:.1f} s to load or train)")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -56,7 +59,7 @@ def main() -> None:
         trace = record_workload(
             model, name, requests=args.requests, prompt_tokens=args.prompt_tokens,
             decode_tokens=args.decode_tokens, prefill_chunk=args.prefill_chunk, seed=args.seed,
-            meta={"model": f"mixtral-{MoeSpec().digest()}"},
+            meta={"model": f"mixtral-{spec.digest()}"},
         )
         folder = args.out / name
         if folder.exists():

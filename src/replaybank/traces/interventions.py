@@ -101,7 +101,7 @@ def unit_traces(workloads: Mapping[str, Trace], design: Design, seed: int) -> di
     Raises:
         ReplayBankError: a workload with fewer requests than ``design.requests``.
     """
-    out = {}
+    out: dict[str, Trace] = {}
     for name, trace in workloads.items():
         ids = requests_of(trace)
         if len(ids) < design.requests:

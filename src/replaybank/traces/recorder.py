@@ -170,11 +170,11 @@ def record(
                     raise ReplayBankError(f"prompt of request {rid} is empty")
                 device = next(model.parameters()).device
                 chunk = prefill_chunk or len(prompt)
-                out = None
+                out: Any = None
                 for first in range(0, len(prompt), chunk):
                     part = list(prompt[first : first + chunk])
                     x = torch.tensor([part], dtype=torch.long, device=device)
-                    cached = {} if out is None else {cache_arg: _cache_of(out)}
+                    cached: dict[str, Any] = {} if out is None else {cache_arg: _cache_of(out)}
                     out = model(input_ids=x, use_cache=True, **cached)
                     steps.append((rid, PREFILL, first, len(part)))
                     rows.append(hooks.take())

@@ -307,16 +307,22 @@ def simulate(
 
 
 def evictions(
-    trace: Trace, policy: Policy, capacity: int | Sequence[int], **kwargs: Any
+    trace: Trace,
+    policy: Policy,
+    capacity: int | Sequence[int],
+    *,
+    semantics: Semantics = "step",
+    steps: Steps = "all",
+    seed: int | np.random.Generator = 0,
+    half_life: float = DEFAULT_HALF_LIFE,
+    prefetch: int = 0,
 ) -> list[np.ndarray]:
-    """Per traced layer, every eviction of ``simulate(trace, policy, capacity, **kwargs)`` in
-    order, as ``event * num_experts + victim`` (the decisions, for tests of what a policy saw)."""
-    mode = Mode(**{k: v for k, v in kwargs.items() if k != "seed"})
+    """Per traced layer, every eviction ``simulate`` (same arguments) makes, in order, as
+    ``event * num_experts + victim``: the decisions, for tests of what a policy saw."""
+    mode = Mode(semantics, steps, 0, half_life, prefetch)
     caps, events, plan = _setup(trace, capacity, mode)
     log: list[np.ndarray] = []
-    _replay(
-        trace, events, plan, policy, caps, mode, np.random.default_rng(kwargs.get("seed", 0)), log
-    )
+    _replay(trace, events, plan, policy, caps, mode, np.random.default_rng(seed), log)
     return log
 
 
