@@ -6,7 +6,7 @@ experts, top-2, Zipf 1.0, stickiness 0.3, 16-token prefills and 112 decode steps
 requests at a time), then times, best of ``--rounds``:
 
 * ``simulate(policy="lru")`` per step and per token (unions and next-use built inside the timing),
-* ``compare`` of all five policies on the same events,
+* ``compare`` of all six policies (pred included) on the same events,
 * ``reference.lru_from_trace``, a plain-Python replay (sets and an ``OrderedDict``), once,
 
 checks that the simulator's LRU counts equal the reference's, prints a table and writes JSON to
@@ -70,7 +70,7 @@ def main() -> None:
     rows["lru, per token"], token = best(
         lambda: simulate(trace, "lru", args.capacity, semantics="token"), args.rounds
     )
-    rows["all 5 policies, per step"], comp = best(lambda: compare(trace, args.capacity), args.rounds)
+    rows["all 6 policies, per step"], comp = best(lambda: compare(trace, args.capacity), args.rounds)
     rows["plain-Python lru, per step"], ref = best(lambda: lru_from_trace(trace, args.capacity), 1)
     same = [(c.hits, c.misses) for c in step.layers] == ref
     compiled = get_kernel() is not replay

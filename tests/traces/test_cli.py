@@ -69,3 +69,33 @@ def test_simulate_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "--policies: ['fifo'] unknown" in capsys.readouterr().err
     assert main(["traces", "simulate", str(tmp_path), "--capacity", "2"]) == 2
     assert "is not a saved trace" in capsys.readouterr().err
+
+
+def test_compare_writes_report_metrics_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for name, seed in (("prose", 0), ("code", 1)):
+        assert main(["traces", "synth", str(tmp_path / name), "--requests", "8", "--prompt-tokens", "2",
+                     "--decode-tokens", "12", "--layers", "2", "--experts", "8", "--seed", str(seed)]) == 0
+    out = tmp_path / "report"
+    assert main(["traces", "compare", str(tmp_path / "prose"), str(tmp_path / "code"), "--out", str(out),
+                 "--seeds", "0,1", "--requests", "4", "--concurrent", "2", "--sweep", "0.5,0.75"]) == 0
+    assert "## Each factor's effect on the ranking" in capsys.readouterr().out
+    assert {p.name for p in out.iterdir()} == {"report.md", "metrics.json", "miss_rate_vs_capacity.png",
+                                               "gap_recovered.png"}
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["capacity_ratio"] == {"prose": [0.5, 0.5], "code": [0.5, 0.5]}
+    assert [u["max"] for u in m["per_step_union"]["prose"]] and len(m["study"]["baseline"]) == 4
+    assert set(m["study"]["factors"]) == {"semantics", "mixing", "prefetch", "capacity"}
+    assert [r["ratio"] for r in m["sweeps"][0]["rows"]] == [0.5, 0.75]
+    assert main(["traces", "compare", str(tmp_path / "prose"), "--out", str(out), "--seeds", ","]) == 2
+    assert "--seeds = ',': expected at least one seed" in capsys.readouterr().err
+
+
+def test_record_trains_caches_and_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("transformers")
+    args = ["traces", "record", str(tmp_path / "t"), "--workload", "code", "--requests", "2",
+            "--prompt-tokens", "8", "--decode-tokens", "3", "--cache", str(tmp_path / "cache"),
+            "--train-seconds", "0.5"]
+    assert main(args) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert main(["traces", "inspect", str(tmp_path / "t")]) == 0
+    assert "workload: code" in capsys.readouterr().out

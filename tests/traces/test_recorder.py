@@ -72,3 +72,21 @@ def test_recorded_trace_round_trips_and_hooks_are_removed(tmp_path: Any) -> None
     dense = transformers.LlamaForCausalLM(transformers.LlamaConfig(**SMALL, num_hidden_layers=1))
     with pytest.raises(ReplayBankError, match="no sparse MoE block found"):
         record(dense, [[1]], decode_steps=1)
+
+
+def test_chunked_prefill_and_teacher_forced_decode() -> None:
+    model = tiny("mixtral")
+    prompt, follow = [1, 5, 9, 11, 3], [7, 8, 2]
+    trace = record(model, [prompt], prefill_chunk=2, continuations=[follow])
+    assert trace.kind.tolist() == [0, 0, 0, 1, 1, 1] and trace.start.tolist() == [0, 2, 4, 5, 6, 7]
+    assert trace.tokens.tolist() == [2, 2, 1, 1, 1, 1]
+    # chunks with a KV cache, then the fed continuation: routed as one uncached pass over all 8 tokens
+    with torch.no_grad():
+        out = model(torch.tensor([prompt + follow]), output_router_logits=True)
+    for i, logits in enumerate(out.router_logits):
+        want = torch.topk(logits.float().softmax(-1), 2, dim=-1).indices.numpy()
+        assert np.array_equal(np.sort(trace.experts[i], axis=1), np.sort(want, axis=1)), i
+    with pytest.raises(ReplayBankError, match="prefill_chunk = 0"):
+        record(model, [prompt], prefill_chunk=0)
+    with pytest.raises(ReplayBankError, match="continuations: 2 for 1 prompts"):
+        record(model, [prompt], continuations=[follow, follow])

@@ -22,6 +22,7 @@ from replaybank.traces import (
     synthetic_trace,
 )
 from replaybank.traces.kernel import COUNTERS, POLICY_CODES, get_kernel, replay
+from replaybank.traces.prefetch import predict_prefetch
 from replaybank.traces.reference import lru_from_trace, replay_events
 
 
@@ -92,27 +93,30 @@ def test_random_is_seeded() -> None:
 def test_kernel_equals_the_plain_python_replays(semantics: str) -> None:
     t = synthetic_trace(requests=6, prompt_tokens=6, decode_tokens=40, layers=3, experts=12, top_k=2, zipf=0.8,
                         stickiness=0.3, concurrent=3, seed=4)
-    res = compare(t, 8, ("lru", "lfu", "lfru", "opt"), semantics=semantics)  # type: ignore[arg-type]
+    res = compare(t, 8, ("lru", "lfu", "lfru", "pred", "opt"), semantics=semantics)  # type: ignore[arg-type]
     assert [(c.hits, c.misses) for c in res.results["lru"].layers] == lru_from_trace(t, 8, semantics)
     for layer in range(t.num_layers):
         ev = layer_events(t, layer, semantics)  # type: ignore[arg-type]
         lists = [ev.ids[ev.ptr[i]: ev.ptr[i + 1]].tolist() for i in range(ev.count)]
-        for policy in ("lru", "lfu", "lfru", "opt"):
+        for policy in ("lru", "lfu", "lfru", "pred", "opt"):
             want = replay_events(lists, 8, policy)
             c = res.results[policy].layers[layer]
             assert {k: getattr(c, k) for k in want} == want, (policy, layer)
 
 
-def test_interpreted_kernel_equals_compiled() -> None:
-    t = synthetic_trace(requests=3, prompt_tokens=5, decode_tokens=30, layers=1, experts=10, top_k=2, seed=5)
-    ev = layer_events(t, 0, "step")
-    draws = np.random.default_rng(0).random(len(ev.ids))
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_interpreted_kernel_equals_compiled(prefetch: int) -> None:
+    t = synthetic_trace(requests=3, prompt_tokens=5, decode_tokens=30, layers=2, experts=10, top_k=2, seed=5)
+    src, ev = layer_events(t, 0, "step"), layer_events(t, 1, "step")
+    plan = predict_prefetch(src, ev, prefetch) if prefetch else (np.zeros(0, dtype=np.int64),) * 3
+    draws = np.random.default_rng(0).random(len(ev.ids) + len(plan[1]))
     for policy, code in POLICY_CODES.items():
         outs = []
         for fn in (replay, get_kernel()):
             out = np.zeros(len(COUNTERS), dtype=np.int64)
-            fn(ev.ptr, ev.ids, ev.next_use, 10, 6, code, 32.0, draws, out)
-            outs.append(out.tolist())
+            victims = np.full(len(draws), -1, dtype=np.int64)
+            fn(ev.ptr, ev.ids, ev.next_use, 10, 6, code, 32.0, draws, out, *plan, victims)
+            outs.append(out.tolist() + victims.tolist())
         assert outs[0] == outs[1], policy
 
 

@@ -101,7 +101,7 @@ def test_synthetic_trace_follows_its_parameters() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["trace", "events", "simulate", "store", "synthetic", "reference"],
+    ["trace", "events", "simulate", "store", "synthetic", "reference", "prefetch", "schedule", "interventions", "workloads"],
 )
 def test_docstring_examples_hold(module: str) -> None:
     result = doctest.testmod(importlib.import_module(f"replaybank.traces.{module}"))

@@ -10,6 +10,7 @@ semantics for matched pairs. See docs/traces.md.
 from __future__ import annotations
 
 from .events import Events, layer_events, union_stats
+from .prefetch import predict_prefetch
 from .recorder import RouterHooks, record
 from .simulate import (
     POLICIES,
@@ -19,6 +20,7 @@ from .simulate import (
     capacities,
     capacity_for_ratio,
     compare,
+    evictions,
     gap_recovered,
     simulate,
 )
@@ -37,9 +39,11 @@ __all__ = [
     "capacities",
     "capacity_for_ratio",
     "compare",
+    "evictions",
     "gap_recovered",
     "layer_events",
     "load_trace",
+    "predict_prefetch",
     "read_manifest",
     "record",
     "save_trace",

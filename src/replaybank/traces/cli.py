@@ -1,4 +1,5 @@
-"""``replaybank traces simulate | inspect | synth``: replay MoE routing traces against expert caches."""
+"""``replaybank traces simulate | inspect | synth | record | compare``: MoE routing traces and
+expert-cache replay."""
 
 from __future__ import annotations
 
@@ -21,13 +22,17 @@ evaluations (reuse inside a step counts as hits; a too-large step is split silen
 the two as a matched pair.
 
 Policies. lru, lfu (uses since the trace began, ties by recency), lfru (use counts halving every
---half-life events), random (seeded by --seed), opt (offline optimum with compulsory admission:
-Belady's MIN over per-step unions, a lower bound for every policy). Victim rate: the share of a
+--half-life events), random (seeded by --seed), pred (causal next-use predictor: evicts the expert
+least likely to be needed next, from a Markov chain over experts learned online from the events
+already replayed, never the future), opt (offline optimum with compulsory admission: Belady's MIN
+over per-step unions, a lower bound for every policy). Victim rate: the share of a
 policy's evictions whose victim opt would also have picked from that cache. Gap recovered:
 (misses_lru - misses_policy) / (misses_lru - misses_opt).
 
-Every miss is loaded (compulsory admission, no prefetch): loads = misses, bytes = loads x
---expert-bytes; a stall is an event that waited for at least one load.
+Every miss is loaded (compulsory admission): loads = misses + prefetch loads, bytes = loads x
+--expert-bytes; a stall is an event that waited for at least one load. --prefetch N loads, before
+each event of layer l+1, the N experts that most often ran with layer l's current experts in the
+events before (0 = off); a prefetch is useful when the event then needs it.
 """
 
 
@@ -35,7 +40,8 @@ def add_subcommands(subparsers: Any) -> None:
     """Add ``traces`` (``simulate``, ``inspect``, ``synth``) to the top-level parser."""
     traces = subparsers.add_parser(
         "traces",
-        help="MoE routing traces: replay expert-caching policies (simulate, inspect, synth)",
+        help="MoE routing traces: replay expert-caching policies (simulate, inspect, synth, record, "
+        "compare)",
     )
     sub = traces.add_subparsers(dest="traces_command", metavar="ACTION", required=True)
     sim = sub.add_parser(
@@ -54,8 +60,8 @@ def add_subcommands(subparsers: Any) -> None:
     )
     sim.add_argument(
         "--policies",
-        default="lru,lfu,lfru,random,opt",
-        help="comma-separated, from lru, lfu, lfru, random, opt (default: all)",
+        default="lru,lfu,lfru,random,pred,opt",
+        help="comma-separated, from lru, lfu, lfru, random, pred, opt (default: all)",
     )
     sim.add_argument("--semantics", choices=("step", "token", "both"), default="step")
     sim.add_argument(
@@ -72,6 +78,9 @@ def add_subcommands(subparsers: Any) -> None:
     )
     sim.add_argument("--seed", type=int, default=0, help="seed of the random policy")
     sim.add_argument("--half-life", type=float, default=32.0, help="lfru's half-life, in events")
+    sim.add_argument(
+        "--prefetch", type=int, default=0, help="experts prefetched per event for layers >= 1"
+    )
     sim.add_argument("--per-layer", action="store_true", help="also print each layer's miss rates")
     sim.add_argument(
         "--json",
@@ -114,6 +123,63 @@ def add_subcommands(subparsers: Any) -> None:
     )
     synth.add_argument("--overwrite", action="store_true")
     synth.set_defaults(func=cmd_synth)
+    _add_record(sub)
+    _add_compare(sub)
+
+
+def _add_record(sub: Any) -> None:
+    rec = sub.add_parser(
+        "record",
+        help="record a trace of the tiny MoE model trained here (trained first if not cached)",
+        description="Serve windows of a workload (prose: held-out documentation; code: stdlib "
+        "source) to the byte-level MoE model of traces/moe.py and save its routing trace. The "
+        "model is loaded from --cache, or trained there first (about 7 minutes on one thread).",
+    )
+    rec.add_argument("out", type=Path, help="trace folder to create")
+    rec.add_argument("--workload", choices=("prose", "code"), required=True)
+    for name, default, helptext in (
+        ("requests", 64, "requests (windows of text)"),
+        ("prompt-tokens", 32, "prompt bytes per request"),
+        ("decode-tokens", 64, "decode steps per request (fed the text's next bytes)"),
+        ("prefill-chunk", 4, "prompt bytes per prefill step (chunked prefill)"),
+        ("seed", 0, "which windows are drawn"),
+    ):
+        rec.add_argument(
+            f"--{name}", type=int, default=default, help=f"{helptext} (default {default})"
+        )
+    rec.add_argument("--cache", type=Path, help="model cache (default ~/.cache/replaybank/moe)")
+    rec.add_argument(
+        "--train-seconds",
+        type=float,
+        default=420.0,
+        help="training budget of the model (part of its cache key; default 420)",
+    )
+    rec.add_argument("--overwrite", action="store_true")
+    rec.set_defaults(func=cmd_record)
+
+
+def _add_compare(sub: Any) -> None:
+    cmp = sub.add_parser(
+        "compare",
+        help="matched-pair interventions over workloads and seeds: report.md, plots, metrics.json",
+        description="Replay seeded units of each trace (--requests requests, --concurrent in "
+        "flight) under a baseline (per-step semantics, workloads separate, no prefetch, "
+        "--ratio) and with one factor changed at a time (per-token semantics, workloads mixed, "
+        "--prefetch, --alt-ratio); report each factor's effect on the ranking of the causal "
+        "policies (Kendall tau, rank changes, gap-recovered shifts) with spreads over workloads "
+        "and seeds, plus miss rate vs capacity ratio per policy per layer.",
+    )
+    cmp.add_argument("traces", nargs="+", type=Path, help="trace folders, one per workload")
+    cmp.add_argument("--out", type=Path, required=True, help="report folder")
+    cmp.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds (default 0..4)")
+    cmp.add_argument("--requests", type=int, default=24, help="requests per unit (default 24)")
+    cmp.add_argument("--concurrent", type=int, default=4, help="requests in flight (default 4)")
+    cmp.add_argument("--ratio", type=float, default=0.5, help="baseline capacity ratio")
+    cmp.add_argument("--alt-ratio", type=float, default=0.625, help="the capacity intervention")
+    cmp.add_argument("--prefetch", type=int, default=2, help="the prefetch intervention")
+    cmp.add_argument("--sweep", default="0.5,0.5625,0.625,0.6875,0.75,0.8125,0.875,0.9375",
+                     help="capacity ratios of the miss-rate plot")  # fmt: skip
+    cmp.set_defaults(func=cmd_compare)
 
 
 def _fmt(x: float) -> str:
@@ -173,6 +239,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             expert_bytes=args.expert_bytes,  # type: ignore[arg-type]
             seed=args.seed,
             half_life=args.half_life,
+            prefetch=args.prefetch,
         )
         print(
             f"\nsemantics = {semantics}"
@@ -231,4 +298,63 @@ def cmd_synth(args: argparse.Namespace) -> int:
     )
     save_trace(trace, args.out, overwrite=args.overwrite)
     print(f"wrote {args.out}: {trace.routing_events:,} routing events")
+    return 0
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from .moe import DEFAULT_CACHE, MoeSpec, load_or_train
+    from .store import save_trace
+    from .workloads import record_workload
+
+    spec = MoeSpec(seconds=args.train_seconds)
+    model, training = load_or_train(spec, args.cache or DEFAULT_CACHE)
+    trace = record_workload(
+        model, args.workload, requests=args.requests, prompt_tokens=args.prompt_tokens,
+        decode_tokens=args.decode_tokens, prefill_chunk=args.prefill_chunk, seed=args.seed,
+        meta={"model": f"mixtral-{spec.digest()}"},
+    )  # fmt: skip
+    save_trace(trace, args.out, overwrite=args.overwrite)
+    print(
+        f"wrote {args.out}: {trace.num_steps:,} steps, {trace.routing_events:,} routing events "
+        f"(model: {training['steps']} training steps, held-out loss "
+        f"{training['heldout_loss_bytes']:.3f} nats/byte)"
+    )
+    return 0
+
+
+def _floats(text: str, what: str) -> list[float]:
+    from ..errors import ReplayBankError
+
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ReplayBankError(f"{what} = {text!r}: expected comma-separated numbers") from None
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ..errors import ReplayBankError
+    from .interventions import Design, run_study
+    from .report import sweep, write_report
+    from .schedule import interleave
+    from .store import load_trace
+
+    workloads = {}
+    for folder in args.traces:
+        trace = load_trace(folder)
+        name = trace.meta.get("workload") or folder.name
+        if name in workloads:
+            raise ReplayBankError(f"{folder}: a second trace of workload {name!r}")
+        workloads[name] = trace
+    seeds = tuple(int(s) for s in _floats(args.seeds, "--seeds"))
+    if not seeds:
+        raise ReplayBankError(f"--seeds = {args.seeds!r}: expected at least one seed")
+    design = Design(
+        seeds, args.requests, args.concurrent, args.ratio, args.alt_ratio, args.prefetch
+    )
+    study = run_study(workloads, design)
+    ratios = _floats(args.sweep, "--sweep")
+    sweeps = [sweep(interleave(t, args.concurrent, 0), ratios) for t in workloads.values()]
+    path = write_report(args.out, study, sweeps, workloads)
+    print(path.read_text())
+    print(f"wrote {path}, metrics.json and plots in {args.out}")
     return 0

@@ -122,22 +122,34 @@ def record(
     model: Any,
     prompts: Sequence[Sequence[int]],
     *,
-    decode_steps: int,
+    decode_steps: int = 0,
     stop_at_eos: bool = False,
     request_ids: Sequence[int] | None = None,
     meta: Mapping[str, str] | None = None,
+    prefill_chunk: int | None = None,
+    continuations: Sequence[Sequence[int]] | None = None,
 ) -> Trace:
     """The routing trace of serving ``prompts`` (token id lists) one after another: one prefill step
-    each, then ``decode_steps`` greedy decode steps, each feeding back the token the previous step
-    chose (fewer if ``stop_at_eos`` and the model chooses its EOS token).
+    each (or one per ``prefill_chunk`` tokens: chunked prefill), then ``decode_steps`` greedy decode
+    steps, each feeding back the token the previous step chose (fewer if ``stop_at_eos`` and the
+    model chooses its EOS token). With ``continuations``, request ``r``'s decode steps feed
+    ``continuations[r]`` instead (teacher forcing: the routing of the text itself, one token per
+    step; ``decode_steps`` is then ignored).
 
     Raises:
-        ReplayBankError: an empty prompt, ``decode_steps < 0``, or no MoE block in ``model``.
+        ReplayBankError: an empty prompt, ``decode_steps < 0``, ``prefill_chunk < 1``, a count of
+            continuations other than the prompts', or no MoE block in ``model``.
     """
     import torch
 
     if decode_steps < 0:
         raise ReplayBankError(f"decode_steps = {decode_steps}: expected >= 0")
+    if prefill_chunk is not None and prefill_chunk < 1:
+        raise ReplayBankError(f"prefill_chunk = {prefill_chunk}: expected >= 1 (or None)")
+    if continuations is not None and len(continuations) != len(prompts):
+        raise ReplayBankError(
+            f"continuations: {len(continuations)} for {len(prompts)} prompts (one per prompt)"
+        )
     ids = list(range(len(prompts))) if request_ids is None else list(request_ids)
     if len(ids) != len(prompts):
         raise ReplayBankError(f"request_ids: {len(ids)} ids for {len(prompts)} prompts")
@@ -153,18 +165,24 @@ def record(
     model.eval()
     try:
         with RouterHooks(model) as hooks, torch.no_grad():
-            for rid, prompt in zip(ids, prompts):
+            for r, (rid, prompt) in enumerate(zip(ids, prompts)):
                 if len(prompt) == 0:
                     raise ReplayBankError(f"prompt of request {rid} is empty")
                 device = next(model.parameters()).device
-                x = torch.tensor([list(prompt)], dtype=torch.long, device=device)
-                out = model(input_ids=x, use_cache=True)
-                steps.append((rid, PREFILL, 0, len(prompt)))
-                rows.append(hooks.take())
+                chunk = prefill_chunk or len(prompt)
+                out: Any = None
+                for first in range(0, len(prompt), chunk):
+                    part = list(prompt[first : first + chunk])
+                    x = torch.tensor([part], dtype=torch.long, device=device)
+                    cached: dict[str, Any] = {} if out is None else {cache_arg: _cache_of(out)}
+                    out = model(input_ids=x, use_cache=True, **cached)
+                    steps.append((rid, PREFILL, first, len(part)))
+                    rows.append(hooks.take())
                 position = len(prompt)
-                for _ in range(decode_steps):
-                    token = int(out.logits[0, -1].argmax())
-                    if stop_at_eos and token in eos_ids:
+                forced = None if continuations is None else list(continuations[r])
+                for d in range(decode_steps if forced is None else len(forced)):
+                    token = int(out.logits[0, -1].argmax()) if forced is None else forced[d]
+                    if forced is None and stop_at_eos and token in eos_ids:
                         break
                     x = torch.tensor([[token]], dtype=torch.long, device=device)
                     out = model(input_ids=x, use_cache=True, **{cache_arg: _cache_of(out)})

@@ -58,13 +58,15 @@ def replay_events(
     events: Sequence[Sequence[int]], capacity: int, policy: str, half_life: float = 32.0
 ) -> dict[str, int]:
     """Counts of one cache replaying ``events`` (each the experts one event needs) under ``lru``,
-    ``lfu``, ``lfru`` or ``opt``, with the kernel's tie-breaks (see ``kernel.py``)."""
+    ``lfu``, ``lfru``, ``pred`` or ``opt``, with the kernel's tie-breaks (see ``kernel.py``)."""
     needs = [sorted(set(e)) for e in events]
     cache: set[int] = set()
     stamp: dict[int, int] = {}
     uses: dict[int, int] = {}
     score: dict[int, float] = {}  # lfru: decayed count, as of event `now`
     last: dict[int, int] = {}
+    follows: dict[tuple[int, int], int] = {}  # pred: (a in event t - 1, b in event t) -> count
+    followed: dict[int, int] = {}
     counts = dict.fromkeys(("hits", "misses", "evictions", "optimal_victims", "stalls"), 0)
     clock = 0
 
@@ -92,10 +94,24 @@ def replay_events(
                         y: score[y] * 2.0 ** (-(now - last[y]) / half_life) for y in candidates
                     }
                     victim = min(candidates, key=lambda y: (math.log2(decayed[y]), stamp[y]))
+                elif policy == "pred":
+                    # P(y needed next | this event's experts), smoothed toward y's share
+                    total = sum(followed.get(a, 0) for a in need) + 1
+                    chance = {
+                        y: (
+                            sum(follows.get((a, y), 0) for a in need)
+                            + (uses.get(y, 0) + 1) / (now + 2)
+                        )
+                        / total
+                        for y in candidates
+                    }
+                    victim = min(candidates, key=lambda y: (chance[y], stamp[y]))
                 elif policy == "opt":
                     victim = min(candidates, key=lambda y: (-far[y], y))
                 else:
-                    raise ReplayBankError(f"policy = {policy!r}: expected lru, lfu, lfru or opt")
+                    raise ReplayBankError(
+                        f"policy = {policy!r}: expected lru, lfu, lfru, pred or opt"
+                    )
                 counts["evictions"] += 1
                 counts["optimal_victims"] += far[victim] == max(far.values())
                 cache.remove(victim)
@@ -107,4 +123,9 @@ def replay_events(
             prev = score.get(x, 0.0) * 2.0 ** (-(now - last.get(x, now)) / half_life)
             score[x], last[x] = 1.0 + prev, now
         counts["stalls"] += missed
+        if now > 0:
+            for a in needs[now - 1]:
+                followed[a] = followed.get(a, 0) + 1
+                for b in need:
+                    follows[(a, b)] = follows.get((a, b), 0) + 1
     return counts

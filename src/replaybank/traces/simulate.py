@@ -17,7 +17,7 @@ that cache), ``stalls`` (events that waited for at least one load).
 ...                 experts=[[[0, 2], [1, 2], [0, 1], [0, 2], [1, 4], [0, 3], [0, 1]]])
 >>> c = compare(t, capacity=3)
 >>> [(p, r.total.misses) for p, r in c.results.items()]
-[('lru', 7), ('lfu', 5), ('lfru', 5), ('random', 6), ('opt', 5)]
+[('lru', 7), ('lfu', 5), ('lfru', 5), ('random', 6), ('pred', 5), ('opt', 5)]
 >>> c.gap_recovered("lfu"), c.results["lru"].total.victim_rate
 (1.0, 0.5)
 """
@@ -34,10 +34,11 @@ import numpy as np
 from ..errors import ReplayBankError
 from .events import Events, Semantics, Steps, layer_events
 from .kernel import COUNTERS, POLICY_CODES, get_kernel
+from .prefetch import predict_prefetch
 from .trace import Trace
 
-Policy = Literal["lru", "lfu", "lfru", "random", "opt"]
-POLICIES: tuple[Policy, ...] = ("lru", "lfu", "lfru", "random", "opt")
+Policy = Literal["lru", "lfu", "lfru", "random", "pred", "opt"]
+POLICIES: tuple[Policy, ...] = ("lru", "lfu", "lfru", "random", "pred", "opt")
 DEFAULT_HALF_LIFE = 32.0
 
 
@@ -53,6 +54,8 @@ class Counts:
     evictions: int = 0
     optimal_victims: int = 0
     stalls: int = 0
+    prefetch_loads: int = 0
+    useful_prefetches: int = 0
     bytes_moved: int = 0
 
     def __add__(self, other: Counts) -> Counts:
@@ -67,8 +70,18 @@ class Counts:
         """Share of evictions that chose an optimal victim (``nan`` without evictions)."""
         return self.optimal_victims / self.evictions if self.evictions else math.nan
 
+    @property
+    def prefetch_accuracy(self) -> float:
+        """Share of prefetch loads that the event they were loaded for needed."""
+        return self.useful_prefetches / self.prefetch_loads if self.prefetch_loads else math.nan
+
     def to_dict(self) -> dict[str, float]:
-        return {**asdict(self), "miss_rate": self.miss_rate, "victim_rate": self.victim_rate}
+        return {
+            **asdict(self),
+            "miss_rate": self.miss_rate,
+            "victim_rate": self.victim_rate,
+            "prefetch_accuracy": self.prefetch_accuracy,
+        }
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,7 @@ class Result:
     num_experts: tuple[int, ...]
     layers: tuple[Counts, ...]
     steps: Steps = "all"
+    prefetch: int = 0
 
     @property
     def total(self) -> Counts:
@@ -91,6 +105,7 @@ class Result:
             "policy": self.policy,
             "semantics": self.semantics,
             "steps": self.steps,
+            "prefetch": self.prefetch,
             "capacity_ratio": [c / e for c, e in zip(self.capacities, self.num_experts)],
             "capacities": list(self.capacities),
             "total": self.total.to_dict(),
@@ -131,6 +146,8 @@ class Comparison:
         """A plain-text table, one row per policy (totals over layers)."""
         head = f"{'policy':<8}{'misses':>10}{'miss rate':>11}{'loads':>10}{'GiB moved':>11}"
         head += f"{'stalls':>9}{'victim rate':>13}{'gap recovered':>15}"
+        if any(r.prefetch for r in self.results.values()):
+            head += f"{'prefetch':>10}{'useful':>9}"
         rows = [head]
         for name, res in self.results.items():
             t = res.total
@@ -139,6 +156,7 @@ class Comparison:
                 f"{name:<8}{t.misses:>10,}{t.miss_rate:>11.4f}{t.loads:>10,}"
                 f"{t.bytes_moved / 2**30:>11.2f}{t.stalls:>9,}{t.victim_rate:>13.3f}"
                 + (f"{gap:>15.3f}" if gap is not None else f"{'-':>15}")
+                + (f"{t.prefetch_loads:>10,}{t.prefetch_accuracy:>9.3f}" if res.prefetch else "")
             )
         return "\n".join(rows)
 
@@ -181,61 +199,77 @@ def _check_fits(trace: Trace, events: Events, layer: int, capacity: int, semanti
     )
 
 
+@dataclass(frozen=True)
+class Mode:
+    """How a trace is replayed: everything but the policy and the capacities."""
+
+    semantics: Semantics = "step"
+    steps: Steps = "all"
+    expert_bytes: int = 0
+    half_life: float = DEFAULT_HALF_LIFE
+    prefetch: int = 0
+
+
 def _replay(
     trace: Trace,
     events: Sequence[Events],
+    plan: Sequence[tuple[np.ndarray, ...]],
     policy: Policy,
     caps: tuple[int, ...],
-    mode: tuple[Semantics, Steps],
-    expert_bytes: int,
+    mode: Mode,
     rng: np.random.Generator,
-    half_life: float,
+    log: list[np.ndarray] | None = None,
 ) -> Result:
-    semantics, steps = mode
     if policy not in POLICY_CODES:
         raise ReplayBankError(f"policy = {policy!r}: expected one of {list(POLICY_CODES)}")
     kernel = get_kernel()
     layers = []
-    for layer, (ev, cap) in enumerate(zip(events, caps)):
-        _check_fits(trace, ev, layer, cap, semantics)
-        draws = rng.random(len(ev.ids)) if policy == "random" else np.zeros(0)
+    for layer, (ev, (pf_ptr, pf_ids, pf_next), cap) in enumerate(zip(events, plan, caps)):
+        _check_fits(trace, ev, layer, cap, mode.semantics)
+        room = len(ev.ids) + len(pf_ids)  # evictions are at most the loads
+        draws = rng.random(room) if policy == "random" else np.zeros(0)
+        victims = np.full(room if log is not None else 0, -1, dtype=np.int64)
         out = np.zeros(len(COUNTERS), dtype=np.int64)
         kernel(
-            ev.ptr,
-            ev.ids,
-            ev.next_use,
-            ev.num_experts,
-            cap,
-            POLICY_CODES[policy],
-            half_life,
-            draws,
-            out,
-        )
+            ev.ptr, ev.ids, ev.next_use, ev.num_experts, cap, POLICY_CODES[policy],
+            float(mode.half_life), draws, out, pf_ptr, pf_ids, pf_next, victims,
+        )  # fmt: skip
         c = dict(zip(COUNTERS, (int(v) for v in out)))
+        if log is not None:
+            log.append(victims[: c["evictions"]])
         layers.append(
-            Counts(events=ev.count, needs=len(ev.ids), bytes_moved=c["loads"] * expert_bytes, **c)
+            Counts(
+                events=ev.count, needs=len(ev.ids), bytes_moved=c["loads"] * mode.expert_bytes, **c
+            )
         )
-    return Result(policy, semantics, caps, trace.num_experts, tuple(layers), steps)
+    return Result(
+        policy, mode.semantics, caps, trace.num_experts, tuple(layers), mode.steps, mode.prefetch
+    )
 
 
 def _setup(
-    trace: Trace,
-    capacity: int | Sequence[int],
-    semantics: Semantics,
-    steps: Steps,
-    expert_bytes: int,
-    half_life: float,
-) -> tuple[tuple[int, ...], list[Events]]:
-    if (
-        isinstance(expert_bytes, bool)
-        or not isinstance(expert_bytes, (int, np.integer))
-        or expert_bytes < 0
-    ):
-        raise ReplayBankError(f"expert_bytes = {expert_bytes!r}: expected an integer >= 0")
+    trace: Trace, capacity: int | Sequence[int], mode: Mode
+) -> tuple[tuple[int, ...], list[Events], list[tuple[np.ndarray, ...]]]:
+    eb, half_life, pf = mode.expert_bytes, mode.half_life, mode.prefetch
+    if isinstance(eb, bool) or not isinstance(eb, (int, np.integer)) or eb < 0:
+        raise ReplayBankError(f"expert_bytes = {eb!r}: expected an integer >= 0")
     if not (isinstance(half_life, (int, float)) and math.isfinite(half_life) and half_life > 0):
         raise ReplayBankError(f"half_life = {half_life!r}: expected a finite number > 0")
     caps = capacities(trace, capacity)
-    return caps, [layer_events(trace, layer, semantics, steps) for layer in range(trace.num_layers)]
+    if isinstance(pf, bool) or not isinstance(pf, (int, np.integer)) or not 0 <= pf <= min(caps):
+        raise ReplayBankError(
+            f"prefetch = {pf!r}: expected an integer in [0, {min(caps)}] (experts prefetched per "
+            "event, at most the smallest capacity; 0 = off)"
+        )
+    events = [
+        layer_events(trace, layer, mode.semantics, mode.steps) for layer in range(trace.num_layers)
+    ]
+    none = (np.zeros(0, dtype=np.int64),) * 3
+    plan = [none] + [
+        predict_prefetch(events[layer - 1], events[layer], pf) if pf else none
+        for layer in range(1, trace.num_layers)
+    ]
+    return caps, events, plan
 
 
 def simulate(
@@ -248,6 +282,7 @@ def simulate(
     expert_bytes: int = 0,
     seed: int | np.random.Generator = 0,
     half_life: float = DEFAULT_HALF_LIFE,
+    prefetch: int = 0,
 ) -> Result:
     """Replay ``trace`` with one ``policy`` (see ``kernel.py`` for what each evicts).
 
@@ -258,14 +293,37 @@ def simulate(
         expert_bytes: size of one expert's weights, for ``bytes_moved``.
         seed: for ``random``'s draws (an int or a ``numpy.random.Generator``).
         half_life: ``lfru``'s half-life of a use, in events.
+        prefetch: experts of layer ``l + 1`` prefetched per event, predicted from layer ``l``
+            (``prefetch.py``); 0 = off.
 
     Raises:
-        ReplayBankError: a capacity outside ``[1, num_experts]``, or a step union (or top-k)
-            larger than its layer's capacity (the message names layer, request and step).
+        ReplayBankError: a capacity outside ``[1, num_experts]``, a step union (or top-k) larger
+            than its layer's capacity (the message names layer, request and step), or a prefetch
+            count above a capacity.
     """
-    caps, events = _setup(trace, capacity, semantics, steps, expert_bytes, half_life)
-    rng = np.random.default_rng(seed)
-    return _replay(trace, events, policy, caps, (semantics, steps), expert_bytes, rng, half_life)
+    mode = Mode(semantics, steps, expert_bytes, half_life, prefetch)
+    caps, events, plan = _setup(trace, capacity, mode)
+    return _replay(trace, events, plan, policy, caps, mode, np.random.default_rng(seed))
+
+
+def evictions(
+    trace: Trace,
+    policy: Policy,
+    capacity: int | Sequence[int],
+    *,
+    semantics: Semantics = "step",
+    steps: Steps = "all",
+    seed: int | np.random.Generator = 0,
+    half_life: float = DEFAULT_HALF_LIFE,
+    prefetch: int = 0,
+) -> list[np.ndarray]:
+    """Per traced layer, every eviction ``simulate`` (same arguments) makes, in order, as
+    ``event * num_experts + victim``: the decisions, for tests of what a policy saw."""
+    mode = Mode(semantics, steps, 0, half_life, prefetch)
+    caps, events, plan = _setup(trace, capacity, mode)
+    log: list[np.ndarray] = []
+    _replay(trace, events, plan, policy, caps, mode, np.random.default_rng(seed), log)
+    return log
 
 
 def compare(
@@ -278,15 +336,12 @@ def compare(
     expert_bytes: int = 0,
     seed: int | np.random.Generator = 0,
     half_life: float = DEFAULT_HALF_LIFE,
+    prefetch: int = 0,
 ) -> Comparison:
     """``simulate`` for each of ``policies`` on the same events (built once); arguments as there.
     With ``lru`` and ``opt`` among them, ``Comparison.gap_recovered`` gives each policy's share of
     the LRU-to-optimal gap."""
-    caps, events = _setup(trace, capacity, semantics, steps, expert_bytes, half_life)
+    mode = Mode(semantics, steps, expert_bytes, half_life, prefetch)
+    caps, events, plan = _setup(trace, capacity, mode)
     rng = np.random.default_rng(seed)
-    return Comparison(
-        {
-            p: _replay(trace, events, p, caps, (semantics, steps), expert_bytes, rng, half_life)
-            for p in policies
-        }
-    )
+    return Comparison({p: _replay(trace, events, plan, p, caps, mode, rng) for p in policies})
