@@ -10,7 +10,8 @@ built-in names (:data:`BUILTIN_RECIPES`) and the same ``[recipes.NAME]`` tables
 found in one job can be named in another.
 
 Sources: ``corpus`` (the main job's rehearsal corpus), ``self`` (the base model's own answers to
-general prompts), ``replay`` (the main job's stored rows of earlier generations), or a ``.jsonl``
+general prompts), ``replay`` (the main job's stored rows of earlier generations), ``onpolicy`` (the
+current model's checker-accepted answers to earlier generations' prompts), or a ``.jsonl``
 file of ``{prompt, response}`` rows (the loop). Each job says which it can run.
 
 Example:
@@ -47,7 +48,7 @@ __all__ = [
     "is_file_source", "load_recipes", "parse_recipes", "recipe_dict", "resolve",
 ]  # fmt: skip
 
-SOURCES = ARM_SOURCES  # corpus, self, replay
+SOURCES = ARM_SOURCES  # corpus, self, replay, onpolicy
 NONE = "none"  # a recipe name: no rehearsal at all
 
 
@@ -55,7 +56,7 @@ NONE = "none"  # a recipe name: no rehearsal at all
 class Recipe:
     """How rehearsal rows enter training: sources, share, cross-entropy on/off, the KL term."""
 
-    source: list[str] = _f([], "rehearsal sources: corpus, self, replay (the main job), self or a .jsonl file of {prompt, response} (the loop); empty = none (naive)")
+    source: list[str] = _f([], "rehearsal sources: corpus, self, replay, onpolicy (the main job), self or a .jsonl file of {prompt, response} (the loop); empty = none (naive)")
     ratio: float = _f(0.1, "total rehearsal share of every batch, split evenly over the sources, in [0, 1)", min=0, lt=1)
     mix_by: MixBy = _f("rows", "rows: share of the rows; tokens: share of the labelled tokens (the loss)")
     kl_to_base: float = _f(0.0, "weight of the KL-to-base term KL(base || adapted) on the rehearsal rows' answer tokens (see kl_on), added to the loss; 0 = off", min=0, max=1000)

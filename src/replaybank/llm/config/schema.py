@@ -46,7 +46,7 @@ KLOn = Literal["rehearsal", "all"]
 #: a recipe's replay controller (:mod:`replaybank.controllers`); ``none``: the fixed ``ratio``, unmeasured
 ControllerName = Literal["none", "fixed", "bandit", "proxy"]
 GenerationPrecision = Precision  # one definition: llm/runtime.py (resolve_precision, autocast)
-ARM_SOURCES = ("corpus", "self", "replay")
+ARM_SOURCES = ("corpus", "self", "replay", "onpolicy")
 BUILTIN_AGENDA = "builtin:agenda"
 DEFAULT_ARMS = ["base", "naive", "rehearsal-corpus", "rehearsal-self", "self-distill"]
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

@@ -275,7 +275,7 @@ def _train_arm(
         # rehearsal_rows_per_epoch set without mixing_ratio: rows per virtual epoch in every
         # generation, so the share follows the lineage's size (3x the rows with a window of 3)
         ratio_g = cfg.effective_mixing_ratio(len(domain))[0] if follows_rows else ratio
-        sources = build_sources(spec, ratio_g, g, lineage, ctx)
+        sources = build_sources(spec, ratio_g, g, lineage, ctx, model=model, max_seq_length=cfg.training.max_seq_length)
 
         def on_eval(step: int, _offset: int = offset, _g: int = g) -> dict[str, float]:
             result = measure_losses(model, ctx)

@@ -29,8 +29,15 @@ def concat_rows(parts: list[TokenRows]) -> TokenRows:
     return token_rows([r for p in parts for r in p.rows(np.arange(len(p)))])
 
 
-def build_sources(spec: Recipe, ratio: float, generation: int, lineage: list[int], ctx: EvalContext) -> list[Source]:
+def build_sources(
+    spec: Recipe, ratio: float, generation: int, lineage: list[int], ctx: EvalContext, model: Any = None,
+    max_seq_length: int = 512,
+) -> list[Source]:
     """The rehearsal sources of one generation, the ratio split evenly over those that have rows.
+
+    ``onpolicy`` asks ``model`` (the arm's, as it is now) the stored prompts of the earlier
+    generations out of the lineage and keeps the answers the domain checker accepts
+    (:mod:`..data.onpolicy`); none accepted (or no earlier generation) leaves it without rows.
 
     Raises:
         ValueError: when the arm asks for ``self`` rows and none were synthesized.
@@ -47,9 +54,29 @@ def build_sources(spec: Recipe, ratio: float, generation: int, lineage: list[int
             earlier = [g for g in range(generation) if g not in lineage]
             if earlier:
                 available.append(("replay", concat_rows([ctx.data.domain_generations[g] for g in earlier]), False))
+        elif name == "onpolicy":
+            rows = _onpolicy(model, ctx, [g for g in range(generation) if g not in lineage], max_seq_length)
+            if rows is not None:
+                available.append(("onpolicy", rows, False))
     if not available or ratio <= 0:
         return []
     return [Source(name, rows, ratio / len(available), sliced) for name, rows, sliced in available]
+
+
+def _onpolicy(model: Any, ctx: EvalContext, earlier: list[int], max_seq_length: int) -> TokenRows | None:
+    from replaybank.llm.data.onpolicy import onpolicy_records
+    from replaybank.llm.data.prepare import encode_domain
+    from replaybank.llm.eval.generate import generate_detailed
+
+    if not earlier or model is None:
+        return None
+
+    def generate(prompts: list[str]) -> list[str]:
+        return [g.text for g in generate_detailed(model, ctx.tokenizer, prompts, max_new_tokens=ctx.max_new_tokens,
+                                                  batch_size=ctx.batch_size, desc="onpolicy answers", precision=ctx.precision)]
+
+    records, _ = onpolicy_records(generate, [ctx.data.domain_train_records[g] for g in earlier])
+    return encode_domain(ctx.tokenizer, records, max_seq_length) if records else None
 
 
 def held_out_losses(result: dict[str, Any], names: list[str], generation: int, lineage: list[int]) -> list[float]:
