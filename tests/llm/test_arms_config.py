@@ -44,7 +44,7 @@ def test_declared_arm_is_parsed_run_and_round_trips(tmp_path):
 @pytest.mark.parametrize(
     "data,match",
     [
-        ({"arms": {"x": {"source": "selff"}}}, r"\[arms.x\] source contains 'selff'; expected some of corpus, self, replay; did you mean 'self'\?"),
+        ({"arms": {"x": {"source": "selff"}}}, r"\[arms.x\] source contains 'selff'; expected some of corpus, self, replay, onpolicy; did you mean 'self'\?"),
         ({"arms": {"x": {"sources": "self"}}}, r"unknown key \[arms.x\] sources; did you mean 'source'\?"),
         ({"arms": {"x": {"source": "self", "ratio": 1.0}}}, r"\[arms.x\] ratio = 1.0: expected a value in \[0, 1\)"),
         ({"arms": {"x": {"source": "self", "ratio": 0}}}, r"ratio = 0; give a ratio in \(0, 1\)"),

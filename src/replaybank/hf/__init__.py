@@ -13,6 +13,9 @@
   :mod:`replaybank.hf.recipe`).
 * :class:`RetentionCallback`: general-capability retention every N steps, logged through the
   trainer, with a warning or a stop below a threshold (:mod:`replaybank.hf.callbacks`).
+* :class:`ControllerCallback`: a replay controller (:mod:`replaybank.controllers`) steering a
+  ``mix`` stream's rehearsal share after every evaluation (``mix(..., steer=cb.schedule)``;
+  :mod:`replaybank.hf.controller`).
 * :class:`MixPlan`: the order itself (numpy only), for any other loader.
 * :func:`check_trainer`: refuses a trainer whose batch size cuts across the ``mix`` batches
   (:meth:`KLToBase.attach` runs it).
@@ -34,6 +37,7 @@ from typing import Any
 from replaybank.hf.embedded import embedded_model, self_rows
 from replaybank.hf.plan import GlobalBatch, MixError, MixNotBuiltError, MixPlan, resolve_world
 from replaybank.hf.recipe import Recipe, recipe
+from replaybank.hf.schedule import QuotaSchedule
 from replaybank.hf.source import SourceTap
 from replaybank.hf.stream import mix
 from replaybank.hf.trainer_check import check_trainer
@@ -41,12 +45,14 @@ from replaybank.hf.trainer_check import check_trainer
 __all__ = [
     "mix", "check_trainer", "recipe", "Recipe", "MixPlan", "GlobalBatch", "MixError", "MixNotBuiltError", "resolve_world",
     "KLToBase", "RetentionCallback", "RetentionWarning", "SourceTap", "embedded_model", "self_rows",
+    "ControllerCallback", "QuotaSchedule",
 ]  # fmt: skip
 
 _LAZY = {
     "KLToBase": "replaybank.hf.kl",
     "RetentionCallback": "replaybank.hf.callbacks",
     "RetentionWarning": "replaybank.hf.callbacks",
+    "ControllerCallback": "replaybank.hf.controller",
 }
 
 

@@ -25,6 +25,7 @@ from replaybank.hf.plan import (
     row_ratio,
 )
 from replaybank.hf.recipe import share
+from replaybank.hf.schedule import QuotaSchedule
 from replaybank.hf.sources import Source, check_columns, mean_label_tokens, rehearsal_source
 from replaybank.llm.config.recipe import Recipe
 
@@ -42,6 +43,7 @@ def _index_stream(
     epochs: int | None,
     rank: int,
     source_column: str,
+    steer: str | None = None,
 ) -> Iterator[dict[str, int]]:
     # Module-level and fed only scalars: datasets hashes the generator and its kwargs.
     plan = MixPlan(
@@ -54,7 +56,7 @@ def _index_stream(
         rows_per_epoch=rows_per_epoch,
         epochs=epochs,
     )
-    for batch in plan:
+    for batch in QuotaSchedule.find(steer).steer(plan) if steer else plan:
         if rank < 0:
             source, index = batch.source, batch.index
         else:
@@ -113,6 +115,7 @@ def mix(
     epochs: int | None = None,
     columns: Sequence[str] | None = None,
     source_column: str = "source",
+    steer: QuotaSchedule | None = None,
 ) -> Any:
     """Domain and rehearsal rows as a ``datasets.IterableDataset`` with an exact quota per batch.
 
@@ -175,6 +178,8 @@ def mix(
         epochs: stop after this many epochs; ``None`` for an endless stream.
         columns: data columns to keep (default: all of the domain's); both sources need them.
         source_column: name of the 0/1 source column added to every row.
+        steer: a :class:`~replaybank.hf.schedule.QuotaSchedule` that moves the rehearsal share between
+            batches (a :class:`replaybank.hf.ControllerCallback`'s ``schedule``); read in this process.
 
     Returns:
         A ``datasets.IterableDataset`` of dict rows, ``n_shards == 1``.
@@ -220,6 +225,7 @@ def mix(
         "epochs": epochs,
         "rank": the_rank,
         "source_column": source_column,
+        "steer": None if steer is None else steer.token,
     }
     # Build the plan once here so that every bad input is reported now, not at the first row.
     plan = MixPlan(

@@ -45,6 +45,7 @@ from replaybank.llm.config.recipe import (
     Recipe,
     is_file_source,
     parse_recipes,
+    recipe_dict,
     resolve,
 )
 from replaybank.llm.config.schema import (
@@ -298,7 +299,7 @@ class LoopConfig:
             recipe = {"source": []}
         else:
             declared = data.get("recipes", {})
-            recipe = dict(declared[name]) if name in declared else dataclasses.asdict(BUILTIN_RECIPES[name])
+            recipe = dict(declared[name]) if name in declared else recipe_dict(BUILTIN_RECIPES[name])
         out["recipe"] = recipe if recipe.get("source") else {"source": []}
         return out
 
@@ -312,10 +313,10 @@ class LoopConfig:
     def to_dict(self) -> dict[str, Any]:
         """``{section: {key: value}}`` for every key; ``recipes`` holds the config's tables and the
         recipe ``[loop] recipe`` names, with its values (so a saved config says what it ran)."""
-        recipes = {name: dataclasses.asdict(spec) for name, spec in self.recipes.items()}
+        recipes = {name: recipe_dict(spec) for name, spec in self.recipes.items()}
         spec = self.recipe
         if spec is not None:
-            recipes[self.loop.recipe] = dataclasses.asdict(spec)
+            recipes[self.loop.recipe] = recipe_dict(spec)
         return {"loop": dataclasses.asdict(self.loop), "recipes": recipes, "training": dataclasses.asdict(self.training),
                 "evaluation": dataclasses.asdict(self.evaluation), "data": dataclasses.asdict(self.data)}
 
@@ -330,6 +331,8 @@ class LoopConfig:
         for name, klass, values in tables:
             lines.append(f"\n[{name}]")
             for f in fields(klass):
+                if f.name not in values:  # a recipe's controller keys, without a controller
+                    continue
                 value = values[f.name]
                 text = json.dumps(value) if isinstance(value, list) else toml_value(value)
                 lines.append(f"{f.name} = {text}  # {f.metadata['help']}")

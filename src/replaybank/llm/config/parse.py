@@ -36,6 +36,7 @@ from replaybank.llm.config.recipe import (
     is_file_source,
     merge_declared,
     parse_recipes,
+    recipe_dict,
 )
 from replaybank.llm.config.schema import (
     ARM_SOURCES,
@@ -253,7 +254,7 @@ class Config:
         (as ``recipes``, whichever spelling the file used)."""
         out = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
         if self.arms:
-            out["recipes"] = {name: dataclasses.asdict(spec) for name, spec in self.arms.items()}
+            out["recipes"] = {name: recipe_dict(spec) for name, spec in self.arms.items()}
         return out
 
     def to_toml(self, with_help: bool = True) -> str:
@@ -268,9 +269,11 @@ class Config:
                 lines.append(f"{f.name} = {value}{comment}")
         for arm, spec in self.arms.items():
             lines.append(f"\n[recipes.{json.dumps(arm)}]")
+            written = recipe_dict(spec)
             for f in fields(Recipe):
                 comment = f"  # {f.metadata['help']}" if with_help else ""
-                lines.append(f"{f.name} = {toml_value(getattr(spec, f.name))}{comment}")
+                if f.name in written:
+                    lines.append(f"{f.name} = {toml_value(written[f.name])}{comment}")
         return "\n".join(lines) + "\n"
 
 

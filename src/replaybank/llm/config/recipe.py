@@ -10,7 +10,8 @@ built-in names (:data:`BUILTIN_RECIPES`) and the same ``[recipes.NAME]`` tables
 found in one job can be named in another.
 
 Sources: ``corpus`` (the main job's rehearsal corpus), ``self`` (the base model's own answers to
-general prompts), ``replay`` (the main job's stored rows of earlier generations), or a ``.jsonl``
+general prompts), ``replay`` (the main job's stored rows of earlier generations), ``onpolicy`` (the
+current model's checker-accepted answers to earlier generations' prompts), or a ``.jsonl``
 file of ``{prompt, response}`` rows (the loop). Each job says which it can run.
 
 Example:
@@ -25,12 +26,13 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from replaybank.llm.config.controller import auto_ratio, check_controller
 from replaybank.llm.config.names import check_name
-from replaybank.llm.config.schema import ARM_SOURCES, KLOn, MixBy, _f
+from replaybank.llm.config.schema import ARM_SOURCES, ControllerName, KLOn, MixBy, _f
 from replaybank.llm.config.values import (
     ConfigError,
     at,
@@ -42,11 +44,11 @@ from replaybank.llm.config.values import (
 )
 
 __all__ = [
-    "BUILTIN_RECIPES", "NONE", "SOURCES", "TAKES_TRAINING_SHARE", "Recipe", "builtin", "is_file_source",
-    "load_recipes", "parse_recipes", "resolve",
+    "BUILTIN_RECIPES", "CONTROLLER_KEYS", "NONE", "SOURCES", "TAKES_TRAINING_SHARE", "Recipe", "builtin",
+    "is_file_source", "load_recipes", "parse_recipes", "recipe_dict", "resolve",
 ]  # fmt: skip
 
-SOURCES = ARM_SOURCES  # corpus, self, replay
+SOURCES = ARM_SOURCES  # corpus, self, replay, onpolicy
 NONE = "none"  # a recipe name: no rehearsal at all
 
 
@@ -54,13 +56,18 @@ NONE = "none"  # a recipe name: no rehearsal at all
 class Recipe:
     """How rehearsal rows enter training: sources, share, cross-entropy on/off, the KL term."""
 
-    source: list[str] = _f([], "rehearsal sources: corpus, self, replay (the main job), self or a .jsonl file of {prompt, response} (the loop); empty = none (naive)")
+    source: list[str] = _f([], "rehearsal sources: corpus, self, replay, onpolicy (the main job), self or a .jsonl file of {prompt, response} (the loop); empty = none (naive)")
     ratio: float = _f(0.1, "total rehearsal share of every batch, split evenly over the sources, in [0, 1)", min=0, lt=1)
     mix_by: MixBy = _f("rows", "rows: share of the rows; tokens: share of the labelled tokens (the loss)")
     kl_to_base: float = _f(0.0, "weight of the KL-to-base term KL(base || adapted) on the rehearsal rows' answer tokens (see kl_on), added to the loss; 0 = off", min=0, max=1000)
     kl_temperature: float = _f(1.0, "temperature of both distributions in the KL term", gt=0, max=100)
     kl_on: KLOn = _f("rehearsal", "KL positions: rehearsal completions, or also the prompts of domain rows (all)")
     rehearsal_ce: bool = _f(True, "train on the rehearsal completions with cross-entropy as well as the KL term; false = the KL term only (self-distillation; needs kl_to_base > 0)")
+    controller: ControllerName = _f("none", "steer the rehearsal share between steps from held-out losses (docs/controllers.md): none (ratio, fixed); fixed (ratio, measured and recorded); bandit (Exp3 on the rise of each source's held-out loss, starting at ratio; ratio = \"auto\" is bandit); proxy (a frozen policy, controller_params.weights)")
+    floor: float = _f(0.0, "with a controller: the least share of every batch for each rehearsal source that has rows", min=0, lt=1)
+    max_share: float = _f(0.5, "with a controller: the most rehearsal (all sources together) of every batch", min=0, lt=1)
+    controller_params: dict[str, Any] = _f({}, "with a controller: its own parameters, e.g. {lr = 1.0, discount = 0.9, explore = 0.1} (bandit), {weights = [7 numbers]} (proxy)")
+    trend_window: int = _f(3, "with a controller: evaluations its loss trend is fitted over", min=2, max=1000)
 
 
 #: ``ArmSpec`` is the name the main job's arms had before the loop and ``replaybank.hf`` shared them.
@@ -85,6 +92,25 @@ TAKES_TRAINING_SHARE = frozenset({"rehearsal-corpus", "rehearsal", "rehearsal-se
 
 #: The loop's old ``[loop]`` rehearsal keys and the recipe key each became.
 LOOP_SPELLING = {"rehearsal": "source", "rehearsal_ratio": "ratio", "kl_weight": "kl_to_base"}
+
+
+#: the keys of a replay controller (issue 25); written only when a recipe has one, so configs and run
+#: folders written before them read and resume as they were
+CONTROLLER_KEYS = ("controller", "floor", "max_share", "controller_params", "trend_window")
+
+
+def recipe_dict(spec: Recipe) -> dict[str, Any]:
+    """``spec``'s values as a dict, the controller keys left out when it has none.
+
+    Example:
+        >>> sorted(recipe_dict(Recipe(source=["self"])))
+        ['kl_on', 'kl_temperature', 'kl_to_base', 'mix_by', 'ratio', 'rehearsal_ce', 'source']
+    """
+    out = asdict(spec)
+    if spec.controller == "none":
+        for key in CONTROLLER_KEYS:
+            out.pop(key)
+    return out
 
 
 def is_file_source(name: str) -> bool:
@@ -172,6 +198,7 @@ def parse_recipes(raw: Any, source: str, section: str = "recipes", text: str | N
             if key in LOOP_SPELLING:
                 raise ConfigError(f"{at(source, text, table, key)}: unknown key [{table}] {key}; did you mean "
                                   f"{LOOP_SPELLING[key]!r}? ([loop] {key} is its old spelling in the loop)")
+        values = auto_ratio(values, at(source, text, table, "ratio"), table)
         spec, keys = read_section(source, table, Recipe, values, text=text)
         check_recipe(spec, table, keys, source, text)
         out[name] = spec
@@ -210,6 +237,7 @@ def check_recipe(spec: Recipe, table: str, keys: set[str], source: str, text: st
             f"{where('rehearsal_ce')}: [{table}] rehearsal_ce = false trains the rehearsal rows through the KL term only, "
             f"which needs rehearsal sources and kl_to_base > 0 (got source = {spec.source}, kl_to_base = {spec.kl_to_base:g})"
         )
+    check_controller(spec, table, keys, source, text)
 
 
 def load_recipes(path: str | Path) -> dict[str, Recipe]:

@@ -43,8 +43,10 @@ Arm = Literal["base", "naive", "rehearsal"]
 Device = str
 MixBy = Literal["rows", "tokens"]
 KLOn = Literal["rehearsal", "all"]
+#: a recipe's replay controller (:mod:`replaybank.controllers`); ``none``: the fixed ``ratio``, unmeasured
+ControllerName = Literal["none", "fixed", "bandit", "proxy"]
 GenerationPrecision = Precision  # one definition: llm/runtime.py (resolve_precision, autocast)
-ARM_SOURCES = ("corpus", "self", "replay")
+ARM_SOURCES = ("corpus", "self", "replay", "onpolicy")
 BUILTIN_AGENDA = "builtin:agenda"
 DEFAULT_ARMS = ["base", "naive", "rehearsal-corpus", "rehearsal-self", "self-distill"]
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -55,8 +57,8 @@ RETENTION_FLOOR = 0.9
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
     """A dataclass field with its help and bounds (``min``, ``max``, ``gt``, ``lt``, ``nonempty``)."""
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help, **kw})
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **kw})
     return field(default=default, metadata={"help": help, **kw})
 
 

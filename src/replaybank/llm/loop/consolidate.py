@@ -115,9 +115,15 @@ def read_rehearsal_file(path: Path) -> list[dict[str, str]]:
     return rows
 
 
+#: rows of each source a replay controller measures in the loop (held out of the rehearsal rows;
+#: a seeded sample of the domain rows, which are few: the skill being learnt) and evaluations per
+#: consolidation (plus one before the first step)
+STEER_ROWS, STEER_POINTS = 16, 4
+
+
 def consolidate(
     model: Any, pad_id: int, domain: TokenRows, rehearsal: TokenRows | None, recipe: Recipe | None, cfg: Training,
-    *, desc: str, checkpoint_dir: Path | None = None,
+    *, desc: str, checkpoint_dir: Path | None = None, controller: Any = None,
 ) -> dict[str, Any]:
     """Train the PEFT ``model`` in place on ``domain`` mixed with ``rehearsal`` by ``recipe``.
 
@@ -131,10 +137,16 @@ def consolidate(
     (:attr:`replaybank.llm.train.KLSpec.rehearsal_ce`). ``recipe=None`` (or no rehearsal rows):
     the domain alone (a KL term on rehearsal rows is then inactive).
 
+    With a replay ``controller`` (:func:`replaybank.llm.config.controller.recipe_controller`) the
+    rehearsal share is steered (:class:`replaybank.llm.train.Steering`): :data:`STEER_ROWS` rehearsal
+    rows are held out of training, and their loss and that of a seeded sample of the domain rows
+    are measured before the first step and at :data:`STEER_POINTS` points.
+
     Returns:
         The training log (:meth:`replaybank.llm.train.TrainLog.to_dict`) without per-step rows,
         plus ``loss_first``/``loss_last``, ``steps``, ``kl_weight`` and ``kl_mean`` (the mean
-        per-token KL over the steps; None without the term).
+        per-token KL over the steps; None without the term); ``mixture`` (the controller's after
+        each evaluation) when steered.
     """
     from replaybank.llm.train import KLSpec, Source, train_lora
 
@@ -143,8 +155,11 @@ def consolidate(
     kl = KLSpec.from_recipe(spec)
     if kl is not None and kl.on == "rehearsal" and not sources:
         kl = None
+    steer, kept = _steering(controller, spec, model, pad_id, domain, rehearsal, cfg.seed) if sources else (None, None)
+    if steer is not None:
+        sources = [Source(steer.trained[0], kept, spec.ratio)]
     log = train_lora(model, pad_id, domain, None, cfg, 0.0, checkpoint_dir=checkpoint_dir, desc=desc, sources=sources,
-                     mix_by=spec.mix_by, kl=kl)
+                     mix_by=spec.mix_by, kl=kl, steer=steer, eval_points=STEER_POINTS if steer else 1)
     out = log.to_dict()
     steps = out.pop("steps")
     kls = [s["kl"] for s in steps if s.get("kl") is not None]
@@ -159,7 +174,35 @@ def consolidate(
         "kl_mean": sum(kls) / len(kls) if kls else None,
     })
     out.pop("evals", None)
+    if steer is not None:
+        out["mixture"] = steer.trajectory
     return out
+
+
+def _steering(controller: Any, spec: Recipe, model: Any, pad_id: int, domain: TokenRows, rehearsal: TokenRows | None,
+              seed: int) -> tuple[Any, TokenRows | None]:
+    """The loop's steering (the losses it measures: see :func:`consolidate`) and the rehearsal rows
+    it trains (all but the held-out ones); ``(None, None)`` without a controller."""
+    import numpy as np
+
+    from replaybank.llm.data.rows import token_rows
+    from replaybank.llm.eval.losses import mean_loss
+    from replaybank.llm.train import Steering
+
+    if controller is None or rehearsal is None:
+        return None, None
+    held = min(STEER_ROWS, len(rehearsal) // 4)  # a small pool keeps most of its rows for training
+    if held < 1:
+        raise ReplayBankError(f"a replay controller needs held-out rehearsal rows, but there are {len(rehearsal)} rows")
+    n = len(rehearsal)
+    train_rows, held_rows = token_rows(rehearsal.rows(np.arange(n - held))), token_rows(rehearsal.rows(np.arange(n - held, n)))
+    pick = np.random.default_rng(seed).permutation(len(domain))[:STEER_ROWS]
+    dom_rows = token_rows(domain.rows(np.sort(pick)))
+
+    def measure(step: int) -> list[float]:
+        return [mean_loss(model, dom_rows, pad_id), mean_loss(model, held_rows, pad_id)]
+
+    return Steering(controller, [spec.source[0]], measure, k=spec.trend_window), train_rows
 
 
 def save_adapter(model: Any, folder: Path, meta: dict[str, Any]) -> str:

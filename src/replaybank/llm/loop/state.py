@@ -165,3 +165,28 @@ def write_state(folder: Path, state: dict[str, Any]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, folder / STATE_FILE)
+
+
+def loop_controller(out: Path, state: dict[str, Any], recipe: Any, seed: int) -> Any:
+    """The run's replay controller (None when its recipe has none), restored from ``state`` after
+    a finished generation, so a resumed run steers as one that never stopped.
+
+    Raises:
+        StateError: a saved controller state of another recipe or sequence (naming the key), or a
+            state with a controller for a recipe without one.
+    """
+    from replaybank.errors import ReplayBankError
+    from replaybank.llm.config.controller import recipe_controller
+
+    controller = recipe_controller(recipe, seed) if recipe is not None else None
+    saved = state.get("controller")
+    if saved is None:
+        return controller
+    if controller is None:
+        raise StateError(f"{out / STATE_FILE}: field 'controller' holds a replay controller's state, but the recipe has "
+                         "none (a run of another recipe)")
+    try:
+        controller.load_state_dict(saved)
+    except ReplayBankError as exc:
+        raise StateError(f"{out / STATE_FILE}: field 'controller': {exc}") from None
+    return controller

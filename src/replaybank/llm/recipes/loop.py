@@ -51,6 +51,7 @@ from replaybank.llm.loop.register import register_generations
 from replaybank.llm.loop.report import write_report
 from replaybank.llm.loop.state import (
     check_inputs,
+    loop_controller,
     check_same_run,
     new_state,
     read_state,
@@ -123,6 +124,7 @@ def run_loop(
         )
         check_inputs(out, state, rehearsal=reh_manifest)
         state["rehearsal"], state["base_model"] = reh_manifest, fingerprint
+        controller = loop_controller(out, state, recipe, lp.seed)
         state["suite_base"] = {"families": suite.base["families"], "n": suite.base["n"]}
         if demos and not store.episodes(source="demo", limit=1):
             store.add_many([demonstrate(env, t) for t in demos])
@@ -155,7 +157,8 @@ def run_loop(
                 model.load_state_dict(initial, strict=False)
             domain, n_rows = domain_rows(store, tok, lineage, training.max_seq_length, lp.system_prompt)
             log(f"gen {g}: consolidating {n_rows} successes of generations {lineage} (+ demos), {_recipe_words(lp.recipe, recipe)}")
-            train = consolidate(model, tok.pad_token_id, domain, rehearsal, recipe, training, desc=f"gen {g} consolidate")
+            train = consolidate(model, tok.pad_token_id, domain, rehearsal, recipe, training, desc=f"gen {g} consolidate",
+                                controller=controller)
             adapter = save_adapter(model, safe_folder(out, "adapters", f"gen{g}"),
                                    {"generation": g, "lineage": lineage, "seed": lp.seed, "rows": n_rows,
                                     "base_model": {"fingerprint": fingerprint, "name": cfg.training.base_model},
@@ -166,6 +169,8 @@ def run_loop(
                 "train": train, **row, "seconds": round(time.perf_counter() - t0, 1),
             })
             state["finished"], state["adapter"] = g, adapter
+            if controller is not None:  # the next generation starts from it, here or after a kill
+                state["controller"] = controller.state_dict()
             write_state(out, state)
             log(_line(state["generations"][-1], lp.generations))
             register(state)  # after state.json: a killed run registers what it missed when it resumes

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.llm.config import Config, Recipe
+from replaybank.llm.config.controller import recipe_controller
 from replaybank.llm.config.names import safe_folder
 from replaybank.llm.config.parse import with_seed
 from replaybank.llm.data.prepare import check_overlaps, prepare
@@ -67,7 +68,7 @@ from replaybank.llm.train import KLSpec, train_lora
 from replaybank.llm.train.adapter import fresh_adapter
 from replaybank.llm.train.lineage import select_lineage
 from replaybank.llm.train.peft_files import write_adapter_folder
-from replaybank.llm.train.sources import build_sources, concat_rows, rows_per_epoch, sampled_rows
+from replaybank.llm.train.sources import arm_steering, build_sources, concat_rows, rows_per_epoch, sampled_rows
 
 __all__ = ["OutputError", "run_experiment", "run_seed", "train_arm"]
 
@@ -264,15 +265,17 @@ def _train_arm(
     scores: list[float] = []
     curve: list[dict[str, Any]] = []
     matrix_rows: list[list[dict[str, Any]]] = []
+    mixture: list[dict[str, Any]] = []
     offset = 0
     tag = f"{name} {seed_label}"
+    controller = recipe_controller(spec, seed=cfg.training.seed)  # one per arm, over all its generations
     for g in range(orch.num_generations):
         lineage = select_lineage(g, orch.training_window_size, orch.lineage, scores)
         domain = concat_rows([ctx.data.domain_generations[i] for i in lineage])
         # rehearsal_rows_per_epoch set without mixing_ratio: rows per virtual epoch in every
         # generation, so the share follows the lineage's size (3x the rows with a window of 3)
         ratio_g = cfg.effective_mixing_ratio(len(domain))[0] if follows_rows else ratio
-        sources = build_sources(spec, ratio_g, g, lineage, ctx)
+        sources = build_sources(spec, ratio_g, g, lineage, ctx, model=model, max_seq_length=cfg.training.max_seq_length)
 
         def on_eval(step: int, _offset: int = offset, _g: int = g) -> dict[str, float]:
             result = measure_losses(model, ctx)
@@ -280,11 +283,12 @@ def _train_arm(
             log(f"{tag} gen {_g} step {step}: general {result['general_loss']:.4f}, domain {result['domain_loss']:.4f}")
             return {k: v for k, v in result.items() if k != "domain_losses"}
 
+        steer = arm_steering(controller, spec, sources, model, ctx, curve, offset, g, lineage)
         train_log = train_lora(
             model, ctx.pad_id, domain, None, cfg.training, 0.0,
             checkpoint_dir=partial / f"{name}-{seed_label}-gen{g}", on_eval=on_eval,
             eval_points=cfg.evaluation.eval_points, desc=f"{tag} gen {g}", max_steps=max_steps,
-            sources=sources, mix_by=spec.mix_by, kl=kl,
+            sources=sources, mix_by=spec.mix_by, kl=kl, steer=steer,
         )
         if not train_log.evals or train_log.evals[-1]["step"] != len(train_log.steps):
             train_log.evals.append(dict(on_eval(len(train_log.steps)), step=len(train_log.steps)))
@@ -294,6 +298,7 @@ def _train_arm(
         offset += len(train_log.steps)
         matrix_rows.append(domain_row(model, ctx, f"{tag} gen {g}"))
         scores.append(-float(final["domain_losses"][g]))
+        mixture += [{**e, "step": offset - len(train_log.steps) + e["step"], "generation": g} for e in (steer.trajectory if steer else [])]
         generations.append({
             "generation": g, "lineage": lineage, "domain_rows": len(domain),
             "rehearsal_share": ratio_g if sources else 0.0,
@@ -323,6 +328,7 @@ def _train_arm(
         "matrix": matrix_metrics(matrix_rows, ctx.baseline),
         "share": ratio,
         "loss_share": loss_shares(generations),
+        "controller": spec.controller, "mixture": mixture,  # the mixture after every evaluation (a controller's)
         "curve": curve,
         "generations": generations,
         "train_total": {

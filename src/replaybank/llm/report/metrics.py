@@ -18,7 +18,7 @@ from replaybank.llm.config.floor import resolve_floors
 from replaybank.llm.report.families import family_summary, interval_method
 from replaybank.llm.report.gate import evaluate_gate
 from replaybank.llm.report.markdown import write_report
-from replaybank.llm.report.plots import BEHAVIOUR_PLOT, PLOT_NAME, plot_behaviour, plot_losses
+from replaybank.llm.report.plots import BEHAVIOUR_PLOT, MIXTURE_PLOT, PLOT_NAME, plot_behaviour, plot_losses, plot_mixture
 
 METRICS_SCHEMA_VERSION = 3
 COMPAT_KEYS = ("general_loss", "domain_loss", "probe_score", "probe_logprob")
@@ -89,6 +89,10 @@ def build_metrics(
             entry["loss_share"] = _mean_shares([seed[name]["loss_share"] for seed in per_seed])
             for key in ("curve", "generations", "train_total"):
                 entry[key] = first[name][key]
+            if first[name].get("mixture"):  # a replay controller's mixture after every evaluation
+                entry["controller"] = first[name]["controller"]
+                entry["mixture"] = first[name]["mixture"]
+                entry["mixture_per_seed"] = [seed[name].get("mixture", []) for seed in per_seed]
         entry["matrix"] = {
             "R_mean": np.mean([seed[name]["matrix"]["R"] for seed in per_seed], axis=0).round(4).tolist(),
             "per_seed": [seed[name]["matrix"] for seed in per_seed],
@@ -191,9 +195,11 @@ def _compat_mixing(arm: dict[str, Any] | None, manifest: dict[str, Any], cfg: An
 
 
 def write_outputs(folder: Path, metrics: dict[str, Any]) -> None:
-    """``losses.png``, ``behaviour.png``, ``report.md``, then ``metrics.json`` (last)."""
+    """``losses.png``, ``behaviour.png``, ``mixture.png`` (arms with a replay controller), ``report.md``,
+    then ``metrics.json`` (last)."""
     plot_losses(folder / PLOT_NAME, metrics)
     plot_behaviour(folder / BEHAVIOUR_PLOT, metrics)
+    plot_mixture(folder / MIXTURE_PLOT, metrics)
     write_report(folder / "report.md", metrics)
     write_metrics(folder / "metrics.json", metrics)
 

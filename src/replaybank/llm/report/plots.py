@@ -1,4 +1,5 @@
-"""The run's two plots: behaviour per arm (``behaviour.png``) and losses (``losses.png``).
+"""The run's plots: behaviour per arm (``behaviour.png``), losses (``losses.png``) and, for arms
+steered by a replay controller, their mixture over time (``mixture.png``).
 
 matplotlib with the Agg backend, imported inside the functions; only draws what
 :func:`replaybank.llm.report.metrics.build_metrics` assembled.
@@ -11,6 +12,7 @@ from typing import Any
 
 PLOT_NAME = "losses.png"
 BEHAVIOUR_PLOT = "behaviour.png"
+MIXTURE_PLOT = "mixture.png"
 
 BARS = [
     ("retention_conversation", "conversation\nretention"),
@@ -100,3 +102,38 @@ def plot_losses(path: Path, metrics: dict[str, Any]) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_mixture(path: Path, metrics: dict[str, Any]) -> bool:
+    """The share of every source after each evaluation, one panel per steered arm (first seed);
+    generation boundaries dotted. Nothing is written (False) when no arm has a controller."""
+    steered = [a for a in arm_names(metrics) if metrics["arms"][a].get("mixture")]
+    if not steered:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(steered), figsize=(5.2 * len(steered), 3.8), squeeze=False)
+    for ax, arm in zip(axes[0], steered, strict=True):
+        traj = metrics["arms"][arm]["mixture"]
+        names = list(dict.fromkeys(n for e in traj for n in e["shares"] if n != "domain"))
+        xs = [e["step"] for e in traj]
+        for k, n in enumerate(names):
+            ax.step(xs, [e["shares"].get(n, 0.0) for e in traj], where="post", marker=".", color=COLORS[(k + 1) % len(COLORS)], label=n)
+        ax.step(xs, [1.0 - e["shares"]["domain"] for e in traj], where="post", color="black", lw=1.2, label="all rehearsal")
+        for prev, e in zip(traj, traj[1:], strict=False):
+            if e["generation"] != prev["generation"]:
+                ax.axvline(e["step"], color="gray", ls=":", lw=0.8)
+        ax.set_title(f"{arm} ({metrics['arms'][arm].get('controller', '')})")
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("share of every batch")
+        ax.set_ylim(0, max(0.55, max(1.0 - e["shares"]["domain"] for e in traj) + 0.05))
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle("rehearsal mixture over time, per steered arm (first seed)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -17,11 +17,15 @@ from replaybank.llm.train.checkpoint_check import CHECKPOINT_SCHEMA_VERSION, che
 
 if TYPE_CHECKING:
     from replaybank.llm.train.log import TrainLog
+    from replaybank.llm.train.steer import Steering
     from replaybank.mixing import Mixer
 
 
-def save_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLog, step: int) -> None:
-    """Write the state after optimizer step ``step`` to ``path``, atomically (read it with :func:`load_checkpoint`)."""
+def save_checkpoint(
+    path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLog, step: int, steer: Steering | None = None,
+) -> None:
+    """Write the state after optimizer step ``step`` to ``path``, atomically (read it with
+    :func:`load_checkpoint`); with ``steer``, the replay controller's steering too."""
     import json
 
     import torch
@@ -39,6 +43,8 @@ def save_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLo
         **cuda_rng_state(model_device(model)),
         "log": json.loads(json.dumps(log.to_dict(), default=float)),
     }
+    if steer is not None:
+        state["steer"] = json.loads(json.dumps(steer.state_dict()))
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.parent.is_symlink():  # OUT.partial/<arm>-seedN-genG must be the run's own folder
         from replaybank.errors import ReplayBankError
@@ -50,7 +56,7 @@ def save_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLo
     os.replace(tmp, path)  # atomic: a crash never leaves a half-written checkpoint in place
 
 
-def load_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLog) -> int:
+def load_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLog, steer: Steering | None = None) -> int:
     """Restore a checkpoint written by :func:`save_checkpoint`; returns its optimizer step.
 
     The file is read with ``torch.load(weights_only=True)``: tensors and plain containers
@@ -81,8 +87,10 @@ def load_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLo
         raise ReplayBankError(f"{path}: not a readable checkpoint ({exc}); delete it to restart the arm") from None
     except RecursionError:
         raise ReplayBankError(f"{path}: not a readable checkpoint (nested too deep); delete it to restart the arm") from None
-    check_checkpoint(path, state, model, opt, mixer)
+    check_checkpoint(path, state, model, opt, mixer, steer)
     _restore(path, state, model, opt, mixer, log)
+    if steer is not None:
+        steer.load_state_dict(state["steer"])  # checked above, with the rest
     return int(state["step"])
 
 

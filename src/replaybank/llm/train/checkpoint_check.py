@@ -8,7 +8,9 @@ and finite; the optimizer's groups, parameter ids, hyperparameters and settings 
 per-parameter state (the slots this optimizer keeps, each a finite floating-point tensor, scalar
 or of its parameter's shape; the step and the second moments >= 0); the mixer position (plain
 JSON values, then :func:`replaybank.mixing.check_mixer_state`); the torch generator states
-(``uint8`` tensors of the right size); the log's steps, evaluations, tokens and seconds. Each
+(``uint8`` tensors of the right size); the log's steps, evaluations, tokens and seconds; the
+steering (a replay controller's state, :meth:`replaybank.llm.train.steer.Steering.check_state`),
+present exactly when the run is steered. Each
 failure is a :class:`~replaybank.errors.ReplayBankError` naming the file and the field.
 
 Example:
@@ -35,7 +37,7 @@ MAX_STEP = 2**53
 _FIELDS = {"schema_version", "step", "adapter", "optimizer", "mixer", "torch_rng", "log"}
 
 
-def check_checkpoint(path: Path, state: Any, model: Any, opt: Any, mixer: Any) -> None:
+def check_checkpoint(path: Path, state: Any, model: Any, opt: Any, mixer: Any, steer: Any = None) -> None:
     """Check a loaded checkpoint ``state`` against ``model``, ``opt`` and ``mixer`` (see the module
     doc); a saved CUDA generator state is sized against the GPU the model is on.
 
@@ -54,12 +56,12 @@ def check_checkpoint(path: Path, state: Any, model: Any, opt: Any, mixer: Any) -
     for key, kind in expected.items():
         if not isinstance(state.get(key), kind) or (kind is int and isinstance(state[key], bool)):
             raise ReplayBankError(f"{path}: checkpoint field {key!r} is {type(state.get(key)).__name__}, expected {kind.__name__}")
-    unknown = sorted(str(k) for k in set(state) - _FIELDS - {"cuda_rng"})
+    unknown = sorted(str(k) for k in set(state) - _FIELDS - {"cuda_rng", "steer"})
     if unknown:
         raise ReplayBankError(f"{path}: checkpoint has unknown field {unknown[0]!r}")
     _check_log(path, state["log"])
-    for key in ("mixer", "log"):  # written through JSON: plain values only
-        if not _plain(state[key]):
+    for key in ("mixer", "log", "steer"):  # written through JSON: plain values only
+        if key in state and not _plain(state[key]):
             raise ReplayBankError(f"{path}: checkpoint field {key!r} holds values that are not plain JSON (numbers, strings, lists)")
     step = state["step"]
     if step < 0:
@@ -81,6 +83,22 @@ def check_checkpoint(path: Path, state: Any, model: Any, opt: Any, mixer: Any) -
         check_mixer_state(state["mixer"], mixer)
     except ReplayBankError as exc:
         raise ReplayBankError(f"{path}: checkpoint field 'mixer': {exc}") from None
+    _check_steer(path, state.get("steer"), steer)
+
+
+def _check_steer(path: Path, saved: Any, steer: Any) -> None:
+    if saved is None and steer is None:
+        return
+    if steer is None:
+        raise ReplayBankError(f"{path}: checkpoint field 'steer': a run steered by a replay controller, but this run has "
+                              "none (a checkpoint of another recipe); delete it to restart the arm")
+    if saved is None:
+        raise ReplayBankError(f"{path}: checkpoint has no field 'steer', but this run is steered by a "
+                              f"{steer.controller.name} controller (a checkpoint of another recipe); delete it to restart the arm")
+    try:
+        steer.check_state(saved)
+    except ReplayBankError as exc:
+        raise ReplayBankError(f"{path}: checkpoint field 'steer': {exc}") from None
 
 
 def _check_log(path: Path, saved: dict[str, Any]) -> None:

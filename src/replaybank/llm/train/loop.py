@@ -33,11 +33,12 @@ from replaybank.llm.train.checkpoint import (
 )
 from replaybank.llm.train.kl import KLSpec
 from replaybank.llm.train.log import TrainLog
+from replaybank.llm.train.steer import Steering
 from replaybank.llm.train.step import DOMAIN, train_step
 from replaybank.mixing import MixBy, Mixer, row_shares
 
 __all__ = [
-    "CHECKPOINT_SCHEMA_VERSION", "KLSpec", "Source", "TrainLog", "add_lora", "epoch_slice", "train_lora",
+    "CHECKPOINT_SCHEMA_VERSION", "KLSpec", "Source", "Steering", "TrainLog", "add_lora", "epoch_slice", "train_lora",
 ]
 
 
@@ -147,6 +148,7 @@ def train_lora(
     sources: Sequence[Source] | None = None,
     mix_by: MixBy = "rows",
     kl: KLSpec | None = None,
+    steer: Steering | None = None,
 ) -> TrainLog:
     """Train the LoRA-wrapped ``model`` in place.
 
@@ -168,6 +170,10 @@ def train_lora(
             the labelled tokens (of the loss), converted to row quotas by
             :func:`replaybank.mixing.row_shares` from each source's mean labelled tokens per row.
         kl: the optional KL-to-base term.
+        steer: a replay controller steering the shares (:class:`~replaybank.llm.train.steer.Steering`,
+            over ``sources`` by name; their ``share`` is then unused): measured before the first
+            step, after every evaluation point and after the last step, each time setting the
+            mixer's shares for the steps that follow. Its state goes into the checkpoint.
 
     Returns:
         The :class:`TrainLog`; every step records rows and labelled tokens per source, so the
@@ -183,18 +189,22 @@ def train_lora(
         if share > 0 and (rehearsal is None or len(rehearsal) == 0):
             raise ValueError("a rehearsal share > 0 needs a non-empty rehearsal pool")
         sources = [Source("corpus", rehearsal, share, sliced=True)] if share > 0 and rehearsal is not None else []
-    sources = [s for s in sources if s.share > 0]
+    sources = [s for s in sources if s.share > 0 or (steer is not None and len(s.rows))]
+    if steer is not None and [s.name for s in sources] != steer.trained:
+        raise ValueError(f"steered sources {steer.trained} differ from the sources with rows {[s.name for s in sources]}")
     for s in sources:
         if len(s.rows) == 0:
             raise ValueError(f"rehearsal source {s.name!r} has a share of {s.share} but no rows")
-    total_share = sum(s.share for s in sources)
+    total_share = sum(s.share for s in sources) if steer is None else 0.0
     if total_share >= 1:
         raise ValueError(f"rehearsal shares sum to {total_share}; they must leave room for domain rows (< 1)")
     slice_size = cfg.rehearsal_rows_per_epoch
     names = ["domain"] + [s.name for s in sources]
     targets = [1.0 - total_share] + [s.share for s in sources]
     per_row = [_mean_label_tokens(domain)] + [_mean_label_tokens(s.rows) for s in sources]
-    shares = row_shares(targets, mix_by, per_row).tolist()
+    if steer is not None:
+        steer.attach(mix_by, per_row)
+    shares = (row_shares(targets, mix_by, per_row) if steer is None else steer.row_shares()).tolist()
     sizes = [len(domain)] + [slice_size if s.sliced else len(s.rows) for s in sources]
     mixer = Mixer(sizes, shares, cfg.batch_size, seed=cfg.seed)
     per_epoch = mixer.batches_per_epoch()
@@ -207,8 +217,10 @@ def train_lora(
     step = 0
     ckpt = checkpoint_dir / "checkpoint.pt" if checkpoint_dir else None
     if ckpt is not None and ckpt.is_file():
-        step = load_checkpoint(ckpt, model, opt, mixer, log)
+        step = load_checkpoint(ckpt, model, opt, mixer, log, steer)
         log.resumed_from_step = step
+    if steer is not None:
+        steer.begin()  # the losses where this run starts (a resumed run has them already)
     device = next(model.parameters()).device
     model.train()
     bar = tqdm(total=total_steps, initial=step, desc=desc, unit="step", dynamic_ncols=True, leave=False)
@@ -250,15 +262,27 @@ def train_lora(
             pending = []
             bar.set_postfix(loss=f"{total_loss:.3f}", tok_s=f"{log.tokens / max(log.seconds, 1e-9):.0f}", refresh=False)
             bar.update(1)
-            if on_eval is not None and step in eval_at:
-                result = dict(on_eval(step))
-                result["step"] = step
-                log.evals.append(result)
+            if step in eval_at:
+                _evaluate(step, on_eval, steer, mixer, log)
                 start = time.perf_counter() - log.seconds  # evaluation time is not training time
             if ckpt is not None and cfg.save_every and step % cfg.save_every == 0:
-                save_checkpoint(ckpt, model, opt, mixer, log, step)
+                save_checkpoint(ckpt, model, opt, mixer, log, step, steer)
             if max_steps is not None and step >= max_steps:
                 stop = True
                 break
     bar.close()
+    if steer is not None and steer.trajectory[-1]["step"] != step:
+        _evaluate(step, on_eval, steer, mixer, log)  # the last update reads where this run ended
     return log
+
+
+def _evaluate(
+    step: int, on_eval: Callable[[int], dict[str, float]] | None, steer: Steering | None, mixer: Mixer, log: TrainLog,
+) -> None:
+    """An evaluation point: the caller's evaluation (logged), then the steering's update."""
+    if on_eval is not None:
+        result = dict(on_eval(step))
+        result["step"] = step
+        log.evals.append(result)
+    if steer is not None:
+        steer.observe(step, mixer)

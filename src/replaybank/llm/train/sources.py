@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from replaybank.controllers import Controller
 from replaybank.llm.config import Recipe, Training
 from replaybank.llm.data.rows import TokenRows, token_rows
 from replaybank.llm.eval.measure import EvalContext
 from replaybank.llm.train.loop import Source, epoch_slice
+from replaybank.llm.train.steer import Steering
 
 
 def concat_rows(parts: list[TokenRows]) -> TokenRows:
@@ -27,8 +29,15 @@ def concat_rows(parts: list[TokenRows]) -> TokenRows:
     return token_rows([r for p in parts for r in p.rows(np.arange(len(p)))])
 
 
-def build_sources(spec: Recipe, ratio: float, generation: int, lineage: list[int], ctx: EvalContext) -> list[Source]:
+def build_sources(
+    spec: Recipe, ratio: float, generation: int, lineage: list[int], ctx: EvalContext, model: Any = None,
+    max_seq_length: int = 512,
+) -> list[Source]:
     """The rehearsal sources of one generation, the ratio split evenly over those that have rows.
+
+    ``onpolicy`` asks ``model`` (the arm's, as it is now) the stored prompts of the earlier
+    generations out of the lineage and keeps the answers the domain checker accepts
+    (:mod:`..data.onpolicy`); none accepted (or no earlier generation) leaves it without rows.
 
     Raises:
         ValueError: when the arm asks for ``self`` rows and none were synthesized.
@@ -45,9 +54,72 @@ def build_sources(spec: Recipe, ratio: float, generation: int, lineage: list[int
             earlier = [g for g in range(generation) if g not in lineage]
             if earlier:
                 available.append(("replay", concat_rows([ctx.data.domain_generations[g] for g in earlier]), False))
+        elif name == "onpolicy":
+            rows = _onpolicy(model, ctx, [g for g in range(generation) if g not in lineage], max_seq_length)
+            if rows is not None:
+                available.append(("onpolicy", rows, False))
     if not available or ratio <= 0:
         return []
     return [Source(name, rows, ratio / len(available), sliced) for name, rows, sliced in available]
+
+
+def _onpolicy(model: Any, ctx: EvalContext, earlier: list[int], max_seq_length: int) -> TokenRows | None:
+    from replaybank.llm.data.onpolicy import onpolicy_records
+    from replaybank.llm.data.prepare import encode_domain
+    from replaybank.llm.eval.generate import generate_detailed
+
+    if not earlier or model is None:
+        return None
+
+    def generate(prompts: list[str]) -> list[str]:
+        return [g.text for g in generate_detailed(model, ctx.tokenizer, prompts, max_new_tokens=ctx.max_new_tokens,
+                                                  batch_size=ctx.batch_size, desc="onpolicy answers", precision=ctx.precision)]
+
+    records, _ = onpolicy_records(generate, [ctx.data.domain_train_records[g] for g in earlier])
+    return encode_domain(ctx.tokenizer, records, max_seq_length) if records else None
+
+
+def held_out_losses(result: dict[str, Any], names: list[str], generation: int, lineage: list[int]) -> list[float]:
+    """The held-out loss each source guards, from one :func:`..eval.measure.measure_losses` result:
+    ``[current domain, *names]`` for a replay controller (NaN where there is none).
+
+    The current domain is generation ``generation``'s held-out rows; ``corpus`` guards the
+    rehearsal corpus's held-out documents (``docs_loss``), ``self`` the general text
+    (``general_loss``: the base model's own answers stand for its general behaviour), ``replay``
+    and ``onpolicy`` the earlier domains out of the lineage (the mean of their held-out losses).
+
+    Example:
+        >>> r = {"docs_loss": 2.0, "general_loss": 3.0, "domain_losses": [1.0, 4.0, 5.0]}
+        >>> held_out_losses(r, ["corpus", "self", "replay"], 2, [1, 2])
+        [5.0, 2.0, 3.0, 1.0]
+    """
+    per_gen = result["domain_losses"]
+    earlier = [per_gen[i] for i in range(generation) if i not in lineage]
+    guards = {"corpus": result["docs_loss"], "self": result["general_loss"],
+              "replay": float(np.mean(earlier)) if earlier else float("nan")}
+    guards["onpolicy"] = guards["replay"]
+    return [float(per_gen[generation]), *(float(guards.get(n, float("nan"))) for n in names)]
+
+
+def arm_steering(
+    controller: Controller | None, spec: Recipe, sources: list[Source], model: Any, ctx: EvalContext,
+    curve: list[dict[str, Any]], offset: int, generation: int, lineage: list[int],
+) -> Steering | None:
+    """The steering of one generation of an arm by its controller (None without one or without
+    sources): it reads the held-out losses of the evaluation just appended to ``curve`` (steps
+    counted from ``offset``), and measures them itself before the first step."""
+    from replaybank.llm.eval.measure import measure_losses
+
+    if controller is None or not sources:
+        return None
+
+    def measure(step: int) -> list[float]:
+        last = curve[-1] if curve else None
+        if last is None or last["generation"] != generation or last["step"] != offset + step:
+            last = measure_losses(model, ctx)  # step 0: where this generation starts
+        return held_out_losses(last, spec.source, generation, lineage)
+
+    return Steering(controller, [s.name for s in sources], measure, k=spec.trend_window)
 
 
 def rows_per_epoch(steps: list[dict[str, Any]], source: str) -> float:
