@@ -37,6 +37,22 @@ def bounded() -> Callable[[Callable[[], Any], float], Any]:
             assert time.monotonic() - start < seconds, f"a call ran past its {seconds} s bound"
 
     return run
+@pytest.fixture
+def alarm() -> Any:
+    """Fail (SIGALRM after 30 s) rather than hang: for tests of calls that once blocked forever
+    (reading a FIFO). ``pytest.fail`` is a ``BaseException``, so no ``except`` in the code swallows it."""
+    import signal
+
+    def hung(*_: Any) -> None:
+        pytest.fail("blocked: the call did not return within 30 s")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
 _collected: set[Path] = set()
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from replaybank.episodic.store import StoreError
+from replaybank.errors import ReplayBankError
 from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.config.names import UnsafePathError, refuse_links, safe_folder
 from replaybank.llm.loop.consolidate import AdapterError, load_adapter, save_adapter
@@ -355,3 +356,25 @@ def test_an_adapter_json_that_is_not_a_record_is_an_adapter_error(tmp_path, meta
     (tmp_path / "gen1" / "adapter.json").write_bytes(meta)
     with pytest.raises(AdapterError, match=match):
         load_adapter(model, tmp_path / "gen1")
+
+
+@pytest.mark.parametrize("key", ["tasks", "rehearsal"])
+@pytest.mark.parametrize("kind", ["fifo", "folder", "device"])
+def test_run_loop_refuses_a_task_or_rehearsal_file_that_is_not_regular(tiny_cfg, tmp_path, alarm, key, kind):
+    """run_loop called directly (no CLI check first): a FIFO once blocked the JSONL reader forever."""
+    data = tiny_cfg(demos=0)
+    path = tmp_path / f"{key}.jsonl"
+    if path.exists():
+        path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        path.symlink_to("/dev/zero")  # never ends; a link the user named is followed, then refused
+    data["loop"][key] = str(path)
+    kinds = {"fifo": "a FIFO", "folder": "a folder", "device": "a character device"}
+    with pytest.raises(ReplayBankError, match=rf"{path}: is {kinds[kind]}.*not a regular file"):
+        run_loop(LoopConfig.from_dict(data), tmp_path / "run", log=lambda m: None)
+    assert not (tmp_path / "run" / "adapters").exists()
+
