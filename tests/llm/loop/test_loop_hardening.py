@@ -378,3 +378,43 @@ def test_run_loop_refuses_a_task_or_rehearsal_file_that_is_not_regular(tiny_cfg,
         run_loop(LoopConfig.from_dict(data), tmp_path / "run", log=lambda m: None)
     assert not (tmp_path / "run" / "adapters").exists()
 
+
+@pytest.mark.parametrize("name", ["report.md", "metrics.json", "loop.png"])
+def test_the_grid_report_is_never_written_through_a_link(run_copy, tmp_path, name):
+    """report.md / metrics.json / loop.png stay inside the grid folder: a link at any of them is
+    refused before the first is written (also by run_grid, before any run starts)."""
+    from replaybank.llm.loop.report import write_report
+    from replaybank.llm.recipes.loop import run_grid
+
+    data, run = run_copy
+    grid = tmp_path / "grid"
+    grid.mkdir()
+    shutil.move(run, grid / "window-rehearsal-s0")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("mine")
+    (grid / name).symlink_to(outside)
+    with pytest.raises(UnsafePathError, match=rf"grid/{name}: is a symbolic link"):
+        write_report(grid)
+    with pytest.raises(UnsafePathError, match=rf"grid/{name}: is a symbolic link"):
+        run_grid([("window-rehearsal-s0", _more(data))], grid, log=lambda m: None)
+    assert outside.read_text() == "mine"
+    assert sorted(p.name for p in grid.iterdir()) == sorted([name, "window-rehearsal-s0"])  # nothing written
+    assert json.loads((grid / "window-rehearsal-s0" / "state.json").read_text())["finished"] == 2  # no run started
+    (grid / name).unlink()
+    (grid / f".{name}.tmp").symlink_to(outside)  # a link at the temporary name is removed, not followed
+    assert write_report(grid) == grid / "report.md"
+    assert outside.read_text() == "mine" and not (grid / f".{name}.tmp").exists()
+    assert {p.name for p in grid.iterdir()} == {"report.md", "metrics.json", "loop.png", "window-rehearsal-s0"}
+    assert (grid / "loop.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_grid_report_refuses_a_run_folder_that_is_a_link(run_copy, tmp_path):
+    from replaybank.llm.loop.report import write_report
+
+    _, run = run_copy
+    grid = tmp_path / "grid"
+    grid.mkdir()
+    (grid / "window-rehearsal-s0").symlink_to(run)  # a run elsewhere, linked in
+    with pytest.raises(UnsafePathError, match=r"window-rehearsal-s0: is a symbolic link"):
+        write_report(grid)
+    assert list(grid.iterdir()) == [grid / "window-rehearsal-s0"]
