@@ -112,3 +112,31 @@ def test_the_config_checks_name_a_fifo_as_one(tmp_path, alarm):
     path.write_text(f'[loop]\ntasks = "{tmp_path / "tasks.jsonl"}"\n', encoding="utf-8")
     with pytest.raises(ConfigError, match=r"c.toml:2: \[loop\] tasks = .*: is a FIFO \(named pipe\), not a regular file"):
         check_loop_sources(LoopConfig.from_toml(path))
+
+
+def test_the_main_jobs_stamp_and_report_files_are_not_written_through_a_link(tmp_path):
+    from replaybank.llm.config.names import UnsafePathError
+    from replaybank.llm.report.folder import partial_dir
+    from replaybank.llm.report.metrics import write_outputs
+
+    out, outside = tmp_path / "out", tmp_path / "outside.txt"
+    outside.write_text("mine")
+    partial = out.with_name("out.partial")
+    partial.mkdir()
+    (partial / "config.sha256").symlink_to(outside)
+    partial_dir(out, {"a": 1}, 1, force=True)  # another config's leftovers: removed, the link with them
+    assert outside.read_text() == "mine" and not (partial / "config.sha256").is_symlink()
+    key = (partial / "config.sha256").read_text()
+    (partial / "config.sha256").unlink()
+    outside.write_text(key)  # a link to a file that matches: resumed, but the stamp never rewritten through it
+    (partial / "config.sha256").symlink_to(outside)
+    with pytest.raises(UnsafePathError, match=r"config.sha256: is a symbolic link"):
+        partial_dir(out, {"a": 1}, 1, force=False)
+    outside.write_text("mine")
+    for name in ("report.md", "metrics.json", "losses.png"):
+        folder = tmp_path / f"f-{name}"
+        folder.mkdir()
+        (folder / name).symlink_to(outside)
+        with pytest.raises(UnsafePathError, match=rf"{name}: is a symbolic link"):
+            write_outputs(folder, {})  # refused before anything is drawn or written
+        assert outside.read_text() == "mine" and [p.name for p in folder.iterdir()] == [name]

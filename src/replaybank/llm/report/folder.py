@@ -17,7 +17,7 @@ from typing import Any
 
 from replaybank.errors import ReplayBankError
 from replaybank.files import read_regular
-from replaybank.llm.config.names import safe_folder
+from replaybank.llm.config.names import safe_folder, write_inside
 
 
 class OutputError(ReplayBankError):
@@ -61,7 +61,7 @@ def partial_dir(out: Path, config: dict[str, Any], n_seeds: int, force: bool) ->
             )
         shutil.rmtree(partial)
     partial.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(key)
+    write_inside(partial, stamp.name, key.encode())  # a link at the stamp is refused, never written through
     return partial
 
 

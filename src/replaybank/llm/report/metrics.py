@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from replaybank.llm.config.floor import resolve_floors
+from replaybank.llm.config.names import refuse_links
 from replaybank.llm.report.families import family_summary, interval_method
 from replaybank.llm.report.gate import evaluate_gate
 from replaybank.llm.report.markdown import write_report
@@ -196,7 +197,13 @@ def _compat_mixing(arm: dict[str, Any] | None, manifest: dict[str, Any], cfg: An
 
 def write_outputs(folder: Path, metrics: dict[str, Any]) -> None:
     """``losses.png``, ``behaviour.png``, ``mixture.png`` (arms with a replay controller), ``report.md``,
-    then ``metrics.json`` (last)."""
+    then ``metrics.json`` (last).
+
+    Raises:
+        UnsafePathError: a link (or anything but a regular file) at one of these names in
+            ``folder``: refused before the first is written, never written through.
+    """
+    refuse_links(folder, PLOT_NAME, BEHAVIOUR_PLOT, MIXTURE_PLOT, "report.md", "metrics.json")
     plot_losses(folder / PLOT_NAME, metrics)
     plot_behaviour(folder / BEHAVIOUR_PLOT, metrics)
     plot_mixture(folder / MIXTURE_PLOT, metrics)
