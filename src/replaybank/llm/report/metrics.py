@@ -19,7 +19,14 @@ from replaybank.llm.config.names import refuse_links
 from replaybank.llm.report.families import family_summary, interval_method
 from replaybank.llm.report.gate import evaluate_gate
 from replaybank.llm.report.markdown import write_report
-from replaybank.llm.report.plots import BEHAVIOUR_PLOT, MIXTURE_PLOT, PLOT_NAME, plot_behaviour, plot_losses, plot_mixture
+from replaybank.llm.report.plots import (
+    BEHAVIOUR_PLOT,
+    MIXTURE_PLOT,
+    PLOT_NAME,
+    plot_behaviour,
+    plot_losses,
+    plot_mixture,
+)
 
 METRICS_SCHEMA_VERSION = 3
 COMPAT_KEYS = ("general_loss", "domain_loss", "probe_score", "probe_logprob")
