@@ -1,6 +1,7 @@
 """Reading UTF-8 text and JSON Lines files with errors that name ``file:line``.
 
-The one JSONL reader of the project (task files, behaviour suites, corpora, probes). Callers pass
+The one JSONL reader of the project (task files, behaviour suites, corpora, probes); it reads
+regular files only (a FIFO or device is refused at once, never waited on). Callers pass
 their own :class:`~replaybank.errors.ReplayBankError` subclass as ``error`` so a bad line surfaces
 as, say, ``SuiteError``; the default is :class:`JsonlError`. Stdlib only.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.errors import ReplayBankError
+from replaybank.files import read_regular
 
 
 class JsonlError(ReplayBankError):
@@ -23,14 +25,10 @@ def read_utf8(path: Path, *, error: type[ReplayBankError] = JsonlError) -> str:
     """The whole file decoded as UTF-8.
 
     Raises:
-        error: the file is missing or unreadable, or not UTF-8 (naming the line and the byte).
+        error: the file is missing or unreadable, not a regular file (a FIFO, device or folder:
+            :func:`~replaybank.files.read_regular`), or not UTF-8 (naming the line and the byte).
     """
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise error(f"{path}: file not found") from None
-    except OSError as exc:
-        raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
+    data = read_regular(path, error=error)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

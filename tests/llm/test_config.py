@@ -7,6 +7,7 @@ import tomllib
 
 from replaybank.llm.config import Config, ConfigError
 from replaybank.llm.config.check import check_sources
+from replaybank.llm.config.loop import LoopConfig
 
 
 def test_defaults_are_the_embedded_experiment():
@@ -91,8 +92,20 @@ def test_file_errors(tmp_path):
         Config.from_toml(tmp_path / "missing.toml")
     bad = tmp_path / "bad.toml"
     bad.write_text("[training\nlora_rank = 3")
-    with pytest.raises(ConfigError, match=r"bad.toml: invalid TOML"):
+    with pytest.raises(ConfigError, match=r"bad.toml:1: invalid TOML"):
         Config.from_toml(bad)
+    bad.write_text("[training]\nlora_rank = 3\n\nseed = = 1\n")  # every error names its line, syntax ones too
+    with pytest.raises(ConfigError, match=r"bad.toml:4: invalid TOML \(.*at line 4"):
+        Config.from_toml(bad)
+    bad.write_text("[training]\nlora_rank = [1,")
+    with pytest.raises(ConfigError, match=r"bad.toml:2: invalid TOML"):
+        Config.from_toml(bad)
+    bad.write_bytes(b"[training]\n\nbase_model = 'caf\xe9'\n")
+    with pytest.raises(ConfigError, match=r"bad.toml:3: not valid UTF-8 \(byte 0xe9\)"):
+        Config.from_toml(bad)
+    bad.write_text("[loop]\nseed = 1\n\n[arms.x]\nsource = []\n")  # the loop has no [arms]: the sub-table's line
+    with pytest.raises(ConfigError, match=r"bad.toml:4: unknown section \[arms\]"):
+        LoopConfig.from_toml(bad)
     typo = tmp_path / "typo.toml"
     typo.write_text("[training]\nlora_rnak = 3\n")
     with pytest.raises(ConfigError, match=r"typo.toml:2: unknown key \[training\] lora_rnak; did you mean 'lora_rank'"):

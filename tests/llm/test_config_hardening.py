@@ -162,3 +162,33 @@ def test_out_naming_an_existing_file_is_a_clear_error(tmp_path, monkeypatch, cap
     assert "--out afile: exists and is not a folder" in capsys.readouterr().err
     assert main(["run", "--out", "afile", "--max-steps", "1"]) == 2
     assert "afile: exists and is not a folder; choose another --out" in capsys.readouterr().err
+
+
+def test_a_lora_target_module_the_model_lacks_is_a_model_error_before_any_training(tiny_model_dir, tmp_path):
+    """``lora_target_modules = ["qproj"]`` (a typo of q_proj) was accepted by the config; the run must
+    refuse it naming the modules the model has, before wrapping the model (PEFT's own error is a
+    plain ValueError raised mid-setup)."""
+    import dataclasses
+
+    from replaybank.llm.config import Training
+    from replaybank.llm.model import ModelError, load_model
+    from replaybank.llm.train import add_lora
+
+    model, _ = load_model(str(tiny_model_dir), "cpu", log=lambda m: None)
+    cfg = dataclasses.replace(Training(), lora_target_modules=["q_proj", "qproj"])
+    with pytest.raises(ModelError, match=r"lora_target_modules: qproj not found in the model; its linear modules are: .*q_proj"):
+        add_lora(model, cfg)
+    assert not any("lora_" in n for n, _ in model.named_parameters())  # nothing wrapped
+
+
+def test_a_recipe_without_sources_has_no_share_and_its_written_config_reads_back(tmp_path):
+    """Found by tests/llm/test_config_fuzz.py: ``[arms.x]`` with ``kl_to_base = 0`` and no source was
+    accepted with the default ratio 0.1 (a share of no rehearsal rows), and the effective config
+    written from it (``to_dict`` / ``replaybank config``) was then refused on reading back."""
+    cfg = Config.from_toml(_toml(tmp_path, "[training]\nseed = 1\n\n[arms.other]\nkl_to_base = 0\n"))
+    assert cfg.arms["other"].source == [] and cfg.arms["other"].ratio == 0.0
+    assert Config.from_dict(cfg.to_dict()).to_dict() == cfg.to_dict()
+    again = Config.from_toml(_toml(tmp_path, cfg.to_toml(), "effective.toml"))
+    assert again.arms["other"] == cfg.arms["other"]
+    loop = LoopConfig.from_toml(_toml(tmp_path, '[loop]\nrecipe = "x"\n\n[recipes.x]\nsource = []\n'))
+    assert loop.recipes["x"].ratio == 0.0 and LoopConfig.from_dict(loop.to_dict()).to_dict() == loop.to_dict()

@@ -154,7 +154,7 @@ def test_pool_file_errors(tmp_path: Path) -> None:
     jl.write_text('{"prompt": "ok?"}\n{"prompt": \n', "utf-8")
     with pytest.raises(SelfSynthError, match=r"pool\.jsonl:2: malformed JSON"):
         load_prompt_pool(str(jl))
-    with pytest.raises(SelfSynthError, match=r"missing\.txt: cannot read"):
+    with pytest.raises(SelfSynthError, match=r"missing\.txt: prompt pool not found"):
         load_prompt_pool(str(tmp_path / "missing.txt"))
     with pytest.raises(SelfSynthError, match="n_rows must be >= 1"):
         run(tmp_path, pool_file(tmp_path, ["a?"]), FakeGen(), n_rows=0)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from replaybank.episodic.store import StoreError
+from replaybank.errors import ReplayBankError
 from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.config.names import UnsafePathError, refuse_links, safe_folder
 from replaybank.llm.loop.consolidate import AdapterError, load_adapter, save_adapter
@@ -355,3 +356,65 @@ def test_an_adapter_json_that_is_not_a_record_is_an_adapter_error(tmp_path, meta
     (tmp_path / "gen1" / "adapter.json").write_bytes(meta)
     with pytest.raises(AdapterError, match=match):
         load_adapter(model, tmp_path / "gen1")
+
+
+@pytest.mark.parametrize("key", ["tasks", "rehearsal"])
+@pytest.mark.parametrize("kind", ["fifo", "folder", "device"])
+def test_run_loop_refuses_a_task_or_rehearsal_file_that_is_not_regular(tiny_cfg, tmp_path, alarm, key, kind):
+    """run_loop called directly (no CLI check first): a FIFO once blocked the JSONL reader forever."""
+    data = tiny_cfg(demos=0)
+    path = tmp_path / f"{key}.jsonl"
+    if path.exists():
+        path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        path.symlink_to("/dev/zero")  # never ends; a link the user named is followed, then refused
+    data["loop"][key] = str(path)
+    kinds = {"fifo": "a FIFO", "folder": "a folder", "device": "a character device"}
+    with pytest.raises(ReplayBankError, match=rf"{path}: is {kinds[kind]}.*not a regular file"):
+        run_loop(LoopConfig.from_dict(data), tmp_path / "run", log=lambda m: None)
+    assert not (tmp_path / "run" / "adapters").exists()
+
+
+@pytest.mark.parametrize("name", ["report.md", "metrics.json", "loop.png"])
+def test_the_grid_report_is_never_written_through_a_link(run_copy, tmp_path, name):
+    """report.md / metrics.json / loop.png stay inside the grid folder: a link at any of them is
+    refused before the first is written (also by run_grid, before any run starts)."""
+    from replaybank.llm.loop.report import write_report
+    from replaybank.llm.recipes.loop import run_grid
+
+    data, run = run_copy
+    grid = tmp_path / "grid"
+    grid.mkdir()
+    shutil.move(run, grid / "window-rehearsal-s0")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("mine")
+    (grid / name).symlink_to(outside)
+    with pytest.raises(UnsafePathError, match=rf"grid/{name}: is a symbolic link"):
+        write_report(grid)
+    with pytest.raises(UnsafePathError, match=rf"grid/{name}: is a symbolic link"):
+        run_grid([("window-rehearsal-s0", _more(data))], grid, log=lambda m: None)
+    assert outside.read_text() == "mine"
+    assert sorted(p.name for p in grid.iterdir()) == sorted([name, "window-rehearsal-s0"])  # nothing written
+    assert json.loads((grid / "window-rehearsal-s0" / "state.json").read_text())["finished"] == 2  # no run started
+    (grid / name).unlink()
+    (grid / f".{name}.tmp").symlink_to(outside)  # a link at the temporary name is removed, not followed
+    assert write_report(grid) == grid / "report.md"
+    assert outside.read_text() == "mine" and not (grid / f".{name}.tmp").exists()
+    assert {p.name for p in grid.iterdir()} == {"report.md", "metrics.json", "loop.png", "window-rehearsal-s0"}
+    assert (grid / "loop.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_grid_report_refuses_a_run_folder_that_is_a_link(run_copy, tmp_path):
+    from replaybank.llm.loop.report import write_report
+
+    _, run = run_copy
+    grid = tmp_path / "grid"
+    grid.mkdir()
+    (grid / "window-rehearsal-s0").symlink_to(run)  # a run elsewhere, linked in
+    with pytest.raises(UnsafePathError, match=r"window-rehearsal-s0: is a symbolic link"):
+        write_report(grid)
+    assert list(grid.iterdir()) == [grid / "window-rehearsal-s0"]

@@ -88,7 +88,7 @@ def check_loop_sources(cfg: LoopConfig, out: Path | None = None) -> None:
 
         path = Path(lp.tasks).expanduser()
         if not path.is_file():
-            problems.append(("loop", "tasks", lp.tasks, f"no such file{_where(path)}; expected 'builtin:qx' or a JSONL task file"))
+            problems.append(("loop", "tasks", lp.tasks, f"{_no_file(path)}; expected 'builtin:qx' or a JSONL task file"))
         else:
             try:
                 JsonlTasks(path)
@@ -101,7 +101,7 @@ def check_loop_sources(cfg: LoopConfig, out: Path | None = None) -> None:
         table, key = ("loop", "rehearsal") if legacy else (table_name("recipes", lp.recipe), "source")
         path = Path(files[0]).expanduser()
         if not path.is_file():
-            problems.append((table, key, files[0], f"no such file{_where(path)}; expected a JSONL file of {{prompt, response}} rows"))
+            problems.append((table, key, files[0], f"{_no_file(path)}; expected a JSONL file of {{prompt, response}} rows"))
         else:
             try:
                 read_rehearsal_file(path)
@@ -118,6 +118,17 @@ def check_loop_sources(cfg: LoopConfig, out: Path | None = None) -> None:
     ]
     if lines:
         raise ConfigError("\n".join(lines))
+
+
+def _no_file(path: Path) -> str:
+    """Why ``path`` (not a regular file) is refused: absent, or a FIFO, device or folder (which a
+    reader would block on or fail to read)."""
+    from replaybank.files import file_kind
+
+    try:
+        return f"is {file_kind(os.stat(path).st_mode)}, not a regular file"
+    except OSError:
+        return f"no such file{_where(path)}"
 
 
 def _where(path: Path) -> str:
@@ -163,7 +174,7 @@ def _check_builtin_or_file(value: str, expected: str) -> str | None:
         return None
     path = Path(value).expanduser()
     if not path.is_file():
-        return f"no such file{_where(path)}; expected 'builtin' or {expected}"
+        return f"{_no_file(path)}; expected 'builtin' or {expected}"
     return None if os.access(path, os.R_OK) else "file is not readable (permissions)"
 
 
@@ -175,7 +186,7 @@ def _check_probe(value: str) -> str | None:
         return None
     path = Path(value).expanduser()
     if not path.is_file():
-        return f"no such file{_where(path)}; expected {BUILTIN_PROBE!r} or a JSONL file of {{prompt, answer}} lines"
+        return f"{_no_file(path)}; expected {BUILTIN_PROBE!r} or a JSONL file of {{prompt, answer}} lines"
     try:  # read as the run reads it: a file that is not a probe fails here, before the model loads
         load_probe(value)
     except ReplayBankError as exc:

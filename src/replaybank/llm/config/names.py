@@ -25,7 +25,7 @@ from pathlib import Path
 
 from replaybank.errors import ReplayBankError
 
-__all__ = ["MAX_NAME", "UnsafePathError", "check_name", "is_name", "refuse_links", "safe_folder"]
+__all__ = ["MAX_NAME", "UnsafePathError", "check_name", "is_name", "refuse_links", "safe_folder", "write_inside"]
 
 MAX_NAME = 100
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
@@ -111,3 +111,30 @@ def refuse_links(folder: Path, *names: str) -> None:
             raise UnsafePathError(f"{path}: is a symbolic link; a run folder holds its own files (remove the link)")
         if not stat.S_ISREG(mode):
             raise UnsafePathError(f"{path}: exists and is not a regular file")
+
+
+def write_inside(folder: Path, name: str, data: bytes) -> Path:
+    """Replace ``folder/name`` with ``data`` atomically, never writing through a link: ``name`` is a
+    checked name, a link (or FIFO, device, folder) at it is refused, and the bytes go to a fresh
+    temporary file (a leftover or a link at its name is removed, never followed) renamed into place.
+
+    Raises:
+        UnsafePathError: ``name`` is not a name, or something other than a regular file is at it.
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> write_inside(folder, "report.md", b"# hi").read_text()
+        '# hi'
+    """
+    try:
+        check_name(name, "file")
+    except ValueError as exc:
+        raise UnsafePathError(f"{folder}: {exc}") from None
+    refuse_links(folder, name)
+    tmp = folder / f".{name}.tmp"
+    tmp.unlink(missing_ok=True)
+    with open(tmp, "xb") as f:  # O_EXCL: never through a link made meanwhile
+        f.write(data)
+    os.replace(tmp, folder / name)
+    return folder / name

@@ -200,6 +200,8 @@ def parse_recipes(raw: Any, source: str, section: str = "recipes", text: str | N
                                   f"{LOOP_SPELLING[key]!r}? ([loop] {key} is its old spelling in the loop)")
         values = auto_ratio(values, at(source, text, table, "ratio"), table)
         spec, keys = read_section(source, table, Recipe, values, text=text)
+        if not spec.source and "ratio" not in keys:  # no sources: no share (the naive arm's 0, not the 0.1 default),
+            spec = replace(spec, ratio=0.0)  # so the config written back (to_dict, to_toml) reads back
         check_recipe(spec, table, keys, source, text)
         out[name] = spec
     return out

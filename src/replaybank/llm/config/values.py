@@ -30,6 +30,7 @@ from typing import Any, Literal, TypeVar, get_args, get_type_hints
 import tomllib
 
 from replaybank.errors import ReplayBankError
+from replaybank.files import read_regular
 
 S = TypeVar("S")
 
@@ -46,24 +47,23 @@ def read_toml(path: str | Path) -> tuple[dict[str, Any], str]:
     editors write one; TOML itself does not allow it).
 
     Raises:
-        ConfigError: a missing or unreadable file, not UTF-8, invalid TOML (with its line and
+        ConfigError: a missing or unreadable file, not a regular file (a FIFO, device or folder), not UTF-8, invalid TOML (with its line and
             column), or arrays and tables nested too deep to read.
     """
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: config file not found") from None
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    raw = read_regular(p, error=ConfigError, what="config file")  # a FIFO would block forever
     try:
         text = raw.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{p}: not valid UTF-8") from None
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{p}:{line}: not valid UTF-8 (byte 0x{raw[exc.start]:02x}); re-encode the file as UTF-8") from None
     try:
         return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{p}: invalid TOML ({exc})") from None
+        # tomllib (before 3.14) gives the place only in its message: "(at line 3, column 7)" or "(at end of document)"
+        found = re.search(r"\(at line (\d+), column \d+\)$", str(exc))
+        line = int(found.group(1)) if found else text.count("\n") + (not text.endswith("\n"))
+        raise ConfigError(f"{p}:{max(line, 1)}: invalid TOML ({exc})") from None
     except RecursionError:  # tomllib recurses once per nesting level
         raise ConfigError(f"{p}: invalid config: arrays or tables nested too deep to read") from None
 
@@ -97,7 +97,8 @@ def read_section(
 
 def at(source: str, text: str | None, table: str, key: str | None = None) -> str:
     r"""``source:LINE`` where ``key`` of ``[table]`` is written in ``text`` (else the table's header
-    line), or ``source`` alone when neither is found or there is no text.
+    line, or the first of its sub-tables' headers), or ``source`` alone when none is found or there
+    is no text.
 
     Example:
         >>> at("run.toml", "[loop]\nseed = 1\n\n[recipes.mine]\nratio = 2\n", "recipes.mine", "ratio")
@@ -113,7 +114,8 @@ def key_line(text: str, table: str, key: str | None = None) -> int | None:
     r"""The 1-based line of ``key = ...`` inside ``[table]`` of the TOML ``text``; the line of the
     table's header when the key is not written there (or ``key`` is None); the line of
     ``name = {...}`` when the table is written inline (``[recipes]`` then ``mine = {ratio = 2}``);
-    None when the table is not in the text. A scan of the text, not a parser: enough to point at a
+    the first sub-table's header when only those are written (``[arms.x]`` for ``arms``); None
+    when the table is not in the text. A scan of the text, not a parser: enough to point at a
     line, never used to read a value.
 
     Example:
@@ -127,6 +129,7 @@ def key_line(text: str, table: str, key: str | None = None) -> int | None:
     header: int | None = None
     parent = want[:-1]
     inline: int | None = None
+    child: int | None = None
     current: tuple[str, ...] = ()
     for n, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
@@ -134,6 +137,8 @@ def key_line(text: str, table: str, key: str | None = None) -> int | None:
             current = _dotted(line[1:line.find("]")] if "]" in line else line[1:])
             if current == want and header is None:
                 header = n
+            elif current[: len(want)] == want and child is None:  # [arms.x] for an unknown [arms]
+                child = n
             continue
         name, eq, _ = line.partition("=")
         if not eq or line.startswith("#"):
@@ -143,7 +148,7 @@ def key_line(text: str, table: str, key: str | None = None) -> int | None:
             return n
         if parent and path == want and inline is None:
             inline = n
-    return header if header is not None else inline
+    return header if header is not None else inline if inline is not None else child
 
 
 def _dotted(name: str) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from replaybank.files import check_regular
 from replaybank.llm.data.corpus import (
     JSONL_SUFFIXES,
     PARQUET_SUFFIXES,
@@ -99,7 +100,7 @@ def open_column(source: str | Path, text_field: str, split: str, min_rows: int) 
             return None  # a missing file: load_corpus names it
         ds = open_hf_dataset(str(source), split, text_field, CorpusError)
         return _from_dataset(ds, text_field, f"hf:{source}[{split}]", min_rows)
-    files = list_data_files(path) if path.is_dir() else [path]
+    files = list_data_files(path) if path.is_dir() else [check_regular(path, error=CorpusError)]  # no FIFO
     if any(f.suffix.lower() not in PARQUET_SUFFIXES + JSONL_SUFFIXES for f in files):
         return None
     if sum(_row_estimate(f) for f in files) <= min_rows:

@@ -23,6 +23,7 @@ from typing import Any
 
 from replaybank import jsonl
 from replaybank.errors import ReplayBankError
+from replaybank.files import check_regular
 from replaybank.jsonl import read_utf8
 from replaybank.llm.data.saved import is_saved_dataset, iter_saved_dataset, open_hf_dataset
 
@@ -154,8 +155,7 @@ def read_parquet_column(path: Path, text_field: str) -> Any:
         raise CorpusError(
             f"{path}: reading Parquet needs pyarrow (pip install pyarrow), or convert it to JSONL"
         ) from None
-    if not path.is_file():
-        raise CorpusError(f"{path}: file not found")
+    check_regular(path, error=CorpusError)  # pyarrow would block on a FIFO
     try:
         names = pq.read_schema(path).names  # the footer only: a missing column fails before any row is read
     except Exception as exc:  # pyarrow raises several unrelated types for bad files

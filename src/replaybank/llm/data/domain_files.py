@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from replaybank.files import check_regular
 from replaybank.llm.data.corpus import (
     JSONL_SUFFIXES,
     PARQUET_SUFFIXES,
@@ -93,7 +94,7 @@ def read_domain_source(path: Path, split: str, source: str | None = None) -> tup
             raise CorpusError(f"{path}: domain data not found")
         ds = open_hf_dataset(source, split, None, CorpusError, key="domain_train / domain_eval")
         return _dataset(ds, f"hf:{source}[{split}]", source)
-    files = list_data_files(path) if path.is_dir() else [path]
+    files = list_data_files(path) if path.is_dir() else [check_regular(path, error=CorpusError)]  # no FIFO
     records: list[DomainRecord] = []
     digest = hashlib.sha256()
     for file in files:

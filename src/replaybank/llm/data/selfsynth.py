@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from replaybank.errors import ReplayBankError
+from replaybank.files import read_regular
 from replaybank.llm.config import Config
 from replaybank.llm.data.magpie import write_prompts
 from replaybank.llm.data.rows import TokenRows, encode_pair, token_rows
@@ -89,10 +90,7 @@ def load_prompt_pool(source: str = BUILTIN) -> tuple[list[str], Path]:
             no prompt at all.
     """
     path = builtin_pool_path() if source == BUILTIN else Path(source).expanduser()
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SelfSynthError(f"{path}: cannot read prompt pool ({exc.strerror or exc})") from None
+    data = read_regular(path, error=SelfSynthError, what="prompt pool")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -324,9 +322,9 @@ def _source(prompts: str) -> tuple[str | None, bool]:
 
 
 def _read_cache(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
-    try:
-        obj = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
+    try:  # a FIFO or device in the cache is skipped (read_regular refuses it), never waited on
+        obj = json.loads(read_regular(path).decode("utf-8"))
+    except (ValueError, RecursionError):  # ReplayBankError included
         return None
     if not isinstance(obj, dict) or obj.get("schema") != CACHE_SCHEMA:
         return None

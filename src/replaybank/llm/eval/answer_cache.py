@@ -11,14 +11,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+from replaybank.files import read_regular
+
 
 def read_answers(path: Path, fingerprint: str, digest: str, schema: int) -> dict[str, str] | None:
     """The answers cached in ``path`` when it holds answers of this model (``fingerprint``), these
     items (``digest``) and this cache ``schema``; None for anything else (missing, unreadable,
     another model, a tampered file): the caller then generates them again."""
-    try:
-        obj = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
+    try:  # a FIFO or device in the cache is skipped (read_regular refuses it), never waited on
+        obj = json.loads(read_regular(path).decode("utf-8"))
+    except (ValueError, RecursionError):  # ReplayBankError included
         return None
     if not isinstance(obj, dict) or obj.get("schema") != schema or obj.get("model") != fingerprint \
             or obj.get("items_sha256") != digest or not isinstance(obj.get("answers"), dict):

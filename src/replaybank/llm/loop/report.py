@@ -22,8 +22,10 @@ from typing import Any
 import numpy as np
 
 from replaybank.llm.config.loop import LoopConfig
+from replaybank.llm.config.names import UnsafePathError, refuse_links, write_inside
 
 METRICS = ("exact", "credit", "exact_ctx", "credit_ctx", "retention")
+REPORT_FILES = ("report.md", "metrics.json", "loop.png")
 LABELS = {
     "exact": "held-out exact, no context", "credit": "held-out credit, no context",
     "exact_ctx": "held-out exact, with context", "credit_ctx": "held-out credit, with context",
@@ -56,6 +58,8 @@ def collect(out: Path) -> list[dict[str, Any]]:
 
     runs = []
     for folder in sorted(p.parent for p in out.glob("*/state.json")):
+        if folder.is_symlink():  # a run folder is the grid's own, never one elsewhere
+            raise UnsafePathError(f"{folder}: is a symbolic link; a grid folder holds its own runs (remove the link)")
         state = read_state(folder)
         if state is not None:
             runs.append({"name": folder.name, "folder": folder, "state": state})
@@ -136,7 +140,17 @@ def _seconds(state: dict[str, Any]) -> float:
 
 
 def write_report(out: Path) -> Path:
-    """Write ``report.md``, ``metrics.json`` and ``loop.png`` for the runs under ``out``."""
+    """Write ``report.md``, ``metrics.json`` and ``loop.png`` for the runs under ``out``.
+
+    Each file is written inside ``out`` only (:func:`write_inside`): a link, FIFO or folder at any
+    of the three names is refused before the first is written.
+
+    Raises:
+        UnsafePathError: a link (or anything but a regular file) at one of the names, or a run
+            folder under ``out`` that is a link.
+        StateError: a run's ``state.json`` fails its checks.
+    """
+    refuse_links(out, *REPORT_FILES)
     runs = collect(out)
     agg = aggregate(runs)
     lines = ["# Consolidation loop", "",
@@ -171,12 +185,12 @@ def write_report(out: Path) -> Path:
     for run in runs:
         lines += [f"### {run['name']}", "", *_run_table(run["state"]), "", *_level_table(run["state"]),
                   "```", _store_text(run["folder"]), "```", ""]
-    report = out / "report.md"
-    report.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (out / "metrics.json").write_text(json.dumps({**agg, "paired_retention_gap": gaps} if gaps else agg, indent=1),
-                                      encoding="utf-8")
-    if agg:
-        _plot(agg, out / "loop.png")
+    metrics = json.dumps({**agg, "paired_retention_gap": gaps} if gaps else agg, indent=1)
+    png = _plot(agg) if agg else None
+    report = write_inside(out, "report.md", ("\n".join(lines) + "\n").encode("utf-8"))
+    write_inside(out, "metrics.json", metrics.encode("utf-8"))
+    if png is not None:
+        write_inside(out, "loop.png", png)
     return report
 
 
@@ -240,7 +254,10 @@ def _store_text(folder: Path) -> str:
         return format_summary(summary(store)).replace(str(path), f"{folder.name}/store.db")
 
 
-def _plot(agg: dict[str, Any], path: Path) -> None:
+def _plot(agg: dict[str, Any]) -> bytes:
+    """``loop.png``'s bytes: four panels, a line per group over generations."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -263,5 +280,7 @@ def _plot(agg: dict[str, Any], path: Path) -> None:
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 2), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.06 * ((len(labels) + 1) // 2), 1, 1))
-    fig.savefig(path, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
+    return png.getvalue()

@@ -26,6 +26,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from replaybank.files import read_regular
 from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.loop.state_check import STATE_SCHEMA, StateError, check_state
 
@@ -57,13 +58,9 @@ def read_state(folder: Path) -> dict[str, Any] | None:
     if not stat.S_ISREG(mode):
         kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
         raise StateError(f"{path}: is {kind}; a run folder holds its own state.json (remove it to start over)")
+    raw = read_regular(path, error=StateError, follow_links=False)  # swapped since the lstat: still refused
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        with os.fdopen(fd, "rb") as f:
-            raw = f.read()
         state = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
-    except OSError as exc:
-        raise StateError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except RecursionError:
         raise StateError(f"{path}: not a loop state file (nested too deep); delete the folder to start over") from None
     except ValueError as exc:  # JSONDecodeError, not UTF-8, NaN/Infinity, an integer of thousands of digits

@@ -48,7 +48,7 @@ from replaybank.llm.loop.consolidate import (
 )
 from replaybank.llm.loop.lineage import lineage_for, split_heldout
 from replaybank.llm.loop.register import register_generations
-from replaybank.llm.loop.report import write_report
+from replaybank.llm.loop.report import REPORT_FILES, write_report
 from replaybank.llm.loop.state import (
     check_inputs,
     loop_controller,
@@ -278,8 +278,16 @@ def _run_one(name: str, data: dict[str, Any], source: str, folder: str, worker: 
 
 
 def run_grid(runs: list[tuple[str, LoopConfig]], out: Path, *, jobs: int = 1, log: Callable[[str], None] = print) -> None:
-    """Run (or resume) every run, ``jobs`` at a time, then write the report."""
+    """Run (or resume) every run, ``jobs`` at a time, then write the report.
+
+    Raises:
+        UnsafePathError: a link (or anything but a regular file) at ``report.md``, ``metrics.json``
+            or ``loop.png`` in ``out``, or at a run's folder: refused before any run starts.
+    """
     out.mkdir(parents=True, exist_ok=True)
+    refuse_links(out, *REPORT_FILES)  # before hours of runs, not after
+    for name, _ in runs:
+        safe_folder(out, name)
     args = [(name, cfg.to_dict(), cfg.source, str(out / name), k) for k, (name, cfg) in enumerate(runs)]
     if jobs <= 1 or len(runs) == 1:
         for a in args:

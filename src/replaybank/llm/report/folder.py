@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.errors import ReplayBankError
+from replaybank.files import read_regular
+from replaybank.llm.config.names import safe_folder, write_inside
 
 
 class OutputError(ReplayBankError):
@@ -59,7 +61,7 @@ def partial_dir(out: Path, config: dict[str, Any], n_seeds: int, force: bool) ->
             )
         shutil.rmtree(partial)
     partial.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(key)
+    write_inside(partial, stamp.name, key.encode())  # a link at the stamp is refused, never written through
     return partial
 
 
@@ -81,9 +83,13 @@ def read_result(partial: Path, name: str) -> dict[str, Any] | None:
     """The results ``name`` (``seeds/seed0``, ``arms/seed0-naive``) an earlier, interrupted run
     finished, or None."""
     done = _result_path(partial, name)
-    if not done.is_file():
+    if not os.path.lexists(done):
         return None
-    data = json.loads(done.read_text(encoding="utf-8"))
+    raw = read_regular(done, error=OutputError, follow_links=False)  # a FIFO would block forever
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        data = None
     if not isinstance(data, dict):
         raise OutputError(f"{done}: expected the results of an earlier run (a JSON object); delete it to rerun")
     return data
@@ -92,9 +98,11 @@ def read_result(partial: Path, name: str) -> dict[str, Any] | None:
 def write_result(partial: Path, name: str, result: dict[str, Any]) -> None:
     """Finished results (every measurement and generated answer) in ``<name>.json``, atomically."""
     path = _result_path(partial, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    safe_folder(partial, *Path(name).parent.parts)  # seeds/, arms/: the run's own folders, not links
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(result, indent=1, sort_keys=True, default=str), encoding="utf-8")
+    tmp.unlink(missing_ok=True)  # a leftover, or a link at the name: removed, never written through
+    with open(tmp, "x", encoding="utf-8") as f:
+        f.write(json.dumps(result, indent=1, sort_keys=True, default=str))
     os.replace(tmp, path)
 
 

@@ -15,10 +15,18 @@ from typing import Any
 import numpy as np
 
 from replaybank.llm.config.floor import resolve_floors
+from replaybank.llm.config.names import refuse_links
 from replaybank.llm.report.families import family_summary, interval_method
 from replaybank.llm.report.gate import evaluate_gate
 from replaybank.llm.report.markdown import write_report
-from replaybank.llm.report.plots import BEHAVIOUR_PLOT, MIXTURE_PLOT, PLOT_NAME, plot_behaviour, plot_losses, plot_mixture
+from replaybank.llm.report.plots import (
+    BEHAVIOUR_PLOT,
+    MIXTURE_PLOT,
+    PLOT_NAME,
+    plot_behaviour,
+    plot_losses,
+    plot_mixture,
+)
 
 METRICS_SCHEMA_VERSION = 3
 COMPAT_KEYS = ("general_loss", "domain_loss", "probe_score", "probe_logprob")
@@ -196,7 +204,13 @@ def _compat_mixing(arm: dict[str, Any] | None, manifest: dict[str, Any], cfg: An
 
 def write_outputs(folder: Path, metrics: dict[str, Any]) -> None:
     """``losses.png``, ``behaviour.png``, ``mixture.png`` (arms with a replay controller), ``report.md``,
-    then ``metrics.json`` (last)."""
+    then ``metrics.json`` (last).
+
+    Raises:
+        UnsafePathError: a link (or anything but a regular file) at one of these names in
+            ``folder``: refused before the first is written, never written through.
+    """
+    refuse_links(folder, PLOT_NAME, BEHAVIOUR_PLOT, MIXTURE_PLOT, "report.md", "metrics.json")
     plot_losses(folder / PLOT_NAME, metrics)
     plot_behaviour(folder / BEHAVIOUR_PLOT, metrics)
     plot_mixture(folder / MIXTURE_PLOT, metrics)

@@ -75,9 +75,11 @@ def load_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLo
     import torch
 
     from replaybank.errors import ReplayBankError
+    from replaybank.files import open_regular
 
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+    try:  # a link or FIFO at the checkpoint's name is refused, not followed or waited on
+        with open_regular(path, error=ReplayBankError, follow_links=False, what="checkpoint") as f:
+            state = torch.load(f, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise ReplayBankError(
             f"{path}: refused: the checkpoint holds objects other than tensors and plain containers, "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -216,7 +217,7 @@ def train_lora(
     log = TrainLog()
     step = 0
     ckpt = checkpoint_dir / "checkpoint.pt" if checkpoint_dir else None
-    if ckpt is not None and ckpt.is_file():
+    if ckpt is not None and os.path.lexists(ckpt):  # anything there is loaded or refused, never skipped
         step = load_checkpoint(ckpt, model, opt, mixer, log, steer)
         log.resumed_from_step = step
     if steer is not None:

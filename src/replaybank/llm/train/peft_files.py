@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.errors import ReplayBankError
+from replaybank.files import open_regular, read_regular
 from replaybank.llm.config.names import refuse_links
 
 __all__ = [
@@ -98,9 +99,10 @@ def read_json_object(path: Path, what: str, error: type[ReplayBankError] = Adapt
     """
     if path.is_symlink() or not path.is_file():
         raise error(f"{path}: {what} is missing or not a regular file")
+    raw = read_regular(path, error=error, follow_links=False)  # swapped for a link or FIFO since: still refused
     try:
-        obj = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
+        obj = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
         raise error(f"{path}: {what} is not readable JSON ({type(exc).__name__})") from None
     if not isinstance(obj, dict):
         raise error(f"{path}: {what} must be a JSON object, got {type(obj).__name__}")
@@ -114,10 +116,11 @@ def read_tensors(path: Path) -> dict[str, Any]:
         AdapterError: not a readable safetensors file.
     """
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors.torch import load
 
+    data = read_regular(path, error=AdapterError, follow_links=False)  # never a FIFO or a link out of the folder
     try:
-        return load_file(str(path))
+        return load(data)
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         raise AdapterError(f"{path}: not a readable safetensors file ({exc})") from None
 
@@ -149,7 +152,7 @@ def check_tensors(path: Path, state: dict[str, Any], mine: dict[str, Any], what:
 def sha256_file(path: Path) -> str:
     """SHA-256 of a file's bytes (64 hex digits)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path, error=AdapterError) as f:  # a FIFO is refused, never waited on
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()

@@ -1,0 +1,107 @@
+"""Opening a file a user or a saved folder names: regular files only.
+
+A FIFO blocks its reader until someone writes to it (forever, in practice), a device never ends
+(``/dev/zero``) or reads the machine's state, a socket or a folder fails with an ``OSError``. So
+every reader of a named file opens it through :func:`open_regular`: the open itself cannot block
+(``O_NONBLOCK``: a FIFO opens at once), the descriptor is checked with ``fstat`` (so the check is
+of the very file read, not of whatever was at the path a moment before), and only a regular file
+is handed back, blocking again. A symbolic link the user named is followed (it was their choice);
+``follow_links=False`` refuses one (for files inside a folder the project wrote, where a link
+would lead outside it). Stdlib only.
+
+Example:
+    >>> import os, tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> os.mkfifo(d / "pipe")
+    >>> read_regular(d / "pipe")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    replaybank.errors.ReplayBankError: .../pipe: is a FIFO (named pipe), not a regular file; name a file
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+from replaybank.errors import ReplayBankError
+
+__all__ = ["check_regular", "file_kind", "open_regular", "read_regular"]
+
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISLNK, "a symbolic link"),
+)
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular ``st_mode`` is, in words (``'a FIFO (named pipe)'``)."""
+    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+
+
+def _refusal(path: Path, mode: int, error: type[ReplayBankError], what: str) -> ReplayBankError:
+    return error(f"{path}: is {file_kind(mode)}, not a regular file; name a {what}")
+
+
+def open_regular(
+    path: str | os.PathLike[str], *, error: type[ReplayBankError] = ReplayBankError, follow_links: bool = True,
+    what: str = "file",
+) -> BinaryIO:
+    """``path`` opened for binary reading, once it is known to be a regular file.
+
+    ``what`` names the file in the errors (``config file`` gives ``x.toml: config file not found``).
+
+    Raises:
+        error: the file is missing or unreadable (``file not found``, ``cannot read``), or it is a
+            FIFO, device, socket or folder (or, with ``follow_links=False``, a symbolic link).
+    """
+    p = Path(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(p, flags)
+    except FileNotFoundError:
+        raise error(f"{p}: {what} not found") from None
+    except OSError as exc:  # O_NOFOLLOW's ELOOP on a link, ENXIO on a socket, EACCES, ...
+        try:
+            mode = (os.stat if follow_links else os.lstat)(p).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        if not stat.S_ISREG(mode):
+            raise _refusal(p, mode, error, what) from None
+        raise error(f"{p}: cannot read ({exc.strerror or exc})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _refusal(p, mode, error, what)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(
+    path: str | os.PathLike[str], *, error: type[ReplayBankError] = ReplayBankError, follow_links: bool = True,
+    what: str = "file",
+) -> bytes:
+    """The bytes of ``path``, a regular file (see :func:`open_regular`, which raises the same)."""
+    with open_regular(path, error=error, follow_links=follow_links, what=what) as f:
+        try:
+            return f.read()
+        except OSError as exc:
+            raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def check_regular(
+    path: str | os.PathLike[str], *, error: type[ReplayBankError] = ReplayBankError, what: str = "file"
+) -> Path:
+    """``path`` itself when it is (a link to) a regular file, for readers that take a path and open it
+    themselves (pyarrow, ``datasets``); the error is :func:`open_regular`'s."""
+    open_regular(path, error=error, what=what).close()
+    return Path(path)
