@@ -18,8 +18,6 @@ from replaybank.hf import ControllerCallback, MixError, mix, recipe  # noqa: E40
 from replaybank.llm.config.recipe import Recipe  # noqa: E402
 
 
-
-
 def _rows(tok, n, offset=0):
     rows = []
     for i in range(offset, offset + n):

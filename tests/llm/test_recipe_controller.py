@@ -3,10 +3,9 @@ values refused with the file's line, and one controller built from a recipe."""
 
 from __future__ import annotations
 
-import tomllib
-
 import numpy as np
 import pytest
+import tomllib
 
 from replaybank.llm.config import Config, ConfigError, LoopConfig
 from replaybank.llm.config.controller import recipe_controller

@@ -12,6 +12,7 @@ from typing import Any
 
 from replaybank.hf.plan import GlobalBatch, MixError, MixPlan, check_ratio
 
+
 class QuotaSchedule:
     """The rehearsal share of a steered ``mix`` stream, global batch by global batch.
 

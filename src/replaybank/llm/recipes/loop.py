@@ -51,8 +51,8 @@ from replaybank.llm.loop.register import register_generations
 from replaybank.llm.loop.report import REPORT_FILES, write_report
 from replaybank.llm.loop.state import (
     check_inputs,
-    loop_controller,
     check_same_run,
+    loop_controller,
     new_state,
     read_state,
     write_state,

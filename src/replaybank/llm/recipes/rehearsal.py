@@ -68,7 +68,13 @@ from replaybank.llm.train import KLSpec, train_lora
 from replaybank.llm.train.adapter import fresh_adapter
 from replaybank.llm.train.lineage import select_lineage
 from replaybank.llm.train.peft_files import write_adapter_folder
-from replaybank.llm.train.sources import arm_steering, build_sources, concat_rows, rows_per_epoch, sampled_rows
+from replaybank.llm.train.sources import (
+    arm_steering,
+    build_sources,
+    concat_rows,
+    rows_per_epoch,
+    sampled_rows,
+)
 
 __all__ = ["OutputError", "run_experiment", "run_seed", "train_arm"]
 
