@@ -84,7 +84,10 @@ class ControllerCallback(TrainerCallback):
         if getattr(spec, "controller", "none") == "none" or len(spec.source) != 1:
             raise MixError("ControllerCallback.from_recipe: the recipe needs a controller and exactly one source "
                            f"(got controller = {getattr(spec, 'controller', None)!r}, source = {spec.source})")
-        return cls(recipe_controller(spec, seed), **kwargs)
+        controller = recipe_controller(spec, seed)
+        if controller is None:
+            raise MixError(f"ControllerCallback.from_recipe: the recipe's controller {spec.controller!r} builds none")
+        return cls(controller, **kwargs)
 
     @classmethod
     def make(cls, name: str, *, seed: int, floor: float = 0.0, max_share: float = 0.5, **params: Any) -> ControllerCallback:

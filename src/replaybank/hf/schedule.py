@@ -94,7 +94,7 @@ class QuotaSchedule:
         """
         if not isinstance(state, dict) or set(state) != {"changes", "drawn"}:
             raise MixError(f"quota schedule state: expected keys ['changes', 'drawn'], got {state!r:.200}")
-        changes = []
+        changes: list[tuple[int, float]] = []
         for k, c in enumerate(state["changes"] if isinstance(state["changes"], list) else [None]):
             ok = isinstance(c, list) and len(c) == 2 and isinstance(c[0], int) and not isinstance(c[0], bool) and c[0] >= 0
             if not ok or (changes and c[0] <= changes[-1][0]):

@@ -88,7 +88,7 @@ def draw(
     items now ahead of their expected count. Returns the accepted slots in draw order."""
     candidates = _walk(tree, offsets, k, mass)
     for s in candidates:  # start every candidate's misses at once; the checks below read them
-        prefetch(count, s)  # count, base and anchor share a line
+        prefetch(count, s)  # type: ignore[call-arg]  # numba intrinsic; count, base and anchor share a line
         prefetch(leaves, s)
     ascending = True
     for i in range(1, len(candidates)):

@@ -95,7 +95,7 @@ def _walk(tree: np.ndarray, offsets: np.ndarray, k: int, mass: np.ndarray) -> np
             node[i] = child
             if level > 0:
                 for line in range(2 * (down + child * k), 2 * (down + child * k + k), 8):
-                    prefetch(tree, line)  # the child's k (sum, min) pairs, 64 bytes a line
+                    prefetch(tree, line)  # type: ignore[call-arg]  # numba intrinsic (typingctx is bound); the child's k (sum, min) pairs, 64 bytes a line
     return node
 
 
@@ -146,7 +146,7 @@ def _prefetch_up(tree: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarra
         for i in range(len(index)):
             first = below + (index[i] // span) * k
             for line in range(2 * first, 2 * (first + k), 8):
-                prefetch(tree, line)
+                prefetch(tree, line)  # type: ignore[call-arg]  # numba intrinsic
 
 
 @numba.njit(cache=True, nogil=True)
