@@ -36,6 +36,7 @@ from replaybank.llm.config import Config, Recipe
 from replaybank.llm.config.controller import recipe_controller
 from replaybank.llm.config.names import safe_folder
 from replaybank.llm.config.parse import with_seed
+from replaybank.llm.config.recipe import recipe_dict
 from replaybank.llm.data.prepare import check_overlaps, prepare
 from replaybank.llm.data.rows import TokenRows
 from replaybank.llm.data.selfsynth import synthesize_rows
@@ -363,7 +364,7 @@ def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> 
 
 def _save_adapter(model: Any, where: Path, cfg: Config, ctx: EvalContext, arm: str, spec: Recipe, ratio: float, lineage: list[int]) -> None:
     # ``where`` is a checked folder inside OUT.partial; the same PEFT folder the loop writes
-    write_adapter_folder(model, where, {"arm": arm, "spec": spec.__dict__, "rehearsal_share": ratio, "lineage": lineage,
+    write_adapter_folder(model, where, {"arm": arm, "spec": recipe_dict(spec), "rehearsal_share": ratio, "lineage": lineage,
                                         "config": cfg.to_dict(), "data": ctx.data.manifest})
 
 

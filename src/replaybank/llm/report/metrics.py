@@ -16,6 +16,7 @@ import numpy as np
 
 from replaybank.llm.config.floor import resolve_floors
 from replaybank.llm.config.names import refuse_links
+from replaybank.llm.config.recipe import recipe_dict
 from replaybank.llm.report.families import family_summary, interval_method
 from replaybank.llm.report.gate import evaluate_gate
 from replaybank.llm.report.markdown import write_report
@@ -92,7 +93,7 @@ def build_metrics(
         entry["summary"] = summary
         if name != "base":
             spec = specs[name]
-            entry["spec"] = dict(spec.__dict__)
+            entry["spec"] = recipe_dict(spec)
             entry["share"] = float(np.mean([seed[name]["share"] for seed in per_seed]))
             entry["loss_share"] = _mean_shares([seed[name]["loss_share"] for seed in per_seed])
             for key in ("curve", "generations", "train_total"):
