@@ -93,7 +93,10 @@ class Prioritized(SamplerBase):
                 f"{self.max_priority} would weigh (priority + eps) ** alpha = inf in a buffer of {capacity:,} "
                 "slots; lower alpha or eps"
             )
-        self.trees = make_pair(capacity, branching=self.branching)  # sum and min over p^alpha
+        self.trees = self._make_trees(capacity)  # sum and min over p^alpha
+
+    def _make_trees(self, capacity: int) -> Any:
+        return make_pair(capacity, branching=self.branching)
 
     def _limit(self, capacity: int) -> float:
         """The largest priority whose ``(p + eps) ** alpha`` fits a leaf (``leaf_limit``)."""
