@@ -2,18 +2,22 @@
 
 ``PrioritizedReshuffled`` keeps a sum and a min over the scaled priorities (as ``Prioritized``)
 and a second pair, the mask: a sum over the items still eligible for a draw and a min over the
-due times of the masked ones. In two trees, a step walked the mask tree, refreshed it, then
-refreshed the main tree's ancestors of the same leaves from cold (about twice the misses of a
-``Prioritized`` step). Here the four values of a leaf, and of every inner node, sit side by side
-(32 bytes; a node of 8 children is four adjacent cache lines, aligned), so the lines a draw's walk
-brings in are the ones every later refresh of those leaves reads and writes, and one refresh
-recomputes all four lanes.
+due times of the masked ones. As two trees, a step walked the mask tree and refreshed it, then
+refreshed the main tree's ancestors of the same leaves from cold, and unmasked due items with a
+second search and refresh. Here both pairs share one node numbering: lanes ``ELIGIBLE`` (sum, the
+draws walk it), ``DUE`` (min), ``MASS`` (sum of the scaled priorities) and ``LOW`` (their min,
+the weights' normaliser), each lane a row of one (4, nodes) array, so:
 
-Lanes: ``ELIGIBLE`` (sum, the draws walk it), ``DUE`` (min), ``MASS`` (sum of the scaled
-priorities), ``LOW`` (their min, the weights' normaliser). The walk and the search are those of
-``_numba_tree`` (``_walk``, ``_below``) on a stride of 4 instead of 2; ``LaneTree.mask`` and
-``LaneTree.trees`` give the two pairs the interface of ``NumbaPairTree``, so the sampler's numpy
-steps (its fallback) run on them unchanged.
+* a walk (or the due-time search) reads one cache line per node of its own lane (8 children),
+  and prefetches the node's line in every lane as it goes down: the refreshes of the drawn leaves
+  that follow (mask, then priorities) find every lane cached;
+* a priority update is one refresh of all four lanes; a change of the mask refreshes its two.
+
+Tried first: the four values of a node interleaved (32 bytes per child, a node four adjacent
+lines): the walk then needs all four lines per level and ran about 30% slower. The walk and the
+search are ``_numba_tree``'s (``_walk``, ``_below``) on lanes; ``LaneTree.mask`` and
+``LaneTree.trees`` give the two pairs ``NumbaPairTree``'s interface, so the sampler's numpy steps
+(its fallback) run on them unchanged, and the tests compare the two draw for draw.
 """
 
 from __future__ import annotations
@@ -26,23 +30,31 @@ from ._numba_tree import _level_offsets, _weights
 
 LANES = 4
 ELIGIBLE, DUE, MASS, LOW = 0, 1, 2, 3
-_ALIGN = 256  # bytes: a node's 8 children, four lanes each
+_ALIGN = 64  # bytes: a cache line; a node's 8 children in one lane are one line
 
 
 @numba.njit(cache=True, nogil=True)
 def top_sum(tree: np.ndarray, top: int, lane: int) -> float:
     total = 0.0
-    for j in range(top, len(tree) // 4):
-        total += tree[4 * j + lane]
+    for j in range(top, tree.shape[1]):
+        total += tree[lane, j]
     return total
 
 
 @numba.njit(cache=True, nogil=True)
 def top_min(tree: np.ndarray, top: int, lane: int) -> float:
     low = np.inf
-    for j in range(top, len(tree) // 4):
-        low = min(low, tree[4 * j + lane])
+    for j in range(top, tree.shape[1]):
+        low = min(low, tree[lane, j])
     return low
+
+
+@numba.njit(cache=True, nogil=True)
+def _prefetch_node(tree: np.ndarray, first: int, k: int) -> None:
+    """Start loading the ``k`` children at ``first`` in every lane (one line per lane at k = 8)."""
+    for lane in range(LANES):
+        for j in range(first, first + k, 8):
+            prefetch(tree[lane], j)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -57,7 +69,7 @@ def walk(tree: np.ndarray, offsets: np.ndarray, k: int, mass: np.ndarray, lane: 
         here = offsets[level]
         down = offsets[level - 1] if level > 0 else 0
         for i in range(n):
-            first = 4 * (here + node[i] * k) + lane
+            first = here + node[i] * k
             mi = m[i]
             run = 0.0
             below = 0.0
@@ -65,7 +77,7 @@ def walk(tree: np.ndarray, offsets: np.ndarray, k: int, mass: np.ndarray, lane: 
             count = 0
             last = -1
             for j in range(k):
-                v = tree[first + 4 * j]
+                v = tree[lane, first + j]
                 positive = v > 0.0
                 last = j if positive else last
                 before_last = run if positive else before_last
@@ -80,55 +92,56 @@ def walk(tree: np.ndarray, offsets: np.ndarray, k: int, mass: np.ndarray, lane: 
             child = node[i] * k + count
             node[i] = child
             if level > 0:
-                for line in range(4 * (down + child * k), 4 * (down + child * k + k), 8):
-                    prefetch(tree, line)
+                _prefetch_node(tree, down + child * k, k)
     return node
 
 
 @numba.njit(cache=True, nogil=True)
-def _node(tree: np.ndarray, first: int, k: int, parent: int) -> None:
-    """Write the four lanes of ``parent`` from its ``k`` children starting at ``first``."""
+def _node(tree: np.ndarray, first: int, k: int, parent: int, lanes: int) -> None:
+    """Write the first ``lanes`` lanes of ``parent`` (2: the mask's, 4: all) from its ``k``
+    children starting at ``first``; the mins by selects, not branches."""
     eligible = 0.0
     due = np.inf
-    mass = 0.0
-    low = np.inf
     for j in range(first, first + k):
-        eligible += tree[4 * j]
-        v = tree[4 * j + 1]
-        if v < due:
-            due = v
-        mass += tree[4 * j + 2]
-        v = tree[4 * j + 3]
-        if v < low:
-            low = v
-    tree[4 * parent] = eligible
-    tree[4 * parent + 1] = due
-    tree[4 * parent + 2] = mass
-    tree[4 * parent + 3] = low
+        eligible += tree[0, j]
+        v = tree[1, j]
+        due = v if v < due else due
+    tree[0, parent] = eligible
+    tree[1, parent] = due
+    if lanes == 4:
+        mass = 0.0
+        low = np.inf
+        for j in range(first, first + k):
+            mass += tree[2, j]
+            v = tree[3, j]
+            low = v if v < low else low
+        tree[2, parent] = mass
+        tree[3, parent] = low
 
 
 @numba.njit(cache=True, nogil=True)
-def rebuild_from(tree: np.ndarray, offsets: np.ndarray, k: int, start: int) -> None:
+def rebuild_from(tree: np.ndarray, offsets: np.ndarray, k: int, start: int, lanes: int) -> None:
     for level in range(start, len(offsets) - 1):
         below, here = offsets[level - 1], offsets[level]
         for parent in range((here - below) // k):
-            _node(tree, below + parent * k, k, here + parent)
+            _node(tree, below + parent * k, k, here + parent, lanes)
 
 
 @numba.njit(cache=True, nogil=True)
-def refresh(tree: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarray) -> None:
-    """``_numba_tree._refresh`` for four lanes: every ancestor of ``index``, all lanes at once."""
+def refresh(tree: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarray, lanes: int) -> None:
+    """``_numba_tree._refresh`` over lanes: every ancestor of ``index``, its first ``lanes``
+    lanes (2 after a change of the mask only, 4 after a change of priorities)."""
     node = index.copy()
     for level in range(1, len(offsets) - 1):
         below, here = offsets[level - 1], offsets[level]
         parents = (here - below) // k
         if parents <= len(node):
-            rebuild_from(tree, offsets, k, level)
+            rebuild_from(tree, offsets, k, level, lanes)
             return
         for i in range(len(node)):
             parent = node[i] // k
             node[i] = parent
-            _node(tree, below + parent * k, k, here + parent)
+            _node(tree, below + parent * k, k, here + parent, lanes)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -137,9 +150,9 @@ def set_pair(
 ) -> None:
     """Set the sum lane ``lane`` and the min lane after it (a zero min is +inf: not in it)."""
     for i in range(len(index)):
-        tree[4 * index[i] + lane] = sums[i]
-        tree[4 * index[i] + lane + 1] = mins[i] if mins[i] > 0.0 else np.inf
-    refresh(tree, offsets, k, index)
+        tree[lane, index[i]] = sums[i]
+        tree[lane + 1, index[i]] = mins[i] if mins[i] > 0.0 else np.inf
+    refresh(tree, offsets, k, index, 2 if lane == 0 else 4)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -151,9 +164,9 @@ def set_powered(
     for i in range(len(index)):
         top = max(top, priorities[i])
         v = values[i]
-        tree[4 * index[i] + 2] = v
-        tree[4 * index[i] + 3] = v if v > 0.0 else np.inf
-    refresh(tree, offsets, k, index)
+        tree[2, index[i]] = v
+        tree[3, index[i]] = v if v > 0.0 else np.inf
+    refresh(tree, offsets, k, index, 4)
     return top
 
 
@@ -161,25 +174,32 @@ def set_powered(
 def ratios(tree: np.ndarray, slots: np.ndarray, low: float) -> np.ndarray:
     out = np.empty(len(slots))
     for i in range(len(slots)):
-        out[i] = tree[4 * slots[i] + 2] / low
+        out[i] = tree[2, slots[i]] / low
     return out
 
 
 @numba.njit(cache=True, nogil=True)
 def below(tree: np.ndarray, offsets: np.ndarray, k: int, capacity: int, limit: float) -> np.ndarray:
-    """``_numba_tree._below`` on the ``DUE`` lane: leaves whose due time is <= ``limit``."""
+    """``_numba_tree._below`` on the ``DUE`` lane: leaves whose due time is <= ``limit``. The same
+    level-by-level frontier, without a data-dependent branch per child (each child is written and
+    the count advanced by the comparison), and each node kept for the next level has its children
+    prefetched at once (every lane), so the frontier's misses overlap as a walk's do."""
     top = len(offsets) - 2
     frontier = np.zeros(1, dtype=np.int64)
     for level in range(top, -1, -1):
+        here = offsets[level]
+        down = offsets[level - 1] if level > 0 else 0
         nxt = np.empty(len(frontier) * k, dtype=np.int64)
         n = 0
         for i in range(len(frontier)):
             first = frontier[i] * k
             for j in range(first, first + k):
-                if tree[4 * (offsets[level] + j) + 1] <= limit:
-                    nxt[n] = j
-                    n += 1
+                nxt[n] = j
+                n += tree[1, here + j] <= limit
         frontier = nxt[:n]
+        if level > 0:
+            for i in range(n):
+                _prefetch_node(tree, down + frontier[i] * k, k)
     return frontier[frontier < capacity]
 
 
@@ -209,8 +229,8 @@ class LanePair:
 
     @property
     def leaves(self) -> np.ndarray:
-        """The sum lane's leaves (a strided view: read-only use)."""
-        return self.tree[self.lane : 4 * self.capacity : 4]
+        """The sum lane's leaves (a view: read-only use)."""
+        return self.tree[self.lane, : self.capacity]
 
     def update(self, index: np.ndarray, values: np.ndarray) -> None:
         values = _values(values)
@@ -229,9 +249,9 @@ class LanePair:
 
     def load(self, values: np.ndarray) -> None:
         """Set this pair's leaves and rebuild every node (all lanes)."""
-        self.tree[self.lane : 4 * self.capacity : 4] = values
-        self.tree[self.lane + 1 : 4 * self.capacity : 4] = np.where(values > 0, values, np.inf)
-        rebuild_from(self.tree, self.offsets, self.k, 1)
+        self.tree[self.lane, : self.capacity] = values
+        self.tree[self.lane + 1, : self.capacity] = np.where(values > 0, values, np.inf)
+        rebuild_from(self.tree, self.offsets, self.k, 1, 4)
 
     def find(self, mass: np.ndarray) -> np.ndarray:
         return walk(self.tree, self.offsets, self.k, _values(mass), self.lane)  # type: ignore[no-any-return]
@@ -258,11 +278,11 @@ class LaneTree:
         self.capacity = int(capacity)
         self.k = int(branching)
         self.offsets = _level_offsets(self.capacity, self.k)
-        n = LANES * int(self.offsets[-1])
-        raw = np.zeros(n + _ALIGN // 8)
+        n = -(-int(self.offsets[-1]) // 8) * 8  # each lane a whole number of cache lines
+        raw = np.zeros(LANES * n + _ALIGN // 8)
         start = (-raw.ctypes.data % _ALIGN) // 8
-        self.tree = raw[start : start + n]
-        self.tree[DUE::4] = np.inf
-        self.tree[LOW::4] = np.inf
+        self.tree = raw[start : start + LANES * n].reshape(LANES, n)
+        self.tree[DUE] = np.inf
+        self.tree[LOW] = np.inf
         self.mask = LanePair(self, ELIGIBLE)
         self.trees = LanePair(self, MASS)

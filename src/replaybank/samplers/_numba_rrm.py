@@ -3,7 +3,7 @@
 Each function does in one pass what ``PrioritizedReshuffled`` does as a chain of numpy calls
 (kept there as the fallback), with the same arithmetic in the same order, so both give the same
 draws for the same random numbers (tested). The per-item arrays are the sampler's ``count``,
-``base`` and ``anchor``; an item's scaled priority is its leaf's ``MASS`` lane, ``tree[4 s + 2]``
+``base`` and ``anchor``; an item's scaled priority is its leaf's ``MASS`` lane, ``tree[2, s]``
 (``_numba_lanes``), and the mask is its ``ELIGIBLE`` and ``DUE`` lanes.
 """
 
@@ -12,13 +12,14 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ._numba_lanes import below, refresh, top_sum, walk
+from ._numba_lanes import below, ratios, refresh, top_min, top_sum, walk
 from ._numba_prefetch import prefetch
+from ._numba_tree import _weights as weights  # noqa: F401  (the sampler's: ratios -> weights)
 
 
 @numba.njit(cache=True, nogil=True)
 def _expected(s: int, tree: np.ndarray, base: np.ndarray, anchor: np.ndarray, acc: float) -> float:
-    return base[s] + tree[4 * s + 2] * (acc - anchor[s])
+    return base[s] + tree[2, s] * (acc - anchor[s])
 
 
 @numba.njit(cache=True, nogil=True)
@@ -39,20 +40,20 @@ def _mask_leaves(
     n = 0
     for i in range(len(slots)):
         s = slots[i]
-        leaf = tree[4 * s + 2]
+        leaf = tree[2, s]
         masked = count[s] > _expected(s, tree, base, anchor, acc) + tol
         if not masked and only_masked:
             continue
         if masked:
-            tree[4 * s] = 0.0
+            tree[0, s] = 0.0
             if leaf == 0.0:  # a masked item with priority 0 is due never
                 due = np.inf
             else:
                 due = anchor[s] + (count[s] - tol / 2 - base[s]) / leaf
-            tree[4 * s + 1] = due if due > 0.0 else np.inf
+            tree[1, s] = due if due > 0.0 else np.inf
         else:
-            tree[4 * s] = leaf
-            tree[4 * s + 1] = np.inf
+            tree[0, s] = leaf
+            tree[1, s] = np.inf
         touched[n] = s
         n += 1
     return touched[:n]
@@ -75,7 +76,7 @@ def sync(
     (due times); ``only_masked`` leaves the eligible ones as they are."""
     touched = _mask_leaves(tree, slots, only_masked, count, base, anchor, acc, tol)
     if len(touched):
-        refresh(tree, offsets, k, touched)
+        refresh(tree, offsets, k, touched, 2)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -84,9 +85,9 @@ def unmask(tree: np.ndarray, offsets: np.ndarray, k: int, capacity: int, acc: fl
     back = below(tree, offsets, k, capacity, acc)
     if len(back):
         for s in back:
-            tree[4 * s] = tree[4 * s + 2]
-            tree[4 * s + 1] = np.inf
-        refresh(tree, offsets, k, back)
+            tree[0, s] = tree[2, s]
+            tree[1, s] = np.inf
+        refresh(tree, offsets, k, back, 2)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -141,6 +142,30 @@ def draw(
 
 
 @numba.njit(cache=True, nogil=True)
+def first_round(
+    tree: np.ndarray,
+    offsets: np.ndarray,
+    k: int,
+    capacity: int,
+    u: np.ndarray,
+    count: np.ndarray,
+    base: np.ndarray,
+    anchor: np.ndarray,
+    acc: float,
+    tol: float,
+) -> tuple[bool, np.ndarray, np.ndarray]:
+    """A sample call's start in one call: ``unmask``, then, if anything is eligible, a stratified
+    ``draw`` with ``u``. Returns whether it drew, the accepted slots, and their ``leaf / min``
+    ratios (the weights' base, as ``_numba_lanes.ratios``)."""
+    unmask(tree, offsets, k, capacity, acc)
+    top = offsets[len(offsets) - 2]
+    if not top_sum(tree, top, 0) > 0.0:
+        return False, np.empty(0, dtype=np.int64), np.empty(0)
+    accepted = draw(tree, offsets, k, u, True, count, base, anchor, acc, tol)
+    return True, accepted, ratios(tree, accepted, top_min(tree, top, 3))
+
+
+@numba.njit(cache=True, nogil=True)
 def update(
     tree: np.ndarray,
     offsets: np.ndarray,
@@ -164,10 +189,10 @@ def update(
         anchor[s] = acc
         top = max(top, priorities[i])
         v = values[i]
-        tree[4 * s + 2] = v
-        tree[4 * s + 3] = v if v > 0.0 else np.inf
+        tree[2, s] = v
+        tree[3, s] = v if v > 0.0 else np.inf
     _mask_leaves(tree, slots, False, count, base, anchor, acc, tol)
-    refresh(tree, offsets, k, slots)
+    refresh(tree, offsets, k, slots, 4)
     return top
 
 

@@ -140,11 +140,14 @@ class Prioritized(SamplerBase):
         self._check_mass()
         return self.trees.stratified(rng.random(batch_size), self.beta)  # type: ignore[no-any-return]
 
-    def _check_mass(self) -> None:
-        if self.trees.total <= 0:
+    def _check_mass(self) -> float:
+        """The total mass; raises when there is none to draw from."""
+        total: float = self.trees.total
+        if total <= 0:
             raise ReplayBankError(
                 "all stored priorities are zero (with eps=0); nothing can be sampled"
             )
+        return total
 
     def probabilities(self) -> np.ndarray:
         """P(i) for every slot (zeros for empty slots)."""

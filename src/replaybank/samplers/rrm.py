@@ -169,12 +169,24 @@ class PrioritizedReshuffled(Prioritized):
         self, batch_size: int, view: View, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray]:
         check_can_sample(batch_size, view, True, "PrioritizedReshuffled")
-        self._check_mass()
-        self.accumulated += batch_size / self.trees.total
+        self.accumulated += batch_size / self._check_mass()
         self.calls += 1
-        self._unmask()
         found: list[np.ndarray] = []
         need, stratified = batch_size, True
+        u: np.ndarray | None = None
+        if self._fast is not None:  # unmask and a first round (all of a batch, mostly): one call
+            m, u = self.mask, rng.random(batch_size)
+            drawn, accepted, ratios = self._fast.first_round(
+                m.tree, m.offsets, m.k, m.capacity, u, self.count, self.base, self.anchor,
+                self.accumulated, self.TOL,
+            )
+            if len(accepted) == batch_size:
+                return accepted, self._fast.weights(ratios, self.beta)
+            if drawn:  # else nothing was eligible, and u waits for the round below
+                found.append(accepted)
+                need, stratified, u = need - len(accepted), False, None
+        else:
+            self._unmask()
         while need:
             total = self.mask.total
             if not total > 0:  # nothing eligible: let time pass until something is
@@ -184,7 +196,7 @@ class PrioritizedReshuffled(Prioritized):
                 self.accumulated = max(self.accumulated, due)
                 self._unmask()
                 continue
-            u = rng.random(need)
+            u = rng.random(need) if u is None else u
             if self._fast is not None:  # the masses and the three steps below in one call
                 m = self.mask
                 accepted = self._fast.draw(
@@ -193,7 +205,7 @@ class PrioritizedReshuffled(Prioritized):
                 )
                 found.append(accepted)
                 need -= len(accepted)
-                stratified = False
+                stratified, u = False, None
                 continue
             mass = (np.arange(need) + u) * (total / need) if stratified else u * total
             stratified = False
