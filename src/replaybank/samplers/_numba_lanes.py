@@ -13,8 +13,9 @@ the weights' normaliser), each lane a row of one (4, nodes) array, so:
   that follow (mask, then priorities) find every lane cached;
 * a priority update is one refresh of all four lanes; a change of the mask refreshes its two.
 
-Tried first: the four values of a node interleaved (32 bytes per child, a node four adjacent
-lines): the walk then needs all four lines per level and ran about 30% slower. The walk and the
+Tried first: the four values of a child interleaved (32 bytes, a node four adjacent lines),
+where a walk waits on four lines per level instead of one (replaced together with other changes,
+so its own share was not measured). The walk and the
 search are ``_numba_tree``'s (``_walk``, ``_below``) on lanes; ``LaneTree.mask`` and
 ``LaneTree.trees`` give the two pairs ``NumbaPairTree``'s interface, so the sampler's numpy steps
 (its fallback) run on them unchanged, and the tests compare the two draw for draw.
