@@ -55,7 +55,7 @@ def _prefetch_node(tree: np.ndarray, first: int, k: int) -> None:
     """Start loading the ``k`` children at ``first`` in every lane (one line per lane at k = 8)."""
     for lane in range(LANES):
         for j in range(first, first + k, 8):
-            prefetch(tree[lane], j)
+            prefetch(tree[lane], j)  # type: ignore[call-arg]  # numba intrinsic
 
 
 @numba.njit(cache=True, nogil=True)

@@ -115,7 +115,7 @@ def draw(
         mass[i] = (i + u[i]) * step if stratified else u[i] * total
     candidates = walk(tree, offsets, k, mass, 0)
     for s in candidates:  # start every candidate's misses at once; the checks below read them
-        prefetch(count, s)  # count, base and anchor share a line
+        prefetch(count, s)  # type: ignore[call-arg]  # numba intrinsic; count, base and anchor share a line
     ascending = True
     for i in range(1, n):
         if candidates[i] < candidates[i - 1]:
