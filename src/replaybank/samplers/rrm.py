@@ -208,7 +208,7 @@ class PrioritizedReshuffled(Prioritized):
                 stratified, u = False, None
                 continue
             mass = (np.arange(need) + u) * (total / need) if stratified else u * total
-            stratified = False
+            stratified, u = False, None
             candidates = self.mask.find(mass)
             ok = self._accept(candidates)
             found.append(candidates[ok])
