@@ -93,7 +93,10 @@ class Prioritized(SamplerBase):
                 f"{self.max_priority} would weigh (priority + eps) ** alpha = inf in a buffer of {capacity:,} "
                 "slots; lower alpha or eps"
             )
-        self.trees = make_pair(capacity, branching=self.branching)  # sum and min over p^alpha
+        self.trees = self._make_trees(capacity)  # sum and min over p^alpha
+
+    def _make_trees(self, capacity: int) -> Any:
+        return make_pair(capacity, branching=self.branching)
 
     def _limit(self, capacity: int) -> float:
         """The largest priority whose ``(p + eps) ** alpha`` fits a leaf (``leaf_limit``)."""
@@ -137,11 +140,14 @@ class Prioritized(SamplerBase):
         self._check_mass()
         return self.trees.stratified(rng.random(batch_size), self.beta)  # type: ignore[no-any-return]
 
-    def _check_mass(self) -> None:
-        if self.trees.total <= 0:
+    def _check_mass(self) -> float:
+        """The total mass; raises when there is none to draw from."""
+        total: float = self.trees.total
+        if total <= 0:
             raise ReplayBankError(
                 "all stored priorities are zero (with eps=0); nothing can be sampled"
             )
+        return total
 
     def probabilities(self) -> np.ndarray:
         """P(i) for every slot (zeros for empty slots)."""

@@ -12,17 +12,29 @@ from ..checks import state_array, state_number
 from ..errors import InvalidStateError, ReplayBankError
 from .base import View, check_can_sample
 from .per import Prioritized
-from .sumtree import make_pair
+from .sumtree import _compiled_tree, make_pair
 
 
-def _compiled(*trees: Any) -> Any:
-    """The compiled RR-M steps when every tree is a ``NumbaPairTree``, else None (numpy path)."""
+def _lane_tree() -> Any:
+    """``LaneTree`` (both pairs of trees in one compiled array), or None for the numpy fallback
+    (numba absent, or ``REPLAYBANK_KERNELS=numpy``)."""
+    if _compiled_tree() is None:
+        return None
     try:
-        from . import _numba_rrm
-        from ._numba_tree import NumbaPairTree
+        from ._numba_lanes import LaneTree
     except ImportError:
         return None
-    return _numba_rrm if all(isinstance(t, NumbaPairTree) for t in trees) else None
+    return LaneTree
+
+
+def _compiled(mask: Any) -> Any:
+    """The compiled RR-M steps when the mask is a ``LaneTree``'s, else None (numpy path)."""
+    try:
+        from . import _numba_rrm
+        from ._numba_lanes import LanePair
+    except ImportError:
+        return None
+    return _numba_rrm if isinstance(mask, LanePair) else None
 
 
 class PrioritizedReshuffled(Prioritized):
@@ -56,13 +68,26 @@ class PrioritizedReshuffled(Prioritized):
     their long-run share).
     """
 
-    bytes_per_slot = 17 + 24 + 18  # trees, count/base/anchor, the mask tree
+    bytes_per_slot = 17 + 24 + 18  # trees, count/base/anchor, the mask (one 4-lane tree compiled)
 
     # Counts are integers and expected counts reals: "C <= E" is taken as C <= E + TOL, and a
     # masked item's due time aims at E = C - TOL / 2, so rounding never flips a decision back.
     TOL = 1e-6
 
-    _cold_updates = True  # draws walk the mask tree, so the main tree's nodes are not cached
+    # numpy fallback: draws walk the mask tree, so the main tree's nodes are not cached (the
+    # compiled path keeps both in one tree and ignores the hint)
+    _cold_updates = True
+
+    def _make_trees(self, capacity: int) -> Any:
+        # compiled: one tree with four lanes per node (``_numba_lanes``), so the lines a draw
+        # walks are the ones the refreshes of the mask and of the priorities then rewrite
+        lanes = _lane_tree()
+        if lanes is None:
+            self.mask = make_pair(capacity, branching=self.branching)
+            return make_pair(capacity, branching=self.branching)
+        both = lanes(capacity, branching=self.branching)
+        self.mask = both.mask
+        return both.trees
 
     def bind(self, capacity: int) -> None:
         super().bind(capacity)
@@ -74,18 +99,17 @@ class PrioritizedReshuffled(Prioritized):
         self.anchor = self._per_item[:, 2]  # value of the accumulator at the anchor
         self.accumulated = 0.0  # sum over calls of batch_size / total_mass
         self.calls = 0
-        # The mask tree: its sum leaves hold the scaled priority of eligible items (what draws
-        # come from), its min leaves the due time of masked ones (the accumulator value at which
-        # E reaches C). The kernels' default branching: its updates are the hot part here.
-        self.mask = make_pair(capacity)
-        self._fast = _compiled(self.trees, self.mask)
+        # The mask (made by _make_trees): its sum leaves hold the scaled priority of eligible
+        # items (what draws come from), its min leaves the due time of masked ones (the
+        # accumulator value at which E reaches C).
+        self._fast = _compiled(self.mask)
 
     def _expected(self, slots: np.ndarray) -> np.ndarray:
         return self.base[slots] + self.trees.leaves[slots] * (self.accumulated - self.anchor[slots])
 
     def _reanchor(self, slots: np.ndarray) -> None:
         if self._fast is not None:
-            self._fast.reanchor(slots, self.trees.leaves, self.base, self.anchor, self.accumulated)
+            self._fast.reanchor(slots, self.mask.tree, self.base, self.anchor, self.accumulated)
             return
         self.base[slots] = self._expected(slots)
         self.anchor[slots] = self.accumulated
@@ -103,7 +127,7 @@ class PrioritizedReshuffled(Prioritized):
             m = self.mask
             self._fast.sync(
                 m.tree, m.offsets, m.k, np.ascontiguousarray(slots, dtype=np.int64), only_masked,
-                self.trees.leaves, self.count, self.base, self.anchor, self.accumulated, self.TOL,
+                self.count, self.base, self.anchor, self.accumulated, self.TOL,
             )
             return
         masked = self.count[slots] > self._expected(slots) + self.TOL
@@ -127,6 +151,16 @@ class PrioritizedReshuffled(Prioritized):
         self.mask.update_pair(slots, np.zeros(len(slots)), np.zeros(len(slots)))
 
     def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        if self._fast is not None:  # the three steps below in one compiled pass
+            m, p = self.mask, np.ascontiguousarray(priorities, dtype=np.float64)
+            top = self._fast.update(
+                m.tree, m.offsets, m.k, np.ascontiguousarray(slots, dtype=np.int64),
+                (p + self.eps) ** self.alpha, p, self.count, self.base, self.anchor,
+                self.accumulated, self.TOL,
+            )
+            if top > self.max_priority:
+                self.max_priority = float(top)
+            return
         self._reanchor(slots)
         super().update_priorities(slots, priorities)
         self._sync(slots)  # repeated slots get the same values: harmless
@@ -135,12 +169,24 @@ class PrioritizedReshuffled(Prioritized):
         self, batch_size: int, view: View, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray]:
         check_can_sample(batch_size, view, True, "PrioritizedReshuffled")
-        self._check_mass()
-        self.accumulated += batch_size / self.trees.total
+        self.accumulated += batch_size / self._check_mass()
         self.calls += 1
-        self._unmask()
         found: list[np.ndarray] = []
         need, stratified = batch_size, True
+        u: np.ndarray | None = None
+        if self._fast is not None:  # unmask and a first round (all of a batch, mostly): one call
+            m, u = self.mask, rng.random(batch_size)
+            drawn, accepted, ratios = self._fast.first_round(
+                m.tree, m.offsets, m.k, m.capacity, u, self.count, self.base, self.anchor,
+                self.accumulated, self.TOL,
+            )
+            if len(accepted) == batch_size:
+                return accepted, self._fast.weights(ratios, self.beta)
+            if drawn:  # else nothing was eligible, and u waits for the round below
+                found.append(accepted)
+                need, stratified, u = need - len(accepted), False, None
+        else:
+            self._unmask()
         while need:
             total = self.mask.total
             if not total > 0:  # nothing eligible: let time pass until something is
@@ -150,18 +196,19 @@ class PrioritizedReshuffled(Prioritized):
                 self.accumulated = max(self.accumulated, due)
                 self._unmask()
                 continue
-            u = rng.random(need)
-            mass = (np.arange(need) + u) * (total / need) if stratified else u * total
-            stratified = False
-            if self._fast is not None:  # the three steps below in one compiled call
+            u = rng.random(need) if u is None else u
+            if self._fast is not None:  # the masses and the three steps below in one call
                 m = self.mask
                 accepted = self._fast.draw(
-                    m.tree, m.offsets, m.k, mass, self.trees.leaves,
+                    m.tree, m.offsets, m.k, u, stratified,
                     self.count, self.base, self.anchor, self.accumulated, self.TOL,
                 )
                 found.append(accepted)
                 need -= len(accepted)
+                stratified, u = False, None
                 continue
+            mass = (np.arange(need) + u) * (total / need) if stratified else u * total
+            stratified, u = False, None
             candidates = self.mask.find(mass)
             ok = self._accept(candidates)
             found.append(candidates[ok])
@@ -173,7 +220,7 @@ class PrioritizedReshuffled(Prioritized):
     def _unmask(self) -> None:
         if self._fast is not None:
             m = self.mask
-            self._fast.unmask(m.tree, m.offsets, m.k, m.capacity, self.trees.leaves, self.accumulated)
+            self._fast.unmask(m.tree, m.offsets, m.k, m.capacity, self.accumulated)
             return
         back = self.mask.below(self.accumulated)
         if len(back):
