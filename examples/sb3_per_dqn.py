@@ -50,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-freq", type=int, default=ZOO["train_freq"])
     p.add_argument("--gradient-steps", type=int, default=ZOO["gradient_steps"])
     p.add_argument("--eval-episodes", type=int, default=10)
-    p.add_argument("--curve-every", type=int, default=0, help="greedy eval every N env steps (0: none)")
+    p.add_argument("--curve-every", type=int, default=0, help="greedy eval every N steps (0: off)")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     return p.parse_args(argv)
@@ -67,9 +67,11 @@ def timed(fn: Callable[..., Any], clock: dict[str, float]) -> Callable[..., Any]
     return wrapper
 
 
-def curve_callback(args: argparse.Namespace, curve: list[dict[str, float]], clock: dict[str, float]) -> Any:
-    """An SB3 callback that evaluates the greedy policy every ``args.curve_every`` env steps on its
-    own env (deterministic actions draw no random numbers) and adds the time to ``clock["eval"]``."""
+def curve_callback(
+    args: argparse.Namespace, curve: list[dict[str, float]], clock: dict[str, float]
+) -> Any:
+    """An SB3 callback: every ``args.curve_every`` env steps, the greedy policy plays on its own
+    env (deterministic actions draw no random numbers); the time goes to ``clock["eval"]``."""
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -82,8 +84,11 @@ def curve_callback(args: argparse.Namespace, curve: list[dict[str, float]], cloc
         def _on_step(self) -> bool:
             if self.num_timesteps >= self.next_at:
                 start = time.perf_counter()
-                mean, std = evaluate_policy(self.model, self.eval_env, args.eval_episodes, deterministic=True)
-                curve.append({"step": self.num_timesteps, "return_mean": float(mean), "return_std": float(std)})
+                mean, std = evaluate_policy(
+                    self.model, self.eval_env, args.eval_episodes, deterministic=True
+                )
+                curve.append({"step": self.num_timesteps, "return_mean": float(mean),
+                              "return_std": float(std)})  # fmt: skip
                 clock["eval"] += time.perf_counter() - start
                 self.next_at += args.curve_every
             return True
@@ -114,7 +119,8 @@ def run(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         if hasattr(buffer, name):
             setattr(buffer, name, timed(getattr(buffer, name), clock))
     start = time.perf_counter()
-    model.learn(args.steps, callback=curve_callback(args, curve, clock) if args.curve_every > 0 else None)
+    callback = curve_callback(args, curve, clock) if args.curve_every > 0 else None
+    model.learn(args.steps, callback=callback)
     wall = time.perf_counter() - start - clock["eval"]
     mean, std = evaluate_policy(model, model.get_env(), n_eval_episodes=args.eval_episodes, deterministic=True)
     return {
