@@ -7,7 +7,10 @@ DQN. ``--buffer`` picks the run: ``per`` (PERDQN), ``uniform`` (SB3's DQN on
 ``replaybank.sb3.ReplayBuffer``) or ``sb3`` (SB3's DQN on its own buffer); ``--buffer all`` runs
 the three in turn with the same seed. Each run reports the greedy mean return over
 ``--eval-episodes`` episodes and the buffer's share of wall time (``add`` + ``sample`` +
-``update_priorities``, timed around the calls).
+``update_priorities``, timed around the calls). With ``--curve-every N`` it also records a learning
+curve: every N env steps the greedy policy plays ``--eval-episodes`` episodes on a separate,
+seeded env (``seed + 10000``); that time is taken off the wall time, and nothing the training
+draws from changes, so the run trains exactly as without the curve.
 
     python examples/sb3_per_dqn.py --buffer all --steps 50000 --seed 0 --out runs/sb3_per.json
 """
@@ -47,6 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-freq", type=int, default=ZOO["train_freq"])
     p.add_argument("--gradient-steps", type=int, default=ZOO["gradient_steps"])
     p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--curve-every", type=int, default=0, help="greedy eval every N steps (0: off)")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     return p.parse_args(argv)
@@ -61,6 +65,35 @@ def timed(fn: Callable[..., Any], clock: dict[str, float]) -> Callable[..., Any]
             clock["buffer"] += time.perf_counter() - start
 
     return wrapper
+
+
+def curve_callback(
+    args: argparse.Namespace, curve: list[dict[str, float]], clock: dict[str, float]
+) -> Any:
+    """An SB3 callback: every ``args.curve_every`` env steps, the greedy policy plays on its own
+    env (deterministic actions draw no random numbers); the time goes to ``clock["eval"]``."""
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    class Curve(BaseCallback):
+        def _init_callback(self) -> None:
+            self.eval_env = make_vec_env("CartPole-v1", n_envs=1, seed=args.seed + 10_000)
+            self.next_at = args.curve_every
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self.next_at:
+                start = time.perf_counter()
+                mean, std = evaluate_policy(
+                    self.model, self.eval_env, args.eval_episodes, deterministic=True
+                )
+                curve.append({"step": self.num_timesteps, "return_mean": float(mean),
+                              "return_std": float(std)})  # fmt: skip
+                clock["eval"] += time.perf_counter() - start
+                self.next_at += args.curve_every
+            return True
+
+    return Curve()
 
 
 def run(kind: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -79,14 +112,16 @@ def run(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         model = DQN("MlpPolicy", "CartPole-v1", replay_buffer_class=rsb3.ReplayBuffer, **hyper)
     else:
         model = DQN("MlpPolicy", "CartPole-v1", **hyper)
-    clock = {"buffer": 0.0}
+    clock = {"buffer": 0.0, "eval": 0.0}
+    curve: list[dict[str, float]] = []
     buffer = model.replay_buffer
     for name in ("add", "sample", "update_priorities"):
         if hasattr(buffer, name):
             setattr(buffer, name, timed(getattr(buffer, name), clock))
     start = time.perf_counter()
-    model.learn(args.steps)
-    wall = time.perf_counter() - start
+    callback = curve_callback(args, curve, clock) if args.curve_every > 0 else None
+    model.learn(args.steps, callback=callback)
+    wall = time.perf_counter() - start - clock["eval"]
     mean, std = evaluate_policy(model, model.get_env(), n_eval_episodes=args.eval_episodes, deterministic=True)
     return {
         "buffer": kind,
@@ -98,6 +133,7 @@ def run(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         "wall_s": wall,
         "buffer_s": clock["buffer"],
         "buffer_share": clock["buffer"] / wall,
+        "curve": curve,
     }
 
 
