@@ -27,7 +27,7 @@ import numba
 import numpy as np
 
 from ._numba_prefetch import prefetch
-from ._numba_tree import _level_offsets, _weights
+from ._numba_tree import _index, _level_offsets, _values, _weights
 
 LANES = 4
 ELIGIBLE, DUE, MASS, LOW = 0, 1, 2, 3
@@ -202,14 +202,6 @@ def below(tree: np.ndarray, offsets: np.ndarray, k: int, capacity: int, limit: f
             for i in range(n):
                 _prefetch_node(tree, down + frontier[i] * k, k)
     return frontier[frontier < capacity]
-
-
-def _index(index: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(index, dtype=np.int64)
-
-
-def _values(values: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(values, dtype=np.float64)
 
 
 class LanePair:
