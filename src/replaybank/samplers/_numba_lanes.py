@@ -101,23 +101,15 @@ def walk(tree: np.ndarray, offsets: np.ndarray, k: int, mass: np.ndarray, lane: 
 def _node(tree: np.ndarray, first: int, k: int, parent: int, lanes: int) -> None:
     """Write the first ``lanes`` lanes of ``parent`` (2: the mask's, 4: all) from its ``k``
     children starting at ``first``; the mins by selects, not branches."""
-    eligible = 0.0
-    due = np.inf
-    for j in range(first, first + k):
-        eligible += tree[0, j]
-        v = tree[1, j]
-        due = v if v < due else due
-    tree[0, parent] = eligible
-    tree[1, parent] = due
-    if lanes == 4:
-        mass = 0.0
+    for lane in range(0, lanes, 2):  # a (sum, min) pair: the mask's (eligible, due), then (mass, low)
+        total = 0.0
         low = np.inf
         for j in range(first, first + k):
-            mass += tree[2, j]
-            v = tree[3, j]
+            total += tree[lane, j]
+            v = tree[lane + 1, j]
             low = v if v < low else low
-        tree[2, parent] = mass
-        tree[3, parent] = low
+        tree[lane, parent] = total
+        tree[lane + 1, parent] = low
 
 
 @numba.njit(cache=True, nogil=True)
