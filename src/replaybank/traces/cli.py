@@ -99,7 +99,7 @@ def add_subcommands(subparsers: Any) -> None:
         "synth", help="write a synthetic trace (Zipf popularity, Markov locality) for trying things"
     )
     synth.add_argument("out", type=Path, help="folder to create")
-    for name, default, helptext in (
+    _int_options(synth, (
         ("requests", 64, "requests"),
         ("prompt-tokens", 16, "tokens per prefill"),
         ("decode-tokens", 64, "decode steps per request"),
@@ -108,10 +108,7 @@ def add_subcommands(subparsers: Any) -> None:
         ("top-k", 2, "experts per token"),
         ("concurrent", 4, "requests interleaved at a time"),
         ("seed", 0, "seed"),
-    ):
-        synth.add_argument(
-            f"--{name}", type=int, default=default, help=f"{helptext} (default {default})"
-        )
+    ))
     synth.add_argument(
         "--zipf", type=float, default=1.0, help="Zipf exponent of popularity (0 = uniform)"
     )
@@ -127,6 +124,12 @@ def add_subcommands(subparsers: Any) -> None:
     _add_compare(sub)
 
 
+def _int_options(parser: Any, options: tuple[tuple[str, int, str], ...]) -> None:
+    """``--NAME`` integer options from ``(name, default, help)`` rows."""
+    for name, default, helptext in options:
+        parser.add_argument(f"--{name}", type=int, default=default, help=f"{helptext} (default {default})")
+
+
 def _add_record(sub: Any) -> None:
     rec = sub.add_parser(
         "record",
@@ -137,16 +140,13 @@ def _add_record(sub: Any) -> None:
     )
     rec.add_argument("out", type=Path, help="trace folder to create")
     rec.add_argument("--workload", choices=("prose", "code"), required=True)
-    for name, default, helptext in (
+    _int_options(rec, (
         ("requests", 64, "requests (windows of text)"),
         ("prompt-tokens", 32, "prompt bytes per request"),
         ("decode-tokens", 64, "decode steps per request (fed the text's next bytes)"),
         ("prefill-chunk", 4, "prompt bytes per prefill step (chunked prefill)"),
         ("seed", 0, "which windows are drawn"),
-    ):
-        rec.add_argument(
-            f"--{name}", type=int, default=default, help=f"{helptext} (default {default})"
-        )
+    ))
     rec.add_argument("--cache", type=Path, help="model cache (default ~/.cache/replaybank/moe)")
     rec.add_argument(
         "--train-seconds",
