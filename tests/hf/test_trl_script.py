@@ -1,4 +1,4 @@
-"""examples/trl_sft_script.py, TRL's own trl/scripts/sft.py with the three replaybank lines, run as
+"""TRL's own installed trl/scripts/sft.py patched by examples/trl_sft_script.patch (three lines), run as
 TRL runs it (its parser, its main) for 2 LoRA steps on a tiny random Llama: the domain dataset is
 a local folder of chat rows, the rehearsal rows stand in for self_rows (tested on its own in
 test_embedded.py), and the trainer logs ce, kl and the rehearsal share with each loss."""
@@ -20,7 +20,20 @@ torch = pytest.importorskip("torch")
 import replaybank.hf  # noqa: E402
 from replaybank.hf.kl import KLToBase  # noqa: E402
 
-SCRIPT = Path(__file__).parents[2] / "examples" / "trl_sft_script.py"
+PATCH = Path(__file__).parents[2] / "examples" / "trl_sft_script.patch"
+
+
+def _patched_script(folder: Path) -> Path:
+    """TRL's own installed trl/scripts/sft.py, copied into ``folder`` and patched with the example."""
+    import shutil
+    import subprocess
+
+    import trl
+
+    script = folder / "sft.py"
+    shutil.copyfile(Path(trl.__file__).parent / "scripts" / "sft.py", script)
+    subprocess.run(["git", "apply", str(PATCH)], cwd=folder, check=True, capture_output=True)
+    return script
 
 
 def _chat(prompt: str, answer: str) -> dict:
@@ -49,7 +62,7 @@ def test_trl_sft_script_with_three_lines_trains_on_the_mix_with_kl(tiny_lm, tmp_
         return real_attach(self, trainer)
 
     monkeypatch.setattr(KLToBase, "attach", spy_attach)
-    spec = importlib.util.spec_from_file_location("trl_sft_script", SCRIPT)
+    spec = importlib.util.spec_from_file_location("trl_sft_script", _patched_script(tmp_path))
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
