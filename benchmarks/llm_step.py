@@ -106,14 +106,14 @@ def run_replaybank(model: Any, tok: Any, cfg: Any, domain: Any, rehearsal: Any, 
     from replaybank.llm import evaluate
     from replaybank.llm.train import train_lora
 
-    real = evaluate._fast_head
+    real = evaluate.fast_head
     if full_head:
-        evaluate._fast_head = lambda model: None  # logits_at then runs model(...).logits
+        evaluate.fast_head = lambda model: None  # logits_at then runs model(...).logits
     try:
         train_lora(model, tok.pad_token_id, domain, rehearsal, cfg, cfg.mixing_ratio, max_steps=steps,
                    desc="replaybank")  # fmt: skip
     finally:
-        evaluate._fast_head = real
+        evaluate.fast_head = real
 
 
 def run_trainer(model: Any, tok: Any, cfg: Any, stream: Any, steps: int, out: str, sft: bool) -> None:

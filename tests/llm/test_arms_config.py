@@ -30,7 +30,8 @@ def test_declared_arm_is_parsed_run_and_round_trips(tmp_path):
     spec = cfg.arm_specs()["self-replay-kl"]
     assert (spec.source, spec.ratio, spec.mix_by, spec.kl_to_base, spec.kl_temperature) == (["self", "replay"], 0.15, "tokens", 0.5, 2.0)
     assert cfg.arm_specs()["rehearsal-self"].ratio == 0.3  # a table replaces the built-in arm of that name
-    assert cfg.evaluation.arms == DEFAULT_ARMS + ["self-replay-kl"]  # declared arms join the default list
+    # declared arms join the default list (rehearsal-self is a built-in outside the defaults: declared, it runs)
+    assert cfg.evaluation.arms == DEFAULT_ARMS + ["self-replay-kl", "rehearsal-self"]
     again = Config.from_dict(cfg.to_dict())
     assert again.arm_specs()["self-replay-kl"] == spec
     toml = tmp_path / "again.toml"

@@ -15,7 +15,7 @@ def test_defaults_are_the_embedded_experiment():
     assert cfg.training.base_model == "SmolLM2-135M-Instruct"
     assert cfg.training.mixing_ratio == 0.1
     assert cfg.training.rehearsal_dataset == "python-docs"
-    assert cfg.evaluation.arms == ["base", "naive", "rehearsal-corpus", "rehearsal-self", "self-distill"]
+    assert cfg.evaluation.arms == ["base", "naive", "rehearsal-corpus", "self-distill"]
     # the domain budget chosen on a validation split (benchmarks/domain_budget.py), >= 32 held-out
     # requests, every suite item, and the loop's self rows (96, open rows kept) for self-distill
     assert (cfg.data.domain_train_rows, cfg.training.num_train_epochs, cfg.data.domain_eval_rows) == (240, 2, 48)

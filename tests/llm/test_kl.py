@@ -76,3 +76,37 @@ def test_base_logits_come_from_the_disabled_adapter(tiny_model_dir):
     assert float(kl_to_base(adapted, want)) > 0
     with pytest.raises(ValueError, match="needs a PEFT model"):
         base_logits_at(plain, ids, att, mask)
+
+
+def test_base_cache_gives_the_base_pass_logits_and_runs_each_row_once(tiny_model_dir):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from replaybank.llm.eval.losses import collate
+    from replaybank.llm.train.kl import BaseCache
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                           LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    np = pytest.importorskip("numpy")
+    rows = [(np.array([5, 9, 13, 2, 7, 11]), np.array([-100, -100, -100, 2, 7, 11])),
+            (np.array([4, 8, 3]), np.array([-100, 8, 3])),
+            (np.array([6, 1, 12, 10]), np.array([-100, -100, 12, 10]))]
+    ids, att, labels = collate(rows, pad_id=0)  # right-padded to 6
+    mask = labels[:, 1:] != -100
+    cache = BaseCache()
+    want = base_logits_at(model, ids, att, mask)
+    got = cache.logits_at(model, ids, att, mask)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)  # padding does not change a row's base logits
+    assert (cache.misses, cache.hits, len(cache)) == (3, 0, 3)
+    # the same rows again, in another order and with other batch-mates: kept hidden states, same logits
+    ids2, att2, labels2 = collate([rows[2], rows[0]], pad_id=0)
+    mask2 = labels2[:, 1:] != -100
+    torch.testing.assert_close(cache.logits_at(model, ids2, att2, mask2), base_logits_at(model, ids2, att2, mask2),
+                               rtol=1e-4, atol=1e-4)
+    assert (cache.misses, cache.hits) == (3, 2)
+    # another set of positions of a kept row is another key (no stale positions)
+    mask3 = mask2.clone()
+    mask3[0, 0] = True
+    torch.testing.assert_close(cache.logits_at(model, ids2, att2, mask3), base_logits_at(model, ids2, att2, mask3),
+                               rtol=1e-4, atol=1e-4)
+    assert cache.misses == 4

@@ -31,9 +31,10 @@ def collate(rows: Sequence[tuple[np.ndarray, np.ndarray]], pad_id: int) -> tuple
     return ids, att, labels
 
 
-def _fast_head(model: Any) -> tuple[Any, Any] | None:
-    # (decoder, lm_head) when logits are a plain projection of the decoder output, so the head can
-    # run on labelled positions only (the vocabulary projection is a large share of a small model).
+def fast_head(model: Any) -> tuple[Any, Any] | None:
+    """``(decoder, lm_head)`` when logits are a plain projection of the decoder output, so the head
+    can run on labelled positions only (the vocabulary projection is a large share of a small
+    model); None otherwise (soft-capped or scaled logits)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = getattr(base, "config", None)
     if config is None or getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
@@ -47,7 +48,7 @@ def _fast_head(model: Any) -> tuple[Any, Any] | None:
 
 def logits_at(model: Any, ids: Any, att: Any, mask: Any) -> Any:
     """Next-token logits (float32) at the positions where ``mask`` (shape of ``ids[:, :-1]``) is true."""
-    fast = _fast_head(model)
+    fast = fast_head(model)
     if fast is not None:
         decoder, head = fast
         hidden = decoder(input_ids=ids, attention_mask=att).last_hidden_state[:, :-1]

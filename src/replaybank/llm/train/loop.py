@@ -32,7 +32,7 @@ from replaybank.llm.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from replaybank.llm.train.kl import KLSpec
+from replaybank.llm.train.kl import BaseCache, KLSpec
 from replaybank.llm.train.log import TrainLog
 from replaybank.llm.train.steer import Steering
 from replaybank.llm.train.step import DOMAIN, train_step
@@ -227,6 +227,7 @@ def train_lora(
     bar = tqdm(total=total_steps, initial=step, desc=desc, unit="step", dynamic_ncols=True, leave=False)
     start = time.perf_counter() - log.seconds
     slices: dict[tuple[int, int], np.ndarray] = {}
+    base_cache = BaseCache() if kl is not None and kl.weight > 0 else None
 
     def rows_of(source: int, idx: np.ndarray, epoch: int) -> list[tuple[np.ndarray, np.ndarray]]:
         if source == DOMAIN:
@@ -251,7 +252,7 @@ def train_lora(
                 if mb.rows_of(s).size
             ]
             with autocast(cfg.precision, device.type):  # bf16 matmuls on AMX CPUs; LoRA weights stay fp32
-                stats, total_loss = train_step(model, opt, params, groups, names, pad_id, device, kl, cfg.max_grad_norm)
+                stats, total_loss = train_step(model, opt, params, groups, names, pad_id, device, kl, cfg.max_grad_norm, base_cache)
             step += 1
             log.tokens += stats["tokens"]
             log.seconds = time.perf_counter() - start

@@ -16,7 +16,7 @@ import numpy as np
 
 from replaybank.llm.data.rows import IGNORE_INDEX
 from replaybank.llm.eval.losses import collate, logits_at, token_loss_sum
-from replaybank.llm.train.kl import KLSpec, base_logits_at, kl_mask, kl_to_base
+from replaybank.llm.train.kl import BaseCache, KLSpec, base_logits_at, kl_mask, kl_to_base
 
 DOMAIN, REHEARSAL = 0, 1
 
@@ -33,6 +33,7 @@ def train_step(
     device: Any,
     kl: KLSpec | None,
     max_grad_norm: float,
+    base_cache: BaseCache | None = None,
 ) -> tuple[dict[str, Any], float]:
     """Accumulate the gradients of ``groups`` and take one optimizer step.
 
@@ -45,6 +46,8 @@ def train_step(
         device: where the model is.
         kl: the optional KL-to-base term.
         max_grad_norm: gradient clipping norm (0 = off).
+        base_cache: where the KL term's base pass is kept per row (:class:`BaseCache`); None runs
+            the base pass every time.
 
     Returns:
         The step's log fields (losses, rows, tokens and labelled tokens per source, mean KL) and
@@ -61,7 +64,7 @@ def train_step(
     kl_total = 0.0
     for source, rows in groups:
         ids, att, labels = collate(rows, pad_id)
-        ce, n, kl_sum = _group_loss(model, ids.to(device), att.to(device), labels.to(device), source, kl)
+        ce, n, kl_sum = _group_loss(model, ids.to(device), att.to(device), labels.to(device), source, kl, base_cache)
         ce_counts = source == DOMAIN or kl is None or kl.rehearsal_ce
         obj = (ce if ce_counts else ce * 0.0) / max(n_label, 1)
         if kl_sum is not None and kl is not None:
@@ -114,7 +117,9 @@ def _kl_positions(source: int, rows: list[tuple[np.ndarray, np.ndarray]], kl: KL
     return 0
 
 
-def _group_loss(model: Any, ids: Any, att: Any, labels: Any, source: int, kl: KLSpec | None) -> tuple[Any, int, Any]:
+def _group_loss(
+    model: Any, ids: Any, att: Any, labels: Any, source: int, kl: KLSpec | None, base_cache: BaseCache | None,
+) -> tuple[Any, int, Any]:
     """Cross-entropy sum over labelled positions, their count, and the KL sum (or None)."""
     import torch.nn.functional as F
 
@@ -127,7 +132,7 @@ def _group_loss(model: Any, ids: Any, att: Any, labels: Any, source: int, kl: KL
     union = ce_mask | kl_mask
     logits = logits_at(model, ids, att, union)
     ce = F.cross_entropy(logits[ce_mask[union]], target[ce_mask], reduction="sum")
-    base = base_logits_at(model, ids, att, union)
+    base = base_cache.logits_at(model, ids, att, union) if base_cache is not None else base_logits_at(model, ids, att, union)
     pick = kl_mask[union]
     return ce, int(ce_mask.sum()), kl_to_base(logits[pick], base[pick], kl.temperature)
 
