@@ -30,6 +30,7 @@ Example (a two-token vocabulary: base ``(1/2, 1/2)``, adapted ``(3/4, 1/4)``;
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -117,7 +118,6 @@ def kl_to_base(logits: Any, base_logits: Any, temperature: float = 1.0) -> Any:
     Raises:
         ValueError: when the shapes differ or ``temperature <= 0``.
     """
-    import torch
 
     if temperature <= 0:
         raise ValueError(f"kl temperature must be > 0, got {temperature}")
@@ -125,9 +125,39 @@ def kl_to_base(logits: Any, base_logits: Any, temperature: float = 1.0) -> Any:
         raise ValueError(f"logits {tuple(logits.shape)} and base logits {tuple(base_logits.shape)} differ in shape")
     if logits.numel() == 0:
         return logits.sum() * 0.0
-    log_p = torch.log_softmax(logits.float() / temperature, dim=-1)
-    log_q = torch.log_softmax(base_logits.detach().float() / temperature, dim=-1)
-    return (log_q.exp() * (log_q - log_p)).sum() * (temperature * temperature)
+    return _kl_function().apply(logits, base_logits.detach(), float(temperature))
+
+
+@functools.cache
+def _kl_function() -> Any:
+    """:func:`kl_to_base`'s forward and backward in three vocabulary-sized buffers.
+
+    The gradient with respect to the adapted logits is known in closed form,
+    ``T * (softmax(z / T) - softmax(z_base / T))``, so the forward pass computes it in place and
+    keeps it, instead of autograd keeping every intermediate of two log-softmaxes (on the
+    self-distill arm's 4 rows x 63 answer tokens x 49,152 vocabulary entries, one buffer is 49 MB).
+    """
+    import torch
+
+    class KLToBase(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, logits: Any, base_logits: Any, temperature: float) -> Any:
+            with torch.no_grad():
+                log_p = torch.log_softmax(logits.float() / temperature, dim=-1)
+                log_q = torch.log_softmax(base_logits.float() / temperature, dim=-1)
+                q = log_q.exp()
+                value = log_q.sub_(log_p).mul_(q).sum() * (temperature * temperature)
+                grad = log_p.exp_().sub_(q).mul_(temperature)
+            ctx.save_for_backward(grad)
+            ctx.logits_dtype = logits.dtype
+            return value
+
+        @staticmethod
+        def backward(ctx: Any, g: Any) -> Any:
+            (grad,) = ctx.saved_tensors
+            return (grad * g).to(ctx.logits_dtype), None, None
+
+    return KLToBase
 
 
 def base_logits_at(model: Any, ids: Any, att: Any, mask: Any) -> Any:

@@ -64,8 +64,8 @@ def train_step(
     kl_total = 0.0
     for source, rows in groups:
         ids, att, labels = collate(rows, pad_id)
-        ce, n, kl_sum = _group_loss(model, ids.to(device), att.to(device), labels.to(device), source, kl, base_cache)
         ce_counts = source == DOMAIN or kl is None or kl.rehearsal_ce
+        ce, n, kl_sum = _group_loss(model, ids.to(device), att.to(device), labels.to(device), source, kl, base_cache, ce_counts)
         obj = (ce if ce_counts else ce * 0.0) / max(n_label, 1)
         if kl_sum is not None and kl is not None:
             obj = obj + kl.weight * kl_sum / max(n_kl, 1)
@@ -119,8 +119,13 @@ def _kl_positions(source: int, rows: list[tuple[np.ndarray, np.ndarray]], kl: KL
 
 def _group_loss(
     model: Any, ids: Any, att: Any, labels: Any, source: int, kl: KLSpec | None, base_cache: BaseCache | None,
+    ce_counts: bool,
 ) -> tuple[Any, int, Any]:
-    """Cross-entropy sum over labelled positions, their count, and the KL sum (or None)."""
+    """Cross-entropy sum over labelled positions, their count, and the KL sum (or None).
+
+    With ``ce_counts`` false (rows learnt through the KL term only) the cross-entropy is measured
+    for the log without a gradient."""
+    import torch
     import torch.nn.functional as F
 
     target = labels[:, 1:]
@@ -131,8 +136,11 @@ def _group_loss(
         return loss, n, None
     union = ce_mask | kl_mask
     logits = logits_at(model, ids, att, union)
-    ce = F.cross_entropy(logits[ce_mask[union]], target[ce_mask], reduction="sum")
+    with torch.set_grad_enabled(ce_counts and torch.is_grad_enabled()):
+        ce = F.cross_entropy(logits[ce_mask[union]], target[ce_mask], reduction="sum")
     base = base_cache.logits_at(model, ids, att, union) if base_cache is not None else base_logits_at(model, ids, att, union)
     pick = kl_mask[union]
-    return ce, int(ce_mask.sum()), kl_to_base(logits[pick], base[pick], kl.temperature)
+    if not bool(pick.all()):
+        logits, base = logits[pick], base[pick]
+    return ce, int(ce_mask.sum()), kl_to_base(logits, base, kl.temperature)
 
