@@ -8,6 +8,7 @@ import json
 import pytest
 
 from replaybank.llm import agenda, toolapi
+from replaybank.llm.data import ledger
 
 # SHA-256 prefixes of generate_examples(200, seed) from before the loop was shared (commit 97134b9);
 # datasets and cached runs depend on these rows staying byte-identical.
@@ -28,7 +29,7 @@ def test_generated_rows_are_unchanged(module, seed):
     assert digest(module.generate_examples(200, seed)) == PINNED[(module, seed)]
 
 
-@pytest.mark.parametrize("module", [agenda, toolapi])
+@pytest.mark.parametrize("module", [agenda, ledger, toolapi])
 def test_rows_distinct_and_exclusion_respected(module):
     held = {r["prompt"] for r in module.generate_examples(50, 99)}
     rows = module.generate_examples(300, 3, exclude=held)
