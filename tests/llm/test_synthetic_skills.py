@@ -8,12 +8,16 @@ import json
 import pytest
 
 from replaybank.llm import agenda, toolapi
+from replaybank.llm.data import ledger
 
-# SHA-256 prefixes of generate_examples(200, seed) from before the loop was shared (commit 97134b9);
+# SHA-256 prefixes of generate_examples(200, seed) from before the loop was shared (commit 97134b9;
+# ledger: as first written);
 # datasets and cached runs depend on these rows staying byte-identical.
 PINNED = {
     (agenda, 0): "ebf92bc24e2caed2",
     (agenda, 7): "ae3d55baed020418",
+    (ledger, 0): "d6e82ce91e9d1854",
+    (ledger, 7): "1367ef5017f3bae9",
     (toolapi, 0): "2b7717816e932135",
     (toolapi, 7): "051a9d48770531a7",
 }
@@ -28,7 +32,7 @@ def test_generated_rows_are_unchanged(module, seed):
     assert digest(module.generate_examples(200, seed)) == PINNED[(module, seed)]
 
 
-@pytest.mark.parametrize("module", [agenda, toolapi])
+@pytest.mark.parametrize("module", [agenda, ledger, toolapi])
 def test_rows_distinct_and_exclusion_respected(module):
     held = {r["prompt"] for r in module.generate_examples(50, 99)}
     rows = module.generate_examples(300, 3, exclude=held)

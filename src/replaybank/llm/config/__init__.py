@@ -17,6 +17,7 @@ from replaybank.llm.config.schema import (
     ALL_LINEAR,
     ARM_SOURCES,
     BUILTIN_AGENDA,
+    BUILTIN_LEDGER,
     BUILTIN_PROBE,
     BUILTIN_TOOLAPI,
     DEFAULT_ARMS,
@@ -37,7 +38,7 @@ from replaybank.llm.config.schema import (
 from replaybank.llm.config.values import ConfigError, read_section
 
 __all__ = [
-    "ALL_LINEAR", "ARM_SOURCES", "BUILTIN_AGENDA", "BUILTIN_PROBE", "BUILTIN_TOOLAPI", "DEFAULT_ARMS",
+    "ALL_LINEAR", "ARM_SOURCES", "BUILTIN_AGENDA", "BUILTIN_LEDGER", "BUILTIN_PROBE", "BUILTIN_TOOLAPI", "DEFAULT_ARMS",
     "BUILTIN_RECIPES", "SECTIONS", "Arm", "ArmSpec", "Config", "ConfigError", "Data", "Device", "Evaluation", "KLOn",
     "Lineage", "Loop", "LoopConfig", "MixBy", "Orchestration", "Output", "Recipe", "SharedData",
     "SharedEvaluation", "Training",

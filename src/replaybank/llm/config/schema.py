@@ -48,6 +48,7 @@ ControllerName = Literal["none", "fixed", "bandit", "proxy"]
 GenerationPrecision = Precision  # one definition: llm/runtime.py (resolve_precision, autocast)
 ARM_SOURCES = ("corpus", "self", "replay", "onpolicy")
 BUILTIN_AGENDA = "builtin:agenda"
+BUILTIN_LEDGER = "builtin:ledger"
 DEFAULT_ARMS = ["base", "naive", "rehearsal-corpus", "self-distill"]
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 BUILTIN_TOOLAPI = "builtin:toolapi"
@@ -114,9 +115,9 @@ class SharedData:
 class Data(SharedData):
     """``replaybank run``'s ``[data]``: the shared keys (:class:`SharedData`) and the main job's data."""
 
-    domain_train: list[str] = _f([BUILTIN_TOOLAPI], "domain training data, one source per generation: a JSONL/Parquet file or folder (prompt+response or completion, messages, or text), .txt/.md, a save_to_disk folder or a cached HF dataset; builtin:toolapi = the embedded fictional tool API", nonempty=True)
+    domain_train: list[str] = _f([BUILTIN_TOOLAPI], "domain training data, one source per generation: a JSONL/Parquet file or folder (prompt+response or completion, messages, or text), .txt/.md, a save_to_disk folder or a cached HF dataset; builtin:toolapi = the embedded fictional tool API, builtin:agenda = @agenda{...} entries, builtin:ledger = ~ledger lines", nonempty=True)
     domain_eval: list[str] = _f([BUILTIN_TOOLAPI], "held-out domain data (same formats), one for all generations or one per generation", nonempty=True)
-    domain_train_rows: int = _f(240, "rows generated per generation for builtin:toolapi", min=1, max=10_000_000)
+    domain_train_rows: int = _f(240, "rows generated per generation for a builtin domain (builtin:toolapi, builtin:agenda, builtin:ledger)", min=1, max=10_000_000)
     domain_eval_rows: int = _f(48, "held-out domain rows (cap for files; count for builtin)", min=1, max=10_000_000)
     domain_split: str = _f("train", "split read from a saved DatasetDict folder or a cached HF dataset named in domain_train / domain_eval (point domain_eval at the split's own subfolder, e.g. data/ds/test, to read another)", nonempty=True)
     general_eval: str = _f("", "held-out general text; empty = hold out whole documents of the rehearsal corpus")

@@ -12,14 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from replaybank.llm.eval.domain import call_score, parse_qx_call
+from replaybank.llm.eval.domain import call_score, exact_match, parse_qx_call
 
 Record = dict[str, Any]
 
 
 def domain_accepts(record: Record, answer: str) -> bool:
     """The domain checker: the answer's call equals the reference call (every argument), or, for a
-    reference that is no call, the answer equals it (whitespace trimmed).
+    reference that is no call, the answer equals it (:func:`~replaybank.llm.eval.domain.exact_match`:
+    whitespace runs collapsed, as the held-out exact match scores it).
 
     Example:
         >>> rec = {"prompt": "Weather in Oslo in two days?", "response": "<<qx sky.cast; at=OSLO; day=+2>>"}
@@ -28,7 +29,7 @@ def domain_accepts(record: Record, answer: str) -> bool:
     """
     reference = parse_qx_call(record["response"])
     if reference is None:
-        return answer.strip() == str(record["response"]).strip()
+        return exact_match(answer, str(record["response"]))
     return call_score(parse_qx_call(answer), reference) == 1.0
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.llm.config import BUILTIN_AGENDA, BUILTIN_PROBE, BUILTIN_TOOLAPI, Config
-from replaybank.llm.data import agenda, toolapi
+from replaybank.llm.config import BUILTIN_AGENDA, BUILTIN_LEDGER, BUILTIN_PROBE, BUILTIN_TOOLAPI, Config
+from replaybank.llm.data import agenda, ledger, toolapi
 from replaybank.llm.data.columns import hold_out_rows, open_column
 from replaybank.llm.data.corpus import (
     Corpus,
@@ -66,14 +66,19 @@ class Prepared:
     for a :class:`LazyPool`, whose rows are checked when drawn."""
 
 
-BUILTINS = {BUILTIN_TOOLAPI: toolapi.generate_examples, BUILTIN_AGENDA: agenda.generate_examples}
-"""Built-in domain generators: ``builtin:toolapi`` (the qx tool API), ``builtin:agenda`` (``@agenda{...}``)."""
+BUILTINS = {
+    BUILTIN_TOOLAPI: toolapi.generate_examples,
+    BUILTIN_AGENDA: agenda.generate_examples,
+    BUILTIN_LEDGER: ledger.generate_examples,
+}
+"""Built-in domain generators: ``builtin:toolapi`` (the qx tool API), ``builtin:agenda`` (``@agenda{...}``),
+``builtin:ledger`` (``~ledger`` lines rewritten from money statements)."""
 
 
 def load_domain(
     source: str, n_builtin: int, seed: int, exclude: set[str] | None = None, split: str = "train"
 ) -> tuple[list[DomainRecord], dict[str, Any]]:
-    """Domain records from ``builtin:toolapi`` / ``builtin:agenda``, or a JSONL / Parquet / text
+    """Domain records from ``builtin:toolapi`` / ``builtin:agenda`` / ``builtin:ledger``, or a JSONL / Parquet / text
     file or folder, a ``save_to_disk`` folder or a cached HF dataset (split ``split``).
 
     JSONL lines and Parquet / dataset rows are ``{"prompt", "response"}`` (``completion`` also

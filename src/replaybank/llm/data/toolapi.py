@@ -134,7 +134,8 @@ def distinct_examples(
 ) -> list[dict[str, str]]:
     """``n`` rows from makers drawn uniformly by a ``seed``-ed generator, skipping repeated or excluded prompts.
 
-    Shared by the synthetic skills (:mod:`replaybank.llm.data.toolapi`, :mod:`replaybank.llm.data.agenda`).
+    Shared by the synthetic skills (:mod:`replaybank.llm.data.toolapi`, :mod:`replaybank.llm.data.agenda`,
+    :mod:`replaybank.llm.data.ledger`).
 
     Raises:
         ValueError: if ``n`` distinct examples cannot be produced (``what`` names the skill).

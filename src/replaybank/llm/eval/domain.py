@@ -52,6 +52,19 @@ def parse_qx_call(text: str) -> ParsedCall | None:
     return m.group(1), args
 
 
+def exact_match(answer: str, reference: str) -> bool:
+    """Whether a generated answer is the reference response, whitespace runs collapsed and ends stripped.
+
+    The check of every domain without a parsed form (``@agenda{...}`` entries, ``~ledger`` lines),
+    for held-out accuracy and for on-policy replay alike.
+
+    Example:
+        >>> exact_match(" ~ledger d5  CHEN>ANNA USD12.50 #food\n", "~ledger d5 CHEN>ANNA USD12.50 #food")
+        True
+    """
+    return normalise(answer) == normalise(reference)
+
+
 def call_score(answer: ParsedCall | None, reference: ParsedCall | None) -> float:
     """Partial credit of a parsed call against the reference call (see the module docstring).
 
@@ -111,7 +124,7 @@ def generated_accuracy(
     items = []
     scored_calls: list[float] = []
     for rec, gen in zip(usable, gens, strict=True):
-        exact = normalise(gen.text) == normalise(rec["response"])
+        exact = exact_match(gen.text, rec["response"])
         reference = parse(rec["response"])
         score = None if reference is None else call_score(parse(gen.text), reference)
         if score is not None:
