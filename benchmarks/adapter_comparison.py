@@ -81,6 +81,8 @@ def main() -> None:
     print(f"\n{len(seeds)} seeds {seeds} of {args.run}; skills {skills}; carried {run.carried}; per-skill arm "
           f"{run.per_skill!r}; load {load0} -> {env['loadavg_1min_end']}\n")
     print(text)
+    print("\nlargest difference to the run's own accuracies for the same adapters (0 = same rows, same scoring): "
+          + "; ".join(f"seed {s['seed']}: {s['run_agreement']}" for s in per_seed))
     print(f"\nrouted targets (no skill > 5 points below its own adapter; retention >= 95%): {json.dumps(targets)}")
     if winner:
         print(f"highest mean accuracy: {winner}")

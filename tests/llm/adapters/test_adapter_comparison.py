@@ -114,3 +114,44 @@ def test_read_run_refuses_a_run_without_exactly_one_per_skill_arm(tmp_path):
     (tmp_path / "metrics.json").write_text(json.dumps({"config": {}}))
     with pytest.raises(ComparisonError, match="not a `replaybank run` metrics file"):
         read_run(root)
+
+
+@pytest.mark.usefixtures("isolated_cache")
+def test_measure_seed_on_a_tiny_run_serves_every_approach_and_gives_the_base_back(tiny_model_dir, tmp_path):
+    import torch
+    from peft import PeftModel
+
+    from replaybank.llm.adapters.compare import Settings, measure_seed
+    from replaybank.llm.config import Config
+    from replaybank.llm.model import load_model
+    from replaybank.llm.recipes.rehearsal import run_experiment
+
+    cfg = Config.from_dict({
+        "orchestration": {"num_generations": 2, "training_window_size": 1},
+        "training": {"base_model": str(tiny_model_dir), "batch_size": 5, "learning_rate": 5e-3, "lora_rank": 2, "num_threads": 1},
+        "data": {"domain_train_rows": 10, "domain_eval_rows": 3, "general_eval_rows": 3,
+                 "domain_train": ["builtin:toolapi", "builtin:agenda"], "domain_eval": ["builtin:toolapi", "builtin:agenda"]},
+        "evaluation": {"arms": ["base", "naive", "rehearsal-replay", "per-skill"], "eval_points": 1, "suite_per_family": 1,
+                       "max_new_tokens": 4, "probe_sources": False},
+        "recipes": {"per-skill": {"source": [], "fresh_adapter": True}},
+    })
+    run_experiment(cfg, tmp_path / "run", log=lambda m: None, max_steps=1, seeds=1)
+    run = read_run(tmp_path / "run")
+    assert run.carried == ["naive", "rehearsal-replay"]
+    base, tok = load_model(str(tiny_model_dir), "cpu", lambda m: None)
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    seen: list[str] = []
+    res = measure_seed(base, tok, run, 0, Settings(merges=("linear", "cat"), latency_requests=2), tmp_path / "lib", seen.append)
+    assert seen == ["naive", "rehearsal-replay", "merge-linear", "merge-cat", "routed", "oracle"] == list(res["approaches"])
+    a = res["approaches"]
+    assert res["skills"] == ["toolapi", "agenda"] and all(len(x["accuracy"]) == 2 for x in a.values())
+    # the same adapters on the same held-out rows score what the run scored
+    assert res["run_agreement"] == {"oracle": 0.0, "naive": 0.0, "rehearsal-replay": 0.0}
+    one = a["naive"]["memory_bytes"]
+    assert a["merge-linear"]["memory_bytes"] == one and a["merge-cat"]["memory_bytes"] == 2 * one  # rank r1 + r2
+    assert a["routed"]["memory_bytes"] == a["oracle"]["memory_bytes"] == 2 * one
+    assert a["routed"]["routing"]["accuracy"] >= 0.5  # qx and agenda requests share few content words
+    assert a["oracle"]["retention"] is None and a["naive"]["retention"] is not None
+    assert a["naive"]["latency_ms"] > 0 and a["oracle"]["latency_n"] == 1  # the oracle serves skill requests only
+    assert not isinstance(base, PeftModel) and not any("lora" in k for k in base.state_dict())
+    assert all(torch.equal(before[k], v) for k, v in base.state_dict().items())

@@ -79,6 +79,7 @@ def read_run(root: Path, per_skill: str | None = None, carried: Sequence[str] | 
         ComparisonError: no finished run, no (or several) per-skill arms, an arm the run did not train.
     """
     from replaybank.llm.config.names import check_name
+    from replaybank.llm.config.recipe import BUILTIN_RECIPES
     from replaybank.llm.train.peft_files import read_json_object
 
     path = Path(root) / "metrics.json"
@@ -99,8 +100,12 @@ def read_run(root: Path, per_skill: str | None = None, carried: Sequence[str] | 
                                   "train one ([recipes.per-skill] source = [], fresh_adapter = true) or name it")
         per_skill = fresh[0]
     if carried is None:
-        rehearsal = [a for a in trained if a not in ("base", "naive", per_skill) and a not in fresh
-                     and (recipes.get(a, {}).get("source") or a.startswith("rehearsal") or a == "self-distill")]
+        def sources(arm: str) -> list[str]:
+            declared = recipes.get(arm)
+            return list(declared.get("source") or []) if isinstance(declared, dict) else list(
+                BUILTIN_RECIPES[arm].source if arm in BUILTIN_RECIPES else [])
+
+        rehearsal = [a for a in trained if a not in ("base", per_skill, *fresh) and sources(a)]
         score = {a: arms.get(a, {}).get("summary", {}).get("domain_exact_match", {}).get("mean", -1.0) for a in rehearsal}
         carried = ["naive", *([max(rehearsal, key=lambda a: score[a])] if rehearsal else [])]
     for arm in [per_skill, *carried]:
@@ -222,8 +227,9 @@ def measure_seed(
     finally:
         detach(model, lib.names()[0], wrapped=True)
     arms = (_read_seed(run, seed) or {}).get("arms", {})
+    matrices = {a: arms[a].get("matrix") or {} for a in [run.per_skill, *run.carried] if a in arms}
     return {"seed": seed, "skills": skills, "sources": sources, "approaches": approaches, "library": lib.names(),
-            "run_matrix": {a: arms[a].get("matrix") for a in [run.per_skill, *run.carried] if a in arms},
+            "run_matrix": matrices, "run_agreement": _agreement(approaches, matrices, run),
             "settings": {**settings.__dict__, "merges": list(settings.merges), "suite_per_family": per_family,
                          "suite_items": len(suite.items), "eval_rows": [len(r) for r in requests]}}
 
@@ -313,6 +319,21 @@ def _weight_bytes(lib: Any, name: str) -> int:
 
     tensors = read_tensors(lib.folder(name) / lib.manifest(name).weights)
     return int(sum(t.numel() * t.element_size() for t in tensors.values()))
+
+
+def _agreement(approaches: dict[str, Any], matrices: dict[str, Any], run: RunFolder) -> dict[str, float]:
+    """The largest difference between the accuracies measured here and the run's own for the same
+    adapters and requests (oracle: the per-skill arm's diagonal; a carried arm: its last row); 0
+    when the harness scores what the run scored (all held-out rows, same generation settings)."""
+    out: dict[str, float] = {}
+    R = matrices.get(run.per_skill, {}).get("R")
+    if R:
+        out["oracle"] = max(abs(float(approaches["oracle"]["accuracy"][g]) - float(R[g][g])) for g in range(len(R)))
+    for arm in run.carried:
+        R = matrices.get(arm, {}).get("R")
+        if R:
+            out[arm] = max(abs(float(a) - float(b)) for a, b in zip(approaches[arm]["accuracy"], R[-1], strict=False))
+    return out
 
 
 def _read_seed(run: RunFolder, seed: int) -> dict[str, Any] | None:
