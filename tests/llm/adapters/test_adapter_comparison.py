@@ -155,3 +155,12 @@ def test_measure_seed_on_a_tiny_run_serves_every_approach_and_gives_the_base_bac
     assert a["naive"]["latency_ms"] > 0 and a["oracle"]["latency_n"] == 1  # the oracle serves skill requests only
     assert not isinstance(base, PeftModel) and not any("lora" in k for k in base.state_dict())
     assert all(torch.equal(before[k], v) for k, v in base.state_dict().items())
+
+
+def test_the_docstring_examples_hold():
+    import doctest
+
+    from replaybank.llm.adapters import compare, compare_report
+
+    for module in (compare, compare_report):
+        assert doctest.testmod(module).failed == 0, module.__name__
