@@ -21,9 +21,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from replaybank.errors import ReplayBankError
+
+if TYPE_CHECKING:
+    from replaybank.llm.adapters.merge import Combination
 
 __all__ = ["MERGES", "ComparisonError", "RunFolder", "Settings", "measure_seed", "read_run", "skill_names"]
 
@@ -136,10 +139,24 @@ def skill_names(domains: Sequence[str]) -> list[str]:
     return [s if stems.count(s) == 1 else f"{s}{g}" for g, s in enumerate(stems)]
 
 
+Assign = Callable[[str, int | None], Any]
+"""``assign(prompt, skill or None) -> Route`` (None: the approach does not serve the request)."""
+
+
 def _fixed(name: str) -> Any:
     from replaybank.llm.adapters.route import Route
 
     return Route(adapter=name, confidence=1.0, score=0.0, best=name, confidences={name: 1.0})
+
+
+def _always(name: str) -> Assign:
+    """Every request to adapter ``name``."""
+    route = _fixed(name)
+
+    def assign(prompt: str, g: int | None) -> Any:
+        return route
+
+    return assign
 
 
 def _check_split(prepared: dict[str, Any], recorded: Any, where: Path) -> None:
@@ -207,13 +224,19 @@ def measure_seed(
         lib.add(f"carried-{arm}", folder=adapter_folder(run, arm, seed, G - 1), skill="+".join(skills), base_model=base_model)
     for kind in settings.merges:
         merge(lib, names, into=f"merge-{kind}", base_model=base_model, weights=[settings.weight] * G,
-              combination_type=kind, density=settings.density if kind in _DENSITY else None, seed=seed)
+              combination_type=cast("Combination", kind), density=settings.density if kind in _DENSITY else None, seed=seed)
     router = Router.from_library(lib, threshold=settings.threshold, names=names)
-    plans: dict[str, tuple[str, Callable[[str, int | None], Any], list[str]]] = {
-        **{arm: ("carried", lambda p, g, n=f"carried-{arm}": _fixed(n), [f"carried-{arm}"]) for arm in run.carried},
-        **{f"merge-{k}": ("merge", lambda p, g, n=f"merge-{k}": _fixed(n), [f"merge-{k}"]) for k in settings.merges},
-        "routed": ("routed", lambda p, g: router.route(p), names),
-        "oracle": ("oracle", lambda p, g: None if g is None else _fixed(names[g]), names),
+
+    def by_router(prompt: str, g: int | None) -> Any:
+        return router.route(prompt)
+
+    def own(prompt: str, g: int | None) -> Any:  # the oracle: a skill's requests to its adapter, nothing else
+        return None if g is None else _fixed(names[g])
+
+    plans: dict[str, tuple[str, Assign, list[str]]] = {
+        **{arm: ("carried", _always(f"carried-{arm}"), [f"carried-{arm}"]) for arm in run.carried},
+        **{f"merge-{k}": ("merge", _always(f"merge-{k}"), [f"merge-{k}"]) for k in settings.merges},
+        "routed": ("routed", by_router, names), "oracle": ("oracle", own, names),
     }
     sample = _latency_sample(requests, suite, settings.latency_requests, ev.max_new_tokens)
     approaches: dict[str, dict[str, Any]] = {}
@@ -234,7 +257,7 @@ def measure_seed(
                          "suite_items": len(suite.items), "eval_rows": [len(r) for r in requests]}}
 
 
-def _by_route(assign: Callable[[str, int | None], Any], prompts: Sequence[str], g: int | None) -> dict[str | None, tuple[Any, list[int]]]:
+def _by_route(assign: Assign, prompts: Sequence[str], g: int | None) -> dict[str | None, tuple[Any, list[int]]]:
     """The prompts' indices by where they go (an adapter's name, None for the base), with that route."""
     groups: dict[str | None, tuple[Any, list[int]]] = {}
     for k, p in enumerate(prompts):
@@ -244,7 +267,7 @@ def _by_route(assign: Callable[[str, int | None], Any], prompts: Sequence[str], 
     return groups
 
 
-def _measure(model: Any, tok: Any, kind: str, assign: Callable[[str, int | None], Any],
+def _measure(model: Any, tok: Any, kind: str, assign: Assign,
              requests: list[list[dict[str, Any]]], suite: Any, ev: Any, names: list[str]) -> dict[str, Any]:
     """Accuracy per skill, routing shares and (unless no request of the suite is served) retention."""
     from replaybank.llm.adapters.route import routed
@@ -287,13 +310,13 @@ def _measure(model: Any, tok: Any, kind: str, assign: Callable[[str, int | None]
 def _latency_sample(requests: list[list[dict[str, Any]]], suite: Any, n: int, budget: int) -> list[tuple[str, int | None, int]]:
     """``n`` requests ``(prompt, skill or None, token budget)``: skill requests round-robin over the
     skills, then suite prompts (their family's budget), the same for every approach."""
-    skill = [(recs[k]["prompt"], g, budget) for k in range(max(map(len, requests))) for g, recs in enumerate(requests)
-             if k < len(recs)][: n - n // 2]
-    general = [(i.prompt, None, i.budget) for i in suite.items][: n // 2]
-    return skill + general
+    out: list[tuple[str, int | None, int]] = []
+    for k in range(max(map(len, requests))):
+        out += [(str(recs[k]["prompt"]), g, budget) for g, recs in enumerate(requests) if k < len(recs)]
+    return out[: n - n // 2] + [(i.prompt, None, i.budget) for i in suite.items][: n // 2]
 
 
-def _latency(model: Any, tok: Any, assign: Callable[[str, int | None], Any], sample: list[tuple[str, int | None, int]],
+def _latency(model: Any, tok: Any, assign: Assign, sample: list[tuple[str, int | None, int]],
              precision: Any) -> dict[str, float | None]:
     """Median wall time per request, one request at a time (routing included), and per generated token."""
     from replaybank.llm.adapters.route import routed
