@@ -59,9 +59,10 @@ def _resolved(name: str) -> tuple[str, dict[str, Any]]:
 
 def _recipe(spec: Recipe) -> dict[str, Any]:
     """Every value of a recipe; the replay controller's keys (issue 25, after the snapshot) only
-    when it has one, and none of the shipped configs has."""
+    when it has one, and none of the shipped configs has; ``fresh_adapter`` (issue 26, after the
+    snapshot) only when set, and none of the shipped configs sets it."""
     out = dataclasses.asdict(spec)
-    assert out["controller"] == "none"
+    assert out["controller"] == "none" and out.pop("fresh_adapter") is False
     return {k: v for k, v in out.items() if k not in CONTROLLER_KEYS}
 
 

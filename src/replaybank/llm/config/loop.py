@@ -239,6 +239,9 @@ class LoopConfig:
         if not lp.levels or bad:
             raise ConfigError(f"{at(self.source, self.text, 'loop', 'levels')}: [loop] levels = {shown(lp.levels)}: expected some of 1, 2, 3, 4")
         spec = self.recipe  # an unknown name fails here
+        if spec is not None and spec.fresh_adapter:
+            raise ConfigError(f"{at(self.source, self.text, table_name('recipes', lp.recipe), 'fresh_adapter')}: [loop] recipe = "
+                              f"{lp.recipe!r} sets fresh_adapter = true, an arm of `replaybank run`; the loop consolidates into one adapter")
         if spec is None or not spec.source:
             return
         if len(spec.source) > 1 or not (spec.source[0] == "self" or is_file_source(spec.source[0])):

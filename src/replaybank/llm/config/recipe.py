@@ -68,6 +68,7 @@ class Recipe:
     max_share: float = _f(0.5, "with a controller: the most rehearsal (all sources together) of every batch", min=0, lt=1)
     controller_params: dict[str, Any] = _f({}, "with a controller: its own parameters, e.g. {lr = 1.0, discount = 0.9, explore = 0.1} (bandit), {weights = [7 numbers]} (proxy)")
     trend_window: int = _f(3, "with a controller: evaluations its loss trend is fitted over", min=2, max=1000)
+    fresh_adapter: bool = _f(False, "replaybank run: train a fresh adapter on each generation's domain alone (one adapter per skill, adapters/ARM/seedN/genG/), instead of carrying one adapter over; the lineage keys do not apply")
 
 
 #: ``ArmSpec`` is the name the main job's arms had before the loop and ``replaybank.hf`` shared them.
@@ -97,10 +98,13 @@ LOOP_SPELLING = {"rehearsal": "source", "rehearsal_ratio": "ratio", "kl_weight":
 #: the keys of a replay controller (issue 25); written only when a recipe has one, so configs and run
 #: folders written before them read and resume as they were
 CONTROLLER_KEYS = ("controller", "floor", "max_share", "controller_params", "trend_window")
+#: sources that draw on earlier generations, which an adapter of one generation's domain alone has not seen
+EARLIER_SOURCES = ("replay", "onpolicy")
 
 
 def recipe_dict(spec: Recipe) -> dict[str, Any]:
-    """``spec``'s values as a dict, the controller keys left out when it has none.
+    """``spec``'s values as a dict, the controller keys left out when it has none (and
+    ``fresh_adapter`` when false: configs and run folders written before it read back the same).
 
     Example:
         >>> sorted(recipe_dict(Recipe(source=["self"])))
@@ -110,6 +114,8 @@ def recipe_dict(spec: Recipe) -> dict[str, Any]:
     if spec.controller == "none":
         for key in CONTROLLER_KEYS:
             out.pop(key)
+    if not spec.fresh_adapter:
+        out.pop("fresh_adapter")
     return out
 
 
@@ -173,7 +179,7 @@ def parse_recipes(raw: Any, source: str, section: str = "recipes", text: str | N
             a name (:func:`.names.check_name`: it becomes a folder name), an empty table, an
             unknown key, source or value, a share of 0 with sources, a share > 0 with
             ``source = []``, a KL term on rehearsal rows without sources, ``rehearsal_ce = false``
-            without the KL term.
+            without the KL term, ``fresh_adapter = true`` with ``replay`` or ``onpolicy`` rows.
     """
     if not isinstance(raw, dict):
         raise ConfigError(f"{at(source, text, section)}: [{section}] must hold tables [{section}.NAME], got {shown(raw)}")
@@ -238,6 +244,12 @@ def check_recipe(spec: Recipe, table: str, keys: set[str], source: str, text: st
         raise ConfigError(
             f"{where('rehearsal_ce')}: [{table}] rehearsal_ce = false trains the rehearsal rows through the KL term only, "
             f"which needs rehearsal sources and kl_to_base > 0 (got source = {spec.source}, kl_to_base = {spec.kl_to_base:g})"
+        )
+    earlier = [s for s in spec.source if s in EARLIER_SOURCES]
+    if spec.fresh_adapter and earlier:
+        raise ConfigError(
+            f"{where('fresh_adapter')}: [{table}] fresh_adapter = true trains each generation's domain alone, but "
+            f"source contains {earlier[0]!r} (rows of earlier generations); drop it, or set fresh_adapter = false"
         )
     check_controller(spec, table, keys, source, text)
 

@@ -54,7 +54,7 @@ __all__ = [  # the prose helpers moved to eval/prose.py; importers of this modul
     "AGREEMENT_FAMILY", "BUILTIN", "CHECKED_FAMILIES", "FAMILIES", "FAMILY_MAX_NEW_TOKENS", "Suite", "SuiteError",
     "SuiteItem", "SuiteOverlapError", "check_no_overlap", "evaluate_suite", "general_text_paragraphs",
     "general_text_rows", "generate_items", "items_digest", "load_suite", "overlap_key", "overlaps",
-    "prepare_suite", "sample_suite",
+    "prepare_suite", "sample_suite", "summarise",
 ]
 
 Family = Literal["conversation", "instruction", "arithmetic", "code", "open"]
@@ -223,7 +223,7 @@ def prepare_suite(
     kept = [i for i in items if i.id not in set(dropped)]
     if not kept:
         raise SuiteError(f"no suite item left: the base model fails all {len(items)} items")
-    base = _summarise([o for o in outcomes if o["id"] not in set(dropped)], base_scores=None)
+    base = summarise([o for o in outcomes if o["id"] not in set(dropped)], base_scores=None)
     manifest = {
         "cache": str(cache), "cached": cached, "model": fingerprint, "items_sha256": digest,
         "items": len(items), "kept": len(kept), "dropped": len(dropped), "dropped_ids": dropped, "n": base["n"],
@@ -253,7 +253,7 @@ def evaluate_suite(
     outcomes = [
         _score(i, gens[i.id].text, suite.base_answers[i.id], truncated=gens[i.id].truncated) for i in suite.items
     ]
-    result = _summarise(outcomes, base_scores=suite.base["families"])
+    result = summarise(outcomes, base_scores=suite.base["families"])
     result["seconds"] = round(time.perf_counter() - t0, 2)
     return result
 
@@ -282,7 +282,10 @@ def _score(item: SuiteItem, answer: str, base_answer: str | None, truncated: boo
     }
 
 
-def _summarise(outcomes: list[dict[str, Any]], base_scores: dict[str, float] | None) -> dict[str, Any]:
+def summarise(outcomes: list[dict[str, Any]], base_scores: dict[str, float] | None) -> dict[str, Any]:
+    """Per-item outcomes (:func:`evaluate_suite`'s ``items``, from one or several generation runs,
+    e.g. a routed model's groups) -> ``{"families", "leakage", "retention", "n", "items"}``; retention
+    against ``base_scores`` (None: against 1)."""
     families: dict[str, float] = {}
     counts: dict[str, int] = {}
     for fam in FAMILIES:

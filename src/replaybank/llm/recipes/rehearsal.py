@@ -66,7 +66,7 @@ from replaybank.llm.report.metrics import METRICS_SCHEMA_VERSION, build_metrics,
 from replaybank.llm.report.seeds import aggregate
 from replaybank.llm.runtime import environment, loadavg, pick_device, resolve_threads, use_device
 from replaybank.llm.train import KLSpec, train_lora
-from replaybank.llm.train.adapter import fresh_adapter
+from replaybank.llm.train.adapter import adapter_state, fresh_adapter, restore_adapter
 from replaybank.llm.train.lineage import select_lineage
 from replaybank.llm.train.peft_files import write_adapter_folder
 from replaybank.llm.train.sources import (
@@ -254,7 +254,8 @@ def train_arm(
     """Train arm ``name`` through every generation; return its measurements (see module docstring).
 
     The arm's adapter is put on ``base_model`` itself (:func:`..train.adapter.fresh_adapter`, no
-    copy of the base) and taken off again when the arm is done.
+    copy of the base) and taken off again when the arm is done. A recipe with ``fresh_adapter``
+    starts every generation from that fresh adapter and trains it on the generation's domain alone.
     """
     with fresh_adapter(base_model, cfg.training) as model:
         return _train_arm(name, spec, ratio, model, ctx, cfg, partial=partial, log=log, max_steps=max_steps,
@@ -276,8 +277,11 @@ def _train_arm(
     offset = 0
     tag = f"{name} {seed_label}"
     controller = recipe_controller(spec, seed=cfg.training.seed)  # one per arm, over all its generations
+    initial = adapter_state(model) if spec.fresh_adapter else None  # one adapter per skill, each from this init
     for g in range(orch.num_generations):
-        lineage = select_lineage(g, orch.training_window_size, orch.lineage, scores)
+        lineage = [g] if initial is not None else select_lineage(g, orch.training_window_size, orch.lineage, scores)
+        if initial is not None:
+            restore_adapter(model, initial)
         domain = concat_rows([ctx.data.domain_generations[i] for i in lineage])
         # rehearsal_rows_per_epoch set without mixing_ratio: rows per virtual epoch in every
         # generation, so the share follows the lineage's size (3x the rows with a window of 3)
@@ -314,8 +318,10 @@ def _train_arm(
             "train": train_log.to_dict(), "general_loss": final["general_loss"], "domain_loss": final["domain_loss"],
             "domain_accuracy": [{k: c[k] for k in ("exact_match", "call_score", "n")} for c in matrix_rows[-1]],
         })
-        if cfg.output.save_adapters:
-            _save_adapter(model, safe_folder(partial, "adapters", name, seed_label, f"gen{g}"), cfg, ctx, name, spec, ratio, lineage)
+        if cfg.output.save_adapters:  # a checked folder inside OUT.partial; the same PEFT folder the loop writes
+            write_adapter_folder(model, safe_folder(partial, "adapters", name, seed_label, f"gen{g}"), {
+                "arm": name, "spec": recipe_dict(spec), "rehearsal_share": ratio, "lineage": lineage,
+                "config": cfg.to_dict(), "data": ctx.data.manifest})
         log(f"{tag} gen {g}: {len(train_log.steps)} steps, {train_log.tokens} tokens in {train_log.seconds:.1f} s, "
             f"rehearsal share {generations[-1]['rehearsal_share']:.4f}; "
             f"domain exact match {[round(c['exact_match'], 3) for c in matrix_rows[-1]]}")
@@ -360,12 +366,6 @@ def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> 
         log(f"probe {name}: cosine {rep.cosine_mean:.4f} +/- {rep.cosine_std:.4f}, alpha {rep.alpha_suggested:.3f}, "
             f"needed {rep.rehearsal_needed}")
     return {name: rep.to_dict() for name, rep in reports.items()}
-
-
-def _save_adapter(model: Any, where: Path, cfg: Config, ctx: EvalContext, arm: str, spec: Recipe, ratio: float, lineage: list[int]) -> None:
-    # ``where`` is a checked folder inside OUT.partial; the same PEFT folder the loop writes
-    write_adapter_folder(model, where, {"arm": arm, "spec": recipe_dict(spec), "rehearsal_share": ratio, "lineage": lineage,
-                                        "config": cfg.to_dict(), "data": ctx.data.manifest})
 
 
 def _parallel_seeds(cfg: Config, n_seeds: int, jobs: int, partial: Path, log: Log, max_steps: int | None) -> list[dict[str, Any]]:

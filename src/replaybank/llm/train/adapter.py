@@ -39,3 +39,21 @@ def fresh_adapter(base_model: Any, cfg: Training) -> Iterator[Any]:
         model.unload()  # the LoRA layers out, the original modules back; nothing merged
         for p, flag in zip(base_model.parameters(), flags, strict=True):
             p.requires_grad_(flag)
+
+
+def adapter_state(model: Any) -> dict[str, Any]:
+    """A copy of ``model``'s trainable (adapter) parameters, by name: a fresh adapter's
+    initial weights, for :func:`restore_adapter`."""
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def restore_adapter(model: Any, state: dict[str, Any]) -> None:
+    """Put the trainable parameters saved by :func:`adapter_state` back: a fresh adapter again,
+    seeded as :func:`add_lora` seeds it (an arm with ``fresh_adapter = true`` starts every
+    generation from it)."""
+    import torch
+
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if p.requires_grad:
+                p.copy_(state[n])
