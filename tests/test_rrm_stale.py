@@ -28,10 +28,12 @@ def test_stale_mask_paths_draw_as_the_numpy_steps(capacity):
     bufs = pair(capacity, seed=7)
     rng = np.random.default_rng(3)
     for buf in bufs:
-        buf.extend({"i": np.arange(capacity)}, priorities=np.random.default_rng(1).lognormal(0, 2, capacity))
+        priorities = np.random.default_rng(1).lognormal(0, 2, capacity)
+        buf.extend({"i": np.arange(capacity)}, priorities=priorities)
     stale_seen = 0
     for step in range(150):
-        kind = step % 5  # 0: update the drawn ids, 1: none, 2: other ids, 3: a write first, 4: a read first
+        # 0: update the drawn ids, 1: none, 2: other ids, 3: a write first, 4: a read first
+        kind = step % 5
         prios = rng.lognormal(0.0, 2.0, 64)
         prios[rng.random(64) < 0.1] = 0.0
         write = rng.lognormal(0.0, 1.0, 10)

@@ -104,7 +104,7 @@ class PrioritizedReshuffled(Prioritized):
         # accumulator value at which E reaches C).
         self._fast = _compiled(self.mask)
         # compiled: the LaneTree, whose ``stale`` leaves a draw leaves for the update to refresh
-        self._lanes = self.mask.owner if self._fast is not None else None
+        self._lanes: Any = self.mask.owner if self._fast is not None else None
 
     def _expected(self, slots: np.ndarray) -> np.ndarray:
         return self.base[slots] + self.trees.leaves[slots] * (self.accumulated - self.anchor[slots])
