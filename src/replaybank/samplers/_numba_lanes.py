@@ -32,6 +32,7 @@ from ._numba_tree import _index, _level_offsets, _values, _weights
 LANES = 4
 ELIGIBLE, DUE, MASS, LOW = 0, 1, 2, 3
 _ALIGN = 64  # bytes: a cache line; a node's 8 children in one lane are one line
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -123,18 +124,50 @@ def rebuild_from(tree: np.ndarray, offsets: np.ndarray, k: int, start: int, lane
 @numba.njit(cache=True, nogil=True)
 def refresh(tree: np.ndarray, offsets: np.ndarray, k: int, index: np.ndarray, lanes: int) -> None:
     """``_numba_tree._refresh`` over lanes: every ancestor of ``index``, its first ``lanes``
-    lanes (2 after a change of the mask only, 4 after a change of priorities)."""
+    lanes (2 after a change of the mask only, 4 after a change of priorities). A parent equal to
+    the one before it is written once (sorted ``index``: each ancestor once per level)."""
     node = index.copy()
+    n = len(node)
     for level in range(1, len(offsets) - 1):
         below, here = offsets[level - 1], offsets[level]
         parents = (here - below) // k
-        if parents <= len(node):
+        if parents <= n:
             rebuild_from(tree, offsets, k, level, lanes)
             return
-        for i in range(len(node)):
+        m = 0
+        for i in range(n):
             parent = node[i] // k
-            node[i] = parent
+            if m and node[m - 1] == parent:
+                continue
+            node[m] = parent
+            m += 1
             _node(tree, below + parent * k, k, here + parent, lanes)
+        n = m
+
+
+@numba.njit(cache=True, nogil=True)
+def union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The slots of ``a`` and ``b`` for one ``refresh``: ``a`` itself when ``b`` is empty, else
+    their sorted union (a merge when both are ascending, as a stratified draw's are)."""
+    if len(b) == 0:
+        return a
+    for x in (a, b):
+        for i in range(1, len(x)):
+            if x[i] < x[i - 1]:
+                return np.unique(np.concatenate((a, b)))
+    out = np.empty(len(a) + len(b), dtype=np.int64)
+    i = j = n = 0
+    while i < len(a) or j < len(b):
+        if j == len(b) or (i < len(a) and a[i] <= b[j]):
+            v = a[i]
+            i += 1
+        else:
+            v = b[j]
+            j += 1
+        if n == 0 or out[n - 1] != v:
+            out[n] = v
+            n += 1
+    return out[:n]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -206,10 +239,12 @@ class LanePair:
 
     @property
     def total(self) -> float:
+        self.owner.flush()
         return float(top_sum(self.tree, self._top, self.lane))
 
     @property
     def minimum(self) -> float:
+        self.owner.flush()
         return float(top_min(self.tree, self._top, self.lane + 1))
 
     @property
@@ -239,6 +274,7 @@ class LanePair:
         rebuild_from(self.tree, self.offsets, self.k, 1, 4)
 
     def find(self, mass: np.ndarray) -> np.ndarray:
+        self.owner.flush()
         return walk(self.tree, self.offsets, self.k, _values(mass), self.lane)  # type: ignore[no-any-return]
 
     def weights(self, slots: np.ndarray, beta: float) -> np.ndarray:
@@ -251,13 +287,22 @@ class LanePair:
 
     def below(self, limit: float) -> np.ndarray:
         """Leaves whose ``DUE`` value is <= ``limit`` (the mask pair's search)."""
+        self.owner.flush()
         return below(self.tree, self.offsets, self.k, self.capacity, float(limit))  # type: ignore[no-any-return]
 
 
 class LaneTree:
     """RR-M's trees over ``capacity`` leaves in one array: ``trees`` (the scaled priorities' sum
     and min) and ``mask`` (the eligible items' sum, the masked items' due times), four lanes per
-    node, ``branching`` children per node, levels bottom-up as in ``NumbaPairTree``."""
+    node, ``branching`` children per node, levels bottom-up as in ``NumbaPairTree``.
+
+    ``stale``: leaves whose mask lanes changed while their ancestors' were left as they were (a
+    draw masks the items it took, and the priority update that usually follows refreshes the
+    same ancestors in all four lanes: ``_numba_rrm.update`` does both in one refresh). Every
+    reader of the inner nodes (``total``, ``minimum``, ``find``, ``below``, RR-M's kernels)
+    calls ``flush`` first. Writers need not: a node is a function of its children alone, so
+    the flush recomputes each stale ancestor, bottom-up, from children that are final by then.
+    """
 
     def __init__(self, capacity: int, *, branching: int = 8) -> None:
         self.capacity = int(capacity)
@@ -269,5 +314,12 @@ class LaneTree:
         self.tree = raw[start : start + LANES * n].reshape(LANES, n)
         self.tree[DUE] = np.inf
         self.tree[LOW] = np.inf
+        self.stale = _NONE
         self.mask = LanePair(self, ELIGIBLE)
         self.trees = LanePair(self, MASS)
+
+    def flush(self) -> None:
+        """Refresh the mask lanes of the ``stale`` leaves' ancestors."""
+        if len(self.stale):
+            refresh(self.tree, self.offsets, self.k, self.stale, 2)
+            self.stale = _NONE

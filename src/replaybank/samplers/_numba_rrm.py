@@ -5,6 +5,11 @@ Each function does in one pass what ``PrioritizedReshuffled`` does as a chain of
 draws for the same random numbers (tested). The per-item arrays are the sampler's ``count``,
 ``base`` and ``anchor``; an item's scaled priority is its leaf's ``MASS`` lane, ``tree[2, s]``
 (``_numba_lanes``), and the mask is its ``ELIGIBLE`` and ``DUE`` lanes.
+
+A draw masks the items it took without refreshing their ancestors: it hands them back as the
+tree's ``stale`` leaves, and the priority update that follows refreshes them together with its
+own (the same leaves, in a step), all four lanes in one pass; a kernel that walks or searches
+the mask is given ``stale`` and refreshes it first (``LaneTree``).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ._numba_lanes import below, ratios, refresh, top_min, top_sum, walk
+from ._numba_lanes import below, ratios, refresh, top_min, top_sum, union, walk
 from ._numba_prefetch import prefetch
 from ._numba_tree import _weights as weights  # noqa: F401  (the sampler's: ratios -> weights)
 
@@ -91,10 +96,18 @@ def unmask(tree: np.ndarray, offsets: np.ndarray, k: int, capacity: int, acc: fl
 
 
 @numba.njit(cache=True, nogil=True)
+def flush(tree: np.ndarray, offsets: np.ndarray, k: int, stale: np.ndarray) -> None:
+    """Refresh the mask lanes of the ancestors of the ``stale`` leaves."""
+    if len(stale):
+        refresh(tree, offsets, k, stale, 2)
+
+
+@numba.njit(cache=True, nogil=True)
 def draw(
     tree: np.ndarray,
     offsets: np.ndarray,
     k: int,
+    stale: np.ndarray,
     u: np.ndarray,
     stratified: bool,
     count: np.ndarray,
@@ -102,11 +115,13 @@ def draw(
     anchor: np.ndarray,
     acc: float,
     tol: float,
-) -> np.ndarray:
-    """One round of masked draws: a mass per ``u`` (stratified: ``(i + u_i) * total / n``, else
+) -> tuple[np.ndarray, np.ndarray]:
+    """One round of masked draws (after a ``flush`` of ``stale``): a mass per ``u`` (stratified: ``(i + u_i) * total / n``, else
     ``u_i * total``, the total of the eligible sums), a walk for each, the candidates accepted in
     order (the r-th of an item passes iff ``C + r <= E``), the accepted ones counted, and the
-    items now ahead of their expected count masked. Returns the accepted slots in draw order."""
+    items now ahead of their expected count masked. Returns the accepted slots in draw order and
+    the leaves masked, whose ancestors are left stale."""
+    flush(tree, offsets, k, stale)
     n = len(u)
     total = top_sum(tree, offsets[len(offsets) - 2], 0)
     mass = np.empty(n)
@@ -137,8 +152,7 @@ def draw(
             count[candidates[i]] += 1.0
             accepted[m] = candidates[i]
             m += 1
-    sync(tree, offsets, k, candidates, True, count, base, anchor, acc, tol)
-    return accepted[:m]
+    return accepted[:m], _mask_leaves(tree, candidates, True, count, base, anchor, acc, tol)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -147,22 +161,26 @@ def first_round(
     offsets: np.ndarray,
     k: int,
     capacity: int,
+    stale: np.ndarray,
     u: np.ndarray,
     count: np.ndarray,
     base: np.ndarray,
     anchor: np.ndarray,
     acc: float,
     tol: float,
-) -> tuple[bool, np.ndarray, np.ndarray]:
-    """A sample call's start in one call: ``unmask``, then, if anything is eligible, a stratified
-    ``draw`` with ``u``. Returns whether it drew, the accepted slots, and their ``leaf / min``
-    ratios (the weights' base, as ``_numba_lanes.ratios``)."""
+) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray]:
+    """A sample call's start in one call: ``flush`` of ``stale``, ``unmask``, then, if anything
+    is eligible, a stratified ``draw`` with ``u``. Returns whether it drew, the accepted slots,
+    their ``leaf / min`` ratios (the weights' base, as ``_numba_lanes.ratios``) and the leaves
+    now stale."""
+    flush(tree, offsets, k, stale)
     unmask(tree, offsets, k, capacity, acc)
     top = offsets[len(offsets) - 2]
+    none = np.empty(0, dtype=np.int64)
     if not top_sum(tree, top, 0) > 0.0:
-        return False, np.empty(0, dtype=np.int64), np.empty(0)
-    accepted = draw(tree, offsets, k, u, True, count, base, anchor, acc, tol)
-    return True, accepted, ratios(tree, accepted, top_min(tree, top, 3))
+        return False, none, np.empty(0), none
+    accepted, masked = draw(tree, offsets, k, none, u, True, count, base, anchor, acc, tol)
+    return True, accepted, ratios(tree, accepted, top_min(tree, top, 3)), masked
 
 
 @numba.njit(cache=True, nogil=True)
@@ -170,6 +188,7 @@ def update(
     tree: np.ndarray,
     offsets: np.ndarray,
     k: int,
+    stale: np.ndarray,
     slots: np.ndarray,
     values: np.ndarray,
     priorities: np.ndarray,
@@ -181,7 +200,8 @@ def update(
 ) -> float:
     """A priority update in one pass: fold each slot's expected count so far into ``base``, set
     its scaled priority to ``values`` (the last value wins for a repeated slot), re-sync its mask
-    lanes, and refresh the ancestors once for all four lanes. Returns the largest priority."""
+    lanes, and refresh the ancestors once for all four lanes, those of the ``stale`` leaves with
+    them (usually the same ones). Returns the largest priority."""
     top = -np.inf
     for i in range(len(slots)):
         s = slots[i]
@@ -192,7 +212,7 @@ def update(
         tree[2, s] = v
         tree[3, s] = v if v > 0.0 else np.inf
     _mask_leaves(tree, slots, False, count, base, anchor, acc, tol)
-    refresh(tree, offsets, k, slots, 4)
+    refresh(tree, offsets, k, union(slots, stale), 4)
     return top
 
 

@@ -10,6 +10,7 @@ from it.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 
 import numpy as np
@@ -55,6 +56,7 @@ class EpisodeIndex(SamplerBase):
             self.ep_stored = np.zeros(n, dtype=np.int64)
             self.tree = make_pair(n)  # sum to draw episodes, min to normalise weights
         self.leaf_limit = leaf_limit(n)
+        self._td_fast = _td_kernel() if self.priority == "td" else None
         # a step's priority (or reward) is at most this, so episode sums stay finite
         self.value_limit = float(np.finfo(np.float64).max) / max(capacity, 1) / 2
         if self.priority == "td":
@@ -142,6 +144,14 @@ class EpisodeIndex(SamplerBase):
         if self.priority != "td":
             super().update_priorities(slots, priorities)
             return
+        if self._td_fast is not None:  # the numpy steps below in one compiled pass
+            keys, top = self._td_fast(
+                np.ascontiguousarray(slots, dtype=np.int64), np.ascontiguousarray(priorities, dtype=np.float64),
+                self.episode, self.n_keys, self.step_value, self.ep_value,
+            )
+            self.max_priority = max(self.max_priority, float(top))
+            self._refresh(keys)
+            return
         slots, priorities = last_wins(slots, priorities)
         keys = self.episode[slots] % self.n_keys
         np.add.at(self.ep_value, keys, priorities - self.step_value[slots])
@@ -226,3 +236,15 @@ class EpisodeIndex(SamplerBase):
                 f"{who} state['ep_value'][{i}] = {self.ep_value[i]!r}: an episode's sum of TD "
                 "priorities cannot be negative"
             )
+
+
+def _td_kernel() -> Any:
+    """The compiled TD update (``_numba_episodes.td_update``), or None without numba or when
+    ``REPLAYBANK_KERNELS=numpy`` asks for the numpy fallback."""
+    if os.environ.get("REPLAYBANK_KERNELS", "").lower() == "numpy":
+        return None
+    try:
+        from ._numba_episodes import td_update
+    except ImportError:
+        return None
+    return td_update

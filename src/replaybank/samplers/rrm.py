@@ -103,6 +103,8 @@ class PrioritizedReshuffled(Prioritized):
         # items (what draws come from), its min leaves the due time of masked ones (the
         # accumulator value at which E reaches C).
         self._fast = _compiled(self.mask)
+        # compiled: the LaneTree, whose ``stale`` leaves a draw leaves for the update to refresh
+        self._lanes: Any = self.mask.owner if self._fast is not None else None
 
     def _expected(self, slots: np.ndarray) -> np.ndarray:
         return self.base[slots] + self.trees.leaves[slots] * (self.accumulated - self.anchor[slots])
@@ -152,12 +154,13 @@ class PrioritizedReshuffled(Prioritized):
 
     def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         if self._fast is not None:  # the three steps below in one compiled pass
-            m, p = self.mask, np.ascontiguousarray(priorities, dtype=np.float64)
+            m, p, lanes = self.mask, np.ascontiguousarray(priorities, dtype=np.float64), self._lanes
             top = self._fast.update(
-                m.tree, m.offsets, m.k, np.ascontiguousarray(slots, dtype=np.int64),
+                m.tree, m.offsets, m.k, lanes.stale, np.ascontiguousarray(slots, dtype=np.int64),
                 (p + self.eps) ** self.alpha, p, self.count, self.base, self.anchor,
                 self.accumulated, self.TOL,
             )
+            lanes.stale = lanes.stale[:0]
             if top > self.max_priority:
                 self.max_priority = float(top)
             return
@@ -175,10 +178,10 @@ class PrioritizedReshuffled(Prioritized):
         need, stratified = batch_size, True
         u: np.ndarray | None = None
         if self._fast is not None:  # unmask and a first round (all of a batch, mostly): one call
-            m, u = self.mask, rng.random(batch_size)
-            drawn, accepted, ratios = self._fast.first_round(
-                m.tree, m.offsets, m.k, m.capacity, u, self.count, self.base, self.anchor,
-                self.accumulated, self.TOL,
+            m, u, lanes = self.mask, rng.random(batch_size), self._lanes
+            drawn, accepted, ratios, lanes.stale = self._fast.first_round(
+                m.tree, m.offsets, m.k, m.capacity, lanes.stale, u, self.count, self.base,
+                self.anchor, self.accumulated, self.TOL,
             )
             if len(accepted) == batch_size:
                 return accepted, self._fast.weights(ratios, self.beta)
@@ -198,9 +201,9 @@ class PrioritizedReshuffled(Prioritized):
                 continue
             u = rng.random(need) if u is None else u
             if self._fast is not None:  # the masses and the three steps below in one call
-                m = self.mask
-                accepted = self._fast.draw(
-                    m.tree, m.offsets, m.k, u, stratified,
+                m, lanes = self.mask, self._lanes
+                accepted, lanes.stale = self._fast.draw(
+                    m.tree, m.offsets, m.k, lanes.stale, u, stratified,
                     self.count, self.base, self.anchor, self.accumulated, self.TOL,
                 )
                 found.append(accepted)
@@ -220,6 +223,7 @@ class PrioritizedReshuffled(Prioritized):
     def _unmask(self) -> None:
         if self._fast is not None:
             m = self.mask
+            self._lanes.flush()
             self._fast.unmask(m.tree, m.offsets, m.k, m.capacity, self.accumulated)
             return
         back = self.mask.below(self.accumulated)
