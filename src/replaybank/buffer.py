@@ -20,9 +20,7 @@ from .admission import Admission, Fifo
 from .batch import AsTensors, Batch
 from .buffer_state import SCHEMA_VERSION
 from .checks import check_int
-from .errors import (
-    ReplayBankError,
-)
+from .errors import ReplayBankError
 from .ragged import Ragged
 from .samplers.base import Sampler, SamplerBase, View
 from .samplers.uniform import Uniform
@@ -103,6 +101,9 @@ class ReplayBuffer:
         self._notify_one = not isinstance(self._table, RingTable) or (
             getattr(type(self.sampler), "on_write", None) is not SamplerBase.on_write
         )
+        # ... and into a ring, a sampler that reads no rows is told the slot alone
+        hook = self._notify_one and ring and not self.sampler.needs_rows
+        self._write_hook = getattr(self.sampler, "on_write_one", None) if hook else None
         self.sample_dtypes = sample_dtypes  # type: ignore[assignment]
         if spec is not None:
             checked = as_spec(spec)
@@ -215,26 +216,7 @@ class ReplayBuffer:
 
     def _write_one(self, values: dict[str, Any]) -> int:
         """Store one checked item (``single.coerce``) in the FIFO ring; returns its id."""
-        sampler = self.sampler
-        rows: dict[str, np.ndarray] = {}
-        if sampler.needs_rows:
-            rows = single.rows(self._one_plan, values)  # type: ignore[arg-type]
-            buffer_checks.rows(sampler, rows)
-        with self._lock:
-            table = self._table
-            arrival = table.arrivals
-            if arrival + 1 >= self._last_arrival:
-                buffer_checks.id_space(table, self._capacity, 1)
-            slot = self.admission.place_one()  # type: ignore[attr-defined]
-            self.storage.write_one(slot, values)
-            item_id = (arrival << table.shift) | slot
-            if self._notify_one:
-                index = np.array([slot], dtype=np.int64)
-                table.fill(index, np.array([item_id]), arrival + 1)
-                sampler.on_write(index, rows, None, self._view)
-            else:  # a ring with a sampler that keeps no per-item state: nothing to index
-                table.advance(arrival + 1)  # type: ignore[union-attr]
-            return item_id
+        return single.write_one(self, values)
 
     def _write(
         self, n: int, rows: dict[str, Any], prio: np.ndarray | None, groups: np.ndarray | None
@@ -270,6 +252,9 @@ class ReplayBuffer:
                 numpy, for ``update_priorities``), after ``sample_dtypes`` is applied.
             device: where the tensors go (``"cuda"``, a ``torch.device``); CPU when omitted.
 
+        A weighted batch's ids (prioritized samplers, FIFO admission) come back read-only:
+        ``update_priorities`` given that array before the next write skips the id checks.
+
         Raises:
             EmptyBufferError: nothing is stored yet.
             ReplayBankError: ``batch_size`` is not positive, or exceeds the stored items for a
@@ -290,7 +275,10 @@ class ReplayBuffer:
         buffer_checks.batch_memory(batch_size, self._row_nbytes)
         with self._lock:
             slots, weights = self.sampler.sample(batch_size, self._view, self._rng)
-            return output.read(self.storage, self._table, slots, weights)
+            batch = output.read(self.storage, self._table, slots, weights)
+            if weights is not None:  # their priorities come back: the ring remembers the slots
+                self._table.remember(batch.ids, slots)
+            return batch
 
     def clear(self) -> None:
         """Remove every stored item. Ids keep growing (an id issued before is never reused, and
@@ -312,6 +300,13 @@ class ReplayBuffer:
         were applied. Raises ``ReplayBankError`` for ids this buffer never issued, for priorities
         that are NaN, infinite or negative, or when the sampler has no priorities.
         """
+        if ids is self._table.remembered:  # the last weighted batch's ids (read-only)
+            p = buffer_checks.priorities_of(self.sampler, priorities, len(ids))
+            with self._lock:
+                slots = self._table.recall(ids)  # None if anything was written since
+                if slots is not None:
+                    self.sampler.update_priorities(slots, p)
+                    return len(p)
         ids, p = buffer_checks.updates(self.sampler, ids, priorities)
         with self._lock:
             slots, live = self._table.slots_of(ids)

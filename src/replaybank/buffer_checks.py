@@ -103,7 +103,12 @@ def updates(sampler: Sampler, ids: Any, values: Any) -> tuple[np.ndarray, np.nda
         raise InvalidTypeError(f"update_priorities: ids must be integers ({err})") from None
     if ids.dtype.kind not in "iu":
         raise InvalidTypeError(f"update_priorities: ids must be integers, got dtype {ids.dtype}")
-    return ids, check_priorities(values, ids.size, limit=getattr(sampler, "priority_limit", np.inf))
+    return ids, priorities_of(sampler, values, ids.size)
+
+
+def priorities_of(sampler: Sampler, values: Any, n: int) -> np.ndarray:
+    """``update_priorities``' priorities: ``n`` valid float64 values within the sampler's limit."""
+    return check_priorities(values, n, limit=getattr(sampler, "priority_limit", np.inf))
 
 
 def id_space(table: SlotTable | RingTable, capacity: int, n: int) -> None:

@@ -59,6 +59,12 @@ class _Ids:
     def ids_of(self, slots: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    remembered: Any = None  # the ids ``remember`` keeps (a ring's only)
+
+    def remember(self, ids: Any, slots: Any) -> None:
+        """A ring keeps a sampled batch's ids and slots for ``recall``; a slot table does not."""
+        return None
+
     @property
     def max_arrivals(self) -> int:
         """The most arrivals whose ids still fit in int64."""
@@ -219,6 +225,22 @@ class RingTable(_Ids):
         ):
             return super().slots_of(ids)  # the general path names the ids that were never issued
         return slots, arrival >= self.arrivals - self.size
+
+    def remember(self, ids: Any, slots: Any) -> None:
+        """Keep the sampled ``ids`` (int64, made read-only) and their ``slots``: ``recall(ids)``
+        gives the slots back without checking the ids while nothing is written."""
+        if isinstance(ids, np.ndarray) and isinstance(slots, np.ndarray):
+            ids.flags.writeable = False  # the ids cannot change, so neither can their slots
+            self.remembered, self._recall = ids, (slots, self.arrivals, self.size)
+
+    def recall(self, ids: Any) -> np.ndarray | None:
+        """The slots of the ids last ``remember``-ed, all still stored, if ``ids`` is that array
+        and nothing was written or cleared since (in a ring, the arrival count and the size
+        decide which ids are stored); else None (``slots_of`` decides)."""
+        if ids is not self.remembered:
+            return None
+        slots, arrivals, size = self._recall
+        return slots if arrivals == self.arrivals and size == self.size else None
 
     def ids_of(self, slots: np.ndarray) -> np.ndarray:
         slots = np.asarray(slots, dtype=np.int64)

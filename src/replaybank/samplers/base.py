@@ -77,6 +77,12 @@ class SamplerBase:
     ) -> None:
         return None
 
+    def on_write_one(self, slot: int, view: View) -> None:
+        """One item written into ``slot`` by the per-step path (``ReplayBuffer.add`` into a FIFO
+        ring, no priority given, for a sampler that reads no rows). By default ``on_write`` of a
+        one-slot batch; a sampler may take it without building arrays (``Prioritized``)."""
+        self.on_write(np.array([slot], dtype=np.int64), {}, None, view)
+
     def on_evict(self, slots: np.ndarray) -> None:
         return None
 

@@ -93,7 +93,28 @@ class Prioritized(SamplerBase):
                 f"{self.max_priority} would weigh (priority + eps) ** alpha = inf in a buffer of {capacity:,} "
                 "slots; lower alpha or eps"
             )
-        self.trees = self._make_trees(capacity)  # sum and min over p^alpha
+        self._trees = self._make_trees(capacity)  # sum and min over p^alpha
+        self._pending: list[int] = []  # slots written one by one, not yet in the trees
+
+    @property
+    def trees(self) -> Any:
+        """The sum and min trees over ``(p + eps) ** alpha``, with every item written so far in them.
+
+        Items written one at a time (``on_write_one``, a per-step loop's ``add``) are put in the
+        trees here, all at once in one compiled update, the first time anything reads or changes
+        the trees after them. They all weigh ``max_priority`` and nothing changes
+        ``max_priority`` without reading the trees first, so they get the weight they would have
+        got at once."""
+        if self._pending:
+            self._flush()
+        return self._trees
+
+    def _flush(self) -> None:
+        pending = self._pending
+        n = len(pending)
+        slots = np.array(pending[:n], dtype=np.int64)
+        del pending[:n]  # one step under the GIL: a slot appended meanwhile stays pending
+        self._trees.update_powered(slots, np.full(n, self.max_priority), self.eps, self.alpha)
 
     def _make_trees(self, capacity: int) -> Any:
         return make_pair(capacity, branching=self.branching)
@@ -122,6 +143,10 @@ class Prioritized(SamplerBase):
         if priorities is None:
             priorities = np.full(len(slots), self.max_priority)
         self._set(slots, priorities)
+
+    def on_write_one(self, slot: int, view: View) -> None:
+        """One item written by the per-step path, at the largest priority seen (``trees``)."""
+        self._pending.append(slot)
 
     def on_evict(self, slots: np.ndarray) -> None:
         self.trees.update(slots, np.zeros(len(slots)))

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..checks import state_array, state_number
 from ..errors import InvalidStateError, ReplayBankError
-from .base import View, check_can_sample
+from .base import SamplerBase, View, check_can_sample
 from .per import Prioritized
 from .sumtree import _compiled_tree, make_pair
 
@@ -138,6 +138,9 @@ class PrioritizedReshuffled(Prioritized):
         if len(slots):
             sums = np.where(masked, 0.0, self.trees.leaves[slots])
             self.mask.update_pair(slots, sums, np.where(masked, self._due(slots), 0.0))
+
+    # every write goes through on_write, which also resets the item's draw counts
+    on_write_one = SamplerBase.on_write_one
 
     def on_write(
         self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View

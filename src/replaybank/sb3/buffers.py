@@ -181,14 +181,14 @@ class ReplayBuffer(SB3ReplayBuffer):
         return ReplayBufferSamples(*self._tensors(self.bank.sample(batch_size).data, env))
 
     def _tensors(self, data: dict[str, np.ndarray], env: Any) -> tuple[th.Tensor, ...]:
-        arrays = (
-            self._normalize_obs(data["obs"], env),
-            data["action"],
-            self._normalize_obs(data["next_obs"], env),
-            data["done"].reshape(-1, 1),
-            self._normalize_reward(data["reward"].reshape(-1, 1), env),
-        )
+        obs, next_obs, reward = data["obs"], data["next_obs"], data["reward"].reshape(-1, 1)
+        if env is not None:
+            obs, next_obs = self._normalize_obs(obs, env), self._normalize_obs(next_obs, env)
+            reward = self._normalize_reward(reward, env)
+        arrays = (obs, data["action"], next_obs, data["done"].reshape(-1, 1), reward)
         # the sampled arrays are fresh copies: no second copy (SB3's to_torch copies)
+        if self.device.type == "cpu":
+            return tuple(map(th.from_numpy, arrays))
         return tuple(th.as_tensor(a, device=self.device) for a in arrays)
 
     def size(self) -> int:
@@ -274,16 +274,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._per_args["beta"] = self.bank.sampler.beta  # type: ignore[attr-defined]
 
     def sample(self, batch_size: int, env: Any = None) -> PrioritizedReplayBufferSamples:  # type: ignore[override]
+        """A batch drawn by priority; its ``ids`` are read-only (see ``update_priorities``)."""
         batch = self.bank.sample(batch_size)
-        weights = th.as_tensor(np.asarray(batch.weights).reshape(-1, 1), device=self.device)
-        obs, action, next_obs, done, reward = self._tensors(batch.data, env)
-        return PrioritizedReplayBufferSamples(
-            obs, action, next_obs, done, reward, None, weights, np.asarray(batch.ids)
-        )
+        weights = batch.weights.reshape(-1, 1)
+        weights = th.from_numpy(weights) if self.device.type == "cpu" else th.as_tensor(weights, device=self.device)
+        return PrioritizedReplayBufferSamples(*self._tensors(batch.data, env), None, weights, batch.ids)
 
     def update_priorities(self, ids: np.ndarray, priorities: Any) -> int:
         """Set the sampled items' priorities (e.g. |TD error|, a tensor or an array); ids
-        overwritten since are skipped. Returns how many were applied."""
+        overwritten since are skipped. Returns how many were applied. The ``ids`` of the last
+        sample, given back before anything is added, skip the id checks
+        (``replaybank.ReplayBuffer.update_priorities``); priorities are always checked."""
         if isinstance(priorities, th.Tensor):
             priorities = priorities.detach().to("cpu", th.float64).numpy()
         return self.bank.update_priorities(ids, np.asarray(priorities, dtype=np.float64).reshape(-1))

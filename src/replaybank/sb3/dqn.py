@@ -2,7 +2,8 @@
 
 SB3's ``DQN.train`` takes the mean Huber loss of a batch and never looks at priorities. This
 subclass changes only ``train``: the per-item Huber loss is weighted by the batch's importance
-weights, and after each gradient step the sampled items' priorities become their new |TD error|.
+weights, and at each gradient step the sampled items' priorities become their new |TD error| (set
+after the forward pass, before the backward pass: nothing in between reads them).
 ``beta`` is annealed linearly from the buffer's starting value to ``per_beta_final`` over the
 ``learn`` call, as in the paper. Everything else (exploration, target updates, logging) is SB3's.
 """
@@ -85,6 +86,10 @@ class PERDQN(DQN):
                 next_q = self.q_net_target(data.next_observations).max(dim=1)[0].reshape(-1, 1)
                 target = data.rewards + (1 - data.dones) * self.gamma * next_q
             current = th.gather(self.q_net(data.observations), dim=1, index=data.actions.long())
+            # the new priorities need this forward pass only: set them before the backward pass
+            # and the optimizer step, which evict the tree nodes the sample has just walked
+            self.last_td_errors = (current - target).detach().abs().reshape(-1).cpu().numpy()
+            buffer.update_priorities(data.ids, self.last_td_errors)
             per_item = F.smooth_l1_loss(current, target, reduction="none")
             loss = (data.weights * per_item).mean()
             losses.append(loss.item())
@@ -93,8 +98,6 @@ class PERDQN(DQN):
             loss.backward()
             th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
             self.policy.optimizer.step()
-            self.last_td_errors = (current - target).detach().abs().reshape(-1).cpu().numpy()
-            buffer.update_priorities(data.ids, self.last_td_errors)
         self._n_updates += gradient_steps
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/loss", np.mean(losses))
