@@ -80,15 +80,8 @@ _MAKERS = (_entry,)
 
 
 def generate_examples(n: int, seed: int, exclude: set[str] | None = None) -> list[dict[str, str]]:
-    """Generate ``n`` distinct prompt/response pairs of the ``~ledger`` rewrite skill.
-
-    Args:
-        n: number of examples.
-        seed: seed of the generator; the same seed gives the same examples.
-        exclude: prompts that must not appear (keeps held-out data disjoint).
-
-    Returns:
-        A list of ``{"prompt": str, "response": str}`` dicts.
+    """``n`` distinct ``{"prompt", "response"}`` rows of the ``~ledger`` skill, the same for the same
+    ``seed``, none of whose prompts is in ``exclude`` (as :func:`replaybank.llm.data.agenda.generate_examples`).
 
     Raises:
         ValueError: if ``n`` distinct examples cannot be produced.
