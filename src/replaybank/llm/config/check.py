@@ -14,7 +14,12 @@ from typing import Any
 from replaybank.llm.config.loop import LEGACY_NAME, LoopConfig
 from replaybank.llm.config.parse import Config
 from replaybank.llm.config.recipe import is_file_source
-from replaybank.llm.config.schema import BUILTIN_AGENDA, BUILTIN_LEDGER, BUILTIN_PROBE, BUILTIN_TOOLAPI
+from replaybank.llm.config.schema import (
+    BUILTIN_AGENDA,
+    BUILTIN_LEDGER,
+    BUILTIN_PROBE,
+    BUILTIN_TOOLAPI,
+)
 from replaybank.llm.config.values import ConfigError, at, key_line, table_name
 
 __all__ = ["check_loop_sources", "check_sources"]

@@ -15,7 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.llm.config import BUILTIN_AGENDA, BUILTIN_LEDGER, BUILTIN_PROBE, BUILTIN_TOOLAPI, Config
+from replaybank.llm.config import (
+    BUILTIN_AGENDA,
+    BUILTIN_LEDGER,
+    BUILTIN_PROBE,
+    BUILTIN_TOOLAPI,
+    Config,
+)
 from replaybank.llm.data import agenda, ledger, toolapi
 from replaybank.llm.data.columns import hold_out_rows, open_column
 from replaybank.llm.data.corpus import (

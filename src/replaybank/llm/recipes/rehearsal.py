@@ -274,8 +274,7 @@ def _train_arm(
     curve: list[dict[str, Any]] = []
     matrix_rows: list[list[dict[str, Any]]] = []
     mixture: list[dict[str, Any]] = []
-    offset = 0
-    tag = f"{name} {seed_label}"
+    offset, tag = 0, f"{name} {seed_label}"
     controller = recipe_controller(spec, seed=cfg.training.seed)  # one per arm, over all its generations
     initial = adapter_state(model) if spec.fresh_adapter else None  # one adapter per skill, each from this init
     for g in range(orch.num_generations):
@@ -283,8 +282,7 @@ def _train_arm(
         if initial is not None:
             restore_adapter(model, initial)
         domain = concat_rows([ctx.data.domain_generations[i] for i in lineage])
-        # rehearsal_rows_per_epoch set without mixing_ratio: rows per virtual epoch in every
-        # generation, so the share follows the lineage's size (3x the rows with a window of 3)
+        # rehearsal_rows_per_epoch without mixing_ratio: the share follows the lineage's size
         ratio_g = cfg.effective_mixing_ratio(len(domain))[0] if follows_rows else ratio
         sources = build_sources(spec, ratio_g, g, lineage, ctx, model=model, max_seq_length=cfg.training.max_seq_length)
 
@@ -369,12 +367,14 @@ def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> 
 
 
 def _parallel_seeds(cfg: Config, n_seeds: int, jobs: int, partial: Path, log: Log, max_steps: int | None) -> list[dict[str, Any]]:
-    """Seeds in ``jobs`` worker processes (spawned; each loads the model, one torch thread)."""
-    import multiprocessing
+    """Seeds in ``jobs`` spawned workers (each loads the model, one torch thread, ends with this process)."""
     from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from replaybank.llm.runtime import die_with_parent
 
     log(f"running {n_seeds} seeds in {jobs} processes")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(jobs, get_context("spawn"), initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         futures = [pool.submit(_seed_worker, cfg, k, partial, max_steps) for k in range(n_seeds)]
         return [f.result() for f in futures]
 
