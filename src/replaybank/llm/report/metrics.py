@@ -111,7 +111,8 @@ def build_metrics(
     if "rehearsal" not in arms and "rehearsal-corpus" in arms:
         alias = arms["rehearsal-corpus"]
         arms["rehearsal"] = {**{k: alias[k] for k in COMPAT_KEYS if k in alias}, "share": alias["share"], "alias_of": "rehearsal-corpus"}
-    rehearsal_arms = [a for a in first if a not in ("base", "naive")]
+    specs = cfg.arm_specs()  # an arm of one fresh adapter per skill carries nothing over: not a rehearsal arm
+    rehearsal_arms = [a for a in first if a not in ("base", "naive") and not (a in specs and specs[a].fresh_adapter)]
     corpus_arm = next((a for a in ("rehearsal-corpus", "rehearsal") if a in first), None)
     targets = check_targets(agg, rehearsal_arms)
     return {
