@@ -224,21 +224,18 @@ def test_a_loop_adapter_is_a_peft_folder_that_from_pretrained_loads(finished, ti
 
 
 def test_the_main_jobs_adapter_save_refuses_links(tmp_path):
-    from types import SimpleNamespace
+    from replaybank.llm.train.peft_files import write_adapter_folder
 
-    from replaybank.llm.config import Config, Recipe
-    from replaybank.llm.recipes.rehearsal import _save_adapter
-
+    # what the main job does after each generation: a checked folder inside OUT.partial, then the write
     outside = tmp_path / "outside"
     outside.write_text("keep")
     where = safe_folder(tmp_path, "OUT.partial", "adapters", "naive", "seed0", "gen0")
     (where / "adapter_model.safetensors").symlink_to(outside)
-    ctx = SimpleNamespace(data=SimpleNamespace(manifest={}))
     with pytest.raises(UnsafePathError, match=r"adapter_model.safetensors: is a symbolic link"):
-        _save_adapter(_lora(), where, Config(), ctx, "naive", Recipe(), 0.0, [0])  # type: ignore[arg-type]
+        write_adapter_folder(_lora(), where, {"arm": "naive"})
     assert outside.read_text() == "keep" and sorted(p.name for p in where.iterdir()) == ["adapter_model.safetensors"]
     (where / "adapter_model.safetensors").unlink()
-    _save_adapter(_lora(), where, Config(), ctx, "naive", Recipe(), 0.0, [0])  # type: ignore[arg-type]
+    write_adapter_folder(_lora(), where, {"arm": "naive"})
     assert (where / "adapter_model.safetensors").is_file() and (where / "replaybank.json").is_file()
 
 

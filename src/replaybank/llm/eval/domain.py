@@ -53,7 +53,7 @@ def parse_qx_call(text: str) -> ParsedCall | None:
 
 
 def exact_match(answer: str, reference: str) -> bool:
-    """Whether a generated answer is the reference response, whitespace runs collapsed and ends stripped.
+    r"""Whether a generated answer is the reference response, whitespace runs collapsed and ends stripped.
 
     The check of every domain without a parsed form (``@agenda{...}`` entries, ``~ledger`` lines),
     for held-out accuracy and for on-policy replay alike.
