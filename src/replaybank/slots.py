@@ -65,6 +65,10 @@ class _Ids:
         """A ring keeps a sampled batch's ids and slots for ``recall``; a slot table does not."""
         return None
 
+    def recall(self, ids: Any) -> np.ndarray | None:
+        """The slots ``remember`` kept for ``ids``, or None (always, in a slot table)."""
+        return None
+
     @property
     def max_arrivals(self) -> int:
         """The most arrivals whose ids still fit in int64."""

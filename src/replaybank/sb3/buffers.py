@@ -183,7 +183,8 @@ class ReplayBuffer(SB3ReplayBuffer):
     def _tensors(self, data: dict[str, np.ndarray], env: Any) -> tuple[th.Tensor, ...]:
         obs, next_obs, reward = data["obs"], data["next_obs"], data["reward"].reshape(-1, 1)
         if env is not None:
-            obs, next_obs = self._normalize_obs(obs, env), self._normalize_obs(next_obs, env)
+            # SB3 types these for dict observations too; this buffer holds Box observations only
+            obs, next_obs = self._normalize_obs(obs, env), self._normalize_obs(next_obs, env)  # type: ignore[assignment]
             reward = self._normalize_reward(reward, env)
         arrays = (obs, data["action"], next_obs, data["done"].reshape(-1, 1), reward)
         # the sampled arrays are fresh copies: no second copy (SB3's to_torch copies)
@@ -278,7 +279,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         batch = self.bank.sample(batch_size)
         weights = batch.weights.reshape(-1, 1)
         weights = th.from_numpy(weights) if self.device.type == "cpu" else th.as_tensor(weights, device=self.device)
-        return PrioritizedReplayBufferSamples(*self._tensors(batch.data, env), None, weights, batch.ids)
+        obs, actions, next_obs, dones, rewards = self._tensors(batch.data, env)
+        ids = np.asarray(batch.ids)  # the same (read-only) array: update_priorities knows it
+        return PrioritizedReplayBufferSamples(obs, actions, next_obs, dones, rewards, None, weights, ids)
 
     def update_priorities(self, ids: np.ndarray, priorities: Any) -> int:
         """Set the sampled items' priorities (e.g. |TD error|, a tensor or an array); ids
