@@ -93,7 +93,7 @@ def die_with_parent(parent: int) -> None:
     import ctypes.util
     import signal
 
-    if not platform.system() == "Linux":
+    if platform.system() != "Linux":
         return
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     pr_set_pdeathsig = 1
