@@ -6,8 +6,10 @@ same way and reports the same environment.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from replaybank.errors import ReplayBankError
@@ -175,3 +177,93 @@ def autocast(precision: str, device_type: str) -> Any:
 
     on = resolve_precision(precision, device_type) == "bf16"
     return torch.autocast(device_type, dtype=torch.bfloat16, enabled=on)
+
+
+class FrozenBf16:
+    """``autocast(precision, device)`` over a model whose frozen fp32 linear weights are swapped
+    for bfloat16 copies while it runs (CPU only).
+
+    Autocast keeps the bf16 casts of trainable weights but casts a frozen weight again at every
+    call, so a LoRA model's whole base was converted at every forward pass: each token of greedy
+    decoding, each micro-batch and base pass of a training step. The copies are made once (about
+    half the model's fp32 size, held for this object's life) and swapped in by attribute only.
+    The numbers are unchanged: autocast rounds a weight to bf16 the same way before its matmul
+    (tested: identical tokens and identical LoRA gradients). On a GPU, or when the precision
+    resolves to fp32, this is plain :func:`autocast`.
+
+    Example::
+
+        casts = FrozenBf16(model, "auto")
+        for batch in batches:
+            with casts:
+                loss = model(**batch).loss
+            loss.backward()  # outside is fine too: the backward graph kept the bf16 copies
+    """
+
+    def __init__(self, model: Any, precision: str) -> None:
+        import torch
+
+        params = getattr(model, "parameters", None)
+        first = next(iter(params()), None) if callable(params) else None
+        self.device_type = str(first.device.type) if first is not None else "cpu"
+        self.on = resolve_precision(precision, self.device_type) == "bf16"
+        self._modules: list[Any] = []
+        self._copies: list[Any] = []
+        if self.on and self.device_type == "cpu":
+            for module in model.modules():
+                w = getattr(module, "weight", None)
+                if isinstance(module, torch.nn.Linear) and w is not None and not w.requires_grad and w.dtype == torch.float32:
+                    self._modules.append(module)
+                    self._copies.append(torch.nn.Parameter(w.detach().to(torch.bfloat16), requires_grad=False))
+        self._kept: list[Any] = []
+        self._autocast: Any = None
+
+    def __enter__(self) -> FrozenBf16:
+        import torch
+
+        if self._kept:
+            raise RuntimeError("FrozenBf16 is not re-entrant")
+        self._autocast = torch.autocast(self.device_type, dtype=torch.bfloat16, enabled=self.on)
+        self._autocast.__enter__()
+        self._kept = [m.weight for m in self._modules]
+        for module, copy in zip(self._modules, self._copies, strict=True):
+            module.weight = copy
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for module, weight in zip(self._modules, self._kept, strict=True):
+            module.weight = weight
+        self._kept = []
+        self._autocast.__exit__(*exc)
+
+
+#: Longest padded row a CPU training step runs with eager attention (see :func:`short_row_attention`).
+EAGER_MAX_WIDTH = 256
+
+
+@contextlib.contextmanager
+def short_row_attention(model: Any, width: int) -> Iterator[None]:
+    """Eager attention while one CPU training step runs rows at most :data:`EAGER_MAX_WIDTH`
+    tokens wide; the model's own implementation (SDPA) otherwise and afterwards.
+
+    On the 2-CPU development machine SDPA's fused CPU kernel spent 18% of a SmolLM2 LoRA step in
+    its backward pass on 64-token rows; eager attention (plain matmuls and a softmax) made the
+    naive step about 10% and the self-distill step about 15% faster (``benchmarks/train_step.py``).
+    Eager keeps a ``rows x heads x width x width`` probability tensor per layer for the backward
+    pass: small for short rows, quadratic in the width, hence the cap. On a GPU, or for a model
+    whose attention cannot be switched, nothing changes.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    current = getattr(getattr(base, "config", None), "_attn_implementation", None)
+    params = getattr(base, "parameters", None)
+    first = next(iter(params()), None) if callable(params) else None
+    switch = (first is not None and first.device.type == "cpu" and current == "sdpa" and width <= EAGER_MAX_WIDTH
+              and hasattr(base, "set_attn_implementation"))
+    if not switch:
+        yield
+        return
+    base.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        base.set_attn_implementation(current)

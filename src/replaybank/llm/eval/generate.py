@@ -23,7 +23,13 @@ from typing import Any
 
 from replaybank.errors import ReplayBankError
 from replaybank.llm.data.rows import _render
-from replaybank.llm.runtime import PRECISIONS, Precision, PrecisionError, resolve_precision
+from replaybank.llm.runtime import (
+    PRECISIONS,
+    FrozenBf16,
+    Precision,
+    PrecisionError,
+    resolve_precision,
+)
 
 __all__ = ["PRECISIONS", "Generation", "GenerationError", "Precision", "generate", "generate_detailed",
            "resolve_precision"]
@@ -132,9 +138,10 @@ def generate_detailed(
         return []
     device = next(model.parameters()).device
     try:
-        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=resolve_precision(precision, device.type) == "bf16")
+        resolve_precision(precision, device.type)
     except PrecisionError as exc:
         raise GenerationError(str(exc)) from None
+    autocast = FrozenBf16(model, precision)  # the base's frozen weights cast once, not at every token
     stops = stop_token_ids(tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     texts = list(prompts) if rendered else [render_prompt(tokenizer, p) for p in prompts]

@@ -26,7 +26,7 @@ import numpy as np
 from replaybank.llm.config import Training
 from replaybank.llm.data.rows import TokenRows
 from replaybank.llm.model import check_target_modules, enable_gradient_checkpointing
-from replaybank.llm.runtime import autocast
+from replaybank.llm.runtime import FrozenBf16, short_row_attention
 from replaybank.llm.train.checkpoint import (
     CHECKPOINT_SCHEMA_VERSION,
     load_checkpoint,
@@ -228,6 +228,7 @@ def train_lora(
     start = time.perf_counter() - log.seconds
     slices: dict[tuple[int, int], np.ndarray] = {}
     base_cache = BaseCache() if kl is not None and kl.weight > 0 else None
+    casts = FrozenBf16(model, cfg.precision)  # [training] precision; the base's bf16 copies made once
 
     def rows_of(source: int, idx: np.ndarray, epoch: int) -> list[tuple[np.ndarray, np.ndarray]]:
         if source == DOMAIN:
@@ -251,7 +252,8 @@ def train_lora(
                 (s, rows_of(s, mb.rows_of(s), epoch)) for mb in pending for s in range(len(names))
                 if mb.rows_of(s).size
             ]
-            with autocast(cfg.precision, device.type):  # bf16 matmuls on AMX CPUs; LoRA weights stay fp32
+            width = max(len(ids) for _, rows in groups for ids, _ in rows)
+            with casts, short_row_attention(model, width):  # bf16 matmuls on AMX CPUs; LoRA weights stay fp32
                 stats, total_loss = train_step(model, opt, params, groups, names, pad_id, device, kl, cfg.max_grad_norm, base_cache)
             step += 1
             log.tokens += stats["tokens"]

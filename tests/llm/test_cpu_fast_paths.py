@@ -1,0 +1,132 @@
+"""The CPU training and generation fast paths: FrozenBf16 (a LoRA model's frozen weights held as bf16
+copies under autocast, the numbers unchanged) and short_row_attention (eager attention for short rows)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from replaybank.llm.runtime import EAGER_MAX_WIDTH, FrozenBf16, short_row_attention  # noqa: E402
+
+
+def _lora_model(attn: str = "sdpa") -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                                      attn_implementation=attn)  # fmt: skip
+    model = get_peft_model(transformers.LlamaForCausalLM(config),
+                           LoraConfig(r=4, target_modules=["q_proj", "v_proj", "up_proj"], lora_dropout=0.0))  # fmt: skip
+    with torch.no_grad():  # a trained-looking adapter: B is zero at init, which would hide a wrong path
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    return model
+
+
+def _loss_and_grads(model: Any, ids: Any, context: Any) -> tuple[Any, Any, list[Any]]:
+    model.zero_grad(set_to_none=True)
+    with context:
+        out = model(input_ids=ids, labels=ids)
+    out.loss.backward()
+    grads = [p.grad.clone() for p in model.parameters() if p.requires_grad]
+    return out.loss.detach(), out.logits.detach(), grads
+
+
+def test_same_logits_loss_and_lora_gradients_as_plain_autocast() -> None:
+    model = _lora_model()
+    ids = torch.randint(3, 300, (3, 17), generator=torch.Generator().manual_seed(1))
+    plain = _loss_and_grads(model, ids, torch.autocast("cpu", dtype=torch.bfloat16))
+    casts = FrozenBf16(model, "bf16")
+    swapped = _loss_and_grads(model, ids, casts)
+    assert casts.on and len(casts._modules) > 0
+    assert torch.equal(plain[0], swapped[0]) and torch.equal(plain[1], swapped[1])
+    assert len(plain[2]) == len(swapped[2]) > 0
+    assert all(torch.equal(a, b) for a, b in zip(plain[2], swapped[2], strict=True))
+    fp32 = _loss_and_grads(model, ids, torch.autocast("cpu", enabled=False))
+    assert not torch.equal(fp32[1], swapped[1])  # bf16 really ran: the comparison above can fail
+
+
+def test_only_frozen_fp32_linear_weights_are_swapped_and_restored_even_on_error() -> None:
+    model = _lora_model()
+    before = {n: p for n, p in model.named_parameters()}
+    casts = FrozenBf16(model, "bf16")
+    with casts:
+        inside = dict(model.named_parameters())
+        swapped = [n for n in before if inside[n] is not before[n]]
+        assert swapped and all(inside[n].dtype == torch.bfloat16 for n in swapped)
+        assert all(not before[n].requires_grad for n in swapped)
+        assert not any("lora_" in n or "embed_tokens" in n or "norm" in n for n in swapped)
+    with pytest.raises(ZeroDivisionError), casts:
+        1 / 0  # noqa: B018
+    after = dict(model.named_parameters())
+    assert all(after[n] is before[n] and after[n].dtype == torch.float32 for n in before)
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_fp32_precision_makes_no_copies_and_no_autocast() -> None:
+    model = _lora_model()
+    casts = FrozenBf16(model, "fp32")
+    assert not casts.on and casts._modules == []
+    with casts:
+        assert not torch.is_autocast_enabled("cpu")
+
+
+def test_generation_answers_are_identical_to_plain_autocast(tiny_model_dir: Any, smol_tok: Any) -> None:
+    from replaybank.llm.eval import generate as gen
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    prompts = ["Hi", "What is 2 + 2?", "Name three colours.", "Write a haiku about rain."]
+    new = gen.generate_detailed(model, smol_tok, prompts, max_new_tokens=12, batch_size=3, precision="bf16")
+
+    class PlainAutocast:  # what generate_detailed used before: autocast over the fp32 weights
+        def __init__(self, model: Any, precision: str) -> None:
+            self.ctx = torch.autocast("cpu", dtype=torch.bfloat16)
+
+        def __enter__(self) -> Any:
+            return self.ctx.__enter__()
+
+        def __exit__(self, *exc: Any) -> Any:
+            return self.ctx.__exit__(*exc)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(gen, "FrozenBf16", PlainAutocast)
+    try:
+        old = gen.generate_detailed(model, smol_tok, prompts, max_new_tokens=12, batch_size=3, precision="bf16")
+    finally:
+        mp.undo()
+    assert [g.n_tokens for g in new] == [g.n_tokens for g in old] and [g.text for g in new] == [g.text for g in old]
+
+
+def test_short_rows_train_with_eager_attention_and_the_same_loss() -> None:
+    model = _lora_model()
+    base = model.get_base_model()
+    assert base.config._attn_implementation == "sdpa"
+    ids = torch.randint(3, 300, (2, 40), generator=torch.Generator().manual_seed(2))
+    att = torch.ones_like(ids)
+    att[1, 30:] = 0  # a right-padded row, as the training batches have
+    sdpa = model(input_ids=ids, attention_mask=att, labels=ids).loss
+    with short_row_attention(model, ids.shape[1]):
+        assert base.config._attn_implementation == "eager"
+        eager = model(input_ids=ids, attention_mask=att, labels=ids).loss
+    assert base.config._attn_implementation == "sdpa"
+    assert float(eager) == pytest.approx(float(sdpa), rel=1e-5)
+    with pytest.raises(ZeroDivisionError), short_row_attention(model, 8):
+        1 / 0  # noqa: B018
+    assert base.config._attn_implementation == "sdpa"
+
+
+def test_long_rows_and_other_implementations_are_left_alone() -> None:
+    model = _lora_model()
+    with short_row_attention(model, EAGER_MAX_WIDTH + 1):
+        assert model.get_base_model().config._attn_implementation == "sdpa"
+    eager = _lora_model("eager")
+    with short_row_attention(eager, 16):
+        assert eager.get_base_model().config._attn_implementation == "eager"
+    assert eager.get_base_model().config._attn_implementation == "eager"
