@@ -130,3 +130,19 @@ def test_long_rows_and_other_implementations_are_left_alone() -> None:
     with short_row_attention(eager, 16):
         assert eager.get_base_model().config._attn_implementation == "eager"
     assert eager.get_base_model().config._attn_implementation == "eager"
+
+
+def test_held_out_loss_in_bf16_is_close_to_fp32_and_leaves_the_weights_fp32() -> None:
+    import numpy as np
+
+    from replaybank.llm.data.rows import token_rows
+    from replaybank.llm.eval.losses import mean_loss
+
+    model = _lora_model()
+    rng = np.random.default_rng(3)
+    ids = [rng.integers(3, 300, n) for n in (12, 30, 45)]
+    rows = token_rows([(a, np.where(np.arange(a.size) < 4, -100, a)) for a in ids])
+    fp32 = mean_loss(model, rows, pad_id=0)
+    bf16 = mean_loss(model, rows, pad_id=0, precision="bf16")
+    assert bf16 != fp32 and bf16 == pytest.approx(fp32, abs=0.05)
+    assert all(p.dtype == torch.float32 for p in model.parameters())

@@ -146,7 +146,7 @@ class Evaluation(SharedEvaluation):
     eval_points: int = _f(1, "held-out loss evaluations per trained arm and generation, evenly spaced, the last at the end", min=1, max=10_000)
     probe_pairs: int = _f(2, "batch pairs for the interference probe (`replaybank probe`, and per source inside `replaybank run`)", min=1, max=100_000)
     seeds: int = _f(1, "seeds per arm (training.seed, +1, ...); the report gives mean and std", min=1, max=1_000)
-    generation_precision: GenerationPrecision = _f("auto", "arithmetic of every generated answer (suite, domain requests, self rows): auto = bf16 autocast on a CPU with native bfloat16 units (AMX / AVX512-BF16; several times faster there), else fp32; fp32; bf16. Base and arms are always compared at the same precision")
+    generation_precision: GenerationPrecision = _f("auto", "arithmetic of every generated answer (suite, domain requests, self rows) and of the main job's held-out losses: auto = bf16 autocast on a CPU with native bfloat16 units (AMX / AVX512-BF16; several times faster there), else fp32; fp32; bf16. Base and arms are always compared at the same precision")
     probe_sources: bool = _f(True, "run the interference probe per rehearsal source inside `replaybank run`")
     retention_floor: float | dict[str, float] = _f(RETENTION_FLOOR, "retention gate: the least mean retention over seeds (an arm's family score over the base model's) each family must keep, in [0, 1]; a number for every family or a table {family = number} (families it leaves out keep 0.9); the report marks each arm pass/fail, `replaybank run --require-floor` exits 3 when the gated arm falls below")
     gate_arm: str = _f("", "the arm --require-floor gates (one of arms, not base); empty = the best rehearsal arm of the targets")

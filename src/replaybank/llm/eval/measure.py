@@ -39,7 +39,8 @@ class EvalContext:
     baseline: list[dict[str, Any]] | None = None
     """The base model's domain accuracy row (forward-transfer baseline of the matrix)."""
     precision: Precision = "fp32"
-    """Generation arithmetic (``[evaluation] generation_precision``)."""
+    """Evaluation arithmetic (``[evaluation] generation_precision``): generated answers and
+    teacher-forced losses."""
 
 
 def measure_losses(model: Any, ctx: EvalContext) -> dict[str, float]:
@@ -55,11 +56,11 @@ def measure_losses(model: Any, ctx: EvalContext) -> dict[str, float]:
     seen: dict[int, float] = {}
     for rows in ctx.data.domain_evals:
         if id(rows) not in seen:
-            seen[id(rows)] = mean_loss(model, rows, ctx.pad_id)
+            seen[id(rows)] = mean_loss(model, rows, ctx.pad_id, precision=ctx.precision)
         per_gen.append(seen[id(rows)])
     return {
-        "general_loss": mean_loss(model, ctx.general_text, ctx.pad_id),
-        "docs_loss": mean_loss(model, ctx.data.general_eval, ctx.pad_id),
+        "general_loss": mean_loss(model, ctx.general_text, ctx.pad_id, precision=ctx.precision),
+        "docs_loss": mean_loss(model, ctx.data.general_eval, ctx.pad_id, precision=ctx.precision),
         "domain_loss": float(np.mean(list(seen.values()))),
         "domain_losses": per_gen,  # type: ignore[dict-item]
     }
@@ -108,7 +109,7 @@ def measure_base(model: Any, ctx: EvalContext, label: str) -> dict[str, Any]:
         "matrix": {"R": [[float(c["exact_match"]) for c in row]]},  # the forward-transfer baseline row
     }
     if ctx.self_rows is not None:
-        out["self_loss"] = mean_loss(model, ctx.self_rows, ctx.pad_id)
+        out["self_loss"] = mean_loss(model, ctx.self_rows, ctx.pad_id, precision=ctx.precision)
     return out
 
 

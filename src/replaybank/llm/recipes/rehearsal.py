@@ -325,7 +325,7 @@ def _train_arm(
             f"domain exact match {[round(c['exact_match'], 3) for c in matrix_rows[-1]]}")
     behaviour = measure_behaviour(model, ctx, tag)
     if ctx.self_rows is not None:
-        behaviour["self_loss"] = mean_loss(model, ctx.self_rows, ctx.pad_id)
+        behaviour["self_loss"] = mean_loss(model, ctx.self_rows, ctx.pad_id, precision=ctx.precision)
     last = curve[-1]
     total_tokens = sum(gen["train"]["tokens"] for gen in generations)
     total_seconds = sum(gen["train"]["seconds"] for gen in generations)
