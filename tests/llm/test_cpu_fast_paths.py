@@ -146,3 +146,26 @@ def test_held_out_loss_in_bf16_is_close_to_fp32_and_leaves_the_weights_fp32() ->
     bf16 = mean_loss(model, rows, pad_id=0, precision="bf16")
     assert bf16 != fp32 and bf16 == pytest.approx(fp32, abs=0.05)
     assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def test_interference_probe_at_the_training_precision_agrees_with_fp32() -> None:
+    import numpy as np
+
+    from replaybank.llm.data.rows import token_rows
+    from replaybank.llm.eval.interference import probe_sources
+
+    model = _lora_model()
+    rng = np.random.default_rng(4)
+
+    def rows(n: int, low: int, high: int) -> Any:
+        ids = [rng.integers(low, high, int(k)) for k in rng.integers(12, 40, n)]
+        return token_rows([(a, np.where(np.arange(a.size) < 4, -100, a)) for a in ids])
+
+    domain, sources = rows(16, 3, 150), {"near": rows(16, 3, 150), "far": rows(16, 150, 300)}
+    kwargs = {"pairs": 4, "batch_size": 4, "seed": 0}
+    fp32 = probe_sources(model, 0, domain, sources, **kwargs)
+    bf16 = probe_sources(model, 0, domain, sources, precision="bf16", **kwargs)
+    for name in sources:
+        assert bf16[name].cosine_mean == pytest.approx(fp32[name].cosine_mean, abs=0.03)
+        assert bf16[name].cosine_mean != fp32[name].cosine_mean
+    assert all(p.dtype == torch.float32 for p in model.parameters())

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from replaybank.llm.data.rows import TokenRows
+from replaybank.llm.runtime import FrozenBf16, short_row_attention
 
 
 def min_alpha(dot: float, rehearsal_sq_norm: float) -> float:
@@ -171,11 +172,13 @@ def interference(
 
 def probe_sources(
     model: Any, pad_id: int, domain: TokenRows, sources: dict[str, TokenRows], *, pairs: int, batch_size: int, seed: int,
+    precision: str = "fp32",
 ) -> dict[str, InterferenceReport]:
     """The interference probe of one domain against several rehearsal sources, on the same domain batches.
 
     Each pair's domain gradient is computed once and compared with one batch of every source, so the
-    sources are judged on identical domain batches.
+    sources are judged on identical domain batches. ``precision`` is the arithmetic of the training
+    step the probe speaks for (``[training] precision``; its CPU fast paths included).
 
     Returns:
         ``{source name: InterferenceReport}``.
@@ -192,10 +195,13 @@ def probe_sources(
         if len(rows) == 0:
             raise ValueError(f"probe source {name!r} has no rows")
 
+    casts = FrozenBf16(model, precision)
+
     def loss_of(rows: list[tuple[np.ndarray, np.ndarray]]) -> Any:
         def fn() -> Any:
             ids, att, labels = collate(rows, pad_id)
-            loss, n = token_loss_sum(model, ids, att, labels)
+            with casts, short_row_attention(model, ids.shape[1]):
+                loss, n = token_loss_sum(model, ids, att, labels)
             return loss / max(n, 1)
         return fn
 

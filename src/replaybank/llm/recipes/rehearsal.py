@@ -359,6 +359,7 @@ def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> 
         reports = probe_sources(
             model, ctx.pad_id, ctx.data.domain_generations[0], sources,
             pairs=cfg.evaluation.probe_pairs, batch_size=cfg.training.batch_size, seed=cfg.training.seed,
+            precision=cfg.training.precision,
         )
     for name, rep in reports.items():
         log(f"probe {name}: cosine {rep.cosine_mean:.4f} +/- {rep.cosine_std:.4f}, alpha {rep.alpha_suggested:.3f}, "
