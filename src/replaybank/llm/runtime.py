@@ -83,27 +83,6 @@ def use_device(device: str) -> None:
         torch.cuda.set_device(int(device.split(":", 1)[1]))
 
 
-def die_with_parent(parent: int) -> None:
-    """Make this worker process end when ``parent`` (the process that started it) ends.
-
-    A pool's workers outlive a parent that is killed (``kill PID`` of ``replaybank run --jobs N``
-    left its seed workers training, unseen, for minutes); on Linux the kernel sends this process
-    SIGTERM when its parent dies (``prctl(PR_SET_PDEATHSIG)``). Elsewhere nothing changes. Passed
-    to a pool as its ``initializer`` with ``os.getpid()`` of the parent.
-    """
-    import ctypes
-    import ctypes.util
-    import signal
-
-    if platform.system() != "Linux":
-        return
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    pr_set_pdeathsig = 1
-    libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
-    if os.getppid() != parent:  # the parent ended before the request took effect
-        os._exit(1)
-
-
 def loadavg() -> float | None:
     """The 1-minute load average (None where the OS has none).
 

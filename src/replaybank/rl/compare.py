@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -24,6 +23,7 @@ import numpy as np
 
 from replaybank.errors import ReplayBankError
 from replaybank.rl.dqn import REPLAY_NAMES, Args, ReplayName, check_args
+from replaybank.workers import worker_pool
 
 # DQN settings per environment family, on top of ``dqn.Args`` defaults (which suit CartPole).
 # MinAtar: the MinAtar paper's DQN settings (batch 32, lr 2.5e-4, target copy every 1,000, start at
@@ -126,7 +126,7 @@ def run(args: CompareArgs) -> dict[str, Any]:
         for r in todo:
             _train_one(r)
     else:
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        with worker_pool(args.jobs, spawn=False) as pool:  # workers end with this process
             list(pool.map(_train_one, todo))
     return summarise(args, runs)
 

@@ -23,11 +23,8 @@ are in :mod:`replaybank.llm.loop` (tasks, act, consolidate, lineage, state, repo
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +56,8 @@ from replaybank.llm.loop.state import (
     write_state,
 )
 from replaybank.llm.loop.tasks import make_environment
-from replaybank.llm.runtime import die_with_parent, pick_device, use_device
+from replaybank.llm.runtime import pick_device, use_device
+from replaybank.workers import worker_pool
 
 Log = Callable[[str], None]
 SPLIT_SEED = 7919  # task draws: seed * SPLIT_SEED + generation, so seeds and generations never share a draw
@@ -294,8 +292,7 @@ def run_grid(runs: list[tuple[str, LoopConfig]], out: Path, *, jobs: int = 1, lo
         for a in args:
             _run_one(*a[:4])  # one after another: each on the configured device
     else:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), initializer=die_with_parent,
-                                 initargs=(os.getpid(),)) as pool:  # fmt: skip
+        with worker_pool(jobs) as pool:
             for done in pool.map(_run_one, *zip(*args, strict=True)):
                 log(f"[{done}] finished")
     log(f"report: {write_report(out)}")

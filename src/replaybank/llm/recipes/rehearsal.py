@@ -369,13 +369,10 @@ def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> 
 
 def _parallel_seeds(cfg: Config, n_seeds: int, jobs: int, partial: Path, log: Log, max_steps: int | None) -> list[dict[str, Any]]:
     """Seeds in ``jobs`` spawned workers (each loads the model, one torch thread, ends with this process)."""
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
-
-    from replaybank.llm.runtime import die_with_parent
+    from replaybank.workers import worker_pool
 
     log(f"running {n_seeds} seeds in {jobs} processes")
-    with ProcessPoolExecutor(jobs, get_context("spawn"), initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+    with worker_pool(jobs) as pool:
         futures = [pool.submit(_seed_worker, cfg, k, partial, max_steps) for k in range(n_seeds)]
         return [f.result() for f in futures]
 

@@ -1,4 +1,5 @@
-"""Workers of `replaybank run --jobs N` / `replaybank loop --jobs N` end when their parent is killed."""
+"""Workers of `replaybank run --jobs N`, `replaybank loop --jobs N` and `replaybank rl compare --jobs N`
+end when their parent is killed."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ PARENT = textwrap.dedent("""
     import os, sys, time
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
-    from replaybank.llm.runtime import die_with_parent
+    from replaybank.workers import die_with_parent
 
     def work(path):
         with open(path, "w") as f:
@@ -63,3 +64,21 @@ def _worker_after_parent_killed(tmp_path, mode: str) -> bool:
 def test_a_worker_ends_with_its_killed_parent(tmp_path):
     assert _worker_after_parent_killed(tmp_path, "off") is True  # without it the worker lives on (the bug)
     assert _worker_after_parent_killed(tmp_path, "on") is False
+
+
+def _death_signal() -> int:
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    value = ctypes.c_int(0)
+    libc.prctl(2, ctypes.byref(value), 0, 0, 0)  # PR_GET_PDEATHSIG
+    return value.value
+
+
+@pytest.mark.parametrize("spawn", [True, False])
+def test_every_pool_of_worker_pool_asks_for_the_death_signal(spawn: bool) -> None:
+    from replaybank.workers import worker_pool
+
+    with worker_pool(1, spawn=spawn) as pool:
+        assert pool.submit(_death_signal).result(timeout=60) == int(signal.SIGTERM)
