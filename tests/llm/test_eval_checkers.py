@@ -311,3 +311,24 @@ def test_text_primitives_are_the_checkers_names() -> None:
     from replaybank.llm.eval import checkers, text
 
     assert checkers.looks_like_tool_call is text.looks_like_tool_call and checkers.words is text.words
+
+
+def test_a_code_answer_seen_before_is_not_run_again(monkeypatch) -> None:
+    from replaybank.llm.eval import checkers
+
+    runs: list[str] = []
+    real = checkers.run_python
+
+    def counting(source: str, timeout: float = 5.0) -> tuple[bool, str]:
+        runs.append(source)
+        return real(source, timeout)
+
+    monkeypatch.setattr(checkers, "run_python", counting)
+    checkers._run_test.cache_clear()
+    spec = {"type": "code", "test": "assert sq(3) == 9"}
+    right = "```python\ndef sq(x):\n    return x * x\n```"
+    wrong = "```python\ndef sq(x):\n    return x + x\n```"
+    assert checkers.check(spec, right)[0] == 1.0 and checkers.check(spec, right)[0] == 1.0
+    assert checkers.check(spec, wrong)[0] == 0.0 and checkers.check(spec, wrong)[0] == 0.0
+    assert len(runs) == 2  # one run per distinct program, verdicts kept
+    assert checkers.check({**spec, "timeout": 9.0}, right)[0] == 1.0 and len(runs) == 3  # another timeout: run again
