@@ -24,8 +24,8 @@ def seed_figures(metrics: dict) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     families = ["conversation", "instruction", "arithmetic", "code"]
     for name, arm in metrics["arms"].items():
-        if "matrix" not in arm:
-            continue
+        if "matrix" not in arm or np.asarray(arm["matrix"]["per_seed"][0]["R"]).shape[0] < 2:
+            continue  # the base arm (one row: it never trains) has no sequence to forget
         rows = []
         for k, m in enumerate(arm["matrix"]["per_seed"]):
             R = np.asarray(m["R"], dtype=float)
