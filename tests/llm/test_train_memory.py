@@ -100,7 +100,9 @@ def test_one_base_model_with_an_adapter_per_arm_measures_what_copies_did(
     from replaybank.llm.train import add_lora
 
     torch.set_num_threads(1)
-    shared = rehearsal.run_experiment(_tiny_cfg(tiny_model_dir, tmp_path / "a"), log=lambda _: None)
+    # 2 steps per arm and generation: enough for an adapter (or its dropout RNG) leaking from one
+    # arm into the next to change the later arms' figures
+    shared = rehearsal.run_experiment(_tiny_cfg(tiny_model_dir, tmp_path / "a"), log=lambda _: None, max_steps=2)
 
     bases: list[Any] = []
 
@@ -110,7 +112,7 @@ def test_one_base_model_with_an_adapter_per_arm_measures_what_copies_did(
         yield add_lora(copy.deepcopy(base_model), cfg)
 
     monkeypatch.setattr(rehearsal, "fresh_adapter", copied)
-    copies = rehearsal.run_experiment(_tiny_cfg(tiny_model_dir, tmp_path / "b"), log=lambda _: None)
+    copies = rehearsal.run_experiment(_tiny_cfg(tiny_model_dir, tmp_path / "b"), log=lambda _: None, max_steps=2)
     assert len(bases) == 4 and all(b is bases[0] for b in bases)  # the probe and three arms, one base
     assert _strip_times(shared["arms"]) == _strip_times(copies["arms"])
     assert shared["probe"]["fresh_lora"] and _strip_times(shared["probe"]) == _strip_times(copies["probe"])
