@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+import torch.distributed as dist
 import transformers
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "hf_trainer_rehearsal.py"
@@ -37,6 +38,11 @@ def main(out_dir: str, argv: list[str]) -> None:
     result = {"seen": seen, "world": trainer.args.world_size, "steps": trainer.state.global_step,
               "kl_positions": kl.get("kl_positions"), "kl": kl.get("kl")}  # fmt: skip
     Path(out_dir, f"rank{os.environ['RANK']}.json").write_text(json.dumps(result))
+    # Leave the group together: a rank that exits while its peer still holds the gloo group open
+    # can make the peer's gloo threads abort on "connection closed" (rank 1 once exited -6 here).
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
