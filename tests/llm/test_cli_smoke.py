@@ -60,7 +60,7 @@ def test_smoke_default_experiment_tiny_budget(tmp_path, capsys):
     cfg.write_text(
         "[data]\ndomain_train_rows = 12\ndomain_eval_rows = 4\ngeneral_eval_rows = 3\n"
         "[training]\nbatch_size = 4\nnum_threads = 1\nmax_seq_length = 96\n[evaluation]\neval_points = 1\n"
-        'arms = ["base", "naive", "rehearsal"]\nsuite_per_family = 1\nmax_new_tokens = 8\nprobe_sources = false\n'
+        'arms = ["base", "rehearsal"]\nsuite_per_family = 1\nmax_new_tokens = 8\nprobe_sources = false\n'
         "[output]\nsave_adapters = false\n"
     )
     out = tmp_path / "run"
@@ -68,7 +68,9 @@ def test_smoke_default_experiment_tiny_budget(tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     metrics = json.loads((out / "metrics.json").read_text())
     assert printed["arms"]["base"]["probe_score"] == 1.0  # the probe holds what the base model gets right
-    for arm in ("base", "naive", "rehearsal"):
+    # one trained arm: the naive arm runs the same train-and-measure path on the CLI in
+    # tests/llm/test_run_arms.py::test_cli_seeds_and_force_flags (tiny model)
+    for arm in ("base", "rehearsal"):
         assert set(metrics["arms"][arm]) >= {"general_loss", "domain_loss", "probe_score"}
     assert metrics["config"]["training"]["base_model"] == "SmolLM2-135M-Instruct"
     assert (out / "losses.png").stat().st_size > 10_000 and (out / "report.md").is_file()
