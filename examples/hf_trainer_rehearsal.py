@@ -111,3 +111,8 @@ def main(argv: list[str] | None = None) -> Any:
 
 if __name__ == "__main__":
     main()
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # under torchrun: leave the process group together (gloo aborts otherwise)
+        dist.barrier()
+        dist.destroy_process_group()
