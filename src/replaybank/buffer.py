@@ -104,6 +104,8 @@ class ReplayBuffer:
         # ... and into a ring, a sampler that reads no rows is told the slot alone
         hook = self._notify_one and ring and not self.sampler.needs_rows
         self._write_hook = getattr(self.sampler, "on_write_one", None) if hook else None
+        # update_priorities of the last weighted batch's ids: the sampler's one-pass check and set
+        self._update_checked = getattr(self.sampler, "update_checked", None)
         self.sample_dtypes = sample_dtypes  # type: ignore[assignment]
         if spec is not None:
             checked = as_spec(spec)
@@ -301,6 +303,11 @@ class ReplayBuffer:
         that are NaN, infinite or negative, or when the sampler has no priorities.
         """
         if ids is self._table.remembered:  # the last weighted batch's ids (read-only)
+            if self._update_checked is not None:  # priorities checked in the pass that sets them
+                with self._lock:
+                    slots = self._table.recall(ids)
+                    if slots is not None and self._update_checked(slots, priorities):
+                        return len(slots)
             p = buffer_checks.priorities_of(self.sampler, priorities, len(ids))
             with self._lock:
                 slots = self._table.recall(ids)  # None if anything was written since

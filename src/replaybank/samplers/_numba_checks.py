@@ -18,3 +18,20 @@ def within(values: np.ndarray, limit: float) -> bool:
         if not (x >= 0.0 and x <= limit):
             return False
     return True
+
+
+@numba.njit(cache=True, nogil=True)
+def shifted(values: np.ndarray, limit: float, eps: float) -> tuple[bool, np.ndarray, float]:
+    """``within`` and the next step of a priority update in one pass: ``(ok, values + eps as
+    float64, max(values))``. On not ok the rest is meaningless (the caller takes the checked path,
+    which writes the error). The sum is IEEE's, the bits numpy's ``values + eps`` gives."""
+    out = np.empty(len(values))
+    top = -np.inf
+    for i in range(len(values)):
+        x = np.float64(values[i])
+        if not (x >= 0.0 and x <= limit):
+            return False, out, top
+        out[i] = x + eps
+        if x > top:
+            top = x
+    return True, out, top

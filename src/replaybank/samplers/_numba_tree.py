@@ -21,9 +21,12 @@ wins) and rounding never accumulates.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba
 import numpy as np
 
+from ._numba_checks import shifted as _shifted
 from ._numba_prefetch import prefetch
 
 _ALIGN = 128  # bytes: the 8 (sum, min) pairs of one node, two adjacent cache lines
@@ -316,6 +319,27 @@ class NumbaPairTree:
         return float(
             _update_powered(self.tree, self.offsets, self.k, _index(index), (p + eps) ** alpha, p, cold)
         )
+
+    def update_checked(
+        self, index: np.ndarray, priorities: Any, eps: float, alpha: float, limit: float
+    ) -> float | None:
+        """``update_powered`` of a 1-D float32 / float64 array of ``len(index)`` priorities, each
+        checked to lie in ``[0, limit]`` in the same compiled pass that adds ``eps``: the largest
+        priority, or None (nothing changed) when ``priorities`` is anything else or holds a value
+        out of range (the caller's checked path then decides, and names the value). The leaves get
+        the same bits: the power is numpy's ``** alpha`` of the same sums."""
+        if (
+            type(priorities) is not np.ndarray
+            or priorities.dtype.char not in "fd"
+            or priorities.shape != index.shape
+            or index.ndim != 1
+        ):
+            return None
+        ok, shifted, top = _shifted(priorities, limit, eps)
+        if not ok:
+            return None
+        _update(self.tree, self.offsets, self.k, _index(index), shifted ** alpha)
+        return float(top)
 
     def update_pair(self, index: np.ndarray, sums: np.ndarray, mins: np.ndarray) -> None:
         """Set the sum-tree and min-tree leaves to different values (zero min = not in it)."""

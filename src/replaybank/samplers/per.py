@@ -94,6 +94,8 @@ class Prioritized(SamplerBase):
                 "slots; lower alpha or eps"
             )
         self._trees = self._make_trees(capacity)  # sum and min over p^alpha
+        own = type(self).update_priorities is Prioritized.update_priorities and not self._cold_updates
+        self._checked = getattr(self._trees, "update_checked", None) if own else None
         self._pending: list[int] = []  # slots written one by one, not yet in the trees
 
     @property
@@ -157,6 +159,25 @@ class Prioritized(SamplerBase):
 
     def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         self._set(slots, priorities)
+
+    def update_checked(self, slots: np.ndarray, priorities: Any) -> bool:
+        """``update_priorities`` of priorities not checked yet, when the compiled tree can check
+        them in the pass that sets them (a 1-D float array, one value per slot, every value in
+        ``[0, priority_limit]``, which is what ``check_priorities`` accepts of such an array);
+        False, with nothing changed, otherwise: the caller then checks them the general way
+        (which names a bad value) and calls ``update_priorities``. Only for this class's own
+        ``update_priorities`` (a subclass that overrides it always gets False)."""
+        quick = self._checked
+        if quick is None:
+            return False
+        if self._pending:
+            self._flush()
+        top = quick(slots, priorities, self.eps, self.alpha, self.priority_limit)
+        if top is None:
+            return False
+        if top > self.max_priority:
+            self.max_priority = top
+        return True
 
     def sample(
         self, batch_size: int, view: View, rng: np.random.Generator

@@ -290,4 +290,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         (``replaybank.ReplayBuffer.update_priorities``); priorities are always checked."""
         if isinstance(priorities, th.Tensor):
             priorities = priorities.detach().to("cpu", th.float64).numpy()
-        return self.bank.update_priorities(ids, np.asarray(priorities, dtype=np.float64).reshape(-1))
+        if type(priorities) is not np.ndarray or priorities.ndim != 1 or priorities.dtype.char not in "fd":
+            priorities = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        # a 1-D float32 / float64 array goes as it is: the buffer checks it and reads it as float64
+        return self.bank.update_priorities(ids, priorities)
