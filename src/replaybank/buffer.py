@@ -199,7 +199,7 @@ class ReplayBuffer:
         if plan is not None:
             values = single.coerce(plan, item, self._castable, self._cast, batched=False)
             if values is not None:
-                return self._write_one(values)
+                return single.write_one(self, values)
         single.refuse_env_axis(self.spec, item)
         batch = {
             k: [v] if isinstance(v, (list, Ragged)) else np.asarray(v)[None]

@@ -146,12 +146,14 @@ class ReplayBuffer(SB3ReplayBuffer):
         n = self.n_envs
         if n == 1:  # the per-step path: one item, no batch arrays (ReplayBuffer.add)
             timeout = self.handle_timeout_termination and infos[0].get("TimeLimit.truncated", False)
+            # SB3 passes numpy arrays: no np.asarray call for those (the same values either way)
+            array = np.ndarray
             self.bank.add(
-                obs=np.asarray(obs).reshape(self.obs_shape),
-                next_obs=np.asarray(next_obs).reshape(self.obs_shape),
-                action=np.asarray(action).reshape(self.action_dim),
-                reward=np.asarray(reward).item(),
-                done=0.0 if timeout else float(np.asarray(done).item()),
+                obs=(obs if type(obs) is array else np.asarray(obs)).reshape(self.obs_shape),
+                next_obs=(next_obs if type(next_obs) is array else np.asarray(next_obs)).reshape(self.obs_shape),
+                action=(action if type(action) is array else np.asarray(action)).reshape(self.action_dim),
+                reward=(reward if type(reward) is array else np.asarray(reward)).item(),
+                done=0.0 if timeout else float((done if type(done) is array else np.asarray(done)).item()),
             )
             self._advance()
             return
