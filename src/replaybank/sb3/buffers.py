@@ -147,15 +147,17 @@ class ReplayBuffer(SB3ReplayBuffer):
         if n == 1:  # the per-step path: one item, no batch arrays (ReplayBuffer.add)
             timeout = self.handle_timeout_termination and infos[0].get("TimeLimit.truncated", False)
             # SB3 passes numpy arrays: no np.asarray call for those (the same values either way)
-            array = np.ndarray
+            array, shape = np.ndarray, self.obs_shape
             self.bank.add(
-                obs=(obs if type(obs) is array else np.asarray(obs)).reshape(self.obs_shape),
-                next_obs=(next_obs if type(next_obs) is array else np.asarray(next_obs)).reshape(self.obs_shape),
+                obs=(obs if type(obs) is array else np.asarray(obs)).reshape(shape),
+                next_obs=(next_obs if type(next_obs) is array else np.asarray(next_obs)).reshape(shape),
                 action=(action if type(action) is array else np.asarray(action)).reshape(self.action_dim),
                 reward=(reward if type(reward) is array else np.asarray(reward)).item(),
                 done=0.0 if timeout else float((done if type(done) is array else np.asarray(done)).item()),
             )
-            self._advance()
+            self.pos += 1  # _advance, inline on the per-step path
+            if self.pos == self.buffer_size:
+                self.full, self.pos = True, 0
             return
         done = np.asarray(done, dtype=np.float32).reshape(n)
         if self.handle_timeout_termination:
