@@ -51,3 +51,29 @@ def test_compiled_td_update_of_nothing_and_of_evicted_ids():
     buf.update_priorities(ids, np.full(12, 2.0))  # evicted ids are ignored, as before
     assert sampler.max_priority == 2.0
     np.testing.assert_allclose(sampler.ep_value.sum(), 2.0 * 10)
+
+
+def test_the_sampled_2d_ids_take_one_priority_per_step_and_a_row_count_is_refused():
+    """The batch's own (read-only, remembered) ids are (trajectories, length): the update takes one
+    priority per step (flat, in the ids' order), as for any other ids; one per trajectory is an error
+    that names the count, and nothing changes (a fuzz case once sent 2-D slots to the compiled pass)."""
+    from replaybank.errors import ReplayBankError
+
+    bufs = []
+    for compiled in (True, False):
+        buf = ReplayBuffer(64, sampler=Trajectories(2, priority="td", alpha=0.6), seed=1)
+        if not compiled:
+            buf.sampler._td_fast = None
+        buf.extend({"done": np.array([0, 1, 0, 1, 0, 1], bool), "x": np.arange(6)})
+        bufs.append(buf)
+    for buf in bufs:
+        b = buf.sample(3)
+        assert b.ids.shape == (3, 2)
+        before = buf.sampler.step_value.copy()
+        with pytest.raises(ReplayBankError, match="6"):
+            buf.update_priorities(b.ids, np.ones(3))
+        np.testing.assert_array_equal(buf.sampler.step_value, before)
+        assert buf.update_priorities(b.ids, np.arange(1.0, 7.0)) == 6
+    fast, slow = (buf.sampler for buf in bufs)
+    np.testing.assert_array_equal(fast.step_value, slow.step_value)
+    np.testing.assert_array_equal(fast.tree.leaves, slow.tree.leaves)

@@ -307,8 +307,8 @@ class ReplayBuffer:
                 with self._lock:
                     slots = self._table.recall(ids)
                     if slots is not None and self._update_checked(slots, priorities):
-                        return len(slots)
-            p = buffer_checks.priorities_of(self.sampler, priorities, len(ids))
+                        return int(slots.size)
+            p = buffer_checks.priorities_of(self.sampler, priorities, ids.size)  # one per id: a trajectory batch is 2-D
             with self._lock:
                 slots = self._table.recall(ids)  # None if anything was written since
                 if slots is not None:

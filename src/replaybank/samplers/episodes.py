@@ -144,6 +144,7 @@ class EpisodeIndex(SamplerBase):
         if self.priority != "td":
             super().update_priorities(slots, priorities)
             return
+        slots, priorities = np.ravel(slots), np.ravel(priorities)  # a batch's own ids are (trajectories, length)
         if self._td_fast is not None:  # the numpy steps below in one compiled pass
             keys, top = self._td_fast(
                 np.ascontiguousarray(slots, dtype=np.int64), np.ascontiguousarray(priorities, dtype=np.float64),
