@@ -169,3 +169,56 @@ def test_interference_probe_at_the_training_precision_agrees_with_fp32() -> None
         assert bf16[name].cosine_mean == pytest.approx(fp32[name].cosine_mean, abs=0.03)
         assert bf16[name].cosine_mean != fp32[name].cosine_mean
     assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+@pytest.mark.parametrize("with_kl", [False, True])
+def test_a_step_cut_by_length_takes_the_same_step(monkeypatch: Any, with_kl: bool) -> None:
+    import numpy as np
+
+    from replaybank.llm.train import step as step_mod
+    from replaybank.llm.train.kl import KLSpec
+
+    rng = np.random.default_rng(5)
+
+    def rows(lengths: list[int]) -> list[tuple[Any, Any]]:
+        out = []
+        for n in lengths:
+            ids = rng.integers(3, 300, n)
+            out.append((ids, np.where(np.arange(n) < 4, -100, ids)))
+        return out
+
+    groups = [(0, rows([12, 14, 60, 64])), (1, rows([10, 48, 11, 50]))]
+    assert len(step_mod.by_length(groups)) == 4  # both sources cut in two
+    kl = KLSpec(2.0, rehearsal_ce=False) if with_kl else None
+    after = []
+    for cut in (True, False):
+        model = _lora_model()
+        if not cut:
+            monkeypatch.setattr(step_mod, "by_length", lambda g: g)
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.SGD(params, lr=1.0)
+        stats, loss = step_mod.train_step(model, opt, params, groups, ["domain", "self"], 0, torch.device("cpu"), kl, 0.0)
+        after.append((stats, loss, [p.detach().clone() for p in params]))
+        monkeypatch.undo()
+    (s1, l1, p1), (s2, l2, p2) = after
+    assert l1 == pytest.approx(l2, rel=1e-5)
+    assert s1["rows"] == s2["rows"] == 8 and s1["tokens"] == s2["tokens"] and s1["label_tokens"] == s2["label_tokens"]
+    if with_kl:
+        assert s1["kl"] == pytest.approx(s2["kl"], rel=1e-4, abs=1e-7)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(p1, p2, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(p1, _lora_params(), strict=True))  # the step moved the adapter
+
+
+def _lora_params() -> list[Any]:
+    return [p.detach().clone() for p in _lora_model().parameters() if p.requires_grad]
+
+
+def test_rows_of_like_length_stay_in_one_pass() -> None:
+    import numpy as np
+
+    from replaybank.llm.train.step import by_length
+
+    rows = [(np.zeros(n), np.zeros(n)) for n in (60, 64, 58, 62)]
+    assert by_length([(0, rows)]) == [(0, rows)]
+    single = [(1, rows[:1])]
+    assert by_length(single) == single
