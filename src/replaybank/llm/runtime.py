@@ -149,6 +149,13 @@ def _cpu_has_bf16() -> bool:
         return False
 
 
+def device_type(model: Any) -> str:
+    """``cpu`` or ``cuda``: where ``model``'s first parameter lives (``cpu`` for a stand-in without any)."""
+    params = getattr(model, "parameters", None)
+    first = next(iter(params()), None) if callable(params) else None
+    return str(first.device.type) if first is not None else "cpu"
+
+
 def autocast(precision: str, device_type: str) -> Any:
     """``torch.autocast`` in bfloat16 when ``precision`` resolves to bf16 on ``device_type``, else a
     context that changes nothing (the weights keep their dtype either way)."""
@@ -182,9 +189,7 @@ class FrozenBf16:
     def __init__(self, model: Any, precision: str) -> None:
         import torch
 
-        params = getattr(model, "parameters", None)
-        first = next(iter(params()), None) if callable(params) else None
-        self.device_type = str(first.device.type) if first is not None else "cpu"
+        self.device_type = device_type(model)
         self.on = resolve_precision(precision, self.device_type) == "bf16"
         self._modules: list[Any] = []
         self._copies: list[Any] = []
@@ -234,9 +239,7 @@ def short_row_attention(model: Any, width: int) -> Iterator[None]:
     """
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     current = getattr(getattr(base, "config", None), "_attn_implementation", None)
-    params = getattr(base, "parameters", None)
-    first = next(iter(params()), None) if callable(params) else None
-    switch = (first is not None and first.device.type == "cpu" and current == "sdpa" and width <= EAGER_MAX_WIDTH
+    switch = (device_type(base) == "cpu" and current == "sdpa" and width <= EAGER_MAX_WIDTH
               and hasattr(base, "set_attn_implementation"))
     if not switch:
         yield

@@ -28,6 +28,7 @@ from replaybank.llm.runtime import (
     FrozenBf16,
     Precision,
     PrecisionError,
+    device_type,
     resolve_precision,
 )
 
@@ -182,13 +183,6 @@ def precision_key(precision: Precision, model: Any) -> dict[str, str]:
     (keys written before precision existed stay valid), else ``{"precision": "bf16"}``."""
     resolved = resolve_precision(precision, device_type(model))
     return {} if resolved == "fp32" else {"precision": resolved}
-
-
-def device_type(model: Any) -> str:
-    """``cpu`` or ``cuda``: where ``model``'s first parameter lives (``cpu`` for a stand-in without any)."""
-    params = getattr(model, "parameters", None)
-    first = next(iter(params()), None) if callable(params) else None
-    return str(first.device.type) if first is not None else "cpu"
 
 
 def generate(
