@@ -38,7 +38,9 @@ def main() -> None:
     parser.add_argument("--merges", default=",".join(MERGES), help="merge types, comma-separated")
     parser.add_argument("--weight", type=float, default=1.0, help="every skill adapter's weight in the merges")
     parser.add_argument("--density", type=float, default=0.5, help="kept share of ties / dare_ties")
-    parser.add_argument("--threshold", type=float, default=0.3, help="router confidence below which the base answers")
+    parser.add_argument("--threshold", type=float, help="router confidence below which the base answers (default: the "
+                                                        "router's top_k and threshold calibrated left-one-out)")
+    parser.add_argument("--no-background", action="store_true", help="route without the shipped general prompts")
     parser.add_argument("--suite-per-family", type=int, help="suite items a family (default: the run's; 0 = all)")
     parser.add_argument("--eval-rows", type=int, help="held-out requests a skill (default: all the run held out)")
     parser.add_argument("--latency-requests", type=int, default=8, help="requests timed one at a time per approach")
@@ -57,7 +59,8 @@ def main() -> None:
     run = read_run(args.run, args.per_skill, args.carried.split(",") if args.carried else None)
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else run.seeds
     settings = Settings(merges=tuple(m for m in args.merges.split(",") if m), weight=args.weight, density=args.density,
-                        threshold=args.threshold, suite_per_family=args.suite_per_family, eval_rows=args.eval_rows,
+                        threshold=args.threshold, background=not args.no_background,
+                        suite_per_family=args.suite_per_family, eval_rows=args.eval_rows,
                         latency_requests=args.latency_requests)
     torch.set_num_threads(args.threads)
     device = pick_device(run.device)

@@ -56,6 +56,14 @@ def test_the_adapters_command_end_to_end(tiny_model_dir, tmp_path, capsys):
     assert main(["adapters", "route", str(lib), "Add milk to my cart", "Forecast for Oslo?", "Write a poem", "--json"]) == 0
     routes = json.loads(capsys.readouterr().out)
     assert [r["adapter"] for r in routes] == ["cart", "weather", None]
+    (tmp_path / "general.txt").write_text("Write a poem about the sea.\nWhat is 2 + 2?\nName three rivers.\n")
+    assert main(["adapters", "route", str(lib), "Add milk to my cart", "Write a short poem about rain", "--json",
+                 "--background", str(tmp_path / "general.txt"), "--calibrate"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("calibrated: top-k ")
+    assert [r["adapter"] for r in json.loads(out[out.index("["):])] == ["cart", None]
+    assert main(["adapters", "route", str(lib), "hello", "--calibrate"]) == 2
+    assert "field 'background': --calibrate needs --background" in capsys.readouterr().err
     assert main(["adapters", "merge", str(lib), "both", "--adapters", "cart,weather", "--type", "cat",
                  "--weights", "1,1", "--base", str(tiny_model_dir)]) == 0
     assert "registered both" in capsys.readouterr().out

@@ -52,6 +52,50 @@ def test_the_threshold_decides_the_fallback():
     assert same.adapter == "cart" and same.confidence == pytest.approx(1.0)
 
 
+LIST_SHOP = {"shop": ["Add 2 eggs to my shopping list.", "Put rice on the shopping list.", "Add 3 pears to my list.",
+                      "Remove milk from my shopping list."],
+             "diary": ["Block Tuesday morning for the roadmap.", "Log 40 minutes of chess on Sunday.",
+                       "Block Friday afternoon for hiring."]}
+GENERAL = ["List three colours as a numbered list.", "List four animals as a numbered list.", "What is 8 + 5?",
+           "Name three rivers in Europe.", "Write a Python function that returns the sum of a list."]
+
+
+def test_background_prompts_keep_general_requests_on_the_base_model():
+    request = "List three fruits as a numbered list."   # shares "list" with the shop's examples only
+    plain = Router(LIST_SHOP, threshold=0.2).route(request)
+    assert plain.adapter == "shop"                      # without a background, one shared word carries it
+    with_bg = Router(LIST_SHOP, threshold=0.2, background=GENERAL).route(request)
+    assert with_bg.adapter is None and with_bg.best == "shop" and with_bg.fallback
+    assert "(base)" not in with_bg.confidences          # the background is not an adapter
+    kept = Router(LIST_SHOP, threshold=0.2, background=GENERAL).route("Add 4 apples to my shopping list.")
+    assert kept.adapter == "shop"
+
+
+def test_top_k_scores_an_adapter_by_its_best_examples_together():
+    # one shop example shares "Tuesday" with the request; three diary examples share "block"/"morning"
+    ex = {"shop": ["Deliver eggs on Tuesday.", "Add rice to my list.", "Add pears to my list."],
+          "diary": ["Block Monday morning for reading.", "Block Friday morning for hiring.", "Block the morning for calls."]}
+    request = "Block Tuesday morning"
+    one, three = Router(ex, top_k=1, threshold=0.0).route(request), Router(ex, top_k=3, threshold=0.0).route(request)
+    assert three.adapter == "diary"
+    assert three.confidences["diary"] > three.confidences["shop"]
+    assert one.confidences["shop"] > three.confidences["shop"]   # a lone match is diluted by the other two
+
+
+def test_calibration_picks_the_setting_that_routes_the_examples_best_left_one_out():
+    router = Router.calibrated(LIST_SHOP, GENERAL, top_ks=(1, 2), thresholds=(0.05, 0.3, 0.9))
+    own, base = router.leave_one_out()
+    for k in (1, 2):
+        for t in (0.05, 0.3, 0.9):
+            o, b = Router(LIST_SHOP, top_k=k, threshold=t, background=GENERAL).leave_one_out()
+            assert (o + b) / 2 <= (own + base) / 2 + 1e-12
+    assert Router(LIST_SHOP, threshold=5.0, background=GENERAL).leave_one_out() == (0.0, 1.0)
+    with pytest.raises(LibraryError, match=r"field 'top_k'"):
+        Router(EXAMPLES, top_k=0)
+    with pytest.raises(LibraryError, match=r"field 'adapters'.*background"):
+        Router({"(base)": ["x"]})
+
+
 def test_an_empty_library_or_no_examples_is_a_clear_error(lib):
     with pytest.raises(EmptyLibraryError, match=r"field 'adapters': .*the library holds no adapter to route to"):
         Router.from_library(lib)

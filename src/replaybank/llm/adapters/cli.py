@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from replaybank.llm.adapters.errors import LibraryError
+from replaybank.llm.adapters.errors import EmptyLibraryError, LibraryError
 
 EPILOG = """\
 examples:
@@ -74,6 +74,11 @@ def add_subcommands(subparsers: Any) -> None:
     rt.add_argument("library")
     rt.add_argument("prompts", nargs="+")
     rt.add_argument("--threshold", type=float, default=0.3, help="minimum confidence, else the base model (default 0.3)")
+    rt.add_argument("--top-k", type=int, default=1, help="score an adapter by the mean of its K best examples (default 1)")
+    rt.add_argument("--background", help="general prompts that belong to the base model: 'builtin' (the shipped "
+                                         "self-synthesis pool) or a file, one prompt per line")
+    rt.add_argument("--calibrate", action="store_true", help="choose --top-k and --threshold by routing the examples "
+                                                             "and the background left-one-out (needs --background)")
     rt.add_argument("--json", action="store_true")
     rt.set_defaults(func=cmd_route)
 
@@ -153,8 +158,20 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def cmd_route(args: argparse.Namespace) -> int:
     from replaybank.llm.adapters import AdapterLibrary, Router
+    from replaybank.llm.data.selfsynth import load_prompt_pool
 
-    router = Router.from_library(AdapterLibrary(args.library), threshold=args.threshold)
+    library = AdapterLibrary(args.library)
+    general = [] if not args.background else load_prompt_pool(args.background)[0]
+    if args.calibrate and not general:
+        raise LibraryError("--calibrate needs --background (builtin or a file of general prompts)", field="background")
+    if args.calibrate:
+        names = library.names()
+        if not names:
+            raise EmptyLibraryError(f"{library.root}: the library holds no adapter to route to", field="adapters")
+        router = Router.calibrated({n: library.manifest(n).examples for n in names}, general)
+        print(f"calibrated: top-k {router.top_k}, threshold {router.threshold}")
+    else:
+        router = Router.from_library(library, threshold=args.threshold, top_k=args.top_k, background=general)
     routes = router.route_many(args.prompts)
     if args.json:
         print(json.dumps([{"prompt": p, "adapter": r.adapter, "confidence": round(r.confidence, 4), "best": r.best}

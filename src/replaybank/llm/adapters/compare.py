@@ -48,8 +48,11 @@ class Settings:
     """each skill adapter's weight in every merge (equal weights)"""
     density: float = 0.5
     """kept share of the pruning merge types (ties, dare_ties)"""
-    threshold: float = 0.3
-    """the router's confidence below which a request goes to the bare base model"""
+    threshold: float | None = None
+    """the router's confidence below which a request goes to the bare base model (None: the router's
+    ``top_k`` and threshold calibrated left-one-out on the skills' training prompts and the background)"""
+    background: bool = True
+    """give the router the shipped general prompt pool (selfsynth_prompts.txt) as the base model's examples"""
     suite_per_family: int | None = None
     """suite items a family (None: the run's ``[evaluation] suite_per_family``; 0: all)"""
     eval_rows: int | None = None
@@ -194,6 +197,7 @@ def measure_seed(
     from replaybank.llm.adapters.route import Router, load_all
     from replaybank.llm.config import Config
     from replaybank.llm.data.prepare import prepare
+    from replaybank.llm.data.selfsynth import load_prompt_pool
     from replaybank.llm.eval.suite import load_suite, prepare_suite, sample_suite
     from replaybank.llm.model import cache_dir
     from replaybank.llm.train.peft_files import read_json_object
@@ -225,7 +229,11 @@ def measure_seed(
     for kind in settings.merges:
         merge(lib, names, into=f"merge-{kind}", base_model=base_model, weights=[settings.weight] * G,
               combination_type=cast("Combination", kind), density=settings.density if kind in _DENSITY else None, seed=seed)
-    router = Router.from_library(lib, threshold=settings.threshold, names=names)
+    examples = {n: lib.manifest(n).examples for n in names}
+    general = load_prompt_pool()[0] if settings.background else []
+    router = (Router.calibrated(examples, general) if settings.threshold is None
+              else Router(examples, threshold=settings.threshold, background=general))
+    loo_own, loo_base = router.leave_one_out()
 
     def by_router(prompt: str, g: int | None) -> Any:
         return router.route(prompt)
@@ -253,6 +261,8 @@ def measure_seed(
     matrices = {a: arms[a].get("matrix") or {} for a in [run.per_skill, *run.carried] if a in arms}
     return {"seed": seed, "skills": skills, "sources": sources, "approaches": approaches, "library": lib.names(),
             "run_matrix": matrices, "run_agreement": _agreement(approaches, matrices, run),
+            "router": {"top_k": router.top_k, "threshold": router.threshold, "background_prompts": len(general),
+                       "leave_one_out_own": loo_own, "leave_one_out_base": loo_base},
             "settings": {**settings.__dict__, "merges": list(settings.merges), "suite_per_family": per_family,
                          "suite_items": len(suite.items), "eval_rows": [len(r) for r in requests]}}
 

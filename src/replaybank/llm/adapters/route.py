@@ -10,6 +10,13 @@ example, 0 with no word in common), so one threshold means the same thing whatev
 size. Below ``threshold`` the request goes to the bare base model (``adapter`` None): general
 requests keep the base model's answers. Ties go to the adapter first in name order.
 
+Two refinements, both off by default: ``top_k`` scores an adapter by the mean of its ``top_k`` best
+examples (one example sharing a name or the word "list" with a request no longer decides alone),
+and ``background`` prompts (general requests, e.g. the shipped self-synthesis pool) stand for the
+base model: a request they match at least as well as the best adapter goes to the base.
+:meth:`Router.calibrated` picks ``top_k`` and ``threshold`` by routing the registered examples and
+the background left-one-out, so the setting comes from the library, not from the requests served.
+
 :func:`load_all` puts every adapter onto one base model under its name, and :func:`routed` runs a
 block with the routed adapter active (or all of them disabled). :func:`arrow_model` builds PEFT's
 Arrow (per-token routing among the adapters inside the model) from library entries.
@@ -29,11 +36,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from replaybank.episodic.retrieval import BM25, tokenize
 from replaybank.llm.adapters.errors import EmptyLibraryError, LibraryError
 from replaybank.llm.adapters.library import AdapterLibrary
 
-__all__ = ["STOPWORDS", "Route", "Router", "arrow_model", "load_all", "routed"]
+__all__ = ["BACKGROUND", "STOPWORDS", "Route", "Router", "arrow_model", "load_all", "routed"]
 
 STOPWORDS = frozenset("""
 a an the and or but if then so of to in on at by for from with about into over under as is are was were be been
@@ -41,6 +50,10 @@ being am do does did doing have has had having i me my mine you your yours we us
 she her it its this that these those what which who whom whose when where why how can could would should will
 shall may might must please not no yes just up out there here some any all also too very s t d ll m re ve
 """.split())
+
+
+#: the name the background prompts (general requests that belong to the base model) go under
+BACKGROUND = "(base)"
 
 
 def _content(text: str) -> str:
@@ -72,23 +85,32 @@ class Router:
         LibraryError: a threshold that is not a number >= 0.
     """
 
-    def __init__(self, examples: Mapping[str, Sequence[str]], *, threshold: float = 0.3) -> None:
+    def __init__(self, examples: Mapping[str, Sequence[str]], *, threshold: float = 0.3, top_k: int = 1,
+                 background: Sequence[str] = ()) -> None:
         if not examples:
             raise EmptyLibraryError("no adapter to route to (register adapters with example prompts)", field="adapters")
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold >= 0:
             raise LibraryError(f"threshold {threshold!r} is not a number >= 0", field="threshold")
-        self.threshold = float(threshold)
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise LibraryError(f"top_k {top_k!r} is not an integer >= 1", field="top_k")
+        if BACKGROUND in examples:
+            raise LibraryError(f"{BACKGROUND!r} names the background prompts; rename that adapter", field="adapters")
+        self.threshold, self.top_k = float(threshold), top_k
         self.adapters = sorted(examples)
         self._docs = [(name, text) for name in self.adapters for text in examples[name]]
         if not self._docs:
             raise EmptyLibraryError(f"none of the adapters {self.adapters} has example prompts to route by "
                                     "(add them with examples= / --examples)", field="examples")
+        self._docs += [(BACKGROUND, text) for text in background]
         self._bm25 = BM25([_content(text) for _, text in self._docs])
         # each example's score as a query for itself: the confidence's denominator
-        self._self = [max(float(self._bm25.scores(_content(text))[k]), 1e-12) for k, (_, text) in enumerate(self._docs)]
+        self._self = np.array([max(float(self._bm25.scores(_content(text))[k]), 1e-12)
+                               for k, (_, text) in enumerate(self._docs)])
+        self._owner = np.array([name for name, _ in self._docs])
 
     @classmethod
-    def from_library(cls, library: AdapterLibrary, *, threshold: float = 0.3, names: Sequence[str] | None = None) -> Router:
+    def from_library(cls, library: AdapterLibrary, *, threshold: float = 0.3, top_k: int = 1,
+                     background: Sequence[str] = (), names: Sequence[str] | None = None) -> Router:
         """A router over ``names`` (default: every adapter) and their manifests' example prompts.
 
         Raises:
@@ -97,20 +119,58 @@ class Router:
         names = list(names) if names is not None else library.names()
         if not names:
             raise EmptyLibraryError(f"{library.root}: the library holds no adapter to route to", field="adapters")
-        return cls({n: library.manifest(n).examples for n in names}, threshold=threshold)
+        return cls({n: library.manifest(n).examples for n in names}, threshold=threshold, top_k=top_k,
+                   background=background)
+
+    def _confidences(self, ratios: np.ndarray, skip: int | None = None) -> dict[str, float]:
+        """Per adapter (and the background) the mean of its ``top_k`` best examples' ratios."""
+        out = {}
+        for name in [*self.adapters, BACKGROUND]:
+            mine = ratios[(self._owner == name) & (np.arange(len(ratios)) != (-1 if skip is None else skip))]
+            out[name] = float(np.sort(mine)[::-1][: self.top_k].mean()) if mine.size else 0.0
+        return out
+
+    def _decide(self, conf: dict[str, float]) -> tuple[str | None, str]:
+        best = max(self.adapters, key=lambda n: (conf[n], -self.adapters.index(n)))
+        confident = conf[best] >= self.threshold and conf[best] > 0 and conf[best] > conf[BACKGROUND]
+        return (best if confident else None), best
 
     def route(self, prompt: str) -> Route:
-        """The adapter for ``prompt``, or the base model when no adapter is confident enough."""
+        """The adapter for ``prompt``, or the base model when no adapter is confident enough (or the
+        background prompts match it at least as well)."""
         scores = self._bm25.scores(_content(prompt))
-        conf = dict.fromkeys(self.adapters, 0.0)
-        raw = dict.fromkeys(self.adapters, 0.0)
-        for k, (name, _) in enumerate(self._docs):
-            c = float(scores[k]) / self._self[k]
-            if c > conf[name]:
-                conf[name], raw[name] = c, float(scores[k])
-        best = max(self.adapters, key=lambda n: (conf[n], -self.adapters.index(n)))
-        chosen = best if conf[best] >= self.threshold and conf[best] > 0 else None
-        return Route(adapter=chosen, confidence=conf[best], score=raw[best], best=best, confidences=conf)
+        conf = self._confidences(scores / self._self)
+        chosen, best = self._decide(conf)
+        raw = float(scores[self._owner == best].max())
+        return Route(adapter=chosen, confidence=conf[best], score=raw, best=best,
+                     confidences={n: conf[n] for n in self.adapters})
+
+    def leave_one_out(self) -> tuple[float, float]:
+        """Each example routed by the others: the share of adapter examples sent to their own
+        adapter, and the share of background prompts sent to the base (1.0 with none)."""
+        own: list[bool] = []
+        base: list[bool] = []
+        for k, (name, text) in enumerate(self._docs):
+            chosen, _ = self._decide(self._confidences(self._bm25.scores(_content(text)) / self._self, skip=k))
+            (base if name == BACKGROUND else own).append(chosen == (None if name == BACKGROUND else name))
+        return float(np.mean(own)), float(np.mean(base)) if base else 1.0
+
+    @classmethod
+    def calibrated(cls, examples: Mapping[str, Sequence[str]], background: Sequence[str], *,
+                   top_ks: Sequence[int] = (1, 3, 5), thresholds: Sequence[float] = (0.1, 0.2, 0.3, 0.4)) -> Router:
+        """The router whose ``top_k`` and ``threshold`` route the examples and the background best
+        left-one-out (the mean of the two shares of :meth:`leave_one_out`; ties to the earlier
+        setting): chosen from the registered prompts alone, never from the requests it will serve."""
+        best: tuple[float, Router] | None = None
+        for k in top_ks:
+            for t in thresholds:
+                router = cls(examples, threshold=t, top_k=k, background=background)
+                score = float(np.mean(router.leave_one_out()))
+                if best is None or score > best[0]:
+                    best = (score, router)
+        if best is None:
+            raise LibraryError("calibrated: give at least one top_k and one threshold", field="thresholds")
+        return best[1]
 
     def route_many(self, prompts: Sequence[str]) -> list[Route]:
         return [self.route(p) for p in prompts]
