@@ -151,10 +151,25 @@ class TorchPairTree:
         self._sum[0][node] = on[1]
         self._min[0][node] = on[2]
         k = self.k
-        for child_s, parent_s, child_m, parent_m in zip(self._sum, self._sum[1:], self._min, self._min[1:]):
+        for level, (child_s, parent_s, child_m, parent_m) in enumerate(
+            zip(self._sum, self._sum[1:], self._min, self._min[1:])
+        ):
+            if len(child_s) // k <= len(index):  # as many parents as leaves touched: all of them
+                self._rebuild(level)  # two operations a level instead of five
+                return
             node = node // k
             parent_s[node] = child_s.view(-1, k)[node].sum(1)
             parent_m[node] = child_m.view(-1, k)[node].amin(1)
+
+    def _rebuild(self, start: int = 0) -> None:
+        """Recompute every parent above level ``start`` (0: the leaves) from all its children."""
+        torch, k = self._torch, self.k
+        for child_s, parent_s, child_m, parent_m in zip(
+            self._sum[start:], self._sum[start + 1 :], self._min[start:], self._min[start + 1 :]
+        ):
+            parents = len(child_s) // k
+            torch.sum(child_s.view(-1, k), 1, out=parent_s[:parents])
+            torch.amin(child_m.view(-1, k), 1, out=parent_m[:parents])
 
     def update(self, index: np.ndarray, values: np.ndarray) -> None:
         """Set ``leaves[index] = values`` (for a repeated index the last value wins)."""
@@ -173,12 +188,10 @@ class TorchPairTree:
     def load(self, values: np.ndarray) -> None:
         """Set every leaf from ``values`` (``capacity`` of them) and rebuild both trees."""
         values = np.asarray(values, dtype=np.float64)
-        torch, k = self._torch, self.k
+        torch = self._torch
         self._sum[0][: self.capacity] = torch.from_numpy(values.copy()).to(self.device)
         self._min[0][: self.capacity] = torch.from_numpy(np.where(values > 0, values, np.inf)).to(self.device)
-        for child_s, parent_s, child_m, parent_m in zip(self._sum, self._sum[1:], self._min, self._min[1:]):
-            parent_s[: len(child_s) // k] = child_s.view(-1, k).sum(1)
-            parent_m[: len(child_m) // k] = child_m.view(-1, k).amin(1)
+        self._rebuild()
 
     def _find(self, mass: Any) -> Any:
         """``KaryTree.find`` on the device: for each float64 ``mass`` in ``[0, total)`` the leaf
@@ -195,7 +208,7 @@ class TorchPairTree:
             pick = torch.minimum(pick, last)
             # the running sum before the chosen child (0 before the first)
             mass = mass - torch.nn.functional.pad(running, (1, 0)).gather(1, pick[:, None]).squeeze(1)
-            node = node * k + pick
+            node = torch.add(pick, node, alpha=k)  # node * k + pick, one operation
         return node
 
     def find(self, mass: np.ndarray) -> np.ndarray:
