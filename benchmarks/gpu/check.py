@@ -8,11 +8,14 @@ crashes is recorded as such and the next one starts; its GPU memory goes back wi
 
 1. ``env``: Python, torch, CUDA, the GPU, bf16 support, library versions, a bf16 matmul rate;
 2. ``tests``: the repository's CUDA/bf16 tests (``tests/llm/test_cuda.py`` and the device tests);
-3. ``speed``: LoRA step tokens/s of replaybank's loop vs ``transformers.Trainer`` (bf16, the same
+3. ``per``: the torch priority tree on the device (``Prioritized(device="cuda")``, branching 32 and
+   128) against the default numba tree, a ``sample`` + ``update_priorities`` step at 10^5 and 10^6
+   items, batches of 256 and 8,192 (``benchmarks/per_torch.py``);
+4. ``speed``: LoRA step tokens/s of replaybank's loop vs ``transformers.Trainer`` (bf16, the same
    rows, the same LoRA) on random models of SmolLM2-135M's, Qwen2.5-1.5B's and Qwen2.5-7B's shape;
-4. ``memory``: peak allocated memory of a Qwen2.5-7B-shaped model with LoRA r32 on every linear
+5. ``memory``: peak allocated memory of a Qwen2.5-7B-shaped model with LoRA r32 on every linear
    layer at 1, 2, 4 and 8 rows of 2048 tokens, without and with gradient checkpointing;
-5. ``mainjob``: the wall time of ``replaybank run`` (the embedded default experiment) with a
+6. ``mainjob``: the wall time of ``replaybank run`` (the embedded default experiment) with a
    random SmolLM2-135M-shaped model in place of the embedded weights.
 
 Writes ``check.json`` (every figure), ``check.md`` (the table, also printed) and ``check.log``
@@ -37,7 +40,7 @@ sys.path.insert(0, str(HERE))
 from report import render  # noqa: E402
 
 #: stage -> (seconds on a GPU, seconds in the dry run)
-LIMITS = {"env": (60, 60), "tests": (120, 120), "speed": (150, 120), "memory": (120, 90), "mainjob": (200, 120)}
+LIMITS = {"env": (60, 60), "tests": (120, 120), "per": (60, 60), "speed": (150, 120), "memory": (120, 90), "mainjob": (200, 120)}
 STAGES = list(LIMITS)
 
 
@@ -58,6 +61,13 @@ def run_stage(name: str, device: str, tiny: bool) -> dict[str, Any]:
         from job_stages import stage_tests
 
         return stage_tests(device, tiny, log)
+    if name == "per":
+        sys.path.insert(0, str(HERE.parent))
+        from per_torch import measure
+
+        if tiny:  # the plumbing: one small buffer on the CPU
+            return measure(device, [10_000], [256], [32], rounds=1, seconds=0.02, log=log)
+        return measure(device, [100_000, 1_000_000], [256, 8192], [32, 128], rounds=5, seconds=0.2, log=log)
     if name == "speed":
         from lora_stages import stage_speed
 

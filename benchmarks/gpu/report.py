@@ -12,6 +12,7 @@ from typing import Any
 TITLES = {
     "env": "Environment",
     "tests": "CUDA/bf16 tests",
+    "per": "Prioritized step: the torch priority tree vs the default tree (sample + update_priorities)",
     "speed": "LoRA step speed: replaybank vs transformers.Trainer (bf16, same rows, same LoRA)",
     "memory": "Peak memory: 7B shape, LoRA r32 on every linear layer",
     "mainjob": "Main job: replaybank run (embedded default, random SmolLM2-135M-shaped model)",
@@ -40,6 +41,21 @@ def _tests(r: dict[str, Any]) -> list[str]:
              f"{_f(r.get('seconds'), '.1f')} s)"]  # fmt: skip
     notes = r.get("notes", [])
     return lines + ([""] + [f"    {ln}" for ln in notes] if notes else [])
+
+
+def _per(r: dict[str, Any]) -> list[str]:
+    runs = r.get("runs", [])
+    if not runs:
+        return ["no runs"]
+    names = list(runs[0]["trees"])
+    rows = [f"us per step (median of {r.get('rounds')} rounds; wall for a CUDA tree, thread CPU otherwise) and "
+            f"the ratio to the default tree ({r.get('default_tree')}; above 1: slower); load average "
+            f"{r.get('load_average')}", "",
+            "| items | batch | " + " | ".join(names) + " |", "|---:|---:|" + "---:|" * len(names)]  # fmt: skip
+    for run in runs:
+        cells = [f"{run['trees'][n]['us']:.1f} ({run['trees'][n]['vs_default']:.2f}x)" for n in names]
+        rows.append(f"| {run['items']:,} | {run['batch']} | " + " | ".join(cells) + " |")
+    return rows
 
 
 def _speed(r: dict[str, Any]) -> list[str]:
@@ -83,7 +99,7 @@ def _mainjob(r: dict[str, Any]) -> list[str]:
     return lines + [f"| {k} | {v:.1f} |" for k, v in timings]
 
 
-SECTIONS = {"env": _env, "tests": _tests, "speed": _speed, "memory": _memory, "mainjob": _mainjob}
+SECTIONS = {"env": _env, "tests": _tests, "per": _per, "speed": _speed, "memory": _memory, "mainjob": _mainjob}
 
 
 def render(report: dict[str, Any]) -> str:

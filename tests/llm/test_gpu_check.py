@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 GPU = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu"
-STAGES = ["env", "tests", "speed", "memory", "mainjob"]
+STAGES = ["env", "tests", "per", "speed", "memory", "mainjob"]
 
 
 def _module(name: str) -> Any:
@@ -43,6 +43,9 @@ def test_dry_run_runs_every_stage_and_reports_it(tmp_path: Path) -> None:
     assert res["env"]["torch"] == torch.__version__ and res["env"]["bf16_supported"] is True
     assert res["tests"]["returncode"] == 0 and res["tests"]["counts"].get("passed", 0) >= 1
     assert "failed" not in res["tests"]["counts"]
+    per = res["per"]["runs"]
+    assert [(r["items"], r["batch"]) for r in per] == [(10_000, 256)] and res["per"]["torch_device"] == "cpu"
+    assert all(t["us"] > 0 for t in per[0]["trees"].values()) and "torch cpu k=32" in per[0]["trees"]
     shapes = res["speed"]["shapes"]
     assert [s["shape"] for s in shapes] == ["tiny-llama", "tiny-qwen2", "tiny-qwen2-untied"]
     for s in shapes:
@@ -59,6 +62,7 @@ def test_dry_run_runs_every_stage_and_reports_it(tmp_path: Path) -> None:
     assert table in proc.stdout and log.count("===== stage ") == len(STAGES)
     for title in _module("report").TITLES.values():
         assert f"## {title}" in table
+    assert "| 10,000 | 256 |" in table
     assert "| tiny-qwen2 | 2 x 48 |" in table and "| 8 x 64 | yes |" in table and "s wall**" in table
 
 

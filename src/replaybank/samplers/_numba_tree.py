@@ -28,6 +28,7 @@ import numpy as np
 
 from ._numba_checks import shifted as _shifted
 from ._numba_prefetch import prefetch
+from .priorities import importance_weights
 
 _ALIGN = 128  # bytes: the 8 (sum, min) pairs of one node, two adjacent cache lines
 
@@ -125,16 +126,9 @@ def _stratified(tree: np.ndarray, offsets: np.ndarray, k: int, u: np.ndarray) ->
     return slots, _ratios(tree, slots, _top_min(tree, top))
 
 
-_TINY = np.finfo(np.float32).tiny
-
-
-def _weights(ratios: np.ndarray, beta: float) -> np.ndarray:
-    """float32 ``ratios ** -beta``, at least float32's smallest normal number (never 0). The power
-    is numpy's, the expression the numpy fallback evaluates (``PairedTrees.weights``): its SIMD
-    ``pow`` takes about a quarter of the time of a scalar ``pow`` per value in a kernel, and the
-    two paths then give the same bits."""
-    weights = (ratios ** -beta).astype(np.float32)
-    return np.maximum(weights, _TINY, out=weights)
+# float32 ``ratios ** -beta``, never 0: the numpy expression every tree evaluates, so the compiled and
+# numpy paths give the same bits (``priorities.importance_weights``)
+_weights = importance_weights
 
 
 @numba.njit(cache=True, nogil=True)
@@ -313,7 +307,7 @@ class NumbaPairTree:
     ) -> float:
         """Set ``leaves[index] = (priorities + eps) ** alpha`` (the last value wins for a repeated
         index); returns ``max(priorities)``, ``-inf`` when there are none. The power is numpy's,
-        as in the fallback (see ``_weights``); leaves, ancestors and the maximum are one call.
+        as in the fallback (``priorities.powered``); leaves, ancestors and the maximum are one call.
         ``cold``: the caller did not just walk to these leaves (``_prefetch_up``)."""
         p = _values(priorities)
         return float(

@@ -22,6 +22,7 @@ from ..errors import InvalidArgumentError, ReplayBankError
 from .base import SamplerBase, View, check_can_sample
 from .priorities import leaf_limit
 from .sumtree import default_branching, make_pair
+from .torch_tree import TORCH_BRANCHING, TorchPairTree, torch_device
 
 
 class Prioritized(SamplerBase):
@@ -40,10 +41,21 @@ class Prioritized(SamplerBase):
         beta: importance-weight exponent, finite and >= 0.
         eps: added to every priority, finite and >= 0.
         branching: children per sum-tree node, an integer in [2, 1024]; by default 8 with the
-            compiled kernels (numba), 32 with the numpy fallback (``sumtree.default_branching``).
+            compiled kernels (numba), 32 with the numpy fallback (``sumtree.default_branching``)
+            and with a torch tree (``torch_tree.TORCH_BRANCHING``).
+        device: None (default): the trees are numpy arrays (numba-compiled when installed).
+            ``"cuda"``, ``"cuda:N"`` or ``"cpu"`` (or a ``torch.device``): they are torch tensors
+            there (``torch_tree.TorchPairTree``), the same draws, leaves and weights. Batches
+            are unchanged: ids and weights come back as numpy, since the rows and ids they index
+            are on the host (ask ``sample(as_tensors="torch", device=...)`` for tensors). Where
+            the tree runs is not saved: a save loads onto the numpy/numba tree; to resume on a
+            device, ``load_state_dict`` the loaded buffer's ``state_dict()`` into a buffer built
+            with this ``device``.
 
     Raises:
-        InvalidTypeError, InvalidArgumentError: a parameter of the wrong type or out of range.
+        InvalidTypeError, InvalidArgumentError: a parameter of the wrong type or out of range;
+            a ``device`` that is not ``cpu`` or ``cuda``, or CUDA that is not available here.
+        ImportError: a ``device`` without torch installed.
         Priorities above ``priority_limit`` are refused by ``extend`` and ``update_priorities``:
         their powered values would overflow the tree's total.
 
@@ -66,13 +78,15 @@ class Prioritized(SamplerBase):
         eps: float = 1e-6,
         *,
         branching: int | None = None,
+        device: Any = None,
     ) -> None:
         who = type(self).__name__
         self.alpha = check_real(alpha, who, "alpha", low=0.0)
         self.beta = beta
         self.eps = check_real(eps, who, "eps", low=0.0)
+        self.device = None if device is None else self._torch_device(device)
         if branching is None:
-            branching = default_branching()
+            branching = default_branching() if device is None else TORCH_BRANCHING
         self.branching = check_int(branching, who, "branching", low=2, high=1024)
         self.max_priority = 1.0
 
@@ -119,7 +133,21 @@ class Prioritized(SamplerBase):
         self._trees.update_powered(slots, np.full(n, self.max_priority), self.eps, self.alpha)
 
     def _make_trees(self, capacity: int) -> Any:
+        if self.device is not None:
+            return TorchPairTree(capacity, branching=self.branching, device=self.device)
         return make_pair(capacity, branching=self.branching)
+
+    # whether this class's trees may be torch tensors (RR-M's mask tree is numpy/numba only)
+    _torch_trees = True
+
+    def _torch_device(self, device: Any) -> Any:
+        who = type(self).__name__
+        if not self._torch_trees:
+            raise InvalidArgumentError(
+                f"{who}(device={device!r}): only Prioritized keeps its trees on a torch device; "
+                f"leave device=None for {who}"
+            )
+        return torch_device(device, who)
 
     def _limit(self, capacity: int) -> float:
         """The largest priority whose ``(p + eps) ** alpha`` fits a leaf (``leaf_limit``)."""

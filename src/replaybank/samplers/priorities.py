@@ -1,5 +1,6 @@
-"""The priority checks and the sum-tree leaf limit that the buffer and every prioritized sampler
-share (``Prioritized``, ``PrioritizedReshuffled``, prioritized ``Trajectories``)."""
+"""The priority checks, the sum-tree leaf limit, the powered leaves and the importance weights
+that the buffer, every prioritized sampler (``Prioritized``, ``PrioritizedReshuffled``,
+prioritized ``Trajectories``) and every tree (numpy, numba, torch) share."""
 
 from __future__ import annotations
 
@@ -17,6 +18,32 @@ def leaf_limit(capacity: int) -> float:
     """The largest scaled priority ``(p + eps) ** alpha`` one slot may hold in a tree of
     ``capacity`` leaves (so their total stays below the largest float64)."""
     return float(np.finfo(np.float64).max) / max(int(capacity), 1) / 2
+
+
+def powered(priorities: np.ndarray, eps: float, alpha: float) -> tuple[np.ndarray, float]:
+    """The leaves ``(priorities + eps) ** alpha`` and ``max(priorities)`` (``-inf`` for none): what
+    a tree's ``update_powered`` stores and returns (numpy's power, so every tree gets the same bits).
+
+    >>> powered(np.array([1.0, 3.0]), 1.0, 0.5)
+    (array([1.41421356, 2.        ]), 3.0)
+    """
+    return (priorities + eps) ** alpha, float(priorities.max()) if len(priorities) else -np.inf
+
+
+_TINY = np.finfo(np.float32).tiny
+
+
+def importance_weights(ratios: np.ndarray, beta: float) -> np.ndarray:
+    """float32 ``ratios ** -beta`` where ``ratios`` are ``leaf / min leaf``: importance weights
+    normalised so the largest possible is 1, at least float32's smallest normal number (never 0).
+    The power is numpy's (SIMD, about a quarter of a scalar ``pow`` per value in a kernel), so the
+    numpy, numba and torch trees give the same bits.
+
+    >>> importance_weights(np.array([1.0, 4.0]), 0.5)
+    array([1. , 0.5], dtype=float32)
+    """
+    weights = (ratios**-beta).astype(np.float32)
+    return np.maximum(weights, _TINY, out=weights)
 
 
 def check_priorities(

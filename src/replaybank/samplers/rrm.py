@@ -78,6 +78,8 @@ class PrioritizedReshuffled(Prioritized):
     # compiled path keeps both in one tree and ignores the hint)
     _cold_updates = True
 
+    _torch_trees = False  # the mask tree and the compiled lanes are numpy/numba only
+
     def _make_trees(self, capacity: int) -> Any:
         # compiled: one tree with four lanes per node (``_numba_lanes``), so the lines a draw
         # walks are the ones the refreshes of the mask and of the priorities then rewrite

@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .priorities import importance_weights, powered
+
 Reduce = Literal["sum", "min"]
 
 
@@ -120,8 +122,9 @@ class PairedTrees:
         """Set ``leaves[index] = (priorities + eps) ** alpha`` (the last value wins for a repeated
         index); returns ``max(priorities)``, ``-inf`` when there are none. ``cold`` is the
         compiled tree's prefetch hint; numpy has none."""
-        self.update(index, (priorities + eps) ** alpha)
-        return float(priorities.max()) if len(priorities) else -np.inf
+        values, top = powered(priorities, eps, alpha)
+        self.update(index, values)
+        return top
 
     def update_pair(self, index: np.ndarray, sums: np.ndarray, mins: np.ndarray) -> None:
         """Set the sum-tree and min-tree leaves to different values (zero min = not in it)."""
@@ -150,10 +153,7 @@ class PairedTrees:
 
     def weights(self, slots: np.ndarray, beta: float) -> np.ndarray:
         """``(P(i) / min_k P(k)) ** -beta``: importance weights scaled so the largest possible is 1."""
-        with np.errstate(over="ignore"):
-            weights = ((self.sum.leaves[slots] / self.min.root) ** -beta).astype(np.float32)
-        # a weight below float32's smallest normal number is rounded up to it, never to 0
-        return np.maximum(weights, np.finfo(np.float32).tiny)
+        return importance_weights(self.sum.leaves[slots] / self.min.root, beta)
 
     def stratified(self, u: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray]:
         n = len(u)
