@@ -1,13 +1,14 @@
 """Issue 25's table from a finished domain-sequence run: per arm, over seeds, with paired differences.
 
-    python benchmarks/sequence_table.py RUN [--against fixed10,fixed30] [--out FILE.json]
+    python benchmarks/sequence_table.py RUN [RUN ...] [--against fixed10,fixed30] [--out FILE.json]
 
 RUN is a ``replaybank run`` folder over a sequence of skills (``benchmarks/results/sequence3/``'s
 config). Per arm: average accuracy and backward transfer of the accuracy matrix (mean +- std over
 seeds), each earlier skill's forgetting (its peak exact match minus its final one), the general
 suite's retention per family, and the rehearsal rows trained (share of all rows, from the
 training log); then the paired differences (same seed) of every arm against each ``--against``
-arm. Prints Markdown; ``--out`` writes the figures as JSON.
+arm. Several RUN folders (the same config's seeds, other arms) are read as one run: an arm may
+come from one folder only. Prints Markdown; ``--out`` writes the figures as JSON.
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ def seed_figures(metrics: dict) -> dict[str, list[dict]]:
 
 
 def _retention(arm: dict, per_seed: list[dict], k: int, family: str) -> float | None:
-    value = per_seed[k].get(f"retention_{family}") if k < len(per_seed) else None
-    if value is None and k == 0:
-        value = arm.get(f"retention_{family}")
+    """Seed ``k``'s retention of one suite family (the arm's summary keeps every seed's value)."""
+    values = arm.get("summary", {}).get(f"retention_{family}", {}).get("values", [])
+    value = values[k] if k < len(values) else (per_seed[k].get(f"retention_{family}") if k < len(per_seed) else None)
     return None if value is None else float(value)
 
 
@@ -64,11 +65,17 @@ def _ms(values: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", type=Path)
+    parser.add_argument("run", type=Path, nargs="+")
     parser.add_argument("--against", default="fixed10,fixed30", help="arms the paired differences are taken against")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    metrics = json.loads((args.run / "metrics.json").read_text(encoding="utf-8"))
+    metrics: dict = {"arms": {}}
+    for run in args.run:
+        arms = json.loads((run / "metrics.json").read_text(encoding="utf-8"))["arms"]
+        clash = sorted(set(arms) & set(metrics["arms"]) - {"base"})
+        if clash:
+            raise SystemExit(f"{run}/metrics.json: arm(s) {clash} already read from an earlier RUN; give each arm once")
+        metrics["arms"].update(arms)
     figures = seed_figures(metrics)
     print("| arm | average accuracy | backward transfer | forgetting per earlier skill | final row (mean) | "
           "retention conv / instr / arith / code | rehearsal rows (seed 0) |")
