@@ -40,15 +40,16 @@ from replaybank.llm.adapters.gate import Measure
 from replaybank.llm.adapters.library import AdapterLibrary
 from replaybank.llm.adapters.manifest import Manifest
 
-__all__ = ["COMBINATIONS", "EQUAL_RANKS", "Combination", "aggregate", "aggregate_weights", "check_ranks", "merge"]
+__all__ = ["COMBINATIONS", "DENSITY", "EQUAL_RANKS", "Combination", "aggregate", "aggregate_weights", "check_ranks", "merge"]
 
 Combination = Literal["linear", "cat", "svd", "ties", "dare_ties", "dare_linear", "magnitude_prune", "ties_svd",
                       "dare_ties_svd", "dare_linear_svd", "magnitude_prune_svd"]
 COMBINATIONS: tuple[str, ...] = Combination.__args__  # type: ignore[attr-defined]
 #: types PEFT allows only on adapters of one rank
 EQUAL_RANKS = ("linear", "ties", "dare_ties", "dare_linear", "magnitude_prune")
-_DENSITY = ("ties", "dare_ties", "dare_linear", "magnitude_prune", "ties_svd", "dare_ties_svd", "dare_linear_svd",
-            "magnitude_prune_svd")
+#: types that need ``density`` (the kept share)
+DENSITY = ("ties", "dare_ties", "dare_linear", "magnitude_prune", "ties_svd", "dare_ties_svd", "dare_linear_svd",
+           "magnitude_prune_svd")
 #: types whose merge is a disjoint mean (TIES: the mean over the adapters that agree in sign)
 _DISJOINT_MEAN = ("ties", "dare_ties", "ties_svd", "dare_ties_svd")
 
@@ -93,7 +94,7 @@ def merge(
     weights = [1.0 / len(names)] * len(names) if weights is None else [float(w) for w in weights]
     if len(weights) != len(names) or not all(math.isfinite(w) for w in weights):
         raise MergeError(f"expected {len(names)} finite weights, got {weights}", adapter=", ".join(names), field="weights")
-    if combination_type in _DENSITY and (density is None or not 0 < density <= 1):
+    if combination_type in DENSITY and (density is None or not 0 < density <= 1):
         raise MergeError(f"combination type {combination_type!r} needs density in (0, 1], got {density!r}",
                          adapter=", ".join(names), field="density")
     manifests = {n: library.verify(n) for n in names}
