@@ -84,3 +84,26 @@ def test_route_on_an_empty_library_is_a_clear_error(tmp_path, capsys):
     assert main(["adapters", "route", str(tmp_path / "lib"), "hello"]) == 2
     err = capsys.readouterr().err
     assert "field 'adapters': " in err and "the library holds no adapter to route to" in err
+
+
+def test_adapters_aggregate_merges_the_learners_of_a_skill(tiny_model_dir, tmp_path, capsys):
+    lib = tmp_path / "lib"
+    for seed in (1, 2):
+        folder = _loop_folder(tiny_model_dir, tmp_path / f"seed{seed}" / "gen0", seed=seed)
+        (tmp_path / f"ex{seed}.txt").write_text(f"Add {seed} eggs to my cart.\nPut rice in the shopping cart.\n")
+        assert main(["adapters", "add", str(lib), f"cart-s{seed}", "--from", str(folder), "--skill", "shopping",
+                     "--examples", str(tmp_path / f"ex{seed}.txt")]) == 0
+    capsys.readouterr()
+    assert main(["adapters", "aggregate", str(lib), "shopping", "--into", "cart", "--base", str(tiny_model_dir),
+                 "--type", "cat"]) == 0
+    assert "registered cart (" in capsys.readouterr().out
+    assert main(["adapters", "show", str(lib), "cart", "--verify"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["skill"] == "shopping" and shown["parents"] == ["cart-s1", "cart-s2"]
+    assert shown["merge"]["weights"] == [0.5, 0.5] and shown["merge"]["combination_type"] == "cat"
+    assert shown["examples"] == ["Add 1 eggs to my cart.", "Put rice in the shopping cart.", "Add 2 eggs to my cart."]
+    assert main(["adapters", "aggregate", str(lib), "weather", "--into", "w", "--base", str(tiny_model_dir)]) == 2
+    assert "field 'skill': " in capsys.readouterr().err
+    assert main(["adapters", "aggregate", str(lib), "shopping", "--into", "t", "--base", str(tiny_model_dir),
+                 "--type", "ties"]) == 2
+    assert "field 'density': combination type 'ties' needs density" in capsys.readouterr().err

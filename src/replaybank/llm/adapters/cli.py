@@ -1,7 +1,7 @@
-"""``replaybank adapters {add,list,show,remove,merge,route}``: the adapter library from the shell.
+"""``replaybank adapters {add,list,show,remove,merge,aggregate,route}``: the adapter library from the shell.
 
 Thin: parse, call :mod:`replaybank.llm.adapters`, print. Torch is imported only by the commands
-that load a model (``add --base``/``--measure``, ``merge``).
+that load a model (``add --base``/``--measure``, ``merge``, ``aggregate``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ examples:
   replaybank adapters add lib tools --from DIR --skill S --base smollm2 --measure --floor 0.9
   replaybank adapters list lib
   replaybank adapters merge lib both --adapters tools,agenda --type cat --weights 1,1 --base smollm2
+  replaybank adapters aggregate lib "tool calls" --into tools-avg --base smollm2 --type cat
   replaybank adapters route lib "Add 3 eggs to my cart" "Write a poem"
 """
 
@@ -70,6 +71,24 @@ def add_subcommands(subparsers: Any) -> None:
     mg.add_argument("--base", required=True, help="the base model the adapters were trained on")
     mg.add_argument("--skill", help="the merged adapter's skill (default: the parents' joined by +)")
     mg.set_defaults(func=cmd_merge)
+    ag = sub.add_parser(
+        "aggregate", help="merge the learners of one skill (its adapters from different seeds or data shards) into one",
+        description="Merge every adapter registered with skill SKILL (merges excluded; or exactly --adapters) with "
+                    "equal weights: 1/n for the types that sum (linear, cat, svd, dare_linear, magnitude_prune), 1 for "
+                    "the disjoint means (ties, dare_ties). cat and svd give exactly the mean of the learners' deltas; "
+                    "linear adds the cross terms B_i A_j / n. The result is registered under INTO with skill SKILL, "
+                    "the learners' example prompts, and their names and data manifests. Refused: fewer than 2 "
+                    "learners, an unknown skill, learners of different base models or (for linear, ties) ranks.",
+    )
+    ag.add_argument("library")
+    ag.add_argument("skill", help="the skill the learners were registered with (adapters add --skill)")
+    ag.add_argument("--into", required=True, help="the aggregate's name")
+    ag.add_argument("--base", required=True, help="the base model the learners were trained on")
+    ag.add_argument("--type", default="linear", help="combination type: linear (default), cat, svd, ties, dare_ties, ...")
+    ag.add_argument("--density", type=float, help="kept share for ties / dare_* / magnitude_prune, e.g. 0.5")
+    ag.add_argument("--adapters", help="comma-separated learners (default: every adapter of the skill, merges excluded)")
+    ag.add_argument("--seed", type=int, default=0, help="seed of the DARE types' random drops (default 0)")
+    ag.set_defaults(func=cmd_aggregate)
     rt = sub.add_parser("route", help="which adapter each prompt goes to (BM25 over example prompts; else the base)")
     rt.add_argument("library")
     rt.add_argument("prompts", nargs="+")
@@ -153,6 +172,21 @@ def cmd_merge(args: argparse.Namespace) -> int:
     m = merge(AdapterLibrary(args.library), names, into=args.into, base_model=base, weights=weights,
               combination_type=args.type, density=args.density, svd_rank=args.svd_rank, skill=args.skill)
     print(f"registered {m.name} ({m.sha256[:16]}): {args.type} of {', '.join(names)}")
+    return 0
+
+
+def cmd_aggregate(args: argparse.Namespace) -> int:
+    from replaybank.llm.adapters import AdapterLibrary, aggregate
+    from replaybank.llm.model import load_model
+
+    names = [n.strip() for n in args.adapters.split(",") if n.strip()] if args.adapters else None
+    library = AdapterLibrary(args.library)
+    base, _ = load_model(args.base, "cpu", log=lambda m: None)
+    m = aggregate(library, args.skill, into=args.into, base_model=base, combination_type=args.type,
+                  density=args.density, names=names, seed=args.seed)
+    weights = ", ".join(f"{w:.3g}" for w in (m.merge or {}).get("weights", []))
+    print(f"registered {m.name} ({m.sha256[:16]}, skill {m.skill!r}): {args.type} of {', '.join(m.parents)} "
+          f"(weights {weights})")
     return 0
 
 

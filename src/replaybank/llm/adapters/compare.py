@@ -21,18 +21,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from replaybank.errors import ReplayBankError
 
 if TYPE_CHECKING:
     from replaybank.llm.adapters.merge import Combination
 
-__all__ = ["MERGES", "ComparisonError", "RunFolder", "Settings", "measure_seed", "read_run", "skill_names"]
+__all__ = ["MERGES", "ComparisonError", "RunFolder", "SeedData", "Settings", "measure_seed", "prepare_seed", "read_run",
+           "skill_names"]
 
 MERGES = ("linear", "cat", "ties", "dare_ties", "svd")
 """The merge types compared (PEFT's ``add_weighted_adapter`` combination types)."""
-_DENSITY = ("ties", "dare_ties", "dare_linear", "magnitude_prune")
 
 
 class ComparisonError(ReplayBankError):
@@ -162,6 +162,39 @@ def _always(name: str) -> Assign:
     return assign
 
 
+class SeedData(NamedTuple):
+    """A seed's config, data (:class:`~replaybank.llm.data.prepare.Prepared`), domain sources and skill names."""
+
+    cfg: Any
+    data: Any
+    sources: list[str]
+    skills: list[str]
+
+
+def prepare_seed(run: RunFolder, seed: int, tokenizer: Any) -> SeedData:
+    """Seed ``seed``'s data as the run prepared it: :func:`..data.prepare.prepare` with the config in
+    the per-skill arm's ``gen0/replaybank.json``, the split checked against its data manifest.
+
+    Raises:
+        ComparisonError: the adapter folder is missing, its config is another seed's, or the data
+            prepared again differs from the data the run used.
+    """
+    from replaybank.llm.config import Config
+    from replaybank.llm.data.prepare import prepare
+    from replaybank.llm.train.peft_files import read_json_object
+
+    path = adapter_folder(run, run.per_skill, seed, 0) / "replaybank.json"
+    recorded = read_json_object(path, "the adapter's replaybank.json", error=ComparisonError)
+    cfg = Config.from_dict(recorded.get("config", {}), source=str(path))  # the seed's own
+    if cfg.training.seed != seed:
+        raise ComparisonError(f"{path}: field 'config.training.seed' is {cfg.training.seed}, not {seed}")
+    data = prepare(cfg, tokenizer)
+    _check_split(data.manifest, recorded.get("data"), path)
+    train = cfg.data.domain_train
+    sources = [train[g] if len(train) > 1 else train[0] for g in range(run.generations)]
+    return SeedData(cfg, data, sources, skill_names(sources))
+
+
 def _check_split(prepared: dict[str, Any], recorded: Any, where: Path) -> None:
     """The held-out and training rows prepared here are the ones the run used (its data manifest)."""
     for key in ("domain_evals", "domain_train", "domain_train_rows"):
@@ -193,26 +226,16 @@ def measure_seed(
     """
     from replaybank.llm.adapters.attach import detach
     from replaybank.llm.adapters.library import AdapterLibrary
-    from replaybank.llm.adapters.merge import merge
+    from replaybank.llm.adapters.merge import DENSITY, merge
     from replaybank.llm.adapters.route import Router, load_all
-    from replaybank.llm.config import Config
-    from replaybank.llm.data.prepare import prepare
     from replaybank.llm.data.selfsynth import load_prompt_pool
     from replaybank.llm.eval.suite import load_suite, prepare_suite, sample_suite
     from replaybank.llm.model import cache_dir
-    from replaybank.llm.train.peft_files import read_json_object
 
     G = run.generations
     folders = [adapter_folder(run, run.per_skill, seed, g) for g in range(G)]
-    recorded = read_json_object(folders[0] / "replaybank.json", "the adapter's replaybank.json", error=ComparisonError)
-    cfg = Config.from_dict(recorded.get("config", {}), source=str(folders[0] / "replaybank.json"))  # the seed's own
-    if cfg.training.seed != seed:
-        raise ComparisonError(f"{folders[0]}/replaybank.json: field 'config.training.seed' is {cfg.training.seed}, not {seed}")
-    data = prepare(cfg, tokenizer)
-    _check_split(data.manifest, recorded.get("data"), folders[0] / "replaybank.json")
+    cfg, data, sources, skills = prepare_seed(run, seed, tokenizer)
     ev = cfg.evaluation
-    sources = [cfg.data.domain_train[g] if len(cfg.data.domain_train) > 1 else cfg.data.domain_train[0] for g in range(G)]
-    skills = skill_names(sources)
     requests = [list(data.domain_eval_records[g][: settings.eval_rows]) for g in range(G)]
     per_family = ev.suite_per_family if settings.suite_per_family is None else settings.suite_per_family
     suite = prepare_suite(base_model, tokenizer, sample_suite(load_suite(cfg.data.suite), per_family, seed),
@@ -228,7 +251,7 @@ def measure_seed(
         lib.add(f"carried-{arm}", folder=adapter_folder(run, arm, seed, G - 1), skill="+".join(skills), base_model=base_model)
     for kind in settings.merges:
         merge(lib, names, into=f"merge-{kind}", base_model=base_model, weights=[settings.weight] * G,
-              combination_type=cast("Combination", kind), density=settings.density if kind in _DENSITY else None, seed=seed)
+              combination_type=cast("Combination", kind), density=settings.density if kind in DENSITY else None, seed=seed)
     examples = {n: lib.manifest(n).examples for n in names}
     general = load_prompt_pool()[0] if settings.background else []
     router = (Router.calibrated(examples, general) if settings.threshold is None

@@ -15,7 +15,12 @@ What each combination type makes of adapters ``i`` with weights ``w_i``, LoRA ma
 The merged adapter is registered in the library (``parents``, ``merge`` in its manifest; the
 parents' example prompts unless others are given), through the same gate as any registration.
 
+:func:`aggregate` merges the learners of one skill (adapters trained on it by different seeds or
+data shards) with equal weights (:func:`aggregate_weights`) into one adapter of that skill.
+
 Example:
+    >>> aggregate_weights(2, "linear"), aggregate_weights(2, "ties")
+    ([0.5, 0.5], [1.0, 1.0])
     >>> check_ranks({"a": 4, "b": 8}, "cat")
     >>> check_ranks({"a": 4, "b": 8}, "linear")
     Traceback (most recent call last):
@@ -30,20 +35,23 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from replaybank.llm.adapters.attach import detach, rank_of
-from replaybank.llm.adapters.errors import FingerprintError, MergeError
+from replaybank.llm.adapters.errors import AdapterNotFoundError, FingerprintError, MergeError
 from replaybank.llm.adapters.gate import Measure
 from replaybank.llm.adapters.library import AdapterLibrary
 from replaybank.llm.adapters.manifest import Manifest
 
-__all__ = ["COMBINATIONS", "EQUAL_RANKS", "Combination", "check_ranks", "merge"]
+__all__ = ["COMBINATIONS", "DENSITY", "EQUAL_RANKS", "Combination", "aggregate", "aggregate_weights", "check_ranks", "merge"]
 
 Combination = Literal["linear", "cat", "svd", "ties", "dare_ties", "dare_linear", "magnitude_prune", "ties_svd",
                       "dare_ties_svd", "dare_linear_svd", "magnitude_prune_svd"]
 COMBINATIONS: tuple[str, ...] = Combination.__args__  # type: ignore[attr-defined]
 #: types PEFT allows only on adapters of one rank
 EQUAL_RANKS = ("linear", "ties", "dare_ties", "dare_linear", "magnitude_prune")
-_DENSITY = ("ties", "dare_ties", "dare_linear", "magnitude_prune", "ties_svd", "dare_ties_svd", "dare_linear_svd",
-            "magnitude_prune_svd")
+#: types that need ``density`` (the kept share)
+DENSITY = ("ties", "dare_ties", "dare_linear", "magnitude_prune", "ties_svd", "dare_ties_svd", "dare_linear_svd",
+           "magnitude_prune_svd")
+#: types whose merge is a disjoint mean (TIES: the mean over the adapters that agree in sign)
+_DISJOINT_MEAN = ("ties", "dare_ties", "ties_svd", "dare_ties_svd")
 
 
 def check_ranks(ranks: Mapping[str, int], combination_type: str) -> None:
@@ -61,15 +69,15 @@ def check_ranks(ranks: Mapping[str, int], combination_type: str) -> None:
 def merge(
     library: AdapterLibrary, names: Sequence[str], *, into: str, base_model: Any, weights: Sequence[float] | None = None,
     combination_type: Combination = "linear", density: float | None = None, svd_rank: int | None = None, seed: int = 0,
-    skill: str | None = None, examples: Sequence[str] | None = None, measure: Measure | None = None,
-    floor: float | None = None, force: bool = False,
+    skill: str | None = None, examples: Sequence[str] | None = None, domain: str | None = None,
+    data: Mapping[str, Any] | None = None, measure: Measure | None = None, floor: float | None = None, force: bool = False,
 ) -> Manifest:
     """Merge adapters ``names`` of ``library`` into a new entry ``into``; return its manifest.
 
     ``base_model`` is the bare base model they were trained on; it is given back as it was (the
     adapters are put on for the merge and taken off after). ``weights`` default to ``1 / n`` each;
     ``density`` is required by the pruning types; ``skill`` defaults to the parents' skills joined by
-    ``+``.
+    ``+``; ``domain`` and ``data`` (the training data's manifest) are recorded as given.
 
     Raises:
         MergeError: unknown combination type, ranks it cannot combine, a missing ``density``,
@@ -86,7 +94,7 @@ def merge(
     weights = [1.0 / len(names)] * len(names) if weights is None else [float(w) for w in weights]
     if len(weights) != len(names) or not all(math.isfinite(w) for w in weights):
         raise MergeError(f"expected {len(names)} finite weights, got {weights}", adapter=", ".join(names), field="weights")
-    if combination_type in _DENSITY and (density is None or not 0 < density <= 1):
+    if combination_type in DENSITY and (density is None or not 0 < density <= 1):
         raise MergeError(f"combination type {combination_type!r} needs density in (0, 1], got {density!r}",
                          adapter=", ".join(names), field="density")
     manifests = {n: library.verify(n) for n in names}
@@ -116,7 +124,7 @@ def merge(
         first = manifests[names[0]]
         return library.add(
             into, model=peft_model, adapter_name=merged_name, base_model=peft_model if measure is not None else None,
-            fingerprint=first.fingerprint, base_name=first.base_name,
+            fingerprint=first.fingerprint, base_name=first.base_name, domain=domain, data=data,
             skill=skill or "+".join(dict.fromkeys(m.skill for m in manifests.values())),
             examples=list(examples) if examples is not None else [e for m in manifests.values() for e in m.examples],
             measure=measure, floor=floor, force=force, parents=names, source=None,
@@ -124,3 +132,64 @@ def merge(
         )
     finally:
         detach(peft_model, names[0], wrapped=True)
+
+
+def aggregate_weights(n: int, combination_type: str) -> list[float]:
+    """Equal weights for ``n`` learners of one skill under PEFT's convention for ``combination_type``.
+
+    ``1 / n`` each where the type sums the weighted adapters (``cat``, ``svd``: exactly the mean of
+    the deltas; ``linear``: the mean of the deltas plus the cross terms ``B_i A_j / n``;
+    ``dare_linear``, ``magnitude_prune``): ``1`` each where it takes a disjoint mean (``ties``,
+    ``dare_ties`` and their ``_svd`` forms already divide by the number of adapters that agree in
+    sign, so ``1 / n`` would shrink the result ``n``-fold).
+    """
+    return [1.0] * n if combination_type in _DISJOINT_MEAN else [1.0 / n] * n
+
+
+def aggregate(
+    library: AdapterLibrary, skill: str, *, into: str, base_model: Any, combination_type: Combination = "linear",
+    density: float | None = None, names: Sequence[str] | None = None, svd_rank: int | None = None, seed: int = 0,
+    measure: Measure | None = None, floor: float | None = None, force: bool = False,
+) -> Manifest:
+    """Merge the learners of ``skill`` (one adapter per seed or data shard) into ``into``; its manifest.
+
+    The learners are every adapter registered with skill ``skill`` that is not itself a merge
+    (``parents`` empty; so an earlier aggregate is not aggregated again), or exactly ``names``. They
+    are merged by :func:`merge` with :func:`aggregate_weights`; the result is registered with skill
+    ``skill``, the learners' example prompts (concatenated, repeats dropped) as routing examples,
+    their common domain, and as ``data`` ``{"aggregate": {"skill", "parents"}, "parents": {name:
+    {"sha256", "source", "domain", "data"}}}`` (each learner's training data manifest).
+
+    Raises:
+        AdapterNotFoundError: no adapter of the library has skill ``skill`` (field ``skill``), or a
+            name in ``names`` is not registered.
+        MergeError: fewer than 2 learners; a name in ``names`` registered for another skill; and as
+            :func:`merge` (ranks, density, combination type).
+        FingerprintError: learners of different base models (:func:`merge`'s check).
+    """
+    index = library.index()
+    if names is None:
+        same = [n for n in sorted(index) if index[n].get("skill") == skill]
+        if not same:
+            known = ", ".join(sorted({repr(r.get("skill")) for r in index.values()})) or "none"
+            raise AdapterNotFoundError(f"{library.root}: no adapter has skill {skill!r} (skills: {known})", field="skill")
+        names = [n for n in same if not library.manifest(n).parents]
+    manifests = {n: library.manifest(n) for n in names}
+    for n, m in manifests.items():
+        if m.skill != skill:
+            raise MergeError(f"registered with skill {m.skill!r}, not {skill!r}; merge adapters of different skills "
+                             "with merge()", adapter=n, field="skill")
+    if len(manifests) < 2:
+        raise MergeError(f"aggregating skill {skill!r} needs at least 2 of its adapters (learners), got "
+                         f"{len(manifests)}: {', '.join(manifests) or 'none'}", adapter=", ".join(manifests) or None,
+                         field="skill")
+    domains = {m.domain for m in manifests.values()}
+    data = {"aggregate": {"skill": skill, "parents": list(manifests)},
+            "parents": {n: {"sha256": m.sha256, "source": m.source, "domain": m.domain, "data": m.data}
+                        for n, m in manifests.items()}}
+    return merge(
+        library, list(names), into=into, base_model=base_model, combination_type=combination_type,
+        weights=aggregate_weights(len(manifests), combination_type), density=density, svd_rank=svd_rank, seed=seed,
+        skill=skill, examples=list(dict.fromkeys(e for m in manifests.values() for e in m.examples)),
+        domain=domains.pop() if len(domains) == 1 else None, data=data, measure=measure, floor=floor, force=force,
+    )
