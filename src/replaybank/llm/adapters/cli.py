@@ -49,7 +49,7 @@ def add_subcommands(subparsers: Any) -> None:
     add.set_defaults(func=cmd_add)
     ls = sub.add_parser("list", help="the registered adapters")
     ls.add_argument("library", help="the adapter library folder")
-    ls.add_argument("--json", action="store_true", help="print the manifests as JSON instead of a table")
+    ls.add_argument("--json", action="store_true", help="print the library index as JSON instead of a table")
     ls.set_defaults(func=cmd_list)
     show = sub.add_parser("show", help="one adapter's manifest (checked; --verify also hashes the weights)")
     show.add_argument("library", help="the adapter library folder")
