@@ -81,6 +81,42 @@ def _pct(s: dict[str, Any] | float | None) -> str:
     return f"{100 * s:.1f}"
 
 
+def parse_types(text: str, known: Collection[str]) -> list[tuple[str, str, float]]:
+    """``--types`` as ``(label, combination type, scale)``: ``TYPE`` or ``TYPE*SCALE`` (equal weights times SCALE).
+
+    A scale tells a type's combination from its step size: ``linear`` adds cross terms to the mean
+    of the deltas, so it is also a larger step than ``cat``'s exact mean; ``cat*1.3`` is that mean
+    made 1.3x larger.
+
+    Example:
+        >>> parse_types("linear,cat*1.3", ["linear", "cat"])
+        [('linear', 'linear', 1.0), ('cat*1.3', 'cat', 1.3)]
+        >>> parse_types("cat*x", ["cat"])
+        Traceback (most recent call last):
+        ...
+        ValueError: --types 'cat*x': the scale after '*' must be a positive number
+    """
+    out = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        name, star, scale_text = item.partition("*")
+        try:
+            scale = float(scale_text) if star else 1.0
+        except ValueError:
+            scale = -1.0
+        if not scale > 0 or scale != scale or scale == float("inf"):
+            raise ValueError(f"--types {item!r}: the scale after '*' must be a positive number")
+        if name not in known:
+            raise ValueError(f"--types {item!r}: {name!r} is not one of {', '.join(known)}")
+        if any(item == label for label, _, _ in out):
+            raise ValueError(f"--types {text!r}: {item!r} is given twice")
+        out.append((item, name, scale))
+    if not out:
+        raise ValueError(f"--types {text!r}: give one or more of {', '.join(known)}")
+    return out
+
+
 def table(results: dict[str, Any], types: list[str], key: str = "accuracy") -> str:
     """Per skill: requests, the single-seed adapters (mean ± std, min-max) and each aggregate, in %."""
     head = ["skill", "requests", "single seeds", "single min-max", *[f"aggregate {t}" for t in types]]
@@ -105,7 +141,8 @@ def main() -> None:
     parser.add_argument("run", type=Path, help="a finished `replaybank run` folder")
     parser.add_argument("--per-skill", help="the arm with fresh_adapter = true (default: the run's one)")
     parser.add_argument("--types", default="linear,ties", help="aggregate combination types, comma-separated "
-                                                               "(linear, cat, svd, ties, dare_ties, ...)")
+                                                               "(linear, cat, svd, ties, dare_ties, ...); TYPE*SCALE scales "
+                                                               "the equal weights, e.g. cat*1.3")
     parser.add_argument("--density", type=float, default=0.5, help="kept share of ties / dare_* (default 0.5)")
     parser.add_argument("--skills", help="skills to measure: indices or names, comma-separated (default: all)")
     parser.add_argument("--seeds", help="seeds of the run, comma-separated (default: all; at least 2)")
@@ -123,7 +160,7 @@ def main() -> None:
 
     from replaybank.llm.adapters import AdapterLibrary, aggregate, load_all, suite_measure
     from replaybank.llm.adapters.attach import detach
-    from replaybank.llm.adapters.merge import COMBINATIONS, DENSITY
+    from replaybank.llm.adapters.merge import COMBINATIONS, DENSITY, aggregate_weights, merge
     from replaybank.llm.eval.domain import generated_accuracy
     from replaybank.llm.model import load_model
     from replaybank.llm.runtime import environment, loadavg, pick_device, use_device
@@ -132,11 +169,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     run = read_run(args.run, args.per_skill, carried=[])
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else run.seeds
-    types = [t for t in args.types.split(",") if t]
+    try:
+        specs = parse_types(args.types, COMBINATIONS)
+    except ValueError as exc:
+        raise ComparisonError(str(exc)) from None
+    types = [label for label, _, _ in specs]
     if len(seeds) < 2 or not set(seeds) <= set(run.seeds):
         raise ComparisonError(f"--seeds {seeds}: give at least 2 of the run's seeds {run.seeds}")
-    if not types or not set(types) <= set(COMBINATIONS):
-        raise ComparisonError(f"--types {args.types!r}: one or more of {', '.join(COMBINATIONS)}")
     device = pick_device(run.device)
     use_device(device)
     base, tok = load_model(run.base_model, device, lambda m: None)
@@ -179,12 +218,21 @@ def main() -> None:
                 for s in seeds:
                     lib.add(f"seed{s}", folder=adapter_folder(run, run.per_skill, s, g), skill=skill, domain=first.sources[g],
                             base_model=base, examples=[r["prompt"] for r in prepared[s].data.domain_train_records[g]])
-                merged = {t: aggregate(lib, skill, into=f"aggregate-{t}", base_model=base, combination_type=t,
-                                       density=args.density if t in DENSITY else None, seed=0) for t in types}
+                merged = {}
+                names = {label: "aggregate-" + label.replace("*", "-x").replace(".", "_") for label in types}
+                for label, t, scale in specs:
+                    density = args.density if t in DENSITY else None
+                    if label == t:  # the library's aggregate, equal weights
+                        merged[label] = aggregate(lib, skill, into=names[label], base_model=base, combination_type=t,
+                                                  density=density, seed=0)
+                    else:  # the same weights times the scale
+                        merged[label] = merge(lib, singles, into=names[label], base_model=base, combination_type=t,
+                                              weights=[scale * w for w in aggregate_weights(len(singles), t)],
+                                              density=density, seed=0, skill=skill)
                 scores: dict[str, dict[str, Any]] = {}
                 model = load_all(lib, base)
                 try:
-                    for name in [*singles, *(f"aggregate-{t}" for t in types)]:
+                    for name in [*singles, *names.values()]:
                         bar.set_postfix_str(f"{skill}: {name}")
                         model.set_adapter(name)
                         res = generated_accuracy(model, tok, records, **gen)
@@ -208,7 +256,7 @@ def main() -> None:
                     "single_accuracy": spread([scores[f"seed{s}"]["accuracy"] for s in seeds]),
                     "own_heldout": {s: scores[f"seed{s}"]["by_heldout_seed"].get(s) for s in seeds},
                     "run_own_heldout": run_own,
-                    "aggregate": {t: {**scores[f"aggregate-{t}"], "manifest": {
+                    "aggregate": {t: {**scores[names[t]], "manifest": {
                         "parents": list(merged[t].parents), "merge": merged[t].merge, "examples": len(merged[t].examples)}}
                         for t in types},
                 }

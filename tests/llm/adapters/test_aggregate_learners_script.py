@@ -42,3 +42,13 @@ def test_the_table_shows_single_seeds_mean_and_std_beside_each_aggregate(script)
     lines = script.table(results, ["linear", "cat"]).splitlines()
     assert lines[0] == "| skill | requests | single seeds | single min-max | aggregate linear | aggregate cat |"
     assert lines[2] == "| toolapi | 47 | 50.0 ± 10.0 | 40.0-60.0 | 25.0 | 55.0 |"
+
+
+def test_types_take_a_scale_and_refuse_what_is_not_a_type_or_a_positive_number(script):
+    known = ["linear", "cat", "ties"]
+    assert script.parse_types("linear, cat*1.3,cat*2", known) == [
+        ("linear", "linear", 1.0), ("cat*1.3", "cat", 1.3), ("cat*2", "cat", 2.0)]
+    for bad, says in [("cat*0", "positive"), ("cat*-1", "positive"), ("cat*nan", "positive"), ("cat*inf", "positive"),
+                      ("cat*", "positive"), ("lienar", "'lienar' is not one of"), ("cat,cat", "given twice"), (",", "give one")]:
+        with pytest.raises(ValueError, match=says):
+            script.parse_types(bad, known)
