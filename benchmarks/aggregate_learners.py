@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -105,7 +106,7 @@ def parse_types(text: str, known: Collection[str]) -> list[tuple[str, str, float
             scale = float(scale_text) if star else 1.0
         except ValueError:
             scale = -1.0
-        if not scale > 0 or scale != scale or scale == float("inf"):
+        if not 0 < scale < math.inf:  # also refuses NaN
             raise ValueError(f"--types {item!r}: the scale after '*' must be a positive number")
         if name not in known:
             raise ValueError(f"--types {item!r}: {name!r} is not one of {', '.join(known)}")
