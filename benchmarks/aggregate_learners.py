@@ -159,7 +159,7 @@ def main() -> None:
     import torch
     from tqdm.auto import tqdm
 
-    from replaybank.llm.adapters import AdapterLibrary, aggregate, load_all, suite_measure
+    from replaybank.llm.adapters import AdapterLibrary, Registration, aggregate, load_all, suite_measure
     from replaybank.llm.adapters.attach import detach
     from replaybank.llm.adapters.merge import COMBINATIONS, DENSITY, aggregate_weights, merge
     from replaybank.llm.eval.domain import generated_accuracy
@@ -217,8 +217,9 @@ def main() -> None:
                 lib = AdapterLibrary(Path(scratch) / "library", create=True)
                 singles = [f"seed{s}" for s in seeds]
                 for s in seeds:
-                    lib.add(f"seed{s}", folder=adapter_folder(run, run.per_skill, s, g), skill=skill, domain=first.sources[g],
-                            base_model=base, examples=[r["prompt"] for r in prepared[s].data.domain_train_records[g]])
+                    examples = [r["prompt"] for r in prepared[s].data.domain_train_records[g]]
+                    registration = Registration(f"seed{s}", skill=skill, domain=first.sources[g], examples=examples)
+                    lib.add(adapter_folder(run, run.per_skill, s, g), registration, base_model=base)
                 merged = {}
                 names = {label: "aggregate-" + label.replace("*", "-x").replace(".", "_") for label in types}
                 for label, t, scale in specs:

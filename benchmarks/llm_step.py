@@ -138,7 +138,7 @@ def run_trainer(model: Any, tok: Any, cfg: Any, stream: Any, steps: int, out: st
 
 def mixing_seconds(cfg: Any, n_domain: int, n_rehearsal: int, domain: Any, rehearsal: Any, batches: int) -> dict[str, float]:
     """Seconds per batch of the mixing alone: the loop's Mixer, mix()'s MixPlan and whole stream."""
-    from replaybank.hf import MixPlan, mix
+    from replaybank.hf import MixPlan, MixSpec, mix
     from replaybank.mixing import Mixer
 
     mixer = Mixer([n_domain, cfg.rehearsal_rows_per_epoch], [1 - cfg.mixing_ratio, cfg.mixing_ratio],
@@ -156,8 +156,8 @@ def mixing_seconds(cfg: Any, n_domain: int, n_rehearsal: int, domain: Any, rehea
     for _ in range(batches):
         next(plan)
     plan_s = (time.perf_counter() - t0) / batches
-    stream = iter(mix(domain, rehearsal, cfg.mixing_ratio, batch_size=cfg.batch_size, seed=cfg.seed,
-                      world_size=1))  # fmt: skip
+    spec = MixSpec(cfg.mixing_ratio, batch_size=cfg.batch_size, seed=cfg.seed, world_size=1)
+    stream = iter(mix(domain, rehearsal, spec))
     next(stream)
     t0 = time.perf_counter()
     for _ in range(batches * cfg.batch_size):
@@ -184,7 +184,7 @@ def main() -> None:
     from datasets import Dataset
     from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
-    from replaybank.hf import mix
+    from replaybank.hf import MixSpec, mix
     from replaybank.llm.config import Training
     from replaybank.llm.data.rows import token_rows
     from replaybank.llm.train import add_lora
@@ -212,8 +212,8 @@ def main() -> None:
     dom_ds, reh_ds = Dataset.from_list(dom_rows), Dataset.from_list(reh_rows)
 
     def stream(cols: list[str]) -> Any:
-        return mix(dom_ds, reh_ds, cfg.mixing_ratio, batch_size=cfg.batch_size, seed=cfg.seed, world_size=1,
-                   columns=cols)  # fmt: skip
+        spec = MixSpec(cfg.mixing_ratio, batch_size=cfg.batch_size, seed=cfg.seed, world_size=1)
+        return mix(dom_ds, reh_ds, spec, columns=cols)
 
     runners = [r for r in args.runners.split(",") if r]
     clock = StepClock()

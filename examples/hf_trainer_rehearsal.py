@@ -1,6 +1,6 @@
 """LoRA fine-tuning with Transformers' ``Trainer``, 10% rehearsal mixed in by replaybank.
 
-An ordinary Trainer + PEFT script; the replaybank part is the one ``mix(...)`` call: every batch
+An ordinary Trainer + PEFT script; the replaybank part is one ``mix(..., MixSpec(...))``: every batch
 of ``--batch-size`` rows (per device; under torchrun every global batch) holds exactly
 ``round(ratio * batch)`` rehearsal rows by replaybank's quota rule, each epoch a fresh seeded
 permutation of the domain rows and, with ``--rows-per-epoch``, a fresh seeded slice of the pool.
@@ -73,10 +73,10 @@ def main(argv: list[str] | None = None) -> Any:
         return Dataset.from_list(rows).map(encode, remove_columns=["prompt", "answer"])
 
     # The replaybank line: an exact rehearsal quota in every batch, resumable, rank-aware.
-    train = replaybank.hf.mix(
-        load(args.domain), load(args.rehearsal), args.ratio,
-        batch_size=args.batch_size, seed=args.seed, rows_per_epoch=args.rows_per_epoch,
-    )  # fmt: skip
+    spec = replaybank.hf.MixSpec(
+        args.ratio, batch_size=args.batch_size, seed=args.seed, rows_per_epoch=args.rows_per_epoch
+    )
+    train = replaybank.hf.mix(load(args.domain), load(args.rehearsal), spec)
 
     model = AutoModelForCausalLM.from_pretrained(args.model)
     lora = LoraConfig(r=args.lora_rank, lora_alpha=2 * args.lora_rank, target_modules="all-linear",

@@ -1,6 +1,6 @@
 """LoRA fine-tuning with TRL's ``SFTTrainer``: 10% rehearsal and KL to the base model by replaybank.
 
-An ordinary TRL + PEFT script; the replaybank part is three lines: ``mix(...)`` (every batch of
+An ordinary TRL + PEFT script; the replaybank part is three calls: ``mix(..., MixSpec(...))`` (every batch of
 ``--batch-size`` rows holds exactly ``round(ratio * batch)`` rehearsal rows, by the main job's
 quota rule), ``KLToBase(...).attach(trainer)`` (the main job's KL-to-base term on the rehearsal
 rows, the base distribution from the adapter switched off) and, with ``--retention-every``, the
@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> Any:
     model = AutoModelForCausalLM.from_pretrained(where)
 
     # replaybank 1/3: an exact rehearsal quota in every batch (resumable, rank-aware).
-    train = replaybank.hf.mix(Dataset.from_list(domain), Dataset.from_list(general), args.ratio,
-                              batch_size=args.batch_size, seed=args.seed)  # fmt: skip
+    spec = replaybank.hf.MixSpec(args.ratio, batch_size=args.batch_size, seed=args.seed)
+    train = replaybank.hf.mix(Dataset.from_list(domain), Dataset.from_list(general), spec)
 
     config = SFTConfig(
         output_dir=args.output_dir,

@@ -13,7 +13,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from replaybank.hf import mix
+from replaybank.hf import MixSpec, mix
 from replaybank.hf.torch import MixedBatchSampler, MixedIterableDataset
 
 N_DOMAIN, N_REHEARSAL, RATIO, BATCH, SEED, EPOCHS, RESUME_AT = 53, 11, 0.15, 4, 7, 2, 31
@@ -28,32 +28,32 @@ def main(out: str) -> None:
     domain, rehearsal = rows()
     kw = {"batch_size": BATCH, "seed": SEED, "epochs": EPOCHS}
     # 1. torch IterableDataset, rank and world size from torch.distributed, through a DataLoader
-    ds = MixedIterableDataset(domain, rehearsal, RATIO, **kw)
+    ds = MixedIterableDataset(domain, rehearsal, MixSpec(RATIO, **kw))
     loader = torch.utils.data.DataLoader(ds, batch_size=BATCH)
     full = [[int(s), int(x)] for b in loader for s, x in zip(b["source"], b["x"], strict=True)]
     # 2. the same, interrupted after RESUME_AT rows, state saved as JSON, resumed in a new object
-    ds = MixedIterableDataset(domain, rehearsal, RATIO, **kw)
+    ds = MixedIterableDataset(domain, rehearsal, MixSpec(RATIO, **kw))
     it = iter(ds)
     head = [next(it) for _ in range(RESUME_AT)]
     state = json.loads(json.dumps(ds.state_dict()))
-    again = MixedIterableDataset(domain, rehearsal, RATIO, **kw)
+    again = MixedIterableDataset(domain, rehearsal, MixSpec(RATIO, **kw))
     again.load_state_dict(state)
     resumed = [[r["source"], r["x"]] for r in head + list(again)]
     # 3. the batch sampler and the HF dataset with rank="auto"
-    sampler = [list(b) for b in MixedBatchSampler(N_DOMAIN, N_REHEARSAL, RATIO, **kw)]
-    hf = [[r["source"], r["x"]] for r in mix(domain, rehearsal, RATIO, rank="auto", **kw)]
+    sampler = [list(b) for b in MixedBatchSampler(N_DOMAIN, N_REHEARSAL, MixSpec(RATIO, **kw))]
+    hf = [[r["source"], r["x"]] for r in mix(domain, rehearsal, MixSpec(RATIO, **kw), rank="auto")]
     # 4. what Trainer does: the whole stream (rank=None) through accelerate's prepared loader,
     #    which by default for iterable datasets has rank 0 read and dispatch each rank its block
     from accelerate import Accelerator
 
     acc = Accelerator(cpu=True)
-    dl = acc.prepare(torch.utils.data.DataLoader(mix(domain, rehearsal, RATIO, **kw), batch_size=BATCH))
+    dl = acc.prepare(torch.utils.data.DataLoader(mix(domain, rehearsal, MixSpec(RATIO, **kw)), batch_size=BATCH))
     via_acc = [[int(s), int(x)] for b in dl for s, x in zip(b["source"], b["x"], strict=True)]
     # 5. Trainer with dispatch_batches=False: every rank reads the stream and keeps its block
     from accelerate.data_loader import prepare_data_loader
 
     dl = prepare_data_loader(
-        torch.utils.data.DataLoader(mix(domain, rehearsal, RATIO, **kw), batch_size=BATCH),
+        torch.utils.data.DataLoader(mix(domain, rehearsal, MixSpec(RATIO, **kw)), batch_size=BATCH),
         num_processes=dist.get_world_size(), process_index=dist.get_rank(),
         put_on_device=False, dispatch_batches=False,
     )  # fmt: skip

@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 pytest.importorskip("datasets")
 
-from replaybank.hf import ControllerCallback, MixError, mix, recipe  # noqa: E402
+from replaybank.hf import ControllerCallback, MixError, MixSpec, mix, recipe  # noqa: E402
 from replaybank.llm.config.recipe import Recipe  # noqa: E402
 
 
@@ -31,7 +31,7 @@ def _trainer(tiny_lm, out, cb, steps, save_steps=None):
     torch.manual_seed(0)
     base = transformers.AutoModelForCausalLM.from_pretrained(model_dir)
     model = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
-    train = mix(_rows(tok, 40), _rows(tok, 12, 100), cb.ratio, batch_size=4, seed=0, world_size=1, steer=cb.schedule)
+    train = mix(_rows(tok, 40), _rows(tok, 12, 100), MixSpec(cb.ratio, batch_size=4, seed=0, world_size=1), steer=cb.schedule)
     seen: list[list[int]] = []
     collate = transformers.DataCollatorForSeq2Seq(tok, padding=True)
 

@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,7 @@ def test_resume_check_can_fail(setup, monkeypatch):
     full = _run(root, "control", 4, save_steps="2")
     losses = [h["loss"] for h in full.state.log_history if "loss" in h]
     real_mix = replaybank.hf.mix
-    monkeypatch.setattr(replaybank.hf, "mix", lambda *a, **k: real_mix(*a, **{**k, "seed": 99}))
+    monkeypatch.setattr(replaybank.hf, "mix", lambda d, r, spec, **k: real_mix(d, r, replace(spec, seed=99), **k))
     resumed = _run(root, "control", 4, resume=str(root / "control" / "checkpoint-2"))
     again = [h["loss"] for h in resumed.state.log_history if "loss" in h and h["step"] > 2]
     assert again != pytest.approx(losses[2:], rel=1e-5)
@@ -101,7 +102,7 @@ def test_example_under_torchrun_on_two_ranks(setup):
     """The unchanged example on 2 CPU ranks (gloo): each rank trains on its part of every global
     batch, 1 rehearsal row of 4 per rank, and together they read the single-process global stream;
 with --kl-weight, so KLToBase also runs under DDP."""
-    from replaybank.hf import mix
+    from replaybank.hf import MixSpec, mix
 
     root, _ = setup
     out = root / "ddp"
@@ -126,6 +127,6 @@ with --kl-weight, so KLToBase also runs under DDP."""
     got = [p for a, b in per_step for p in a + b]
     rows = [json.loads(line) for line in (root / "domain.jsonl").read_text().splitlines()]
     general = [json.loads(line) for line in (root / "general.jsonl").read_text().splitlines()]
-    stream = mix(rows, general, 0.25, batch_size=4, seed=0, world_size=2)
+    stream = mix(rows, general, MixSpec(0.25, batch_size=4, seed=0, world_size=2))
     want = [r["prompt"] for _, r in zip(range(len(got)), stream, strict=False)]
     assert got == want

@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 pytest.importorskip("datasets")
 
-from replaybank.hf import KLToBase, MixError, mix  # noqa: E402
+from replaybank.hf import KLToBase, MixError, MixSpec, mix  # noqa: E402
 
 
 def _peft(model_dir, seed=0):
@@ -176,7 +176,7 @@ def test_trainer_trains_with_kl_on_a_mixed_stream(tiny_lm, tmp_path):
             out.append({"input_ids": p + a, "labels": [-100] * len(p) + a})
         return out
 
-    train = mix(rows("d", 40), rows("#", 10), 0.25, batch_size=4, seed=0, world_size=1)
+    train = mix(rows("d", 40), rows("#", 10), MixSpec(0.25, batch_size=4, seed=0, world_size=1))
     args = transformers.TrainingArguments(
         str(tmp_path), per_device_train_batch_size=4, max_steps=5, learning_rate=5e-2, logging_steps=1,
         report_to=[], use_cpu=True, remove_unused_columns=False, save_strategy="no",
@@ -219,7 +219,7 @@ def test_a_trainer_batch_size_other_than_the_mix_is_refused_at_attach(tiny_lm, t
     model_dir, tok = tiny_lm
     model = _peft(model_dir)
     rows = [{"input_ids": [5, 6, 7], "labels": [5, 6, 7]} for _ in range(40)]
-    train = mix(rows, rows[:10], 0.25, batch_size=8, seed=0, world_size=1)
+    train = mix(rows, rows[:10], MixSpec(0.25, batch_size=8, seed=0, world_size=1))
 
     def trainer_with(batch):
         args = transformers.TrainingArguments(
@@ -233,7 +233,7 @@ def test_a_trainer_batch_size_other_than_the_mix_is_refused_at_attach(tiny_lm, t
     with pytest.raises(MixError, match="trainer takes 4"):
         check_trainer(trainer_with(4))
     check_trainer(trainer_with(8))  # the same size: no complaint
-    two_ranks = mix(rows, rows[:10], 0.25, batch_size=4, seed=0, world_size=2)
+    two_ranks = mix(rows, rows[:10], MixSpec(0.25, batch_size=4, seed=0, world_size=2))
     trainer = trainer_with(4)
     trainer.train_dataset = two_ranks
     with pytest.raises(MixError, match="world_size=2, but the trainer runs on 1 process"):

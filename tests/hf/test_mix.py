@@ -14,7 +14,7 @@ import pytest
 datasets = pytest.importorskip("datasets")
 
 from replaybank.errors import ReplayBankError  # noqa: E402
-from replaybank.hf import MixError, MixNotBuiltError, MixPlan, mix  # noqa: E402
+from replaybank.hf import MixError, MixNotBuiltError, MixPlan, MixSpec, mix  # noqa: E402
 from replaybank.llm.train import epoch_slice  # noqa: E402
 from replaybank.mixing import batch_quotas  # noqa: E402
 
@@ -38,7 +38,7 @@ def test_every_batch_holds_the_exact_quota(ratio, batch, world):
     """Rehearsal rows per global batch = the project's rule (batch_quotas) run over the whole
     stream: the credit carries from epoch to epoch."""
     epochs = 3
-    ds = mix(DOM, REH, ratio, batch_size=batch, seed=3, epochs=epochs, world_size=world)
+    ds = mix(DOM, REH, MixSpec(ratio, batch_size=batch, seed=3, epochs=epochs, world_size=world))
     src = np.array(sources(ds))
     g = batch * world
     assert src.size % g == 0
@@ -75,13 +75,13 @@ def test_awkward_ratio_rotates_the_spare_row():
     Credit (domain, rehearsal) after each batch: (.2,-.2) (.4,-.4) (-.4,.4) (-.2,.2) (0,0), then
     again; 50 domain rows fill 7 batches (7+7+8+7+7+7+7 = 50).
     """
-    src = np.array(sources(mix(DOM, REH, 0.1, batch_size=8, seed=0, epochs=1, world_size=1)))
+    src = np.array(sources(mix(DOM, REH, MixSpec(0.1, batch_size=8, seed=0, epochs=1, world_size=1))))
     per_batch = src.reshape(-1, 8).sum(axis=1)
     assert per_batch.tolist() == [1, 1, 0, 1, 1, 1, 1]
 
 
 def test_epochs_are_seeded_permutations_and_drop_only_a_short_tail():
-    ds = mix(DOM, REH, 0.25, batch_size=4, seed=5, epochs=3, world_size=1)
+    ds = mix(DOM, REH, MixSpec(0.25, batch_size=4, seed=5, epochs=3, world_size=1))
     out = list(ds)
     per_epoch = MixPlan(50, 13, 0.25, batch_size=4, seed=5).batches_per_epoch() * 4
     epochs = [out[k * per_epoch:(k + 1) * per_epoch] for k in range(3)]
@@ -89,8 +89,8 @@ def test_epochs_are_seeded_permutations_and_drop_only_a_short_tail():
     for d in doms:
         assert len(d) == len(set(d)) and 50 - len(d) < 3  # 3 domain rows per batch
     assert doms[0] != doms[1] != doms[2]
-    assert out == list(mix(DOM, REH, 0.25, batch_size=4, seed=5, epochs=3, world_size=1))
-    assert out != list(mix(DOM, REH, 0.25, batch_size=4, seed=6, epochs=3, world_size=1))
+    assert out == list(mix(DOM, REH, MixSpec(0.25, batch_size=4, seed=5, epochs=3, world_size=1)))
+    assert out != list(mix(DOM, REH, MixSpec(0.25, batch_size=4, seed=6, epochs=3, world_size=1)))
     # rows_per_epoch=None cycles the pool: every pool row used equally often (within one pass)
     reh = np.bincount([r["x"] - 1000 for r in out if r["source"] == 1], minlength=13)
     assert reh.max() - reh.min() <= 1
@@ -99,7 +99,7 @@ def test_epochs_are_seeded_permutations_and_drop_only_a_short_tail():
 def test_per_epoch_rehearsal_slices_are_the_main_jobs_and_differ_by_epoch():
     pool = rows(200, base=1000)
     k = 6
-    ds = mix(DOM, pool, 0.25, batch_size=4, seed=11, rows_per_epoch=k, epochs=4, world_size=1)
+    ds = mix(DOM, pool, MixSpec(0.25, batch_size=4, seed=11, rows_per_epoch=k, epochs=4, world_size=1))
     out = list(ds)
     n = len(out) // 4
     used = [{r["x"] - 1000 for r in out[e * n:(e + 1) * n] if r["source"] == 1} for e in range(4)]
@@ -107,9 +107,9 @@ def test_per_epoch_rehearsal_slices_are_the_main_jobs_and_differ_by_epoch():
     for e in range(4):
         assert used[e] == slices[e]  # 12 rehearsal rows per epoch cycle the 6-row slice twice
     assert len({frozenset(s) for s in slices}) == 4
-    again = list(mix(DOM, pool, 0.25, batch_size=4, seed=11, rows_per_epoch=k, epochs=4, world_size=1))
+    again = list(mix(DOM, pool, MixSpec(0.25, batch_size=4, seed=11, rows_per_epoch=k, epochs=4, world_size=1)))
     assert again == out
-    other = list(mix(DOM, pool, 0.25, batch_size=4, seed=12, rows_per_epoch=k, epochs=4, world_size=1))
+    other = list(mix(DOM, pool, MixSpec(0.25, batch_size=4, seed=12, rows_per_epoch=k, epochs=4, world_size=1)))
     assert other != out
 
 
@@ -129,30 +129,30 @@ def test_slices_cover_the_pool_uniformly():
 
 
 def test_hf_dataset_and_list_give_the_same_rows():
-    kw = {"batch_size": 5, "seed": 2, "epochs": 2, "world_size": 1}
-    from_lists = list(mix(DOM, REH, 0.2, **kw))
-    hd = mix(datasets.Dataset.from_list(DOM), datasets.Dataset.from_list(REH), 0.2, **kw)
+    spec = MixSpec(0.2, batch_size=5, seed=2, epochs=2, world_size=1)
+    from_lists = list(mix(DOM, REH, spec))
+    hd = mix(datasets.Dataset.from_list(DOM), datasets.Dataset.from_list(REH), spec)
     assert list(hd) == from_lists
     assert set(hd.features) == {"x", "text", "ids", "source"}
-    mixed = mix(datasets.Dataset.from_list(DOM), REH, 0.2, **kw)  # one of each kind
+    mixed = mix(datasets.Dataset.from_list(DOM), REH, spec)  # one of each kind
     assert list(mixed) == from_lists
 
 
 def test_columns_argument_keeps_the_shared_ones():
     reh = [{"x": 1000 + i, "other": i} for i in range(5)]
-    ds = mix(DOM, reh, 0.2, batch_size=5, seed=0, epochs=1, world_size=1, columns=["x"])
+    ds = mix(DOM, reh, MixSpec(0.2, batch_size=5, seed=0, epochs=1, world_size=1), columns=["x"])
     assert {tuple(sorted(r)) for r in ds} == {("source", "x")}
 
 
 def test_state_dict_resumes_mid_epoch_and_mid_batch():
-    kw = {"batch_size": 4, "seed": 9, "epochs": 3, "world_size": 1, "rows_per_epoch": 5}
-    full = list(mix(DOM, REH, 0.3, **kw))
+    spec = MixSpec(0.3, batch_size=4, seed=9, epochs=3, world_size=1, rows_per_epoch=5)
+    full = list(mix(DOM, REH, spec))
     for stop in (1, 7, 29, 55):  # inside a batch, in epoch 0 and in epoch 1
-        ds = mix(DOM, REH, 0.3, **kw)
+        ds = mix(DOM, REH, spec)
         it = iter(ds)
         head = [next(it) for _ in range(stop)]
         state = json.loads(json.dumps(ds.state_dict()))
-        fresh = mix(DOM, REH, 0.3, **kw)
+        fresh = mix(DOM, REH, spec)
         fresh.load_state_dict(state)
         assert head + list(fresh) == full, stop
 
@@ -160,7 +160,7 @@ def test_state_dict_resumes_mid_epoch_and_mid_batch():
 def test_endless_stream_and_trainer_style_skip():
     """Trainer resumes by re-iterating and skipping global_step batches: same rows as no stop."""
     torch = pytest.importorskip("torch")
-    ds = mix(DOM, REH, 0.25, batch_size=4, seed=1, world_size=1)  # epochs=None: endless
+    ds = mix(DOM, REH, MixSpec(0.25, batch_size=4, seed=1, world_size=1))  # epochs=None: endless
     loader = torch.utils.data.DataLoader(ds, batch_size=4)
     it = iter(loader)
     run = [next(it)["x"].tolist() for _ in range(40)]  # 40 batches > 3 epochs of 12
@@ -176,11 +176,11 @@ def test_accelerate_sharding_gives_each_rank_its_part():
     accelerate_dl = pytest.importorskip("accelerate.data_loader")
     from replaybank.hf.torch import MixedIterableDataset
 
-    kw = {"batch_size": 3, "seed": 4, "epochs": 2, "world_size": 2}
-    stream = mix(DOM, REH, 0.2, **kw)
+    spec = MixSpec(0.2, batch_size=3, seed=4, epochs=2, world_size=2)
+    stream = mix(DOM, REH, spec)
     for rank in range(2):
         shard = accelerate_dl.IterableDatasetShard(stream, batch_size=3, num_processes=2, process_index=rank)
-        mine = list(MixedIterableDataset(DOM, REH, 0.2, rank=rank, **kw))
+        mine = list(MixedIterableDataset(DOM, REH, spec, rank=rank))
         assert list(shard) == mine
 
 
@@ -188,25 +188,25 @@ def test_torch_dataset_and_sampler_resume():
     pytest.importorskip("torch")
     from replaybank.hf.torch import MixedBatchSampler, MixedIterableDataset, TaggedConcat
 
-    kw = {"batch_size": 3, "seed": 8, "epochs": 2, "world_size": 2, "rank": 1}
-    full = list(MixedIterableDataset(DOM, REH, 0.3, **kw))
-    assert full == list(mix(DOM, REH, 0.3, **kw))
-    ds = MixedIterableDataset(DOM, REH, 0.3, **kw)
+    spec = MixSpec(0.3, batch_size=3, seed=8, epochs=2, world_size=2)
+    full = list(MixedIterableDataset(DOM, REH, spec, rank=1))
+    assert full == list(mix(DOM, REH, spec, rank=1))
+    ds = MixedIterableDataset(DOM, REH, spec, rank=1)
     it = iter(ds)
     head = [next(it) for _ in range(10)]
-    again = MixedIterableDataset(DOM, REH, 0.3, **kw)
+    again = MixedIterableDataset(DOM, REH, spec, rank=1)
     again.load_state_dict(json.loads(json.dumps(ds.state_dict())))
     assert head + list(again) == full
 
     cat = TaggedConcat(DOM, REH)
-    sampler = MixedBatchSampler(len(DOM), len(REH), 0.3, **kw)
+    sampler = MixedBatchSampler(len(DOM), len(REH), spec, rank=1)
     batches = list(sampler)
     assert len(batches) == len(sampler)
     assert [cat[i] for b in batches for i in b] == full
-    s2 = MixedBatchSampler(len(DOM), len(REH), 0.3, **kw)
+    s2 = MixedBatchSampler(len(DOM), len(REH), spec, rank=1)
     it2 = iter(s2)
     first = [next(it2) for _ in range(5)]
-    s3 = MixedBatchSampler(len(DOM), len(REH), 0.3, **kw)
+    s3 = MixedBatchSampler(len(DOM), len(REH), spec, rank=1)
     s3.load_state_dict(json.loads(json.dumps(s2.state_dict())))
     assert first + list(s3) == batches
 
@@ -215,12 +215,12 @@ def test_dataloader_workers(monkeypatch):
     torch = pytest.importorskip("torch")
     from replaybank.hf.torch import MixedBatchSampler, MixedIterableDataset, TaggedConcat
 
-    kw = {"batch_size": 4, "seed": 0, "epochs": 1, "world_size": 1}
-    sampler = MixedBatchSampler(len(DOM), len(REH), 0.25, **kw)
+    spec = MixSpec(0.25, batch_size=4, seed=0, epochs=1, world_size=1)
+    sampler = MixedBatchSampler(len(DOM), len(REH), spec)
     loader = torch.utils.data.DataLoader(TaggedConcat(DOM, REH), batch_sampler=sampler, num_workers=2,
                                          collate_fn=lambda rows: [r["x"] for r in rows])
-    assert [x for b in loader for x in b] == [r["x"] for r in mix(DOM, REH, 0.25, **kw)]
-    ds = MixedIterableDataset(DOM, REH, 0.25, **kw)
+    assert [x for b in loader for x in b] == [r["x"] for r in mix(DOM, REH, spec)]
+    ds = MixedIterableDataset(DOM, REH, spec)
     # as seen from inside worker 0 of 2 (a real failing worker pool takes seconds to shut down)
     monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: SimpleNamespace(num_workers=2, id=0))
     with pytest.raises(MixError, match="cannot be split over 2 DataLoader workers"):
@@ -233,9 +233,9 @@ def test_world_and_rank_from_the_environment(monkeypatch):
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
-    ds = MixedIterableDataset(DOM, REH, 0.3, batch_size=3, seed=8, epochs=1)
+    ds = MixedIterableDataset(DOM, REH, MixSpec(0.3, batch_size=3, seed=8, epochs=1))
     assert (ds.world_size, ds.rank) == (2, 1)
-    assert list(ds) == list(mix(DOM, REH, 0.3, batch_size=3, seed=8, epochs=1, rank="auto"))
+    assert list(ds) == list(mix(DOM, REH, MixSpec(0.3, batch_size=3, seed=8, epochs=1), rank="auto"))
 
 
 # -- bad input: every error before a row is read ----------------------------------------------
@@ -244,52 +244,52 @@ def test_world_and_rank_from_the_environment(monkeypatch):
 @pytest.mark.parametrize("ratio", [-0.1, 1.0, 1.5, float("nan"), "0.1", True])
 def test_ratio_outside_range(ratio):
     with pytest.raises(MixError, match="ratio"):
-        mix(DOM, REH, ratio, batch_size=4, seed=0)
+        mix(DOM, REH, MixSpec(ratio, batch_size=4, seed=0))
 
 
 @pytest.mark.parametrize("empty", [[], None, "hf"])
 def test_rehearsal_without_rows(empty):
     reh = datasets.Dataset.from_list(REH).select([]) if empty == "hf" else empty
     with pytest.raises(MixError, match="rehearsal source has no rows"):
-        mix(DOM, reh, 0.1, batch_size=4, seed=0)
-    assert len(list(mix(DOM, reh, 0.0, batch_size=4, seed=0, epochs=1, world_size=1))) == 48
+        mix(DOM, reh, MixSpec(0.1, batch_size=4, seed=0))
+    assert len(list(mix(DOM, reh, MixSpec(0.0, batch_size=4, seed=0, epochs=1, world_size=1)))) == 48
 
 
 def test_missing_column_is_named():
     reh = [{"x": 1, "text": "a"}]
     with pytest.raises(MixError, match="rehearsal source has no column 'ids'"):
-        mix(DOM, reh, 0.1, batch_size=4, seed=0)
+        mix(DOM, reh, MixSpec(0.1, batch_size=4, seed=0))
     hreh = datasets.Dataset.from_list(reh)
     with pytest.raises(MixError, match="no column 'ids'"):
-        mix(datasets.Dataset.from_list(DOM), hreh, 0.1, batch_size=4, seed=0)
+        mix(datasets.Dataset.from_list(DOM), hreh, MixSpec(0.1, batch_size=4, seed=0))
     with pytest.raises(MixError, match="domain source has no column 'y'"):
-        mix(DOM, REH, 0.1, batch_size=4, seed=0, columns=["y"])
+        mix(DOM, REH, MixSpec(0.1, batch_size=4, seed=0), columns=["y"])
     with pytest.raises(MixError, match="source_column='x'"):
-        mix(DOM, REH, 0.1, batch_size=4, seed=0, source_column="x")
+        mix(DOM, REH, MixSpec(0.1, batch_size=4, seed=0), source_column="x")
 
 
 def test_wrong_column_type_is_named():
     bad = [{"x": 1, "text": "a", "ids": "not token ids"}]
     with pytest.raises(MixError, match="column 'ids' is list\\[int\\] in the domain source but string"):
-        mix(DOM, bad, 0.1, batch_size=4, seed=0)
+        mix(DOM, bad, MixSpec(0.1, batch_size=4, seed=0))
     hbad = datasets.Dataset.from_list([{"x": 1.5, "text": "a", "ids": [1]}])
     with pytest.raises(MixError, match="column 'x' is int in the domain source but float"):
-        mix(datasets.Dataset.from_list(DOM), hbad, 0.1, batch_size=4, seed=0)
+        mix(datasets.Dataset.from_list(DOM), hbad, MixSpec(0.1, batch_size=4, seed=0))
     with pytest.raises(MixError, match="rows must be mappings"):
-        mix([1, 2, 3], REH, 0.1, batch_size=1, seed=0)
+        mix([1, 2, 3], REH, MixSpec(0.1, batch_size=1, seed=0))
 
 
 def test_a_later_row_missing_a_column_is_named_when_read():
     reh = [dict(r) for r in REH]
     del reh[3]["ids"]  # only row 0 is checked up front for a list of dicts
-    ds = mix(DOM, reh, 0.5, batch_size=4, seed=0, epochs=1, world_size=1)
+    ds = mix(DOM, reh, MixSpec(0.5, batch_size=4, seed=0, epochs=1, world_size=1))
     with pytest.raises(MixError, match="rehearsal row 3 has no column 'ids'"):
         list(ds)
 
 
 def test_slice_larger_than_the_pool_warns_and_draws_with_replacement():
     with pytest.warns(UserWarning, match="fewer than rehearsal_rows_per_epoch=20"):
-        out = list(mix(DOM, REH, 0.25, batch_size=4, seed=0, rows_per_epoch=20, epochs=1, world_size=1))
+        out = list(mix(DOM, REH, MixSpec(0.25, batch_size=4, seed=0, rows_per_epoch=20, epochs=1, world_size=1)))
     assert {r["x"] for r in out if r["source"] == 1} <= {r["x"] for r in REH}
 
 
@@ -297,41 +297,40 @@ def test_int32_and_int64_token_ids_mix():
     reh = datasets.Dataset.from_list(REH).cast_column("ids", datasets.List(datasets.Value("int32")))
     dom = datasets.Dataset.from_list(DOM)
     assert dom.features["ids"] != reh.features["ids"]
-    out = list(mix(dom, reh, 0.2, batch_size=5, seed=0, epochs=1, world_size=1))
+    out = list(mix(dom, reh, MixSpec(0.2, batch_size=5, seed=0, epochs=1, world_size=1)))
     assert len(out) == 60 and sum(r["source"] for r in out) == 12  # 12 batches of 4 + 1
 
 
 def test_world_size_must_divide_the_global_batch():
     with pytest.raises(MixError, match="world size 3 does not divide global_batch_size=16"):
-        mix(DOM, REH, 0.1, global_batch_size=16, world_size=3, seed=0)
-    ds = mix(DOM, REH, 0.1, global_batch_size=16, world_size=4, seed=0, epochs=1)
+        mix(DOM, REH, MixSpec(0.1, global_batch_size=16, world_size=3, seed=0))
+    ds = mix(DOM, REH, MixSpec(0.1, global_batch_size=16, world_size=4, seed=0, epochs=1))
     assert len(list(ds)) == 48
 
 
 @pytest.mark.parametrize("kw", [{"batch_size": 0}, {"batch_size": -2}, {"batch_size": 2.0}, {}, {"batch_size": 2, "global_batch_size": 4}])
 def test_bad_batch_size(kw):
     with pytest.raises(MixError, match="batch_size"):
-        mix(DOM, REH, 0.1, seed=0, **kw)
+        mix(DOM, REH, MixSpec(0.1, seed=0, **kw))
 
 
 def test_other_bad_inputs():
     with pytest.raises(MixError, match="rank 2 is outside"):
-        mix(DOM, REH, 0.1, batch_size=2, seed=0, world_size=2, rank=2)
+        mix(DOM, REH, MixSpec(0.1, batch_size=2, seed=0, world_size=2), rank=2)
     with pytest.raises(MixError, match="fewer than the 54 domain rows"):
-        mix(DOM, REH, 0.1, batch_size=60, seed=0, world_size=1)
+        mix(DOM, REH, MixSpec(0.1, batch_size=60, seed=0, world_size=1))
     with pytest.raises(MixError, match="streaming"):
-        mix(datasets.Dataset.from_list(DOM).to_iterable_dataset(), REH, 0.1, batch_size=2, seed=0)
+        mix(datasets.Dataset.from_list(DOM).to_iterable_dataset(), REH, MixSpec(0.1, batch_size=2, seed=0))
     with pytest.raises(MixError, match="the rehearsal source is a streaming"):
-        mix(DOM, datasets.Dataset.from_list(REH).to_iterable_dataset(), 0.1, batch_size=2, seed=0)
+        mix(DOM, datasets.Dataset.from_list(REH).to_iterable_dataset(), MixSpec(0.1, batch_size=2, seed=0))
     if importlib.util.find_spec("torch") is not None:
         from replaybank.hf.torch import MixedIterableDataset
 
         with pytest.raises(MixError, match="the rehearsal source is a streaming"):
-            MixedIterableDataset(DOM, datasets.Dataset.from_list(REH).to_iterable_dataset(), 0.1,
-                                 batch_size=2, seed=0)
+            MixedIterableDataset(DOM, datasets.Dataset.from_list(REH).to_iterable_dataset(), MixSpec(0.1, batch_size=2, seed=0))
     assert issubclass(MixNotBuiltError, NotImplementedError)
     with pytest.raises(MixError, match='mix_by must be "rows" or "tokens"'):
-        mix(DOM, REH, 0.1, batch_size=2, seed=0, mix_by="bytes")
+        mix(DOM, REH, MixSpec(0.1, batch_size=2, seed=0, mix_by="bytes"))
     assert issubclass(MixError, ValueError) and issubclass(MixError, ReplayBankError)
     plan = MixPlan(50, 13, 0.1, batch_size=4, seed=0)
     with pytest.raises(MixError, match="batch_size=4, this stream has batch_size=5"):

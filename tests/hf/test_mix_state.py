@@ -10,13 +10,12 @@ import pytest
 
 pytest.importorskip("datasets")
 
-from replaybank.hf import MixError, mix  # noqa: E402
+from replaybank.hf import MixError, MixSpec, mix  # noqa: E402
 from replaybank.hf.stream_state import MAX_RESUME_EXAMPLES  # noqa: E402
 
 
 def _stream(epochs=None):
-    ds = mix([{"t": i} for i in range(6)], [{"t": -i} for i in range(4)], 0.25, batch_size=4, seed=0,
-             world_size=1, epochs=epochs)
+    ds = mix([{"t": i} for i in range(6)], [{"t": -i} for i in range(4)], MixSpec(0.25, batch_size=4, seed=0, world_size=1, epochs=epochs))
     it = iter(ds)
     for _ in range(5):
         next(it)
@@ -68,8 +67,7 @@ def test_the_torch_dataset_refuses_a_bool_for_consumed():
     pytest.importorskip("torch")
     from replaybank.hf.torch import MixedIterableDataset
 
-    ds = MixedIterableDataset([{"t": i} for i in range(6)], [{"t": -i} for i in range(4)], 0.25, batch_size=4,
-                              seed=0, world_size=1, rank=0)
+    ds = MixedIterableDataset([{"t": i} for i in range(6)], [{"t": -i} for i in range(4)], MixSpec(0.25, batch_size=4, seed=0, world_size=1), rank=0)
     state = ds.state_dict()
     with pytest.raises(MixError, match="consumed=True"):
         ds.load_state_dict({**state, "consumed": True})

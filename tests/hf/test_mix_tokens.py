@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("datasets")
 
-from replaybank.hf import MixError, mix  # noqa: E402
+from replaybank.hf import MixError, MixSpec, mix  # noqa: E402
 from replaybank.hf.plan import row_ratio  # noqa: E402
 from replaybank.mixing import row_shares  # noqa: E402
 
@@ -35,7 +35,7 @@ def test_constant_lengths_give_the_exact_token_share_in_every_batch(kind):
         import datasets
 
         dom, reh = datasets.Dataset.from_list(dom), datasets.Dataset.from_list(reh)
-    ds = mix(dom, reh, 0.5, batch_size=5, seed=0, epochs=1, world_size=1, mix_by="tokens")
+    ds = mix(dom, reh, MixSpec(0.5, batch_size=5, seed=0, epochs=1, world_size=1, mix_by="tokens"))
     rows = list(ds)
     assert len(rows) == 40 + 10
     for b in range(0, len(rows), 5):
@@ -55,7 +55,7 @@ def test_row_quota_is_the_main_jobs_rule():
     r = 2 / 11
     assert float(row_shares([0.6, 0.4], "tokens", [7.0, 21.0])[1]) == pytest.approx(r)
     dom, reh = _rows(97, 3, 7, 1), _rows(31, 2, 21, 2)
-    rows = list(mix(dom, reh, 0.4, batch_size=8, seed=3, epochs=2, world_size=1, mix_by="tokens"))
+    rows = list(mix(dom, reh, MixSpec(0.4, batch_size=8, seed=3, epochs=2, world_size=1, mix_by="tokens")))
     per_batch = np.array([int(x["source"]) for x in rows]).reshape(-1, 8).sum(axis=1)
     assert len(per_batch) == 28  # 14 full batches per epoch: 97 domain rows at 6.5 a batch
     # the exact largest-remainder quota of r: every batch floor or ceil of 8r, and after k batches
@@ -74,7 +74,7 @@ def test_skewed_random_lengths_hit_the_token_share(ratio):
     rng = np.random.default_rng(0)
     dom = [{"input_ids": [1] * (n + 3), "labels": [-100] * 3 + [1] * n} for n in rng.integers(2, 13, 3000)]
     reh = [{"input_ids": [2] * n, "labels": [2] * n} for n in rng.integers(10, 91, 400)]
-    rows = list(mix(dom, reh, ratio, batch_size=16, seed=1, epochs=1, world_size=1, mix_by="tokens"))
+    rows = list(mix(dom, reh, MixSpec(ratio, batch_size=16, seed=1, epochs=1, world_size=1, mix_by="tokens")))
     tokens = np.array([_label_tokens(r) for r in rows], dtype=float)
     src = np.array([r["source"] for r in rows])
     share = tokens[src == 1].sum() / tokens.sum()
@@ -88,31 +88,28 @@ def test_skewed_random_lengths_hit_the_token_share(ratio):
 def test_input_ids_length_when_there_are_no_labels():
     dom = [{"input_ids": [1] * 4} for _ in range(30)]
     reh = [{"input_ids": [2] * 12} for _ in range(10)]
-    rows = list(mix(dom, reh, 0.5, batch_size=4, seed=0, epochs=1, world_size=1, mix_by="tokens"))
+    rows = list(mix(dom, reh, MixSpec(0.5, batch_size=4, seed=0, epochs=1, world_size=1, mix_by="tokens")))
     assert [sum(r["source"] for r in rows[b : b + 4]) for b in range(0, len(rows), 4)] == [1] * (len(rows) // 4)
 
 
 def test_torch_side_follows_the_same_rule():
     torch_mod = pytest.importorskip("replaybank.hf.torch")
     dom, reh = _rows(40, 5, 5, 1), _rows(10, 10, 20, 2)
-    ds = torch_mod.MixedIterableDataset(dom, reh, 0.5, batch_size=5, seed=0, epochs=1, world_size=1,
-                                        rank=0, mix_by="tokens")  # fmt: skip
+    ds = torch_mod.MixedIterableDataset(dom, reh, MixSpec(0.5, batch_size=5, seed=0, epochs=1, world_size=1, mix_by="tokens"), rank=0)  # fmt: skip
     assert [r["source"] for r in ds][:10] == [0, 0, 0, 0, 1] * 2
-    s = torch_mod.MixedBatchSampler(40, 10, 0.5, batch_size=5, seed=0, epochs=1, world_size=1, rank=0,
-                                    mix_by="tokens", tokens_per_row=(5.0, 20.0))  # fmt: skip
+    s = torch_mod.MixedBatchSampler(40, 10, MixSpec(0.5, batch_size=5, seed=0, epochs=1, world_size=1, mix_by="tokens"), rank=0, tokens_per_row=(5.0, 20.0))  # fmt: skip
     assert [sum(i >= 40 for i in b) for b in s] == [1] * 10
     with pytest.raises(MixError, match="needs tokens_per_row"):
-        torch_mod.MixedBatchSampler(40, 10, 0.5, batch_size=5, seed=0, world_size=1, rank=0, mix_by="tokens")
+        torch_mod.MixedBatchSampler(40, 10, MixSpec(0.5, batch_size=5, seed=0, world_size=1, mix_by="tokens"), rank=0)
 
 
 def test_bad_input_names_the_column():
     with pytest.raises(MixError, match='the domain source has neither .it has \\[\'text\'\\]'):
-        mix([{"text": "a"}] * 8, [{"text": "b"}] * 4, 0.1, batch_size=4, seed=0, mix_by="tokens")
+        mix([{"text": "a"}] * 8, [{"text": "b"}] * 4, MixSpec(0.1, batch_size=4, seed=0, mix_by="tokens"))
     bad = [{"labels": [1]}, {"labels": 7}, {"labels": [1]}]  # only row 0's types are checked upfront
     with pytest.raises(MixError, match="rehearsal row 1: column 'labels' is int"):
-        mix([{"labels": [1, 2]}] * 8, bad, 0.1, batch_size=4, seed=0, mix_by="tokens")
+        mix([{"labels": [1, 2]}] * 8, bad, MixSpec(0.1, batch_size=4, seed=0, mix_by="tokens"))
     with pytest.raises(MixError, match="tokens_per_row must be two finite numbers > 0"):
         row_ratio(0.1, "tokens", (5.0, 0.0))
     # ratio 0 needs no token counts at all.
-    assert len(list(mix([{"text": "a"}] * 8, None, 0.0, batch_size=4, seed=0, epochs=1, world_size=1,
-                        mix_by="tokens"))) == 8  # fmt: skip
+    assert len(list(mix([{"text": "a"}] * 8, None, MixSpec(0.0, batch_size=4, seed=0, epochs=1, world_size=1, mix_by="tokens")))) == 8  # fmt: skip

@@ -12,7 +12,7 @@ peft = pytest.importorskip("peft")
 pytest.importorskip("datasets")
 
 import replaybank.hf  # noqa: E402
-from replaybank.hf import KLToBase, mix  # noqa: E402
+from replaybank.hf import KLToBase, MixSpec, mix  # noqa: E402
 from replaybank.llm.config import Recipe  # noqa: E402
 
 
@@ -109,18 +109,16 @@ def test_without_rehearsal_ce_the_rehearsal_answers_get_no_gradient_from_cross_e
 def test_mix_and_the_torch_dataset_take_the_recipes_share():
     domain = [{"x": i} for i in range(16)]
     general = [{"x": 100 + i} for i in range(8)]
-    ds = mix(domain, general, recipe="self-distill", batch_size=4, seed=0, epochs=1, world_size=1)
+    ds = mix(domain, general, MixSpec(recipe="self-distill", batch_size=4, seed=0, epochs=1, world_size=1))
     sources = [row["source"] for row in ds]
     # an epoch is the domain's 16 rows, 2 per batch of 4: 50% of every batch is rehearsal
     assert len(sources) == 32 and all(sum(sources[i:i + 4]) == 2 for i in range(0, 32, 4))
-    assert [row["source"] for row in mix(domain, general, recipe=replaybank.hf.recipe("rehearsal-corpus"),
-                                         batch_size=10, seed=0, epochs=1, world_size=1)].count(1) == 1  # 10%
+    assert [row["source"] for row in mix(domain, general, MixSpec(recipe=replaybank.hf.recipe("rehearsal-corpus"), batch_size=10, seed=0, epochs=1, world_size=1))].count(1) == 1  # 10%
     from replaybank.hf.torch import MixedBatchSampler, MixedIterableDataset
 
-    torch_ds = MixedIterableDataset(domain, general, recipe="self-distill", batch_size=4, seed=0, epochs=1,
-                                    world_size=1, rank=0)
+    torch_ds = MixedIterableDataset(domain, general, MixSpec(recipe="self-distill", batch_size=4, seed=0, epochs=1, world_size=1), rank=0)
     assert [row["source"] for row in torch_ds] == sources  # the same order as mix()
-    sampler = MixedBatchSampler(16, 8, recipe="self-distill", batch_size=4, seed=0, epochs=1, world_size=1, rank=0)
+    sampler = MixedBatchSampler(16, 8, MixSpec(recipe="self-distill", batch_size=4, seed=0, epochs=1, world_size=1), rank=0)
     assert [sum(i >= 16 for i in b) for b in sampler] == [2] * 8
     with pytest.raises(replaybank.hf.MixError, match="not both"):
-        mix(domain, general, 0.1, recipe="self-distill", batch_size=4, seed=0)
+        mix(domain, general, MixSpec(0.1, recipe="self-distill", batch_size=4, seed=0))

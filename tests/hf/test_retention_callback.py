@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 pytest.importorskip("datasets")
 
-from replaybank.hf import MixError, RetentionCallback, RetentionWarning, mix  # noqa: E402
+from replaybank.hf import MixError, MixSpec, RetentionCallback, RetentionWarning, mix  # noqa: E402
 
 
 def _peft(model_dir):
@@ -30,7 +30,7 @@ def _trainer(tiny_lm, tmp_path, steps):
     for i in range(24):
         p, a = tok(f"q{i} =")["input_ids"], tok(f" {i % 5}")["input_ids"] + [tok.eos_token_id]
         rows.append({"input_ids": p + a, "labels": [-100] * len(p) + a})
-    train = mix(rows[:20], rows[20:], 0.25, batch_size=4, seed=0, world_size=1)
+    train = mix(rows[:20], rows[20:], MixSpec(0.25, batch_size=4, seed=0, world_size=1))
     args = transformers.TrainingArguments(
         str(tmp_path), per_device_train_batch_size=4, max_steps=steps, learning_rate=5e-2,
         logging_steps=1, report_to=[], use_cpu=True, save_strategy="no",

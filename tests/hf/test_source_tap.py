@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("datasets")
 
-from replaybank.hf import MixError, SourceTap, mix  # noqa: E402
+from replaybank.hf import MixError, MixSpec, SourceTap, mix  # noqa: E402
 
 
 def _rows(tok, prefix, n):
@@ -23,7 +23,7 @@ def _rows(tok, prefix, n):
 
 def _trainer(model_dir, tok, out, **overrides):
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir)  # no PEFT: no KL possible
-    train = mix(_rows(tok, "d", 40), _rows(tok, "#", 10), 0.25, batch_size=4, seed=0, world_size=1)
+    train = mix(_rows(tok, "d", 40), _rows(tok, "#", 10), MixSpec(0.25, batch_size=4, seed=0, world_size=1))
     kwargs = dict(per_device_train_batch_size=4, max_steps=3, learning_rate=1e-2, logging_steps=1, report_to=[],
                   use_cpu=True, remove_unused_columns=False, save_strategy="no")  # fmt: skip
     args = transformers.TrainingArguments(str(out), **{**kwargs, **overrides})

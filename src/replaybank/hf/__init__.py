@@ -2,14 +2,15 @@
 
 * :func:`mix`: domain + rehearsal rows as one ``datasets.IterableDataset`` with an exact rehearsal
   quota (of rows, or of labelled tokens with ``mix_by="tokens"``) in every (global) batch,
-  per-epoch seeded rehearsal slices, resumable.
+  per-epoch seeded rehearsal slices, resumable; the mixing options are one :class:`MixSpec`
+  (:mod:`replaybank.hf.spec`), shared with the torch readers.
 * :mod:`replaybank.hf.torch`: the same order for plain PyTorch loops, as a torch
   ``IterableDataset`` (:class:`~replaybank.hf.torch.MixedIterableDataset`) or a batch sampler
   (:class:`~replaybank.hf.torch.MixedBatchSampler`), each rank reading its own part.
 * :class:`KLToBase`: the main job's KL-to-base term on rehearsal rows as a ``Trainer`` /
   ``SFTTrainer`` ``compute_loss_func`` (:mod:`replaybank.hf.kl`).
 * :func:`recipe`: a rehearsal recipe by name, the same as ``replaybank run``'s arms and
-  ``replaybank loop``'s ``[loop] recipe`` (``mix(..., recipe=)``, ``KLToBase.from_recipe``;
+  ``replaybank loop``'s ``[loop] recipe`` (``MixSpec(recipe=...)``, ``KLToBase.from_recipe``;
   :mod:`replaybank.hf.recipe`).
 * :class:`RetentionCallback`: general-capability retention every N steps, logged through the
   trainer, with a warning or a stop below a threshold (:mod:`replaybank.hf.callbacks`).
@@ -39,11 +40,12 @@ from replaybank.hf.plan import GlobalBatch, MixError, MixNotBuiltError, MixPlan,
 from replaybank.hf.recipe import Recipe, recipe
 from replaybank.hf.schedule import QuotaSchedule
 from replaybank.hf.source import SourceTap
+from replaybank.hf.spec import MixSpec
 from replaybank.hf.stream import mix
 from replaybank.hf.trainer_check import check_trainer
 
 __all__ = [
-    "mix", "check_trainer", "recipe", "Recipe", "MixPlan", "GlobalBatch", "MixError", "MixNotBuiltError", "resolve_world",
+    "mix", "MixSpec", "check_trainer", "recipe", "Recipe", "MixPlan", "GlobalBatch", "MixError", "MixNotBuiltError", "resolve_world",
     "KLToBase", "RetentionCallback", "RetentionWarning", "SourceTap", "embedded_model", "self_rows",
     "ControllerCallback", "QuotaSchedule",
 ]  # fmt: skip

@@ -14,7 +14,7 @@ resumed run draws the batches of an uninterrupted one.
 Example (a sketch; ``tests/hf/test_controller_callback.py`` runs it on a tiny Llama):
 
     cb = ControllerCallback.from_recipe(recipe("rehearsal-self"), seed=0)   # or any controller
-    train = mix(domain, general, cb.ratio, batch_size=8, seed=0, steer=cb.schedule)
+    train = mix(domain, general, MixSpec(cb.ratio, batch_size=8, seed=0), steer=cb.schedule)
     trainer = Trainer(..., train_dataset=train, eval_dataset={"domain": d_eval, "rehearsal": g_eval},
                       args=TrainingArguments(..., eval_strategy="steps", eval_steps=50, eval_on_start=True))
     trainer.add_callback(cb)

@@ -2,9 +2,9 @@
 ``replaybank loop`` (:class:`replaybank.llm.config.Recipe`).
 
 :func:`recipe` gives a built-in recipe by name (``self-distill``, ``rehearsal-corpus``, ...) or a
-``[recipes.NAME]`` table of a config file; :func:`replaybank.hf.mix` (and the torch datasets)
-take its share with ``recipe=``, and :meth:`replaybank.hf.KLToBase.from_recipe` its KL term and
-its ``rehearsal_ce``. The recipe's ``source`` says what the rehearsal rows should be (``self``:
+``[recipes.NAME]`` table of a config file; :class:`replaybank.hf.MixSpec` (for
+:func:`replaybank.hf.mix` and the torch datasets) takes its share with ``recipe=``, and
+:meth:`replaybank.hf.KLToBase.from_recipe` its KL term and its ``rehearsal_ce``. The recipe's ``source`` says what the rehearsal rows should be (``self``:
 the base model's own answers to general prompts; ``corpus``: general text); here you pass those
 rows yourself.
 

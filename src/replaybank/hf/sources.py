@@ -162,6 +162,14 @@ def mean_label_tokens(source: Source) -> float:
     return total / max(len(values), 1)
 
 
+def tokens_per_row(domain: Source, rehearsal: Source | None, mix_by: str, ratio: float) -> tuple[float, float] | None:
+    """``(mean labelled tokens per domain row, per rehearsal row)`` when a ``mix_by="tokens"`` share
+    draws rehearsal rows, else ``None`` (nothing to convert, so the rows are not read for it)."""
+    if mix_by != "tokens" or ratio == 0 or rehearsal is None or len(rehearsal) == 0:
+        return None
+    return mean_label_tokens(domain), mean_label_tokens(rehearsal)
+
+
 def rehearsal_source(data: Any) -> Source | None:
     """The rehearsal :class:`Source`, or ``None`` when there is none (``None``, an empty list).
 

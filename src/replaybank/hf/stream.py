@@ -13,21 +13,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from replaybank.hf.plan import (
-    DOMAIN,
-    REHEARSAL,
-    MixBy,
-    MixPlan,
-    check_mix_by,
-    check_ratio,
-    per_rank_batch,
-    resolve_world,
-    row_ratio,
-)
-from replaybank.hf.recipe import share
+from replaybank.hf.plan import DOMAIN, REHEARSAL, MixPlan, resolve_world
 from replaybank.hf.schedule import QuotaSchedule
-from replaybank.hf.sources import Source, check_columns, mean_label_tokens, rehearsal_source
-from replaybank.llm.config.recipe import Recipe
+from replaybank.hf.sources import Source, check_columns, rehearsal_source, tokens_per_row
+from replaybank.hf.spec import MixSpec
 
 ROW_COLUMN = "_replaybank_row"
 
@@ -92,27 +81,12 @@ class _Fetch:
         return out
 
 
-def source_row_ratio(ratio: float, mix_by: MixBy, dom: Source, reh: Source | None) -> float:
-    """:func:`~replaybank.hf.plan.row_ratio` with each source's mean labelled tokens per row."""
-    if mix_by == "rows" or ratio == 0 or reh is None or len(reh) == 0:
-        return ratio
-    return row_ratio(ratio, mix_by, (mean_label_tokens(dom), mean_label_tokens(reh)))
-
-
 def mix(
     domain: Any,
     rehearsal: Any,
-    ratio: float | None = None,
+    spec: MixSpec,
     *,
-    recipe: Recipe | str | None = None,
-    batch_size: int | None = None,
-    seed: int,
-    mix_by: MixBy | None = None,
-    rows_per_epoch: int | None = None,
-    global_batch_size: int | None = None,
-    world_size: int | Literal["auto"] = "auto",
     rank: int | Literal["auto"] | None = None,
-    epochs: int | None = None,
     columns: Sequence[str] | None = None,
     source_column: str = "source",
     steer: QuotaSchedule | None = None,
@@ -139,8 +113,8 @@ def mix(
     rank the same block. So each rank trains on its part of a global batch that holds the exact
     quota (the rehearsal rows are also spread evenly over the ranks), no row twice, none dropped.
     ``rank=k`` / ``"auto"`` yields only that rank's part (for your own loop; see also
-    :mod:`replaybank.hf.torch`). ``world_size="auto"`` reads torch.distributed when initialised,
-    else ``WORLD_SIZE``; under ``accelerate`` with ``split_batches=True`` pass
+    :mod:`replaybank.hf.torch`). The spec's ``world_size="auto"`` reads torch.distributed when
+    initialised, else ``WORLD_SIZE``; under ``accelerate`` with ``split_batches=True`` give the spec
     ``global_batch_size`` (the per-device batch there is the global one).
 
     **Resuming.** The order is a pure function of the arguments, so:
@@ -157,87 +131,64 @@ def mix(
     Args:
         domain: the task rows: ``datasets.Dataset`` or a sequence of row dicts. It defines the
             epoch.
-        rehearsal: the rehearsal pool (same kinds; ``None`` or empty only with ``ratio=0``).
-        ratio: rehearsal share of every global batch, in ``[0, 1)``.
-        recipe: instead of ``ratio`` and ``mix_by``: a rehearsal recipe
-            (:func:`replaybank.hf.recipe`, or its name, e.g. ``"self-distill"``), whose ``ratio``
-            and ``mix_by`` are used (its KL term goes to :meth:`replaybank.hf.KLToBase.from_recipe`).
-        batch_size: rows per rank per step (``per_device_train_batch_size``).
-        seed: seed of every permutation and slice.
-        mix_by: ``"rows"`` (the default): ``ratio`` is the rehearsal share of every batch's rows.
-            ``"tokens"``: ``ratio`` is the rehearsal share of the labelled tokens (the tokens of
-            the loss: ``labels`` entries other than -100, else ``input_ids`` length). It becomes a
-            row share by the main job's rule (:func:`replaybank.hf.plan.row_ratio`, from each
-            source's mean labelled tokens per row) and every batch holds that row share's exact
-            quota; the token share is ``ratio`` in expectation. Rows are never picked by their
-            length, so the rehearsal sample is not biased toward short or long rows.
-        rows_per_epoch: size of each epoch's seeded rehearsal slice, or ``None`` to cycle the pool.
-        global_batch_size: instead of ``batch_size``: rows per step over all ranks.
-        world_size: number of ranks, or ``"auto"``.
-        rank: ``None`` for every rank's rows (Trainer, accelerate), else one rank's part.
-        epochs: stop after this many epochs; ``None`` for an endless stream.
+        rehearsal: the rehearsal pool (same kinds; ``None`` or empty only with ratio 0).
+        spec: the mixing options (:class:`~replaybank.hf.spec.MixSpec`: the share or recipe, the
+            batch size, seed, world size, rehearsal slice, epochs), checked when it was built. One
+            record, not keywords, so that the torch readers of :mod:`replaybank.hf.torch` given the
+            same spec yield the same order.
+        rank: ``None`` for every rank's rows (Trainer, accelerate), else one rank's part (an int
+            or ``"auto"``).
         columns: data columns to keep (default: all of the domain's); both sources need them.
         source_column: name of the 0/1 source column added to every row.
         steer: a :class:`~replaybank.hf.schedule.QuotaSchedule` that moves the rehearsal share between
-            batches (a :class:`replaybank.hf.ControllerCallback`'s ``schedule``); read in this process.
+            batches (a :class:`replaybank.hf.ControllerCallback`'s ``schedule``); read in this
+            process, so it is a live object beside the spec rather than one of its values.
 
     Returns:
         A ``datasets.IterableDataset`` of dict rows, ``n_shards == 1``.
 
     Raises:
-        MixError: (a ``ValueError``) on a ratio outside ``[0, 1)``, neither or both of ``ratio``
-            and ``recipe``, a rehearsal source with no
-            rows, a missing column or one whose type differs between the sources (named), a world
-            size that does not divide ``global_batch_size``, a batch size < 1 or a bad rank,
-            before any row is read.
-            With ``mix_by="tokens"``: a source with neither ``labels`` nor ``input_ids``.
+        MixError: (a ``ValueError``) before any row is read, on a rehearsal source with no rows
+            at a ratio above 0, a missing column or one whose type differs between the sources
+            (named), a world size (``"auto"`` resolved here) that does not divide
+            ``global_batch_size``, a domain source too small for one batch, or a bad rank. With
+            ``mix_by="tokens"``: a source with neither ``labels`` nor ``input_ids``. (A bad option
+            is refused earlier, by :class:`~replaybank.hf.spec.MixSpec`.)
 
     Example:
         >>> domain = [{"text": f"task {i}"} for i in range(6)]
         >>> general = [{"text": f"general {i}"} for i in range(4)]
-        >>> ds = mix(domain, general, 0.25, batch_size=4, seed=0, epochs=1, world_size=1)
+        >>> ds = mix(domain, general, MixSpec(0.25, batch_size=4, seed=0, epochs=1, world_size=1))
         >>> [row["source"] for row in ds]
         [0, 0, 0, 1, 0, 0, 0, 1]
     """
     import datasets
 
-    ratio, mix_by = share(ratio, mix_by, recipe)
-    check_mix_by(mix_by)
-    ratio = check_ratio(ratio)
     if rank is None:
-        world, the_rank = resolve_world(world_size, 0)[0], -1
+        world, the_rank = resolve_world(spec.world_size, 0)[0], -1
     else:
-        world, the_rank = resolve_world(world_size, rank)
-    per_rank = per_rank_batch(batch_size, global_batch_size, world)
+        world, the_rank = resolve_world(spec.world_size, rank)
     dom = Source(domain, "domain")
     reh = rehearsal_source(rehearsal)
     cols = check_columns(dom, reh, columns, source_column)
-    n_reh = 0 if reh is None else len(reh)
-    ratio = source_row_ratio(ratio, mix_by, dom, reh)
+    ratio, mix_by = spec.share()
+    tokens = tokens_per_row(dom, reh, mix_by, ratio)
+    # Build the plan once here so that every bad input is reported now, not at the first row.
+    plan = spec.plan(len(dom), 0 if reh is None else len(reh), world, tokens)
+    per_rank = plan.batch_size
     kwargs = {
-        "n_domain": len(dom),
-        "n_rehearsal": n_reh,
-        "ratio": ratio,
+        "n_domain": plan.n_domain,
+        "n_rehearsal": plan.n_rehearsal,
+        "ratio": plan.ratio,
         "batch_size": per_rank,
-        "seed": seed,
+        "seed": plan.seed,
         "world_size": world,
-        "rows_per_epoch": rows_per_epoch,
-        "epochs": epochs,
+        "rows_per_epoch": plan.rows_per_epoch,
+        "epochs": plan.epochs,
         "rank": the_rank,
         "source_column": source_column,
         "steer": None if steer is None else steer.token,
     }
-    # Build the plan once here so that every bad input is reported now, not at the first row.
-    plan = MixPlan(
-        len(dom),
-        n_reh,
-        ratio,
-        batch_size=per_rank,
-        seed=seed,
-        world_size=world,
-        rows_per_epoch=rows_per_epoch,
-        epochs=epochs,
-    )
     index_features = datasets.Features(
         {source_column: datasets.Value("int8"), ROW_COLUMN: datasets.Value("int64")}
     )
@@ -259,7 +210,7 @@ def mix(
         remove_columns=[ROW_COLUMN],
         features=features,
     )
-    limit = MAX_RESUME_EXAMPLES if epochs is None else int(plan.total_batches() or 0) * rows_per_batch
+    limit = MAX_RESUME_EXAMPLES if plan.epochs is None else int(plan.total_batches() or 0) * rows_per_batch
     stream = as_mix_stream(mapped, limit, rows_per_batch)
     # what replaybank.hf.check_trainer compares with the trainer's batch size (KLToBase.attach)
     stream._replaybank_mix = {"batch_size": per_rank, "world_size": world, "rank": the_rank}

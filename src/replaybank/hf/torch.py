@@ -23,59 +23,17 @@ from typing import Any, Literal
 
 import torch.utils.data
 
-from replaybank.hf.plan import (
-    REHEARSAL,
-    MixBy,
-    MixError,
-    MixPlan,
-    check_mix_by,
-    check_ratio,
-    per_rank_batch,
-    resolve_world,
-    row_ratio,
-)
-from replaybank.hf.recipe import share
-from replaybank.hf.sources import Source, check_columns, mean_label_tokens, rehearsal_source
-from replaybank.llm.config.recipe import Recipe
-
-
-def _plan(
-    n_domain: int,
-    n_rehearsal: int,
-    ratio: float,
-    batch_size: int | None,
-    global_batch_size: int | None,
-    seed: int,
-    rows_per_epoch: int | None,
-    epochs: int | None,
-    world_size: int | Literal["auto"],
-    rank: int | Literal["auto"],
-    mix_by: MixBy,
-    tokens_per_row: Any = None,
-) -> tuple[MixPlan, int]:
-    check_mix_by(mix_by)
-    world, the_rank = resolve_world(world_size, rank)
-    per_rank = per_rank_batch(batch_size, global_batch_size, world)
-    plan = MixPlan(
-        n_domain,
-        n_rehearsal,
-        row_ratio(check_ratio(ratio), mix_by, tokens_per_row),
-        batch_size=per_rank,
-        seed=seed,
-        world_size=world,
-        rows_per_epoch=rows_per_epoch,
-        epochs=epochs,
-    )
-    return plan, the_rank
+from replaybank.hf.plan import REHEARSAL, MixError, resolve_world
+from replaybank.hf.sources import Source, check_columns, rehearsal_source, tokens_per_row
+from replaybank.hf.spec import MixSpec
 
 
 class MixedIterableDataset(torch.utils.data.IterableDataset):
     """This rank's rows of the mixed stream, one dict per row, with a ``source`` column.
 
     Args:
-        domain, rehearsal, ratio, recipe, batch_size, seed, mix_by, rows_per_epoch, global_batch_size,
-        epochs, columns, source_column: as in :func:`replaybank.hf.mix`.
-        world_size: number of ranks, or ``"auto"``.
+        domain, rehearsal, spec, columns, source_column: as in :func:`replaybank.hf.mix` (the
+            same spec gives the same order).
         rank: this process's rank, or ``"auto"``.
 
     Iterating continues from the current position (an endless stream unless ``epochs`` is set).
@@ -89,8 +47,8 @@ class MixedIterableDataset(torch.utils.data.IterableDataset):
     Example:
         >>> dom = [{"x": i} for i in range(8)]
         >>> reh = [{"x": 100 + i} for i in range(4)]
-        >>> ds = MixedIterableDataset(dom, reh, 0.5, batch_size=2, seed=0, epochs=1,
-        ...                           world_size=2, rank=1)
+        >>> spec = MixSpec(0.5, batch_size=2, seed=0, epochs=1, world_size=2)
+        >>> ds = MixedIterableDataset(dom, reh, spec, rank=1)
         >>> [row["source"] for row in ds]
         [0, 1, 0, 1, 0, 1, 0, 1]
     """
@@ -99,31 +57,19 @@ class MixedIterableDataset(torch.utils.data.IterableDataset):
         self,
         domain: Any,
         rehearsal: Any,
-        ratio: float | None = None,
+        spec: MixSpec,
         *,
-        recipe: Recipe | str | None = None,
-        batch_size: int | None = None,
-        seed: int,
-        mix_by: MixBy | None = None,
-        rows_per_epoch: int | None = None,
-        global_batch_size: int | None = None,
-        world_size: int | Literal["auto"] = "auto",
         rank: int | Literal["auto"] = "auto",
-        epochs: int | None = None,
         columns: Sequence[str] | None = None,
         source_column: str = "source",
     ) -> None:
-        ratio, mix_by = share(ratio, mix_by, recipe)
         self._domain = Source(domain, "domain")
         self._rehearsal = rehearsal_source(rehearsal)
+        world, self.rank = resolve_world(spec.world_size, rank)
+        ratio, mix_by = spec.share()
+        tokens = tokens_per_row(self._domain, self._rehearsal, mix_by, ratio)
         n_reh = 0 if self._rehearsal is None else len(self._rehearsal)
-        tokens = None
-        if check_mix_by(mix_by) == "tokens" and self._rehearsal is not None and n_reh:
-            tokens = (mean_label_tokens(self._domain), mean_label_tokens(self._rehearsal))
-        self._plan, self.rank = _plan(
-            len(self._domain), n_reh, ratio, batch_size, global_batch_size, seed,
-            rows_per_epoch, epochs, world_size, rank, mix_by, tokens,
-        )  # fmt: skip
+        self._plan = spec.plan(len(self._domain), n_reh, world, tokens)
         self.columns = check_columns(self._domain, self._rehearsal, columns, source_column)
         self.source_column = source_column
         self.batch_size = self._plan.batch_size
@@ -187,17 +133,16 @@ class MixedBatchSampler(torch.utils.data.Sampler[list[int]]):
     Args:
         n_domain: rows in the domain source.
         n_rehearsal: rows in the rehearsal pool.
-        ratio, recipe, batch_size, seed, mix_by, rows_per_epoch, global_batch_size, epochs: as in
-            :func:`replaybank.hf.mix`.
+        spec: as in :func:`replaybank.hf.mix` (the same spec gives the same order).
+        rank: as in :class:`MixedIterableDataset`.
         tokens_per_row: ``(mean labelled tokens per domain row, per rehearsal row)``, needed
             with ``mix_by="tokens"`` (the sampler never sees the rows).
-        world_size, rank: as in :class:`MixedIterableDataset`.
 
     Raises:
         MixError: on the bad inputs listed in :func:`replaybank.hf.mix`.
 
     Example:
-        >>> s = MixedBatchSampler(6, 2, 0.25, batch_size=4, seed=0, epochs=1, world_size=1)
+        >>> s = MixedBatchSampler(6, 2, MixSpec(0.25, batch_size=4, seed=0, epochs=1, world_size=1))
         >>> [sum(i >= 6 for i in b) for b in s]
         [1, 1]
     """
@@ -206,24 +151,13 @@ class MixedBatchSampler(torch.utils.data.Sampler[list[int]]):
         self,
         n_domain: int,
         n_rehearsal: int,
-        ratio: float | None = None,
+        spec: MixSpec,
         *,
-        recipe: Recipe | str | None = None,
-        batch_size: int | None = None,
-        seed: int,
-        mix_by: MixBy | None = None,
-        rows_per_epoch: int | None = None,
-        global_batch_size: int | None = None,
-        world_size: int | Literal["auto"] = "auto",
         rank: int | Literal["auto"] = "auto",
-        epochs: int | None = None,
         tokens_per_row: tuple[float, float] | None = None,
     ) -> None:
-        ratio, mix_by = share(ratio, mix_by, recipe)
-        self._plan, self.rank = _plan(
-            n_domain, n_rehearsal, ratio, batch_size, global_batch_size, seed, rows_per_epoch,
-            epochs, world_size, rank, mix_by, tokens_per_row,
-        )  # fmt: skip
+        world, self.rank = resolve_world(spec.world_size, rank)
+        self._plan = spec.plan(n_domain, n_rehearsal, world, tokens_per_row)
         self.n_domain = self._plan.n_domain
         self.batch_size = self._plan.batch_size
 

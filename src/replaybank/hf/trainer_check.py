@@ -2,7 +2,7 @@
 
 ``mix`` cuts its stream into batches of ``batch_size`` rows per rank that each hold the exact
 quota; a trainer that takes another number of rows per step cuts across them, and the quota
-holds for no trainer batch (``mix(batch_size=8)`` under ``per_device_train_batch_size=4``: half
+holds for no trainer batch (``MixSpec(batch_size=8)`` under ``per_device_train_batch_size=4``: half
 the batches get the rehearsal row, half get none). Nothing in the stream can see the trainer's
 batch size, so the check runs where the two meet: :meth:`replaybank.hf.KLToBase.attach` calls
 :func:`check_trainer`, and a script without ``KLToBase`` calls it once before ``train()``.

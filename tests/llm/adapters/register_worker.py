@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from replaybank.llm.adapters import library as library_module
-from replaybank.llm.adapters.library import AdapterLibrary
+from replaybank.llm.adapters.library import AdapterLibrary, Registration
 
 
 def main() -> None:
@@ -22,7 +22,7 @@ def main() -> None:
     library_module.AdapterLibrary._write_index = slow_write  # type: ignore[method-assign]
     lib = AdapterLibrary(lib_path, create=True)
     for k in range(n):
-        lib.add(f"{prefix}{k}", folder=folder, skill=f"skill {prefix}")
+        lib.add(folder, Registration(f"{prefix}{k}", skill=f"skill {prefix}"))
     print("done", flush=True)
 
 

@@ -8,7 +8,13 @@ import math
 
 import pytest
 
-from replaybank.llm.adapters import AdapterNotFoundError, FingerprintError, MergeError, aggregate
+from replaybank.llm.adapters import (
+    AdapterNotFoundError,
+    FingerprintError,
+    MergeError,
+    Registration,
+    aggregate,
+)
 from replaybank.llm.adapters.merge import aggregate_weights
 
 from .conftest import delta, make_adapter, make_base  # type: ignore[import-not-found]
@@ -18,7 +24,7 @@ torch = pytest.importorskip("torch")
 
 def _learner(lib, name, seed, skill="tool calls", examples=("call the api",), **kwargs):
     model = make_adapter(2, seed)
-    lib.add(name, model=model, base_model=make_base(), skill=skill, examples=list(examples), **kwargs)
+    lib.add(model, Registration(name, skill=skill, examples=list(examples), **kwargs), base_model=make_base())
     return model
 
 
@@ -105,7 +111,7 @@ def test_fewer_than_two_learners_and_an_unknown_skill_are_refused(lib):
 
 def test_learners_of_different_base_models_are_refused(lib):
     _learner(lib, "seed0", 1)
-    lib.add("alien", model=make_adapter(2, 2), skill="tool calls", fingerprint="f" * 64)
+    lib.add(make_adapter(2, 2), Registration("alien", skill="tool calls", fingerprint="f" * 64))
     with pytest.raises(FingerprintError, match=r"field 'base_model.fingerprint': adapters of different base models"):
         aggregate(lib, "tool calls", into="avg", base_model=make_base())
     assert "avg" not in lib.names()

@@ -19,6 +19,7 @@ from replaybank.llm.adapters import (
     HashMismatchError,
     LibraryError,
     ManifestError,
+    Registration,
 )
 from replaybank.llm.eval.generate import model_fingerprint
 from replaybank.llm.train.peft_files import AdapterError, write_adapter_folder
@@ -43,8 +44,7 @@ def _folder(tmp_path: Path, rank: int = 2, seed: int = 1, name: str = "src") -> 
 
 def test_register_from_a_model_and_load_gives_the_same_outputs(lib):
     model = make_adapter(rank=3)
-    m = lib.add("tools", model=model, base_model=make_base(), skill="tool calls", domain="qx",
-                examples=["Add 3 eggs to my cart."], data={"rows": 12})
+    m = lib.add(model, Registration("tools", skill="tool calls", domain="qx", examples=["Add 3 eggs to my cart."], data={"rows": 12}), base_model=make_base())
     assert lib.names() == ["tools"] and m.skill == "tool calls" and m.parents == ()
     on_disk = sorted(p.name for p in (lib.root / "tools").iterdir())
     assert on_disk == ["adapter_config.json", "adapter_model.safetensors", "replaybank.json"]
@@ -60,14 +60,14 @@ def test_register_from_a_model_and_load_gives_the_same_outputs(lib):
 
 
 def test_register_from_a_loop_folder_takes_its_fingerprint_and_recipe(lib, tmp_path):
-    m = lib.add("gen1", folder=_folder(tmp_path), skill="s")
+    m = lib.add(_folder(tmp_path), Registration("gen1", skill="s"))
     assert m.fingerprint == model_fingerprint(make_base()) and m.base_name == "net"
     assert m.recipe == {"name": "self-distill"} and m.source == str(tmp_path / "src")
     assert lib.index()["gen1"]["sha256"] == m.sha256
 
 
 def test_another_base_model_is_refused_naming_the_adapter_and_field(lib, tmp_path):
-    lib.add("gen1", folder=_folder(tmp_path), skill="s")
+    lib.add(_folder(tmp_path), Registration("gen1", skill="s"))
     other = make_base()
     with torch.no_grad():
         other.proj.weight.add_(0.5)
@@ -75,11 +75,11 @@ def test_another_base_model_is_refused_naming_the_adapter_and_field(lib, tmp_pat
         lib.load("gen1", other)
     assert not isinstance(other, peft.PeftModel) and not any("lora" in n for n, _ in other.named_modules())
     with pytest.raises(FingerprintError, match=r"adapter 'again', field 'base_model.fingerprint'"):
-        lib.add("again", folder=_folder(tmp_path, name="src2"), skill="s", base_model=other)
+        lib.add(_folder(tmp_path, name="src2"), Registration("again", skill="s"), base_model=other)
 
 
 def test_a_changed_weights_file_is_refused(lib, tmp_path):
-    lib.add("gen1", folder=_folder(tmp_path), skill="s")
+    lib.add(_folder(tmp_path), Registration("gen1", skill="s"))
     weights = lib.root / "gen1" / "adapter_model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1
@@ -90,7 +90,7 @@ def test_a_changed_weights_file_is_refused(lib, tmp_path):
     src = _folder(tmp_path, name="src2")
     (src / "adapter_model.safetensors").write_bytes(weights.read_bytes())
     with pytest.raises(HashMismatchError, match=r"adapter 'bad', field 'sha256'"):
-        lib.add("bad", folder=src, skill="s")
+        lib.add(src, Registration("bad", skill="s"))
     assert lib.names() == ["gen1"]
 
 
@@ -108,7 +108,7 @@ def test_a_changed_weights_file_is_refused(lib, tmp_path):
     (lambda m: m.pop("skill"), r"field 'skill': .*missing"),
 ])
 def test_a_manifest_that_fails_its_schema_is_refused(lib, tmp_path, edit, match):
-    lib.add("gen1", folder=_folder(tmp_path), skill="s")
+    lib.add(_folder(tmp_path), Registration("gen1", skill="s"))
     path = lib.root / "gen1" / "replaybank.json"
     manifest = json.loads(path.read_text())
     edit(manifest)
@@ -118,7 +118,7 @@ def test_a_manifest_that_fails_its_schema_is_refused(lib, tmp_path, edit, match)
 
 
 def test_a_weights_file_that_is_a_link_out_of_the_library_is_refused(lib, tmp_path):
-    lib.add("gen1", folder=_folder(tmp_path), skill="s")
+    lib.add(_folder(tmp_path), Registration("gen1", skill="s"))
     weights = lib.root / "gen1" / "adapter_model.safetensors"
     outside = tmp_path / "outside.safetensors"
     outside.write_bytes(weights.read_bytes())
@@ -140,12 +140,12 @@ def test_an_adapter_config_that_is_not_a_plain_lora_is_refused_at_registration(l
     (src / "adapter_config.json").write_text(json.dumps(cfg))
     before = snapshot(lib.root)
     with pytest.raises(ManifestError, match=r"adapter 'gen1', " + match):
-        lib.add("gen1", folder=src, skill="s")
+        lib.add(src, Registration("gen1", skill="s"))
     assert snapshot(lib.root) == before and lib.names() == []
 
 
 def test_tensors_that_do_not_fit_the_config_leave_the_model_bare(lib, tmp_path):
-    lib.add("gen1", folder=_folder(tmp_path, rank=2), skill="s")
+    lib.add(_folder(tmp_path, rank=2), Registration("gen1", skill="s"))
     cfg_path = lib.root / "gen1" / "adapter_config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["r"] = 3  # the tensors are rank 2
@@ -157,33 +157,33 @@ def test_tensors_that_do_not_fit_the_config_leave_the_model_bare(lib, tmp_path):
 
 
 def test_failed_registrations_leave_the_library_unchanged(lib, tmp_path):
-    lib.add("gen1", folder=_folder(tmp_path), skill="s")
+    lib.add(_folder(tmp_path), Registration("gen1", skill="s"))
     before = snapshot(lib.root)
     with pytest.raises(AdapterExistsError, match=r"adapter 'gen1', field 'name': .*already registered"):
-        lib.add("gen1", folder=_folder(tmp_path, name="src2"), skill="s")
+        lib.add(_folder(tmp_path, name="src2"), Registration("gen1", skill="s"))
     with pytest.raises(LibraryError, match=r"adapter '../x', field 'name'"):
-        lib.add("../x", folder=_folder(tmp_path, name="src3"), skill="s")
+        lib.add(_folder(tmp_path, name="src3"), Registration("../x", skill="s"))
     with pytest.raises(LibraryError, match=r"field 'folder': .*missing or not a regular file"):
-        lib.add("gen2", folder=tmp_path / "nowhere", skill="s")
+        lib.add(tmp_path / "nowhere", Registration("gen2", skill="s"))
     with pytest.raises(LibraryError, match=r"adapter 'gen2', field 'base_model.fingerprint': unknown base model"):
-        lib.add("gen2", model=make_adapter(), skill="s")
+        lib.add(make_adapter(), Registration("gen2", skill="s"))
 
     def broken(model):  # the measurement itself fails half-way
         raise RuntimeError("suite crashed")
 
     with pytest.raises(RuntimeError, match="suite crashed"):
-        lib.add("gen2", model=make_adapter(), base_model=make_base(), skill="s", measure=broken)
+        lib.add(make_adapter(), Registration("gen2", skill="s"), base_model=make_base(), measure=broken)
     assert snapshot(lib.root) == before and lib.names() == ["gen1"]
     assert list((lib.root / ".staging").iterdir()) == []
     (lib.root / "orphan").mkdir()  # a folder left by a crash between the rename and the index
     with pytest.raises(AdapterExistsError, match=r"adapter 'orphan', field 'name': .*orphan: exists but is not registered"):
-        lib.add("orphan", folder=_folder(tmp_path, name="src4"), skill="s")
+        lib.add(_folder(tmp_path, name="src4"), Registration("orphan", skill="s"))
     assert lib.names() == ["gen1"] and list((lib.root / "orphan").iterdir()) == []
 
 
 def test_list_show_remove(lib, tmp_path):
     for k in range(3):
-        lib.add(f"a{k}", folder=_folder(tmp_path, name=f"src{k}", seed=k), skill=f"skill {k}")
+        lib.add(_folder(tmp_path, name=f"src{k}", seed=k), Registration(f"a{k}", skill=f"skill {k}"))
     assert lib.names() == ["a0", "a1", "a2"] and lib.manifest("a1").skill == "skill 1"
     lib.remove("a1")
     assert lib.names() == ["a0", "a2"] and not (lib.root / "a1").exists()
@@ -209,3 +209,22 @@ def test_two_processes_registering_at_once_lose_nothing(tmp_path):
     assert lib.names() == expected
     assert sorted(p.name for p in lib_path.iterdir() if not p.name.startswith(".") and p.is_dir()) == expected
     assert all(lib.verify(n).skill == f"skill {n[0]}" for n in expected)
+
+
+def test_registration_checks_its_fields():
+    with pytest.raises(LibraryError, match=r"adapter '\.hidden', field 'name'"):
+        Registration(".hidden", skill="s")
+    with pytest.raises(LibraryError, match=r"field 'examples': examples must be a list of strings, got one string"):
+        Registration("a", skill="s", examples="list the files")
+    with pytest.raises(LibraryError, match=r"field 'parents'"):
+        Registration("a", skill="s", parents="b")
+    reg = Registration("a", skill="s", examples=["x", "y"], parents=["b"])
+    assert (reg.examples, reg.parents) == (("x", "y"), ("b",))
+    with pytest.raises(TypeError):
+        Registration("a", "s")  # type: ignore[misc]  # only the name is positional
+
+
+def test_add_takes_a_folder_or_a_model(lib, tmp_path):
+    with pytest.raises(LibraryError, match=r"field 'adapter': adapter must be a PEFT folder"):
+        lib.add(None, Registration("gen1", skill="s"))
+    assert lib.add(str(_folder(tmp_path)), Registration("gen1", skill="s")).source == str(tmp_path / "src")

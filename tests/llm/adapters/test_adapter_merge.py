@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from replaybank.llm.adapters import FingerprintError, MergeError, merge
+from replaybank.llm.adapters import FingerprintError, MergeError, Registration, merge
 
 from .conftest import delta, inputs, make_adapter, make_base  # type: ignore[import-not-found]
 
@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 def _register(lib, name, rank, seed, alpha=4.0):
     model = make_adapter(rank, seed, alpha)
-    lib.add(name, model=model, base_model=make_base(), skill=name, examples=[f"do {name}"])
+    lib.add(model, Registration(name, skill=name, examples=[f"do {name}"]), base_model=make_base())
     return model
 
 
@@ -92,6 +92,6 @@ def test_bad_merge_arguments(lib, kwargs, match):
 
 def test_adapters_of_different_base_models_are_not_merged(lib):
     _register(lib, "ada", 2, 1)
-    lib.add("alien", model=make_adapter(2, 2), skill="s", fingerprint="f" * 64)
+    lib.add(make_adapter(2, 2), Registration("alien", skill="s", fingerprint="f" * 64))
     with pytest.raises(FingerprintError, match=r"adapter 'ada, alien', field 'base_model.fingerprint': adapters of different base"):
         merge(lib, ["ada", "alien"], into="x", base_model=make_base(), combination_type="cat")

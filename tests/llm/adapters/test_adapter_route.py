@@ -9,6 +9,7 @@ from replaybank.llm.adapters import (
     AdapterLibrary,
     EmptyLibraryError,
     LibraryError,
+    Registration,
     Router,
     load_all,
     routed,
@@ -99,7 +100,7 @@ def test_calibration_picks_the_setting_that_routes_the_examples_best_left_one_ou
 def test_an_empty_library_or_no_examples_is_a_clear_error(lib):
     with pytest.raises(EmptyLibraryError, match=r"field 'adapters': .*the library holds no adapter to route to"):
         Router.from_library(lib)
-    lib.add("plain", model=make_adapter(), skill="s", fingerprint="f" * 64)
+    lib.add(make_adapter(), Registration("plain", skill="s", fingerprint="f" * 64))
     with pytest.raises(EmptyLibraryError, match=r"field 'examples': none of the adapters \['plain'\] has example prompts"):
         Router.from_library(lib)
     with pytest.raises(LibraryError, match=r"field 'threshold'"):
@@ -109,7 +110,7 @@ def test_an_empty_library_or_no_examples_is_a_clear_error(lib):
 def test_the_routed_adapter_answers_and_the_fallback_is_the_base(lib):
     models = {name: make_adapter(rank=2, seed=k + 1) for k, name in enumerate(EXAMPLES)}
     for name, model in models.items():
-        lib.add(name, model=model, base_model=make_base(), skill=name, examples=EXAMPLES[name])
+        lib.add(model, Registration(name, skill=name, examples=EXAMPLES[name]), base_model=make_base())
     router = Router.from_library(lib)
     served = load_all(lib, make_base())
     x = inputs()
@@ -128,7 +129,7 @@ def test_arrow_routing_over_library_adapters(lib):
     from replaybank.llm.adapters import arrow_model
 
     for k, name in enumerate(EXAMPLES):
-        lib.add(name, model=make_adapter(rank=2, seed=k + 1), base_model=make_base(), skill=name)
+        lib.add(make_adapter(rank=2, seed=k + 1), Registration(name, skill=name), base_model=make_base())
     model = arrow_model(lib, make_base(), top_k=2)
     with torch.no_grad():
         out = model(inputs())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from replaybank.llm.adapters import AdapterLibrary, GateError, suite_measure
+from replaybank.llm.adapters import AdapterLibrary, GateError, Registration, suite_measure
 
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
@@ -31,8 +31,8 @@ def test_suite_measurement_through_the_gate(tiny_model_dir, smol_tok, tmp_path, 
     lib = AdapterLibrary(tmp_path / "lib", create=True)
     base = LlamaForCausalLM.from_pretrained(tiny_model_dir).eval()
     measure = suite_measure(smol_tok, per_family=2, seed=0, batch_size=8)
-    same = lib.add("noop", model=_adapter(tiny_model_dir, zero=True), base_model=base, skill="s", measure=measure, floor=0.9)
+    same = lib.add(_adapter(tiny_model_dir, zero=True), Registration("noop", skill="s"), base_model=base, measure=measure, floor=0.9)
     assert same.figures["retention"] == 1.0 and same.figures["n"] > 0 and same.figures["passed"] is True
     with pytest.raises(GateError, match=r"adapter 'noisy', field 'figures.retention': retention \d+\.\d% is below the floor 90.0%"):
-        lib.add("noisy", model=_adapter(tiny_model_dir, zero=False), base_model=base, skill="s", measure=measure, floor=0.9)
+        lib.add(_adapter(tiny_model_dir, zero=False), Registration("noisy", skill="s"), base_model=base, measure=measure, floor=0.9)
     assert lib.names() == ["noop"] and not any("lora" in n for n, _ in base.named_modules())

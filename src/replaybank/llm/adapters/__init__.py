@@ -2,7 +2,7 @@
 registration, merging (PEFT's combination types) and routing per request with a fallback to the
 base model. See docs/adapters.md.
 
-Modules: :mod:`.library` (the folder, atomic registration, loading with checks), :mod:`.manifest`
+Modules: :mod:`.library` (the folder, atomic registration of a :class:`Registration`, loading with checks), :mod:`.manifest`
 (the manifest's schema), :mod:`.gate` (figures against a floor; the general-suite measurement),
 :mod:`.attach` (an adapter onto a base model, no code executed), :mod:`.merge` (merges, and the
 learners of one skill aggregated), :mod:`.route`, :mod:`.errors`, :mod:`.cli` (``replaybank
@@ -23,13 +23,13 @@ from replaybank.llm.adapters.errors import (
     MergeError,
 )
 from replaybank.llm.adapters.gate import gate, suite_measure
-from replaybank.llm.adapters.library import AdapterLibrary
+from replaybank.llm.adapters.library import AdapterLibrary, Registration
 from replaybank.llm.adapters.manifest import Manifest
 from replaybank.llm.adapters.merge import aggregate, merge
 from replaybank.llm.adapters.route import Route, Router, arrow_model, load_all, routed
 
 __all__ = [
     "AdapterExistsError", "AdapterLibrary", "AdapterNotFoundError", "EmptyLibraryError", "FingerprintError", "GateError",
-    "HashMismatchError", "LibraryError", "Manifest", "ManifestError", "MergeError", "Route", "Router", "aggregate",
+    "HashMismatchError", "LibraryError", "Manifest", "ManifestError", "MergeError", "Registration", "Route", "Router", "aggregate",
     "arrow_model", "gate", "load_all", "merge", "routed", "suite_measure",
 ]

@@ -103,7 +103,7 @@ def add_subcommands(subparsers: Any) -> None:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    from replaybank.llm.adapters import AdapterLibrary, suite_measure
+    from replaybank.llm.adapters import AdapterLibrary, Registration, suite_measure
 
     examples = _examples(Path(args.examples)) if args.examples else []
     figures = _figures(Path(args.figures)) if args.figures else None
@@ -114,9 +114,10 @@ def cmd_add(args: argparse.Namespace) -> int:
         from replaybank.llm.model import load_model
 
         base, tok = load_model(args.base, "cpu", log=lambda m: None)
+    registration = Registration(args.name, skill=args.skill, domain=args.domain, examples=examples, figures=figures,
+                                base_name=args.base)
     manifest = AdapterLibrary(args.library, create=True).add(
-        args.name, folder=Path(args.folder), skill=args.skill, domain=args.domain, examples=examples,
-        base_model=base, base_name=args.base, figures=figures, floor=args.floor, force=args.force,
+        Path(args.folder), registration, base_model=base, floor=args.floor, force=args.force,
         measure=suite_measure(tok, per_family=args.suite_per_family) if args.measure else None,
     )
     fig = manifest.figures or {}

@@ -225,7 +225,7 @@ def measure_seed(
         ComparisonError: missing adapters, data that is not the run's. LibraryError: bad adapters.
     """
     from replaybank.llm.adapters.attach import detach
-    from replaybank.llm.adapters.library import AdapterLibrary
+    from replaybank.llm.adapters.library import AdapterLibrary, Registration
     from replaybank.llm.adapters.merge import DENSITY, merge
     from replaybank.llm.adapters.route import Router, load_all
     from replaybank.llm.data.selfsynth import load_prompt_pool
@@ -245,10 +245,9 @@ def measure_seed(
     lib = AdapterLibrary(scratch, create=True)
     names = [f"skill{g}-{skills[g]}" for g in range(G)]
     for g in range(G):
-        lib.add(names[g], folder=folders[g], skill=skills[g], domain=sources[g], base_model=base_model,
-                examples=[r["prompt"] for r in data.domain_train_records[g] if isinstance(r.get("prompt"), str)])
+        lib.add(folders[g], Registration(names[g], skill=skills[g], domain=sources[g], examples=[r["prompt"] for r in data.domain_train_records[g] if isinstance(r.get("prompt"), str)]), base_model=base_model)
     for arm in run.carried:
-        lib.add(f"carried-{arm}", folder=adapter_folder(run, arm, seed, G - 1), skill="+".join(skills), base_model=base_model)
+        lib.add(adapter_folder(run, arm, seed, G - 1), Registration(f"carried-{arm}", skill="+".join(skills)), base_model=base_model)
     for kind in settings.merges:
         merge(lib, names, into=f"merge-{kind}", base_model=base_model, weights=[settings.weight] * G,
               combination_type=cast("Combination", kind), density=settings.density if kind in DENSITY else None, seed=seed)

@@ -17,6 +17,9 @@ was; two processes registering at once both land (the lock orders them).
 fingerprint (:func:`replaybank.llm.eval.generate.model_fingerprint`) against the one recorded, the
 weights' SHA-256, the config (data, never code), every tensor (:mod:`.attach`).
 
+What is recorded about an adapter when it enters the library is one :class:`Registration`:
+``lib.add("runs/x/adapters/gen3", Registration("tools-v1", skill="tool calls"))``.
+
 Example:
     >>> import tempfile
     >>> lib = AdapterLibrary(Path(tempfile.mkdtemp()) / "lib", create=True)
@@ -33,6 +36,7 @@ import stat
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +62,61 @@ from replaybank.llm.train.peft_files import (
     write_json_atomic,
 )
 
-__all__ = ["INDEX_SCHEMA", "AdapterLibrary"]
+__all__ = ["INDEX_SCHEMA", "AdapterLibrary", "Registration"]
 
 INDEX_SCHEMA = "replaybank.adapter-library/1"
 _INDEX, _LOCK, _STAGING = "index.json", ".lock", ".staging"
+
+
+@dataclass(frozen=True)
+class Registration:
+    """The facts recorded about one adapter when it enters a library (its manifest, :mod:`.manifest`).
+
+    Args:
+        name: the library entry's name (letters, digits, ``-``, ``_``, ``.``; not starting with ``.``).
+        skill: what the adapter is for, in words (the router and ``replaybank adapters list`` show it).
+        domain: the domain it was trained on.
+        data, recipe: where its training rows came from and how rehearsal entered; ``None`` takes
+            the folder's ``replaybank.json``'s (the loop and the main job record them).
+        examples: prompts of the skill (the router's prototypes).
+        figures: figures measured elsewhere (``retention``, ``domain``, ...), checked by the gate;
+            :meth:`AdapterLibrary.add`'s ``measure`` measures them instead.
+        fingerprint, base_name: the base model's fingerprint and name when ``add`` is given no
+            base model; else taken from the folder's ``replaybank.json``.
+        source: where the adapter came from (default: the folder it was copied from).
+        parents, merge: the entries a merged adapter was made of and the merge's settings.
+
+    Raises:
+        LibraryError: a name that is not one, or ``examples`` / ``parents`` given as one string,
+            naming the field.
+
+    Example:
+        >>> Registration("qx-tools", skill="tool calls", examples=["list the files"]).examples
+        ('list the files',)
+    """
+
+    name: str
+    _: KW_ONLY
+    skill: str
+    domain: str | None = None
+    data: Mapping[str, Any] | None = None
+    recipe: Mapping[str, Any] | None = None
+    examples: Sequence[str] = ()
+    figures: Mapping[str, Any] | None = None
+    fingerprint: str | None = None
+    base_name: str | None = None
+    source: str | None = None
+    parents: Sequence[str] = ()
+    merge: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not is_name(self.name) or self.name.startswith("."):
+            raise LibraryError("not a name: use letters, digits, '-', '_' and '.'", adapter=str(self.name), field="name")
+        for field in ("examples", "parents"):
+            value = getattr(self, field)
+            if isinstance(value, str):
+                raise LibraryError(f"{field} must be a list of strings, got one string {value!r}", adapter=self.name, field=field)
+            object.__setattr__(self, field, tuple(value))
 
 
 class AdapterLibrary:
@@ -175,50 +230,46 @@ class AdapterLibrary:
     # -- changing -----------------------------------------------------------------------------
 
     def add(
-        self, name: str, *, skill: str, folder: Path | str | None = None, model: Any = None, adapter_name: str = "default",
-        base_model: Any = None, fingerprint: str | None = None, base_name: str | None = None, domain: str | None = None,
-        data: Mapping[str, Any] | None = None, recipe: Mapping[str, Any] | None = None, examples: Sequence[str] = (),
-        measure: Measure | None = None, figures: Mapping[str, Any] | None = None, floor: float | None = None,
-        force: bool = False, source: str | None = None, parents: Sequence[str] = (), merge: Mapping[str, Any] | None = None,
+        self, adapter: Path | str | Any, registration: Registration, *, adapter_name: str = "default",
+        base_model: Any = None, measure: Measure | None = None, floor: float | None = None, force: bool = False,
     ) -> Manifest:
-        """Register an adapter as ``name``: from a PEFT ``folder``, or ``model``'s adapter ``adapter_name``.
+        """Register ``adapter`` (a PEFT folder, or a PEFT model's adapter ``adapter_name``) as ``registration.name``.
 
         Args:
-            skill, domain, data, recipe, examples, source: recorded in the manifest (see
-                :mod:`.manifest`); ``data``/``recipe`` default to the folder's ``replaybank.json``'s.
+            adapter: a PEFT folder (a path) or a PEFT model.
+            registration: what is recorded about it (:class:`Registration`).
+            adapter_name: which of the model's adapters (a model only).
             base_model: the base model (needed for ``measure``; its fingerprint is recorded).
-            fingerprint, base_name: the base model's fingerprint and name when ``base_model`` is not
-                given; else taken from the folder's ``replaybank.json`` (the loop records them).
-            measure: measures the base model with the adapter active (:mod:`.gate`); or
-            figures: figures measured elsewhere. Either goes through the gate with ``floor``/``force``.
+            measure: measures the base model with the adapter active (:mod:`.gate`), instead of
+                the registration's ``figures``. Either goes through the gate with ``floor``/``force``.
 
         Raises:
-            AdapterExistsError: ``name`` is taken. GateError: below the floor, not forced.
+            AdapterExistsError: the name is taken. GateError: below the floor, not forced.
             FingerprintError: ``base_model`` is not the model the folder's manifest records.
             HashMismatchError: the folder's weights are not what its ``replaybank.json`` records.
             ManifestError, AdapterError, LibraryError: bad files or arguments, naming the field.
         """
-        if not is_name(name) or name.startswith("."):
-            raise LibraryError("not a name: use letters, digits, '-', '_' and '.'", adapter=str(name), field="name")
-        if (folder is None) == (model is None):
-            raise LibraryError("give exactly one of folder= (a PEFT folder) and model= (a PEFT model)", adapter=name, field="folder")
+        reg, name = registration, registration.name
+        folder = Path(adapter) if isinstance(adapter, (str, os.PathLike)) else None
+        model = adapter if folder is None else None
+        if model is None and folder is None:
+            raise LibraryError("adapter must be a PEFT folder (a path) or a PEFT model, got None", adapter=name, field="adapter")
         if name in self.index():
             raise AdapterExistsError(f"{self.root}: already registered (remove it first)", adapter=name, field="name")
         staging = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._staging()))
         try:
             given = self._stage(name, staging, folder, model, adapter_name)
-            fingerprint, base_name = self._fingerprint(name, base_model, fingerprint, base_name, given)
-            shown = Path(folder) / CONFIG if folder is not None else Path(f"{name}/{CONFIG}")  # errors name the source
+            fingerprint, base_name = self._fingerprint(name, base_model, reg.fingerprint, reg.base_name, given)
+            shown = folder / CONFIG if folder is not None else Path(f"{name}/{CONFIG}")  # errors name the source
             check_adapter_config(read_json_object(staging / CONFIG, "adapter_config.json", error=ManifestError), str(shown), name)
-            if measure is not None:
-                figures = self._measure(name, staging, base_model, measure)
+            figures = self._measure(name, staging, base_model, measure) if measure is not None else reg.figures
             checked = gate(name, figures or {}, floor=floor, force=force) if figures is not None or floor is not None else None
             manifest = new_manifest(
-                name, skill=skill, fingerprint=fingerprint, sha256=sha256_file(staging / WEIGHTS), base_name=base_name,
-                domain=domain, data=dict(data) if data is not None else given.get("data"),
-                recipe=dict(recipe) if recipe is not None else given.get("recipe"), examples=list(examples),
-                figures=checked, parents=list(parents), merge=dict(merge) if merge is not None else None,
-                source=source if source is not None else (str(folder) if folder is not None else None),
+                name, skill=reg.skill, fingerprint=fingerprint, sha256=sha256_file(staging / WEIGHTS), base_name=base_name,
+                domain=reg.domain, data=dict(reg.data) if reg.data is not None else given.get("data"),
+                recipe=dict(reg.recipe) if reg.recipe is not None else given.get("recipe"), examples=list(reg.examples),
+                figures=checked, parents=list(reg.parents), merge=dict(reg.merge) if reg.merge is not None else None,
+                source=reg.source if reg.source is not None else (str(folder) if folder is not None else None),
             )
             result = check_manifest(manifest, f"{name}/{MANIFEST}", name)
             write_json_atomic(staging / MANIFEST, manifest)
@@ -231,7 +282,7 @@ class AdapterLibrary:
                     raise AdapterExistsError(f"{self.root / name}: exists but is not registered (left by a crash, or not "
                                              "the library's); remove it to register this name", adapter=name, field="name")
                 os.rename(staging, self.root / name)
-                index[name] = {"skill": skill, "domain": domain, "sha256": result.sha256, "created": result.created,
+                index[name] = {"skill": reg.skill, "domain": reg.domain, "sha256": result.sha256, "created": result.created,
                                "retention": checked["retention"] if checked else None}
                 self._write_index(index)
             return result
@@ -251,7 +302,7 @@ class AdapterLibrary:
 
     # -- inside -------------------------------------------------------------------------------
 
-    def _stage(self, name: str, staging: Path, folder: Path | str | None, model: Any, adapter_name: str) -> dict[str, Any]:
+    def _stage(self, name: str, staging: Path, folder: Path | None, model: Any, adapter_name: str) -> dict[str, Any]:
         """The weights and config into ``staging``; the source folder's ``replaybank.json`` (or {})."""
         if model is not None:
             write_adapter_folder(model, staging, {}, adapter_name=adapter_name)

@@ -37,7 +37,7 @@ from typing import Any, Literal
 from replaybank.llm.adapters.attach import detach, rank_of
 from replaybank.llm.adapters.errors import AdapterNotFoundError, FingerprintError, MergeError
 from replaybank.llm.adapters.gate import Measure
-from replaybank.llm.adapters.library import AdapterLibrary
+from replaybank.llm.adapters.library import AdapterLibrary, Registration
 from replaybank.llm.adapters.manifest import Manifest
 
 __all__ = ["COMBINATIONS", "DENSITY", "EQUAL_RANKS", "Combination", "aggregate", "aggregate_weights", "check_ranks", "merge"]
@@ -122,14 +122,14 @@ def merge(
         except ValueError as exc:
             raise MergeError(f"PEFT refused the merge: {exc}", adapter=", ".join(names), field="combination_type") from None
         first = manifests[names[0]]
-        return library.add(
-            into, model=peft_model, adapter_name=merged_name, base_model=peft_model if measure is not None else None,
-            fingerprint=first.fingerprint, base_name=first.base_name, domain=domain, data=data,
-            skill=skill or "+".join(dict.fromkeys(m.skill for m in manifests.values())),
+        registration = Registration(
+            into, skill=skill or "+".join(dict.fromkeys(m.skill for m in manifests.values())), domain=domain, data=data,
             examples=list(examples) if examples is not None else [e for m in manifests.values() for e in m.examples],
-            measure=measure, floor=floor, force=force, parents=names, source=None,
+            fingerprint=first.fingerprint, base_name=first.base_name, parents=names,
             merge={"combination_type": combination_type, "weights": weights, "density": density, "svd_rank": svd_rank},
         )
+        return library.add(peft_model, registration, adapter_name=merged_name, measure=measure, floor=floor, force=force,
+                           base_model=peft_model if measure is not None else None)
     finally:
         detach(peft_model, names[0], wrapped=True)
 

@@ -4,7 +4,7 @@ A :class:`Recipe` says which rehearsal sources, what share of every batch (of it
 labelled tokens), whether the rehearsal rows train with cross-entropy, and the KL-to-base term
 (weight, temperature, positions). The main job (``replaybank run``: each trained arm is a
 recipe), the consolidation loop (``replaybank loop``: ``[loop] recipe``) and :mod:`replaybank.hf`
-(``recipe(name)``, ``mix(..., recipe=)``, ``KLToBase.from_recipe``) read the same type, the same
+(``recipe(name)``, ``MixSpec(recipe=)``, ``KLToBase.from_recipe``) read the same type, the same
 built-in names (:data:`BUILTIN_RECIPES`) and the same ``[recipes.NAME]`` tables
 (:func:`parse_recipes`; the main job also reads its old spelling ``[arms.NAME]``), so a recipe
 found in one job can be named in another.

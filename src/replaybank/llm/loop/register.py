@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.episodic import EpisodeStore
-from replaybank.llm.adapters import AdapterExistsError, AdapterLibrary
+from replaybank.llm.adapters import AdapterExistsError, AdapterLibrary, Registration
 from replaybank.llm.config.names import MAX_NAME, is_name
 from replaybank.llm.train.peft_files import sha256_file
 
@@ -64,8 +64,10 @@ def register_generations(
         tasks = dict.fromkeys(r.episode.task.text for r in trained)  # what consolidation trained on
         figures = {"retention": row.get("retention"), "domain": row["no_context"]["success"],
                    "per_family": row["suite"]["retention"], "n": row["no_context"]["n"]}
-        lib.add(name, folder=folder, skill=skill, domain=skill, fingerprint=fingerprint, base_name=base_name,
-                examples=list(tasks)[:MAX_EXAMPLES], figures=figures, recipe=recipe,
-                data={"run": str(out), "generation": g, "lineage": lineage, "train_rows": row.get("train_rows")})
+        lib.add(folder, Registration(
+            name, skill=skill, domain=skill, fingerprint=fingerprint, base_name=base_name, examples=list(tasks)[:MAX_EXAMPLES],
+            figures=figures, recipe=recipe,
+            data={"run": str(out), "generation": g, "lineage": lineage, "train_rows": row.get("train_rows")},
+        ))
         added.append(name)
     return added
