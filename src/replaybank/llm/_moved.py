@@ -38,6 +38,7 @@ MOVED: dict[str, str | tuple[str, ...]] = {
     "loop.cli": "cli",
     "loop.config": "config.loop",
     "loop.run": ("recipes.loop", "loop.tasks", "eval.measure"),
+    "adapters.compare_report": "adapters.compare",
     "loop.state_check": "loop.state",
     "train.checkpoint_check": "train.checkpoint",
 }
