@@ -39,6 +39,7 @@ MOVED: dict[str, str | tuple[str, ...]] = {
     "loop.config": "config.loop",
     "loop.run": ("recipes.loop", "loop.tasks", "eval.measure"),
     "adapters.compare_report": "adapters.compare",
+    "eval.answer_cache": "eval.suite",
     "loop.state_check": "loop.state",
     "train.checkpoint_check": "train.checkpoint",
 }
