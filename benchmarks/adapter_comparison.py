@@ -11,7 +11,7 @@ carried-over adapters of the last generation (naive; the best rehearsal arm), th
 merged with each of linear, cat, ties, dare_ties, svd (equal weights), routed by BM25 over each
 skill's training prompts with a fallback to the base, and the oracle (each skill's own adapter on
 its own requests). Prints a Markdown table (mean ± std over seeds) and the targets; writes JSON to
-benchmarks/results/adapter_comparison/. Code: replaybank.llm.adapters.compare, .compare_report.
+benchmarks/results/adapter_comparison/. Code: replaybank.llm.adapters.compare.
 """
 
 from __future__ import annotations
@@ -27,8 +27,16 @@ HERE = Path(__file__).resolve().parent
 
 
 def main() -> None:
-    from replaybank.llm.adapters.compare import MERGES, Settings, measure_seed, read_run
-    from replaybank.llm.adapters.compare_report import best, check_targets, summarise_seeds, table
+    from replaybank.llm.adapters.compare import (
+        MERGES,
+        Settings,
+        best,
+        check_targets,
+        measure_seed,
+        read_run,
+        summarise_seeds,
+        table,
+    )
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="a finished `replaybank run` folder")

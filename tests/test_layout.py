@@ -1,20 +1,23 @@
-"""The package's shape: no import circles, recipes on top of components, modules a reader can hold.
+"""The package's shape: no import circles, recipes on top of components, every module on the map.
 
 Imports are read from the source (``ast``), every ``import`` / ``from ... import`` anywhere in a
 module: at the top, inside functions (lazy imports) and under ``if TYPE_CHECKING``. A lazy import
 is still a dependency a reader has to follow, so a circle through one counts.
+
+The map is docs/layout.md: every module under src/replaybank is named there (:func:`mapped`).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "replaybank"
-MAX_LINES = 400
+LAYOUT = Path(__file__).resolve().parents[1] / "docs" / "layout.md"
 #: modules allowed to import a recipe: the command-line entry points, and the recipes package
 ENTRY_POINTS = {"replaybank.cli", "replaybank.llm.cli"}
 
@@ -143,10 +146,111 @@ def test_recipes_never_import_each_other() -> None:
     assert bad == []
 
 
-@pytest.mark.parametrize("name", sorted(modules()))
-def test_module_stays_readable(name: str) -> None:
-    lines = len(modules()[name].read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_LINES, f"{name}: {lines} lines; split it by concern (at most {MAX_LINES})"
+_FILE = re.compile(r"(?<![\w./-])((?:\w+/)*\w+\.py)\b")
+_FOLDER = re.compile(r"(?<![\w./-])((?:\w+/)*\w+)/(?![\w.])")
+_DOTTED = re.compile(r"\breplaybank((?:\.\w+)+)")
+
+
+def mapped(text: str) -> tuple[set[str], set[str]]:
+    """The modules a layout text names, as paths relative to src/replaybank (``llm/train/loop.py``,
+    a package as its ``__init__.py``), and those of them named inside a map.
+
+    A map is a fenced block whose first line is a folder of the package (``src/replaybank/`` or
+    ``src/replaybank/llm/``). In a map, an entry line (the least indented) that starts with one
+    folder (``train/``) opens that folder, any other entry line goes back to the map's own folder,
+    and the more indented lines go on with the entry above them; a file name (``checkpoint.py``) or
+    folder (``samplers/``) on a line is read in the folder it is listed under, a path with a slash
+    (``config/check.py``) also from the map's own folder. Anywhere in the text, a path relative to
+    src/replaybank (``llm/train/checkpoint.py``) or a dotted name (``replaybank.llm.train.checkpoint``,
+    the package itself for a package) counts.
+
+    Example: ``llm/`` then ``train/  loop.py, checkpoint.py`` names ``llm/train/loop.py``.
+    """
+    named: set[str] = set()
+    in_maps: set[str] = set()
+    for part in _FILE.findall(text):
+        named.add(part.removeprefix("src/replaybank/"))
+    for part in _DOTTED.findall(text):
+        dotted = part.lstrip(".").replace(".", "/")
+        named.update({f"{dotted}.py", f"{dotted}/__init__.py"})
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.S | re.M):
+        lines = block.splitlines()
+        head = lines[0].strip() if lines else ""
+        if not head.startswith("src/replaybank/"):
+            continue
+        root = head.removeprefix("src/replaybank/")
+        found = {root + "__init__.py"}
+        entries = [ln for ln in lines[1:] if ln.strip()]
+        indent = min((len(ln) - len(ln.lstrip()) for ln in entries), default=0)
+        folder = root
+        for line in entries:
+            if len(line) - len(line.lstrip()) == indent:
+                first = line.split()[0]
+                folder = root + first if re.fullmatch(r"\w+/", first) else root
+                if folder != root:  # the folder it opens is named in the map's own folder
+                    found.add(folder + "__init__.py")
+                    line = line.lstrip()[len(first):]
+            for name in _FILE.findall(line):
+                found.add(folder + name)
+                if "/" in name:
+                    found.add(root + name)
+            for name in _FOLDER.findall(line):
+                found.add(f"{folder}{name}/__init__.py")
+        in_maps |= found
+    return named | in_maps, in_maps
+
+
+def missing_from_layout(text: str, modules: list[str]) -> list[str]:
+    """The ``modules`` (paths relative to src/replaybank) that ``text`` does not name
+    (:func:`mapped`), each with its dotted name."""
+    named, _ = mapped(text)
+    return [f"{m} (replaybank.{m.removesuffix('.py').removesuffix('/__init__').replace('/', '.')})"
+            for m in modules if m not in named]
+
+
+def gone_from_package(text: str, modules: list[str]) -> list[str]:
+    """The modules a map in ``text`` names (:func:`mapped`) that are not among ``modules``."""
+    return sorted(mapped(text)[1] - set(modules))
+
+
+def package_files() -> list[str]:
+    return sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py"))
+
+
+def test_layout_reader_finds_a_missing_module_by_name() -> None:
+    # the checker itself must be able to fail: a map that misses two modules, one more named in prose
+    text = (
+        "The loop's checks are in `llm/loop/state.py`.\n\n"
+        "```\nsrc/replaybank/llm/\n  train/             loop.py (the LoRA loop), checkpoint.py\n"
+        "                     (resumable), kl.py\n  model.py           the base model\n"
+        "  loop/              config.py\n```\n"
+    )
+    modules = ["llm/__init__.py", "llm/train/__init__.py", "llm/train/loop.py", "llm/train/checkpoint.py",
+               "llm/train/kl.py", "llm/model.py", "llm/loop/__init__.py", "llm/loop/state.py", "llm/loop/config.py",
+               "llm/loop/act.py", "llm/results.py"]
+    assert missing_from_layout(text, modules) == [
+        "llm/loop/act.py (replaybank.llm.loop.act)", "llm/results.py (replaybank.llm.results)",
+    ]
+    assert missing_from_layout(text + "`replaybank.llm.results`, `llm/loop/act.py`", modules) == []
+    named, in_maps = mapped(text)
+    assert "llm/kl.py" not in named  # a file is read in the folder it is listed under, not the map's
+    assert "llm/loop/state.py" in named and "llm/loop/state.py" not in in_maps  # named in prose, not in the map
+    assert gone_from_package(text, modules) == []
+    stale = text.replace("kl.py\n", "kl.py, checkpoint_check.py\n")
+    assert gone_from_package(stale, modules) == ["llm/train/checkpoint_check.py"]
+
+
+def test_every_module_is_on_the_layout_map() -> None:
+    missing = missing_from_layout(LAYOUT.read_text(encoding="utf-8"), package_files())
+    assert missing == [], (
+        "docs/layout.md does not name these modules; add each to the map under its folder, with what it holds: "
+        + "; ".join(missing)
+    )
+
+
+def test_the_layout_map_names_only_modules_that_exist() -> None:
+    gone = gone_from_package(LAYOUT.read_text(encoding="utf-8"), package_files())
+    assert gone == [], "docs/layout.md's map names modules that do not exist (moved, merged or removed): " + "; ".join(gone)
 
 
 def test_old_llm_paths_import_with_a_warning() -> None:

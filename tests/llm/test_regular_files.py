@@ -80,7 +80,7 @@ def test_the_main_jobs_results_are_not_written_through_a_link(tmp_path):
 
 def test_caches_skip_a_fifo(tmp_path, alarm):
     from replaybank.llm.data.selfsynth import _read_cache
-    from replaybank.llm.eval.answer_cache import read_answers
+    from replaybank.llm.eval.suite import read_answers
 
     os.mkfifo(tmp_path / "c.json")
     assert read_answers(tmp_path / "c.json", "f", "d", 1) is None  # generated again, never waited on

@@ -1,4 +1,5 @@
-"""Module paths that moved when llm/ became recipes over components, kept working with a warning.
+"""Module paths that moved when llm/ became recipes over components, or whose module was merged
+into the one holding its concern, kept working with a warning.
 
 ``import replaybank.llm.rows`` still gives the module that now lives at
 ``replaybank.llm.data.rows`` (the same module object, so its state is shared) and warns once with
@@ -37,6 +38,10 @@ MOVED: dict[str, str | tuple[str, ...]] = {
     "loop.cli": "cli",
     "loop.config": "config.loop",
     "loop.run": ("recipes.loop", "loop.tasks", "eval.measure"),
+    "adapters.compare_report": "adapters.compare",
+    "eval.answer_cache": "eval.suite",
+    "loop.state_check": "loop.state",
+    "train.checkpoint_check": "train.checkpoint",
 }
 _PREFIX = "replaybank.llm."
 

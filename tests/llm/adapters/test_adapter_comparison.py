@@ -1,7 +1,6 @@
-"""Issue 26's comparison harness on constructed inputs: the arms it reads from a run folder, the
+"""The adapter comparison harness on constructed inputs: the arms it reads from a run folder, the
 flat scalars per seed, mean ± std over seeds, the routed targets and the table
-(replaybank.llm.adapters.compare, .compare_report; the measurement itself runs in
-benchmarks/adapter_comparison.py)."""
+(replaybank.llm.adapters.compare; the measurement itself runs in benchmarks/adapter_comparison.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +8,13 @@ import json
 
 import pytest
 
-from replaybank.llm.adapters.compare import ComparisonError, adapter_folder, read_run
-from replaybank.llm.adapters.compare_report import (
+from replaybank.llm.adapters.compare import (
+    ComparisonError,
+    adapter_folder,
     best,
     check_targets,
     flatten,
+    read_run,
     summarise_seeds,
     table,
 )
@@ -160,7 +161,6 @@ def test_measure_seed_on_a_tiny_run_serves_every_approach_and_gives_the_base_bac
 def test_the_docstring_examples_hold():
     import doctest
 
-    from replaybank.llm.adapters import compare, compare_report
+    from replaybank.llm.adapters import compare
 
-    for module in (compare, compare_report):
-        assert doctest.testmod(module).failed == 0, module.__name__
+    assert doctest.testmod(compare).failed == 0

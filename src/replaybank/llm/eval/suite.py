@@ -21,13 +21,17 @@ Tool-call leakage is the share of all suite answers (none of them asks for a too
 something shaped like a tool call (:func:`~replaybank.llm.eval.checkers.looks_like_tool_call`).
 
 The base model's answers are generated once per (model, items, settings) and cached as JSON with
-a manifest; every later evaluation compares against them.
+a manifest; every later evaluation compares against them. The cache is read back only when it is
+exactly what was asked for (:func:`read_answers`): the file is JSON (never code), and a file that
+does not match (another model, other items, a newer or older schema, a value that is not text) is
+ignored and the answers are generated again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,9 +40,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from replaybank.errors import ReplayBankError
+from replaybank.files import read_regular
 from replaybank.jsonl import iter_jsonl
 from replaybank.llm.data.corpus import normalise
-from replaybank.llm.eval.answer_cache import read_answers, write_json_atomic
 from replaybank.llm.eval.checkers import CheckError, check, looks_like_tool_call, validate_spec
 from replaybank.llm.eval.generate import (
     Generation,
@@ -54,7 +58,7 @@ __all__ = [  # the prose helpers moved to eval/prose.py; importers of this modul
     "AGREEMENT_FAMILY", "BUILTIN", "CHECKED_FAMILIES", "FAMILIES", "FAMILY_MAX_NEW_TOKENS", "Suite", "SuiteError",
     "SuiteItem", "SuiteOverlapError", "check_no_overlap", "evaluate_suite", "general_text_paragraphs",
     "general_text_rows", "generate_items", "items_digest", "load_suite", "overlap_key", "overlaps",
-    "prepare_suite", "sample_suite", "summarise",
+    "prepare_suite", "read_answers", "sample_suite", "summarise", "write_json_atomic",
 ]
 
 Family = Literal["conversation", "instruction", "arithmetic", "code", "open"]
@@ -232,6 +236,31 @@ def prepare_suite(
     }
     base_answers = {i.id: answers[i.id] for i in kept}
     return Suite(kept, base_answers, base, dropped, manifest)
+
+
+def read_answers(path: Path, fingerprint: str, digest: str, schema: int) -> dict[str, str] | None:
+    """The answers cached in ``path`` when it holds answers of this model (``fingerprint``), these
+    items (``digest``) and this cache ``schema``; None for anything else (missing, unreadable,
+    another model, a tampered file): the caller then generates them again."""
+    try:  # a FIFO or device in the cache is skipped (read_regular refuses it), never waited on
+        obj = json.loads(read_regular(path).decode("utf-8"))
+    except (ValueError, RecursionError):  # ReplayBankError included
+        return None
+    if not isinstance(obj, dict) or obj.get("schema") != schema or obj.get("model") != fingerprint \
+            or obj.get("items_sha256") != digest or not isinstance(obj.get("answers"), dict):
+        return None
+    answers = obj["answers"]
+    if not all(isinstance(v, str) for v in answers.values()):
+        return None
+    return {str(k): v for k, v in answers.items()}
+
+
+def write_json_atomic(path: Path, obj: dict[str, Any]) -> None:
+    """Write ``obj`` as JSON to ``path`` through a temporary file and a rename (never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False), "utf-8")
+    os.replace(tmp, path)
 
 
 def evaluate_suite(
