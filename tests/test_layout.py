@@ -1,4 +1,5 @@
-"""The package's shape: no import circles, recipes on top of components, every module on the map.
+"""The package's shape: no import circles, recipes on top of components, every module on the map,
+no module reading another object's private fields.
 
 Imports are read from the source (``ast``), every ``import`` / ``from ... import`` anywhere in a
 module: at the top, inside functions (lazy imports) and under ``if TYPE_CHECKING``. A lazy import
@@ -18,6 +19,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "replaybank"
 LAYOUT = Path(__file__).resolve().parents[1] / "docs" / "layout.md"
+#: the standard library's underscore names that its own documentation tells callers to use
+ALLOWED_PRIVATE = {"os._exit", "argparse._SubParsersAction"}
 #: modules allowed to import a recipe: the command-line entry points, and the recipes package
 ENTRY_POINTS = {"replaybank.cli", "replaybank.llm.cli"}
 
@@ -251,6 +254,60 @@ def test_every_module_is_on_the_layout_map() -> None:
 def test_the_layout_map_names_only_modules_that_exist() -> None:
     gone = gone_from_package(LAYOUT.read_text(encoding="utf-8"), package_files())
     assert gone == [], "docs/layout.md's map names modules that do not exist (moved, merged or removed): " + "; ".join(gone)
+
+
+def own_names(tree: ast.Module) -> set[str]:
+    """Names a module binds itself at top level (classes, functions, assignments); not imports."""
+    out: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return out
+
+
+def foreign_private_reads(source: str) -> list[str]:
+    """``line: expr`` for each ``x._name`` (single underscore, not a dunder) where ``x`` is neither
+    ``self``, ``cls``, ``super()`` nor a name the module binds itself, nor in ``ALLOWED_PRIVATE``."""
+    tree = ast.parse(source)
+    own = own_names(tree) | {"self", "cls"}
+    found: list[tuple[int, int, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        if node.attr.startswith("__") and node.attr.endswith("__"):
+            continue
+        base = node.value
+        if isinstance(base, ast.Name) and base.id in own:
+            continue
+        if isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super":
+            continue
+        if ast.unparse(node) in ALLOWED_PRIVATE:
+            continue
+        found.append((node.lineno, node.col_offset, f"{node.lineno}: {ast.unparse(node)}"))
+    return [hit for _, _, hit in sorted(found)]
+
+
+def test_private_read_finder_sees_a_foreign_read() -> None:
+    # the checker itself must be able to fail: a read of another object's field, and of a module's
+    snippet = (
+        "import os\n"
+        "class Own:\n    _x = 1\n"
+        "def f(buf, self, cls):\n"
+        "    return buf._lock, os._environ, self._a, cls._b, super()._c, Own._x, buf.__len__\n"
+    )
+    assert foreign_private_reads(snippet) == ["5: buf._lock", "5: os._environ"]
+
+
+def test_no_module_reads_another_objects_private_fields() -> None:
+    bad = [
+        f"{name}:{hit}"
+        for name, path in modules().items()
+        for hit in foreign_private_reads(path.read_text(encoding="utf-8"))
+    ]
+    assert bad == [], "give what is needed a public name or a method: " + "; ".join(bad)
 
 
 def test_old_llm_paths_import_with_a_warning() -> None:

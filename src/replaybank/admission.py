@@ -29,17 +29,37 @@ class Placement:
 class Admission(Protocol):
     requires_groups: bool
     keeps_time_order: bool  # slot == arrival index modulo capacity (what trajectory sampling needs)
+    bytes_per_slot: int  # bookkeeping bytes per slot, checked against memory before binding
 
     def bind(self, capacity: int) -> None: ...
 
     def place(self, n: int, groups: np.ndarray | None, rng: np.random.Generator) -> Placement: ...
 
+    def place_one(self) -> int: ...
+
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
+    def check_table(self, table: Any) -> None: ...
 
-class Fifo:
+
+class AdmissionBase:
+    """Defaults shared by the admission policies: no per-slot bookkeeping, batches only."""
+
+    bytes_per_slot = 0
+
+    def place_one(self) -> int:
+        """The slot of one more item, for a policy that places single items without arrays
+        (the buffer's per-step path takes it only where a policy overrides this)."""
+        raise ReplayBankError(f"{type(self).__name__} admission places items in batches only")
+
+    def check_table(self, table: Any) -> None:
+        """Raise ``ReplayBankError`` if the loaded state disagrees with the restored slot table."""
+        return None
+
+
+class Fifo(AdmissionBase):
     """Ring buffer: item ``t`` of the stream goes to slot ``t % capacity``; the oldest is overwritten."""
 
     requires_groups = False
@@ -74,7 +94,7 @@ class Fifo:
         self.count = state_number(state, "count", "Fifo", integer=True, low=0)
 
 
-class Reservoir:
+class Reservoir(AdmissionBase):
     """Reservoir sampling (Vitter's Algorithm R): after ``t`` items, each is stored with probability
     ``capacity / t``, independently of when it came. Vectorised: one random draw per batch.
     """
@@ -179,7 +199,7 @@ def _check_groups(groups: np.ndarray | None, who: str) -> np.ndarray:
     return groups
 
 
-class GroupBalanced:
+class GroupBalanced(AdmissionBase):
     """An equal share of the capacity per group (class, task, generation), a reservoir inside each.
 
     When the buffer is full, an item of a group holding fewer than the largest group's count takes
@@ -272,7 +292,7 @@ class GroupBalanced:
             self.members.check_table(table, "GroupBalanced")
 
 
-class Window:
+class Window(AdmissionBase):
     """Keep only the items of the last ``k`` groups (e.g. generations), oldest-first within capacity.
 
     Groups are identified by their first arrival: when an item of a new group makes more than ``k``

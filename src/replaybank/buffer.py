@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from . import batch as output
-from . import buffer_checks, single
-from .admission import Admission, Fifo
+from . import buffer_checks, buffer_state, single
+from .admission import Admission, AdmissionBase, Fifo
 from .batch import AsTensors, Batch
 from .buffer_state import SCHEMA_VERSION
 from .checks import check_int
@@ -93,19 +93,22 @@ class ReplayBuffer:
         self.sampler.bind(self._capacity)
         self._view = View(self._table, self.storage)
         self._castable: dict[tuple[str, np.dtype[Any]], bool] = {}
-        self._one_by_one = hasattr(self.admission, "place_one")  # single items skip batch arrays
+        # single items skip batch arrays with an admission that places them one at a time
+        self._one_by_one = type(self.admission).place_one is not AdmissionBase.place_one
         self._plan_spec: Spec | None = None
         self._one_plan: single.Plan | None = None
         self._last_arrival = 1 << (63 - self._table.shift)  # ids run out here (id_space)
         # the per-step path builds index arrays only for a slot table or a sampler that reads them
         self._notify_one = not isinstance(self._table, RingTable) or (
-            getattr(type(self.sampler), "on_write", None) is not SamplerBase.on_write
+            type(self.sampler).on_write is not SamplerBase.on_write
         )
         # ... and into a ring, a sampler that reads no rows is told the slot alone
         hook = self._notify_one and ring and not self.sampler.needs_rows
-        self._write_hook = getattr(self.sampler, "on_write_one", None) if hook else None
-        # update_priorities of the last weighted batch's ids: the sampler's one-pass check and set
-        self._update_checked = getattr(self.sampler, "update_checked", None)
+        self._write_hook = self.sampler.on_write_one if hook else None
+        # update_priorities of the last weighted batch's ids: the sampler's one-pass check and set,
+        # where it has one (the default always declines)
+        one_pass = type(self.sampler).update_checked is not SamplerBase.update_checked
+        self._update_checked = self.sampler.update_checked if one_pass else None
         self.sample_dtypes = sample_dtypes  # type: ignore[assignment]
         if spec is not None:
             checked = as_spec(spec)
@@ -170,7 +173,7 @@ class ReplayBuffer:
         with self._lock:
             spec = self.spec
             if spec is None:
-                spec = infer_spec(columns, ragged=getattr(self.storage, "supports_ragged", False))
+                spec = infer_spec(columns, ragged=self.storage.supports_ragged)
                 output.check_names(self._sample_dtypes, spec)
             n, rows = check_batch(spec, columns, self._cast)
             self.sampler.check_spec(spec)
@@ -199,7 +202,7 @@ class ReplayBuffer:
         if plan is not None:
             values = single.coerce(plan, item, self._castable, self._cast, batched=False)
             if values is not None:
-                return single.write_one(self, values)
+                return self._write_one(values)
         single.refuse_env_axis(self.spec, item)
         batch = {
             k: [v] if isinstance(v, (list, Ragged)) else np.asarray(v)[None]
@@ -217,8 +220,34 @@ class ReplayBuffer:
         return self._one_plan
 
     def _write_one(self, values: dict[str, Any]) -> int:
-        """Store one checked item (``single.coerce``) in the FIFO ring; returns its id."""
-        return single.write_one(self, values)
+        """Store one checked item (``single.coerce``) in the ring of an admission that places
+        items one at a time; returns its id. Samplers that read no rows are told the slot alone
+        (``on_write_one``); index arrays are built only for a slot table or a sampler that reads
+        the rows."""
+        sampler = self.sampler
+        written: dict[str, np.ndarray] = {}
+        if sampler.needs_rows:
+            written = single.rows(self._one_plan, values)  # type: ignore[arg-type]
+            buffer_checks.rows(sampler, written)
+        with self._lock:
+            table = self._table
+            arrival = table.arrivals
+            if arrival + 1 >= self._last_arrival:
+                buffer_checks.id_space(table, self._capacity, 1)
+            slot = self.admission.place_one()
+            self.storage.write_one(slot, values)
+            item_id = (arrival << table.shift) | slot
+            # a write hook, or no notice at all, is only ever set up for a ring (see __init__)
+            if self._write_hook is not None:
+                table.advance(arrival + 1)  # type: ignore[union-attr]
+                self._write_hook(slot, self._view)
+            elif self._notify_one:
+                index = np.array([slot], dtype=np.int64)
+                table.fill(index, np.array([item_id]), arrival + 1)
+                sampler.on_write(index, written, None, self._view)
+            else:  # a ring with a sampler that keeps no per-item state: nothing to index
+                table.advance(arrival + 1)  # type: ignore[union-attr]
+            return item_id
 
     def _write(
         self, n: int, rows: dict[str, Any], prio: np.ndarray | None, groups: np.ndarray | None
@@ -287,13 +316,36 @@ class ReplayBuffer:
         ``update_priorities`` skips it); the spec, the components' parameters, the RNG stream and
         the allocated memory stay; the sampler starts over (priorities, epoch order).
 
-        Raises:
-            ReplayBankError: admission other than ``Fifo``, or a sampler without ``on_clear``
-                (``Trajectories``); the buffer is unchanged.
-        """
-        from .buffer_state import clear
+        The FIFO ring restarts at slot 0 with its next arrival rounded up to a multiple of the
+        capacity, so ids keep growing and none is reused; the sampler starts over through its
+        ``on_clear``. Checked before anything changes.
 
-        clear(self)
+        Raises:
+            ReplayBankError: admission other than ``Fifo`` (its placement depends on everything
+                it has seen), a sampler that tracks episodes across arrivals (``Trajectories``),
+                or an id space too full to round up; the buffer is unchanged.
+        """
+        with self._lock:
+            table, admission, sampler = self._table, self.admission, self.sampler
+            if not isinstance(admission, Fifo) or not isinstance(table, RingTable):
+                raise ReplayBankError(
+                    f"clear() needs Fifo admission (got {type(admission).__name__}, whose placement "
+                    "depends on every item it has seen); build a new buffer instead"
+                )
+            if sampler.needs_time_order:
+                raise ReplayBankError(
+                    f"clear() cannot restart {type(sampler).__name__} sampling (it tracks episodes "
+                    "across arrivals); build a new buffer instead"
+                )
+            base = -(-table.arrivals // self._capacity) * self._capacity
+            if base >= 1 << (63 - table.shift):
+                raise ReplayBankError(
+                    f"clear(): this buffer has issued {table.arrivals:,} ids; no room is left to "
+                    "restart the ring without reusing one; build a new buffer"
+                )
+            admission.count = base
+            table.restart(base)
+            sampler.on_clear()
 
     def update_priorities(self, ids: Any, priorities: Any) -> int:
         """Set new priorities for sampled items (e.g. |TD error|).
@@ -347,9 +399,18 @@ class ReplayBuffer:
         not change it. Fixed columns hold the rows of slots ``[0, table.high)``, zeros for empty
         slots; ragged columns are ``Ragged`` rows of the same slots.
         """
-        from .buffer_state import snapshot
+        with self._lock:
+            return buffer_state.snapshot(self, self._table, self._rng)
 
-        return snapshot(self)
+    def stream_state(self, write_columns: Callable[[dict[str, Any], np.ndarray], None]) -> dict[str, Any]:
+        """``state_dict()`` without its ``"columns"``, which are handed to
+        ``write_columns(columns, holes)`` as views of the live arrays while the lock is held
+        (``holes``: slots below ``table.high`` holding no item, whose rows are stale). How
+        ``save`` writes memory-mapped columns too big to copy."""
+        with self._lock:
+            state = buffer_state.snapshot(self, self._table, self._rng, copy_columns=False)
+            write_columns(state.pop("columns"), buffer_state.holes(self._table))
+            return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a ``state_dict`` into a buffer built with the same capacity and components.
@@ -360,9 +421,9 @@ class ReplayBuffer:
             ReplayBankError: a missing, unknown or invalid key, named in the message; the buffer
                 is unchanged.
         """
-        from .buffer_state import restore
-
-        restore(self, state)
+        with self._lock:
+            self._table, self._rng = buffer_state.restore(self, self._table, state)
+            self._view.table = self._table
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the buffer to directory ``path`` atomically (see ``replaybank.persist``)."""

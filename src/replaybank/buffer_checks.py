@@ -57,7 +57,7 @@ def cast(value: Any) -> Cast:
 
 def time_order(sampler: Sampler, admission: Admission) -> None:
     """A sampler that reads items in arrival order needs an admission that keeps it."""
-    if getattr(sampler, "needs_time_order", False) and not admission.keeps_time_order:
+    if sampler.needs_time_order and not admission.keeps_time_order:
         raise ReplayBankError(
             f"{type(sampler).__name__} needs items in arrival order; use admission=Fifo() "
             f"(got {type(admission).__name__})"
@@ -69,8 +69,8 @@ def bookkeeping_memory(capacity: int, sampler: Sampler, admission: Admission) ->
     before allocating them (the columns themselves are checked by the storage)."""
     per_slot = (
         (0 if admission.keeps_time_order else 8)  # ids table; a FIFO ring needs none
-        + getattr(sampler, "bytes_per_slot", 0)
-        + getattr(admission, "bytes_per_slot", 0)
+        + sampler.bytes_per_slot
+        + admission.bytes_per_slot
     )
     need = capacity * per_slot
     have = available_memory()
@@ -91,7 +91,7 @@ def priorities(sampler: Sampler, values: Any, n: int) -> np.ndarray | None:
             f"priorities were given but {type(sampler).__name__} sampling ignores them; "
             "use a Prioritized sampler or drop priorities="
         )
-    return check_priorities(values, n, limit=getattr(sampler, "priority_limit", np.inf))
+    return check_priorities(values, n, limit=sampler.priority_limit)
 
 
 def updates(sampler: Sampler, ids: Any, values: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -108,7 +108,7 @@ def updates(sampler: Sampler, ids: Any, values: Any) -> tuple[np.ndarray, np.nda
 
 def priorities_of(sampler: Sampler, values: Any, n: int) -> np.ndarray:
     """``update_priorities``' priorities: ``n`` valid float64 values within the sampler's limit."""
-    return check_priorities(values, n, limit=getattr(sampler, "priority_limit", np.inf))
+    return check_priorities(values, n, limit=sampler.priority_limit)
 
 
 def id_space(table: SlotTable | RingTable, capacity: int, n: int) -> None:
@@ -123,9 +123,8 @@ def id_space(table: SlotTable | RingTable, capacity: int, n: int) -> None:
 
 def rows(sampler: Sampler, values: dict[str, Any]) -> None:
     """Let the sampler refuse row values before anything is stored (e.g. ``done=0.5``)."""
-    check = getattr(sampler, "check_rows", None)
-    if check is not None and values:
-        check(values)
+    if values:
+        sampler.check_rows(values)
 
 
 def groups(admission: Admission, values: Any, n: int) -> np.ndarray | None:
@@ -157,7 +156,7 @@ def groups(admission: Admission, values: Any, n: int) -> np.ndarray | None:
 
 def row_nbytes(spec: Spec | None, sampler: Sampler) -> int:
     """Bytes one sampled row takes (data, id, weight); trajectory slices count their steps."""
-    steps = getattr(sampler, "length", None) or 1
+    steps = sampler.length or 1
     return (sum(c.item_nbytes for c in (spec or {}).values()) + 8) * steps + 12
 
 

@@ -1,28 +1,29 @@
-"""A ``ReplayBuffer``'s full state: a consistent snapshot out, a checked restore in.
+"""A ``ReplayBuffer``'s state format: a snapshot of its parts out, a checked restore in.
 
-``snapshot`` runs under the buffer's lock and copies what it returns, so a writer thread that runs
-the moment the lock is released cannot change it. ``restore`` checks the whole state (the parts it
-owns here, the slot table, the storage, and whatever the sampler and admission check in their own
-``load_state_dict``) before the buffer is changed, and puts the sampler and admission back as they
-were if either refuses, so a refused state leaves the buffer exactly as it was.
+The buffer calls both with its lock held and hands over its slot table and generator; neither
+function keeps them. ``snapshot`` copies what it returns, so a writer thread that runs the moment
+the lock is released cannot change it. ``restore`` checks the whole state (the parts it owns here,
+the slot table, the storage, and whatever the sampler and admission check in their own
+``load_state_dict``) and returns the new table and generator for the buffer to take; it puts the
+sampler and admission back as they were if either refuses, so a refused state leaves the buffer
+exactly as it was.
 
-A sampler or admission policy may also define ``check_table(table)``: it is called after its
-``load_state_dict`` with the restored slot table (``SlotTable`` or ``RingTable``), to refuse state
-that disagrees with it (e.g. priority mass on empty slots, an arrival counter that differs), by
-raising ``ReplayBankError``.
+After its ``load_state_dict``, each sampler and admission policy is shown the restored slot table
+(``SlotTable`` or ``RingTable``) through ``check_table``, to refuse state that disagrees with it
+(e.g. priority mass on empty slots, an arrival counter that differs), by raising
+``ReplayBankError``.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
 
 from .admission import Admission, Fifo, Reservoir
 from .errors import ReplayBankError
-from .samplers.base import Sampler, View
+from .samplers.base import Sampler
 from .schema import fields, integer, mapping
 from .schema import rng as check_rng
 from .slots import RingTable, SlotTable
@@ -34,7 +35,7 @@ KEYS = ("schema_version", "capacity", "spec", "rng", "table", "sampler", "admiss
 
 
 class BufferParts(Protocol):
-    """The parts of a ``ReplayBuffer`` that its state (and ``replaybank.persist``) reads and sets.
+    """The public parts of a ``ReplayBuffer`` that its state (and ``replaybank.persist``) reads.
 
     A protocol rather than the class itself, so that neither this module nor ``persist`` imports
     ``buffer.py``, which imports them: the buffer calls into its state, never the other way round.
@@ -43,16 +44,18 @@ class BufferParts(Protocol):
     sampler: Sampler
     admission: Admission
     storage: Storage
-    _rng: np.random.Generator
-    _table: SlotTable | RingTable
-    _lock: threading.RLock
-    _view: View
 
     @property
     def capacity(self) -> int: ...
 
     @property
     def spec(self) -> Spec | None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def stream_state(
+        self, write_columns: Callable[[dict[str, Any], np.ndarray], None]
+    ) -> dict[str, Any]: ...
 
 
 def copied(tree: Any) -> Any:
@@ -73,28 +76,33 @@ def holes(table: SlotTable | RingTable) -> np.ndarray:
     return np.flatnonzero(table.ids_of(np.arange(table.high, dtype=np.int64)) < 0)
 
 
-def snapshot(buffer: BufferParts, *, copy_columns: bool = True) -> dict[str, Any]:
-    """The buffer's state; call with the buffer's lock held, or let this take it.
+def snapshot(
+    buffer: BufferParts,
+    table: SlotTable | RingTable,
+    rng: np.random.Generator,
+    *,
+    copy_columns: bool = True,
+) -> dict[str, Any]:
+    """The state of ``buffer`` with slot table ``table`` and generator ``rng``; call with the
+    buffer's lock held.
 
     Everything but the columns is copied. Fixed columns hold rows ``[0, table.high)``: copies with
     the rows of empty slots zeroed, or with ``copy_columns=False`` views of the live arrays, valid
     only while the caller keeps holding the lock (used to stream memory-mapped columns to disk).
     """
-    with buffer._lock:
-        table = buffer._table
-        spec = buffer.spec or {}
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "capacity": buffer.capacity,
-            "spec": {name: col.to_json() for name, col in spec.items()},
-            "rng": copied(buffer._rng.bit_generator.state),
-            "table": copied(table.state_dict()),
-            "sampler": copied(buffer.sampler.state_dict()),
-            "admission": copied(buffer.admission.state_dict()),
-            "columns": buffer.storage.export(table.high, holes(table), copy=copy_columns)
-            if spec
-            else {},
-        }
+    spec = buffer.spec or {}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "capacity": buffer.capacity,
+        "spec": {name: col.to_json() for name, col in spec.items()},
+        "rng": copied(rng.bit_generator.state),
+        "table": copied(table.state_dict()),
+        "sampler": copied(buffer.sampler.state_dict()),
+        "admission": copied(buffer.admission.state_dict()),
+        "columns": buffer.storage.export(table.high, holes(table), copy=copy_columns)
+        if spec
+        else {},
+    }
 
 
 def _call(fn: Any, arg: Any, where: str) -> None:
@@ -115,18 +123,26 @@ def _component(obj: Any, state: Any, where: str) -> None:
     _call(obj.load_state_dict, state, f"{where} ({type(obj).__name__})")
 
 
-def _check_counters(buffer: BufferParts, arrivals: int) -> None:
+def _check_counters(admission: Admission, arrivals: int) -> None:
     """Admission counters that must equal the slot table's arrival count."""
-    for cls, attr in ((Fifo, "count"), (Reservoir, "seen")):
-        if isinstance(buffer.admission, cls) and getattr(buffer.admission, attr) != arrivals:
-            raise ReplayBankError(
-                f"admission.{attr} = {getattr(buffer.admission, attr)} but table.arrivals = "
-                f"{arrivals}: the two count the same items"
-            )
+    if isinstance(admission, Fifo):
+        attr, counted = "count", admission.count
+    elif isinstance(admission, Reservoir):
+        attr, counted = "seen", admission.seen
+    else:
+        return
+    if counted != arrivals:
+        raise ReplayBankError(
+            f"admission.{attr} = {counted} but table.arrivals = {arrivals}: the two count the same items"
+        )
 
 
-def restore(buffer: BufferParts, state: Any) -> None:
-    """Check ``state`` (``snapshot`` output) against the buffer and load it; see the module doc.
+def restore(
+    buffer: BufferParts, current: SlotTable | RingTable, state: Any
+) -> tuple[SlotTable | RingTable, np.random.Generator]:
+    """Check ``state`` (``snapshot`` output) against ``buffer``, whose slot table is ``current``,
+    and load its sampler, admission and storage; returns the restored slot table and generator
+    for the buffer to take (see the module doc). Call with the buffer's lock held.
 
     Raises:
         ReplayBankError: a missing or unknown key, a value of the wrong type or range, or parts
@@ -147,7 +163,7 @@ def restore(buffer: BufferParts, state: Any) -> None:
         for name, col in mapping(state["spec"], "spec").items()
     }
     generator = check_rng(state["rng"], "rng")
-    table = type(buffer._table)(buffer.capacity)
+    table = type(current)(buffer.capacity)
     table.load_state_dict(state["table"])
     if not spec and table.arrivals:
         raise ReplayBankError(
@@ -156,69 +172,28 @@ def restore(buffer: BufferParts, state: Any) -> None:
     if spec:
         _call(buffer.sampler.check_spec, spec, "spec")
         ragged = [name for name, col in spec.items() if col.ragged]
-        if ragged and not getattr(buffer.storage, "supports_ragged", False):
+        if ragged and not buffer.storage.supports_ragged:
             raise ReplayBankError(
                 f"spec: column(s) {ragged} are ragged, but {type(buffer.storage).__name__} holds "
                 "fixed-shape columns only"
             )
-        full = not getattr(buffer.storage, "copy_on_restore", True)
+        full = not buffer.storage.copy_on_restore
         check_columns(buffer.capacity, spec, state["columns"], table.high, full=full)
     elif not isinstance(state["columns"], Mapping) or state["columns"]:
         raise ReplayBankError("columns: expected none (the spec is empty)")
-    with buffer._lock:
-        before = {
-            "admission": copied(buffer.admission.state_dict()),
-            "sampler": copied(buffer.sampler.state_dict()),
-        }
-        try:
-            _component(buffer.admission, state["admission"], "admission")
-            _check_counters(buffer, table.arrivals)
-            _component(buffer.sampler, state["sampler"], "sampler")
-            for part in ("admission", "sampler"):  # optional: checks against the restored table
-                component = getattr(buffer, part)
-                check = getattr(component, "check_table", None)
-                if check is not None:
-                    _call(check, table, f"{part} ({type(component).__name__})")
-            if spec:
-                buffer.storage.restore(buffer.capacity, spec, state["columns"], table.high)
-        except BaseException:
-            buffer.admission.load_state_dict(before["admission"])
-            buffer.sampler.load_state_dict(before["sampler"])
-            raise
-        buffer._table = table
-        buffer._view.table = table
-        buffer._rng = generator
+    admission, sampler = buffer.admission, buffer.sampler
+    before = {"admission": copied(admission.state_dict()), "sampler": copied(sampler.state_dict())}
+    try:
+        _component(admission, state["admission"], "admission")
+        _check_counters(admission, table.arrivals)
+        _component(sampler, state["sampler"], "sampler")
+        _call(admission.check_table, table, f"admission ({type(admission).__name__})")
+        _call(sampler.check_table, table, f"sampler ({type(sampler).__name__})")
+        if spec:
+            buffer.storage.restore(buffer.capacity, spec, state["columns"], table.high)
+    except BaseException:
+        admission.load_state_dict(before["admission"])
+        sampler.load_state_dict(before["sampler"])
+        raise
+    return table, generator
 
-
-def clear(buffer: BufferParts) -> None:
-    """Empty ``buffer`` (``ReplayBuffer.clear``): the FIFO ring restarts at slot 0 with its next
-    arrival rounded up to a multiple of the capacity, so ids keep growing and none is reused; the
-    sampler starts over through its ``on_clear``. Checked before anything changes.
-
-    Raises:
-        ReplayBankError: admission other than ``Fifo`` (its placement depends on everything it
-            has seen), a sampler that tracks episodes across arrivals (``Trajectories``) or has
-            no ``on_clear``, or an id space too full to round up.
-    """
-    with buffer._lock:
-        table, admission, sampler = buffer._table, buffer.admission, buffer.sampler
-        who = type(sampler).__name__
-        if not isinstance(admission, Fifo) or not isinstance(table, RingTable):
-            raise ReplayBankError(
-                f"clear() needs Fifo admission (got {type(admission).__name__}, whose placement "
-                "depends on every item it has seen); build a new buffer instead"
-            )
-        if getattr(sampler, "needs_time_order", False) or not hasattr(sampler, "on_clear"):
-            raise ReplayBankError(
-                f"clear() cannot restart {who} sampling (it has no on_clear, or tracks episodes "
-                "across arrivals); build a new buffer instead"
-            )
-        base = -(-table.arrivals // buffer.capacity) * buffer.capacity
-        if base >= 1 << (63 - table.shift):
-            raise ReplayBankError(
-                f"clear(): this buffer has issued {table.arrivals:,} ids; no room is left to restart "
-                "the ring without reusing one; build a new buffer"
-            )
-        admission.count = base
-        table.restart(base)
-        sampler.on_clear()  # type: ignore[attr-defined]

@@ -122,7 +122,7 @@ class Mixer:
         self.epoch_source = int(epoch_source)
         self.drop_last = bool(drop_last)
         self.carry_credit = bool(carry_credit)
-        self._base_shares = self.shares  # the constructor's: an unsteered state must match them
+        self.base_shares = self.shares  # the constructor's: an unsteered state must match them
         self._credit = np.zeros_like(self.shares)
         self._epoch_credit = np.zeros_like(self.shares)  # the credit the current epoch began with
         # where the current shares took effect in this epoch: (step, taken, credit) there
@@ -204,7 +204,7 @@ class Mixer:
         quota[self.epoch_source] = left
         return quota
 
-    def _replay(
+    def replay(
         self, step: int, start: np.ndarray, taken: int = 0, shares: np.ndarray | None = None
     ) -> tuple[int | None, np.ndarray]:
         """``(taken, credit)`` after ``step`` batches at ``shares`` from a position with credit

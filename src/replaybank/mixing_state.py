@@ -26,13 +26,13 @@ class MixerLike(Protocol):
 
     sizes: np.ndarray
     shares: np.ndarray
-    _base_shares: np.ndarray
+    base_shares: np.ndarray
     batch_size: int
     seed: int
     epoch_source: int
     carry_credit: bool
 
-    def _replay(
+    def replay(
         self, step: int, start: np.ndarray, taken: int = 0, shares: np.ndarray | None = None
     ) -> tuple[int | None, np.ndarray]: ...
 
@@ -64,10 +64,10 @@ def check_mixer_state(state: Any, mixer: MixerLike) -> dict[str, Any]:
             raise InvalidStateError(str(err)) from None
         if abs(float(shares.sum()) - 1.0) > 1e-9:
             raise InvalidStateError(f"mixer state has shares {state['shares']} summing to {shares.sum()}, not 1 (altered state)")
-    elif np.allclose(shares / max(shares.sum(), 1e-300), mixer._base_shares):
-        shares = mixer._base_shares
+    elif np.allclose(shares / max(shares.sum(), 1e-300), mixer.base_shares):
+        shares = mixer.base_shares
     else:
-        raise InvalidStateError(f"mixer state has shares {state['shares']}, this mixer has {mixer._base_shares.tolist()}")
+        raise InvalidStateError(f"mixer state has shares {state['shares']}, this mixer has {mixer.base_shares.tolist()}")
     n_epoch = int(mixer.sizes[mixer.epoch_source])
     out = {
         "epoch": state_number(state, "epoch", who, integer=True, low=0, high=_MAX_POSITION),
@@ -83,7 +83,7 @@ def check_mixer_state(state: Any, mixer: MixerLike) -> dict[str, Any]:
     # the in-epoch position is a function of the step: replay the quotas from where the shares
     # took effect (the epoch's start, unless steered since) to it
     seg_step, seg_taken, seg_credit = out["segment"]
-    taken, credit = mixer._replay(out["step"] - seg_step, seg_credit, seg_taken, shares)
+    taken, credit = mixer.replay(out["step"] - seg_step, seg_credit, seg_taken, shares)
     if taken is None:
         raise InvalidStateError(f"mixer state has step={out['step']}, past the end of an epoch of this mixer")
     if out["taken"] != taken or not np.allclose(out["credit"], credit, rtol=0.0, atol=1e-9):

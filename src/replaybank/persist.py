@@ -41,7 +41,7 @@ import numpy as np
 
 from . import npyio
 from .buffer_state import SCHEMA_VERSION as STATE_SCHEMA
-from .buffer_state import BufferParts, holes, snapshot
+from .buffer_state import BufferParts
 from .errors import CorruptSaveError, ReplayBankError
 from .manifest import (
     ARRAY_NAME,
@@ -252,13 +252,11 @@ def _write_version(
                 put(f"columns/{stems[name]}.npy", col, rows=buffer.capacity, holes=holes)
 
     on_disk = isinstance(buffer.storage, MemmapStorage)  # too big to copy: write under the lock
-    with buffer._lock:
-        state = snapshot(buffer, copy_columns=not on_disk)
-        columns = state.pop("columns")
-        if on_disk:
-            put_columns(columns, holes(buffer._table))
-    if not on_disk:
-        put_columns(columns, np.zeros(0, dtype=np.int64))
+    if on_disk:
+        state = buffer.stream_state(put_columns)
+    else:
+        state = buffer.state_dict()
+        put_columns(state.pop("columns"), np.zeros(0, dtype=np.int64))
     del state["schema_version"], state["capacity"]  # top-level fields of the manifest
     arrays: dict[str, np.ndarray] = {}
     json_state = _split(state, "state", arrays)

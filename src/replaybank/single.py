@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from . import buffer_checks
 from .errors import InvalidArgumentError
 from .spec import Cast, Spec, cast_to
 
@@ -175,36 +174,6 @@ def _convert(
             out = np.asarray(dtype.type(value))
         return None if cast == "checked" and np.isinf(out) and not np.isinf(value) else out
     return cast_to(value, dtype, f"column {name!r}", cast)
-
-
-def write_one(buf: Any, values: dict[str, Any]) -> int:
-    """Store one checked item (``coerce``) in ``buf``'s FIFO ring (a ``ReplayBuffer`` whose
-    admission has ``place_one``); returns its id. Samplers that read no rows are told the slot
-    alone (``on_write_one``); index arrays are built only for a slot table or a sampler that
-    reads the rows."""
-    sampler = buf.sampler
-    written: dict[str, np.ndarray] = {}
-    if sampler.needs_rows:
-        written = rows(buf._one_plan, values)
-        buffer_checks.rows(sampler, written)
-    with buf._lock:
-        table = buf._table
-        arrival = table.arrivals
-        if arrival + 1 >= buf._last_arrival:
-            buffer_checks.id_space(table, buf._capacity, 1)
-        slot = buf.admission.place_one()
-        buf.storage.write_one(slot, values)
-        item_id = (arrival << table.shift) | slot
-        if buf._write_hook is not None:
-            table.advance(arrival + 1)
-            buf._write_hook(slot, buf._view)
-        elif buf._notify_one:
-            index = np.array([slot], dtype=np.int64)
-            table.fill(index, np.array([item_id]), arrival + 1)
-            sampler.on_write(index, written, None, buf._view)
-        else:  # a ring with a sampler that keeps no per-item state: nothing to index
-            table.advance(arrival + 1)
-        return item_id
 
 
 def refuse_env_axis(spec: Spec | None, item: Mapping[str, Any]) -> None:

@@ -25,6 +25,8 @@ class Storage(Protocol):
     """What the buffer needs from a storage."""
 
     spec: Spec | None
+    supports_ragged: bool  # may columns hold variable-length rows?
+    copy_on_restore: bool  # restore copies saved arrays (False: adopts them, e.g. mapped files)
 
     def allocate(self, capacity: int, spec: Spec) -> None: ...
 

@@ -20,7 +20,7 @@ from ..buffer_checks import positive_int as _positive_int
 from ..errors import ReplayBankError
 from ..ratelimit import RateLimiter
 from ..samplers import Prioritized
-from ..spec import Spec, check_batch, infer_spec
+from ..spec import ColumnSpec, Spec, check_batch, infer_spec
 from . import ids as idmod
 from . import remote
 from .limiter import LimiterActor
@@ -37,7 +37,8 @@ class PendingBatch:
         self.owner, self.refs, self.shards, self.stats = owner, refs, shards, stats
 
     def result(self) -> Batch:
-        return self.owner._assemble(self)
+        parts = self.owner.get(self.refs, self.shards)
+        return assemble(parts, self.shards, self.stats, self.owner.prioritized, self.owner.beta)
 
 
 class ShardedReplayBuffer:
@@ -259,10 +260,6 @@ class ShardedReplayBuffer:
         """Draw a batch over all shards (the distribution is in :mod:`replaybank.dist.sampling`)."""
         return self.sample_async(batch_size, timeout=timeout).result()
 
-    def _assemble(self, pending: PendingBatch) -> Batch:
-        parts = self.get(pending.refs, pending.shards)
-        return assemble(parts, pending.shards, pending.stats, self.prioritized, self.beta)
-
     def get_items(self, ids: Any) -> dict[str, np.ndarray]:
         """The stored rows of ``ids``, in order."""
         ids = idmod.as_ids(ids)
@@ -279,6 +276,25 @@ class ShardedReplayBuffer:
     def info(self) -> list[dict[str, Any]]:
         """Per shard: index, generation, process id, size, spec and where it was restored from."""
         return self.get([s.info.remote() for s in self.shards], list(range(self.num_shards)))
+
+    def driver_state(self) -> dict[str, Any]:
+        """The driver's own part of a save (JSON-ready): generator, next shard, beta, spec."""
+        with self._lock:
+            return {
+                "rng": self._rng.bit_generator.state,
+                "next_shard": self._next,
+                "beta": self.beta,
+                "spec": None if self._spec is None else {k: v.to_json() for k, v in self._spec.items()},
+            }
+
+    def load_driver_state(self, driver: dict[str, Any]) -> None:
+        """Set what ``driver_state`` returned; raises KeyError, TypeError or ValueError on a bad one."""
+        with self._lock:
+            self._rng.bit_generator.state = driver["rng"]
+            self._next = int(driver["next_shard"]) % self.num_shards
+            self.beta = None if driver.get("beta") is None else float(driver["beta"])
+            spec = driver.get("spec")
+            self._spec = None if spec is None else {k: ColumnSpec.from_json(v) for k, v in spec.items()}
 
     def save(self, path: str | Any) -> None:
         """Write every shard (a core save each) and a checksummed global manifest, atomically."""

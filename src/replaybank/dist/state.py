@@ -6,13 +6,12 @@ imports this module, so this one does not import it back.
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import CorruptSaveError
 from ..ratelimit import RateLimiter
-from ..spec import ColumnSpec
 from . import manifest as manifest_mod
 
 B = TypeVar("B")
@@ -26,13 +25,7 @@ def save(buffer: Any, root: Path) -> None:
     limiter = None
     if buffer.limiter is not None:
         limiter = buffer.get(buffer.limiter.state.remote())
-    with buffer._lock:
-        driver = {
-            "rng": buffer._rng.bit_generator.state,
-            "next_shard": buffer._next,
-            "beta": buffer.beta,
-            "spec": None if buffer._spec is None else {k: v.to_json() for k, v in buffer._spec.items()},
-        }
+    driver = buffer.driver_state()
     manifest = {
         "format": manifest_mod.FORMAT,
         "schema_version": manifest_mod.SCHEMA_VERSION,
@@ -89,11 +82,7 @@ def load(cls: Callable[..., B], root: Path, kwargs: dict[str, Any]) -> B:
     if buffer.capacities != [s["capacity"] for s in shards]:
         raise CorruptSaveError(f"{root}: shard capacities {[s['capacity'] for s in shards]} are not an even split")
     try:
-        buffer._rng.bit_generator.state = driver["rng"]
-        buffer._next = int(driver["next_shard"]) % buffer.num_shards
-        buffer.beta = None if driver.get("beta") is None else float(driver["beta"])
-        spec = driver.get("spec")
-        buffer._spec = None if spec is None else {k: ColumnSpec.from_json(v) for k, v in spec.items()}
+        buffer.load_driver_state(driver)
     except (KeyError, TypeError, ValueError) as err:
         raise CorruptSaveError(f"{root / manifest_mod.MANIFEST}: bad 'driver' section ({err})") from err
     buffer.info()  # every shard has loaded (a bad shard save raises here, not at the first call)

@@ -25,7 +25,7 @@ from .store import EpisodeStore
 
 def summary(store: EpisodeStore) -> dict[str, Any]:
     """Counts per generation and per family, sizes and the schema version, as a JSON-safe dict."""
-    read = store._read
+    read = store.query
     gens = [
         {
             "generation": int(g),

@@ -227,7 +227,8 @@ class EpisodeStore:
                 raise translate(err, self.path, what, self.busy_timeout) from err
             raise
 
-    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """The rows of a read-only SQL statement, sqlite errors translated to replaybank ones."""
         try:
             return self._conn.execute(sql, params).fetchall()
         except sqlite3.Error as err:
@@ -335,11 +336,11 @@ class EpisodeStore:
             + " GROUP BY e.id ORDER BY e.id"
             + (f" LIMIT {int(limit)}" if limit is not None else "")
         )
-        return [stored_episode(self.path, row) for row in self._read(sql, params)]
+        return [stored_episode(self.path, row) for row in self.query(sql, params)]
 
     def get(self, episode_id: int) -> StoredEpisode:
         """The episode with this id. Raises :class:`StoreError` if there is none."""
-        rows = self._read(
+        rows = self.query(
             "SELECT e.id, e.body, COUNT(a.id), GROUP_CONCAT(DISTINCT a.generation)"
             " FROM episodes e JOIN attempts a ON a.episode_id = e.id WHERE e.id = ? GROUP BY e.id",
             (int(episode_id),),
@@ -350,13 +351,13 @@ class EpisodeStore:
 
     def generations(self) -> list[int]:
         """The distinct generations with at least one attempt, ascending."""
-        return [int(r[0]) for r in self._read("SELECT DISTINCT generation FROM attempts ORDER BY 1")]
+        return [int(r[0]) for r in self.query("SELECT DISTINCT generation FROM attempts ORDER BY 1")]
 
     def __len__(self) -> int:
-        return int(self._read("SELECT COUNT(*) FROM episodes")[0][0])
+        return int(self.query("SELECT COUNT(*) FROM episodes")[0][0])
 
     def attempt_count(self) -> int:
-        return int(self._read("SELECT COUNT(*) FROM attempts")[0][0])
+        return int(self.query("SELECT COUNT(*) FROM attempts")[0][0])
 
     def verify(self) -> None:
         """Check the file and every record: SQLite's integrity check, then each episode's body
@@ -366,15 +367,15 @@ class EpisodeStore:
         Raises:
             CorruptStoreError: naming the damage, or the first (up to 5) bad episode ids.
         """
-        result = [str(r[0]) for r in self._read("PRAGMA integrity_check")]
+        result = [str(r[0]) for r in self.query("PRAGMA integrity_check")]
         if result != ["ok"]:
             raise CorruptStoreError(f"{self.path}: integrity check failed: {'; '.join(result[:5])}")
-        bad = record_problems(self.path, self._read(
+        bad = record_problems(self.path, self.query(
             "SELECT e.id, e.body, COUNT(a.id), GROUP_CONCAT(DISTINCT a.generation), e.fingerprint,"
             " e.task_id, e.task_text, e.family, e.difficulty, e.success, e.reward, e.source, e.output"
             " FROM episodes e LEFT JOIN attempts a ON a.episode_id = e.id GROUP BY e.id ORDER BY e.id"
         ))
-        bad += [f"attempt {a}: a column of the wrong type" for (a,) in self._read(BAD_ATTEMPTS)]
+        bad += [f"attempt {a}: a column of the wrong type" for (a,) in self.query(BAD_ATTEMPTS)]
         if bad:
             more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
             raise CorruptStoreError(f"{self.path}: {len(bad)} bad records: {'; '.join(bad[:5])}{more}")

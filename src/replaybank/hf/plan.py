@@ -32,7 +32,7 @@ import numpy as np
 
 from replaybank.checks import state_array
 from replaybank.errors import ReplayBankError
-from replaybank.mixing import Mixer, check_mixer_state, next_quota
+from replaybank.mixing import Mixer, Shares, check_mixer_state, next_quota
 
 PLAN_SCHEMA_VERSION = 1
 _PLAN_KEYS = ("schema_version", "ratio", "batch_size", "world_size", "rows_per_epoch", "n_rehearsal", "mixer",
@@ -334,6 +334,10 @@ class MixPlan:
             out_i[lo + nd : lo + self.batch_size] = reh[r : r + c]
             d, r = d + nd, r + c
         return out_s, out_i
+
+    def set_shares(self, shares: Shares) -> None:
+        """Steer the mixer: the share of each source (base, rehearsal) from the next batch on."""
+        self._mixer.set_shares(shares)
 
     def epoch(self) -> int:
         """The epoch the next batch belongs to."""

@@ -70,7 +70,7 @@ class QuotaSchedule:
         while True:
             ratio = self.ratio_at(k)
             if ratio is not None:
-                plan._mixer.set_shares([1.0 - ratio, ratio])  # the plan's own mixer: MixPlan has no steering API
+                plan.set_shares([1.0 - ratio, ratio])
             batch = next(batches, None)
             if batch is None:
                 return

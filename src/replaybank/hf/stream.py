@@ -211,7 +211,6 @@ def mix(
         features=features,
     )
     limit = MAX_RESUME_EXAMPLES if plan.epochs is None else int(plan.total_batches() or 0) * rows_per_batch
-    stream = as_mix_stream(mapped, limit, rows_per_batch)
-    # what replaybank.hf.check_trainer compares with the trainer's batch size (KLToBase.attach)
-    stream._replaybank_mix = {"batch_size": per_rank, "world_size": world, "rank": the_rank}
-    return stream
+    # the layout replaybank.hf.check_trainer compares with the trainer's batch size (KLToBase.attach)
+    mix = {"batch_size": per_rank, "world_size": world, "rank": the_rank}
+    return as_mix_stream(mapped, limit, rows_per_batch, mix)

@@ -31,6 +31,14 @@ class MixStream(datasets.IterableDataset):
     _replaybank_batch: int
     _replaybank_mix: dict[str, int]
 
+    def adopt(self, limit: int, batch: int, mix: dict[str, int]) -> None:
+        """Take this stream's checks: its fresh state as the template, the count limit, the rows
+        per map call, and what ``check_trainer`` compares with the trainer's batch size."""
+        self._replaybank_template = self.state_dict()
+        self._replaybank_limit = int(limit)
+        self._replaybank_batch = int(batch)
+        self._replaybank_mix = mix
+
     def load_state_dict(self, state_dict: dict) -> None:
         """datasets' ``load_state_dict``, after :func:`check_stream_state` passed (all or nothing).
 
@@ -42,14 +50,15 @@ class MixStream(datasets.IterableDataset):
         super().load_state_dict(state_dict)
 
 
-def as_mix_stream(ds: datasets.IterableDataset, limit: int, batch: int) -> MixStream:
+def as_mix_stream(
+    ds: datasets.IterableDataset, limit: int, batch: int, mix: dict[str, int]
+) -> MixStream:
     """``ds`` (a fresh stream whose map reads ``batch`` rows per call) as a :class:`MixStream`
-    that refuses counts above ``limit``."""
+    that refuses counts above ``limit`` and tells ``check_trainer`` its batch layout ``mix``."""
     ds.__class__ = MixStream
-    ds._replaybank_template = ds.state_dict()
-    ds._replaybank_limit = int(limit)
-    ds._replaybank_batch = int(batch)
-    return ds  # type: ignore[return-value]
+    stream: MixStream = ds  # type: ignore[assignment]
+    stream.adopt(limit, batch, mix)
+    return stream
 
 
 def check_stream_state(state: Any, template: Any, limit: int, where: str = "mix stream state") -> None:

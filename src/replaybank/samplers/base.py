@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -36,16 +37,26 @@ class Sampler(Protocol):
     can_repeat: bool  # may one batch hold the same item twice?
     uses_priorities: bool
     needs_rows: bool  # does on_write read the written rows?
+    needs_time_order: bool  # does it read items in arrival order (a FIFO ring)?
+    bytes_per_slot: int  # bookkeeping bytes per slot, checked against memory before binding
+    priority_limit: float  # the largest priority extend and update_priorities accept
+    length: int | None  # steps per sampled row (trajectory slices); None: one
 
     def bind(self, capacity: int) -> None: ...
 
     def check_spec(self, spec: Spec) -> None: ...
 
+    def check_rows(self, rows: dict[str, Any]) -> None: ...
+
     def on_write(
         self, slots: np.ndarray, rows: dict[str, Any], priorities: np.ndarray | None, view: View
     ) -> None: ...
 
+    def on_write_one(self, slot: int, view: View) -> None: ...
+
     def on_evict(self, slots: np.ndarray) -> None: ...
+
+    def on_clear(self) -> None: ...
 
     def sample(
         self, batch_size: int, view: View, rng: np.random.Generator
@@ -53,9 +64,13 @@ class Sampler(Protocol):
 
     def update_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None: ...
 
+    def update_checked(self, slots: np.ndarray, priorities: Any) -> bool: ...
+
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def check_table(self, table: SlotTable | RingTable) -> None: ...
 
 
 class SamplerBase:
@@ -64,12 +79,20 @@ class SamplerBase:
     can_repeat = True
     uses_priorities = False
     needs_rows = False
+    needs_time_order = False
+    bytes_per_slot = 0
+    priority_limit = math.inf
+    length: int | None = None
 
     def bind(self, capacity: int) -> None:
         self.capacity = capacity
 
     def check_spec(self, spec: Spec) -> None:
         """Raise if the buffer's columns lack something this sampler needs (before any write)."""
+        return None
+
+    def check_rows(self, rows: dict[str, Any]) -> None:
+        """Raise if written row values are ones this sampler refuses (before anything is stored)."""
         return None
 
     def on_write(
@@ -95,11 +118,20 @@ class SamplerBase:
             f"{type(self).__name__} sampling has no priorities; use Prioritized or PrioritizedReshuffled"
         )
 
+    def update_checked(self, slots: np.ndarray, priorities: Any) -> bool:
+        """``update_priorities`` of unchecked priorities in one pass, if this sampler can check
+        them as it sets them; False (nothing changed) sends the caller the general way."""
+        return False
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_state_keys(state, type(self).__name__, ())
+
+    def check_table(self, table: SlotTable | RingTable) -> None:
+        """Raise ``ReplayBankError`` if the loaded state disagrees with the restored slot table."""
+        return None
 
 
 def check_can_sample(batch_size: int, view: View, can_repeat: bool, who: str) -> None:

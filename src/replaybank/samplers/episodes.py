@@ -197,7 +197,7 @@ class EpisodeIndex(SamplerBase):
         )
         ep_len = state_array(state, "ep_len", who, shape=keys_shape, integer=True, low=0)
         accept = state_number(state, "accept", who, low=0.0, high=1.0)
-        limit = getattr(self, "priority_limit", np.finfo(np.float64).max)
+        limit = self.priority_limit if self.priority == "td" else float(np.finfo(np.float64).max)
         max_priority = state_number(state, "max_priority", who, low=0.0, high=limit)
         if self.priority is not None:
             span = self.value_limit * self.capacity

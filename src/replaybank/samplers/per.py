@@ -271,7 +271,8 @@ class Prioritized(SamplerBase):
             "beta": self.beta,
         }
 
-    _state_keys: tuple[str, ...] = ("priorities", "max_priority", "beta")
+    #: the keys state_dict() writes; legacy_keys: keys of older saves that load ignores
+    state_keys: tuple[str, ...] = ("priorities", "max_priority", "beta")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict()``; every entry is checked before anything changes.
@@ -281,7 +282,7 @@ class Prioritized(SamplerBase):
                 range (scaled priorities must be finite, >= 0 and fit the tree).
         """
         who = type(self).__name__
-        check_state_keys(state, who, self._state_keys, self._legacy_keys)
+        check_state_keys(state, who, self.state_keys, self.legacy_keys)
         scaled = state_array(
             state, "priorities", who, shape=(self.capacity,), low=0.0, high=leaf_limit(self.capacity)
         )
@@ -292,7 +293,7 @@ class Prioritized(SamplerBase):
         self.max_priority = max_priority
         self.beta = beta
 
-    _legacy_keys: tuple[str, ...] = ()
+    legacy_keys: tuple[str, ...] = ()
 
     def check_table(self, table: Any) -> None:
         """Slots that hold no item must have no priority mass (else ``sample`` draws them)."""

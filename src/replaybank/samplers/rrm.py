@@ -260,8 +260,8 @@ class PrioritizedReshuffled(Prioritized):
         )
         return state
 
-    _state_keys = (*Prioritized._state_keys, "count", "base", "anchor", "accumulated", "calls")
-    _legacy_keys = ("stamp",)  # saves before the exact RR-M kept a per-slot stamp; not needed now
+    state_keys = (*Prioritized.state_keys, "count", "base", "anchor", "accumulated", "calls")
+    legacy_keys = ("stamp",)  # saves before the exact RR-M kept a per-slot stamp; not needed now
 
     def _load_extra(self, state: dict[str, Any], scaled: np.ndarray) -> None:
         who, shape = type(self).__name__, (self.capacity,)

@@ -102,7 +102,7 @@ def attach(model: Any, weights: Path, config: Any, adapter_name: str) -> tuple[A
     if wrapped:
         flags = [p.requires_grad for p in model.parameters()]
         peft_model = get_peft_model(model, config, adapter_name=adapter_name)
-        peft_model._replaybank_flags = flags  # put back by detach
+        peft_model.replaybank_flags = flags  # put back by detach
     else:
         peft_model = model
         peft_model.add_adapter(adapter_name, config)
@@ -123,7 +123,7 @@ def detach(peft_model: Any, adapter_name: str, wrapped: bool) -> Any:
     ``requires_grad`` flags as they were), else the PEFT model without it."""
     if wrapped:
         base = peft_model.unload()
-        for p, flag in zip(base.parameters(), getattr(peft_model, "_replaybank_flags", []), strict=False):
+        for p, flag in zip(base.parameters(), getattr(peft_model, "replaybank_flags", []), strict=False):
             p.requires_grad_(flag)
         return base
     peft_model.delete_adapter(adapter_name)

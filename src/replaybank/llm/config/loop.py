@@ -230,10 +230,10 @@ class LoopConfig:
             loop = dataclasses.replace(loop, recipe=name)
         cfg = cls(loop=loop, training=training, evaluation=evaluation, data=data_section, source=source,
                   recipes=declared, text=text)
-        cfg._cross_check()
+        cfg.cross_check()
         return cfg
 
-    def _cross_check(self) -> None:
+    def cross_check(self) -> None:
         lp = self.loop
         bad = [lv for lv in lp.levels if lv not in (1, 2, 3, 4)]
         if not lp.levels or bad:

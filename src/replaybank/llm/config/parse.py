@@ -125,13 +125,13 @@ class Config:
         if declared and "evaluation.arms" not in explicit:
             sections["evaluation"].arms = sections["evaluation"].arms + [a for a in declared if a not in sections["evaluation"].arms]
         cfg = cls(**sections, arms=declared, source=source, explicit=frozenset(explicit), text=text)
-        cfg._cross_check()
-        cfg._check_arms()
+        cfg.cross_check()
+        cfg.check_arms()
         ev = cfg.evaluation
         check_gate_keys(ev.retention_floor, ev.gate_arm, ev.arms, source, text)
         return cfg
 
-    def _cross_check(self) -> None:
+    def cross_check(self) -> None:
         where = self.source
         if not self.evaluation.arms:
             raise ConfigError(f"{at(where, self.text, 'evaluation', 'arms')}: [evaluation] arms is empty; expected one or more of base, naive, rehearsal")
@@ -180,7 +180,7 @@ class Config:
                 f"num_generations = {n_gen}; give one file or folder per generation"
             )
 
-    def _check_arms(self) -> None:
+    def check_arms(self) -> None:
         where = self.source
         if len(set(self.evaluation.arms)) != len(self.evaluation.arms):
             raise ConfigError(f"{at(where, self.text, 'evaluation', 'arms')}: [evaluation] arms lists an arm twice: {self.evaluation.arms}")
