@@ -39,7 +39,7 @@ def run_probe(
         raise ValueError(f"--source {source!r}: expected corpus or self")
     import torch
 
-    from replaybank.llm.model import load_model
+    from replaybank.llm.model import load_model, peft_wrapping
 
     t = cfg.training
     threads = pick_threads(t.num_threads)
@@ -52,7 +52,8 @@ def run_probe(
     if adapter:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
+        with peft_wrapping():
+            model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
     else:
         model = add_lora(model, t)
     data = prepare(cfg, tokenizer)
