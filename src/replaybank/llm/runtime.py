@@ -22,6 +22,8 @@ from replaybank.errors import ReplayBankError
 TAKEN_SHARE = 0.5
 #: How long the auto thread count watches the CPUs before the run starts.
 WINDOW_S = 0.4
+#: Where the CPUs cannot be watched, a 1-minute load average below this counts as an idle machine.
+IDLE_LOAD = 0.5
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,8 @@ class ThreadChoice:
 def choose_threads(setting: int, cpus: int, use: CpuUse | None, load: float | None) -> ThreadChoice:
     """Torch CPU threads for ``num_threads = setting`` (0 = auto), given what the CPUs do now.
 
-    Auto leaves out each CPU other processes are using (``round(use.busy_cpus)``, a CPU counting
-    as taken from half of it) and takes the rest, at least 1. A thread that shares its CPU with
+    Auto leaves out each CPU other processes are using (``use.busy_cpus`` rounded half up: a CPU
+    counts as taken from half of it) and takes the rest, at least 1. A thread that shares its CPU with
     another busy process holds up every other thread at each barrier: on the 2-CPU development
     machine two threads ran 5-13x slower than one while other jobs ran. The load average is
     not used where ``use`` is measured: it trails by a minute, so a burst that has just ended
@@ -96,9 +98,9 @@ def choose_threads(setting: int, cpus: int, use: CpuUse | None, load: float | No
     if use is None:
         if load is None:
             return record(1, "auto with neither /proc/stat nor a load average, 1 thread")
-        if load < TAKEN_SHARE:
-            return record(cpus, f"auto without /proc/stat: 1-minute load average {load} is below {TAKEN_SHARE}, every CPU")
-        return record(1, f"auto without /proc/stat: 1-minute load average {load} is not below {TAKEN_SHARE}, 1 thread")
+        if load < IDLE_LOAD:
+            return record(cpus, f"auto without /proc/stat: 1-minute load average {load} is below {IDLE_LOAD}, every CPU")
+        return record(1, f"auto without /proc/stat: 1-minute load average {load} is not below {IDLE_LOAD}, 1 thread")
     taken = min(cpus, math.floor(use.busy_cpus + (1 - TAKEN_SHARE)))
     threads = max(1, cpus - taken)
     seen = f"auto: other processes used {use.busy_cpus:.2f} of {cpus} CPUs over {use.window_s:g} s"
