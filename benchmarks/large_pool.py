@@ -68,13 +68,13 @@ def lazy_stage(pool_file: Path) -> dict[str, Any]:
     from replaybank.llm.data.prepare import check_overlaps, prepare
     from replaybank.llm.eval.suite import load_suite
     from replaybank.llm.model import load_model
-    from replaybank.llm.runtime import resolve_threads
+    from replaybank.llm.runtime import pick_threads
     from replaybank.llm.train import train_lora
     from replaybank.llm.train.adapter import fresh_adapter
     from replaybank.llm.train.loop import Source
     from replaybank.llm.train.sources import sampled_rows
 
-    torch.set_num_threads(resolve_threads(0, loadavg()))  # as `replaybank run` does: 1 thread on a busy machine
+    torch.set_num_threads(pick_threads(0).threads)  # as `replaybank run` does: 1 thread on a busy machine
     times["imports"] = time.perf_counter() - start
     cfg = Config.from_dict({"training": {"rehearsal_dataset": str(pool_file), "num_threads": 1}})
     t0 = time.perf_counter()

@@ -59,6 +59,8 @@ def test_tiny_run_writes_complete_report(tiny_model_dir, tmp_path):
     assert json.loads((adapter / "replaybank.json").read_text())["config"]["training"]["lora_rank"] == 4
     report = (out / "report.md").read_text()
     assert "| naive |" in report
+    assert saved["environment"]["thread_choice"]["reason"] == "num_threads = 1 in the config"
+    assert "1 torch thread(s): num_threads = 1 in the config)" in report
     # per family: retention with its interval and the flips, from the per-item outcomes; the gate
     assert saved["schema_version"] == 3
     base_fams = saved["arms"]["base"]["families"]

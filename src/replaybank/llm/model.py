@@ -12,11 +12,14 @@ cached the same way), or a Hugging Face model id already in the local HF cache.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
 import shutil
 import tempfile
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +216,18 @@ def enable_gradient_checkpointing(model: Any, where: str = "[training] gradient_
         )
     # transformers 5.x renamed it activation_checkpointing_enable (the old name warns, goes in v6).
     enable({"use_reentrant": False})
+
+
+@contextlib.contextmanager
+def peft_wrapping() -> Iterator[None]:
+    """Wrap a model in peft (``get_peft_model``, ``PeftModel.from_pretrained``) inside this without
+    the warning peft itself causes: peft 0.21 reads transformers' ``is_gradient_checkpointing``,
+    deprecated in transformers 5 for ``is_activation_checkpointing``, so every wrap printed a
+    ``FutureWarning`` no caller can avoid. Only that message is silenced; other warnings show.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
 
 
 def is_checkpointing(model: Any) -> bool:

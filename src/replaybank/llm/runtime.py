@@ -7,29 +7,190 @@ same way and reports the same environment.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import platform
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from replaybank.errors import ReplayBankError
 
+#: A CPU counts as taken when other processes used at least this share of it over the window.
+TAKEN_SHARE = 0.5
+#: How long the auto thread count watches the CPUs before the run starts.
+WINDOW_S = 0.4
+#: Where the CPUs cannot be watched, a 1-minute load average below this counts as an idle machine.
+IDLE_LOAD = 0.5
 
-def resolve_threads(setting: int, load: float | None) -> int:
-    """Torch CPU threads for ``num_threads = setting`` (0 = auto).
 
-    Auto uses every CPU on an idle machine and 1 thread otherwise: with other processes running,
-    multi-threaded torch slowed the 2-CPU development machine 5-13x (threads wait for each other
-    while one is descheduled), while 1 thread kept about 120 tokens/s of LoRA training.
+@dataclass(frozen=True)
+class CpuUse:
+    """What the CPUs this process may use did over a short window, apart from this process.
+
+    Attributes:
+        cpus: CPUs this process may run on.
+        busy_cpus: CPUs' worth of time other processes used over the window (0 .. ``cpus``).
+        window_s: the window's length in seconds.
+    """
+
+    cpus: int
+    busy_cpus: float
+    window_s: float
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """Torch CPU threads for a job and why: the ``thread_choice`` record of ``metrics.json``.
+
+    Attributes:
+        threads: threads chosen.
+        setting: the config's ``num_threads`` (0 = auto).
+        cpus: CPUs this process may run on.
+        busy_cpus: CPUs' worth of time other processes used over the window (None: not measured).
+        window_s: the window's length in seconds (None: not measured).
+        loadavg_1min: the 1-minute load average at the time (None where the OS has none).
+        reason: the choice as a sentence, for the log and the report.
+    """
+
+    threads: int
+    setting: int
+    cpus: int
+    busy_cpus: float | None
+    window_s: float | None
+    loadavg_1min: float | None
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def choose_threads(setting: int, cpus: int, use: CpuUse | None, load: float | None) -> ThreadChoice:
+    """Torch CPU threads for ``num_threads = setting`` (0 = auto), given what the CPUs do now.
+
+    Auto leaves out each CPU other processes are using (``use.busy_cpus`` rounded half up: a CPU
+    counts as taken from half of it) and takes the rest, at least 1. A thread that shares its CPU with
+    another busy process holds up every other thread at each barrier: on the 2-CPU development
+    machine two threads ran 5-13x slower than one while other jobs ran. The load average is
+    not used where ``use`` is measured: it trails by a minute, so a burst that has just ended
+    (a ``pip install`` before the run) would cost the whole run its threads. Without a
+    measurement (no ``/proc/stat``) auto falls back to every CPU below load 0.5, else 1.
 
     Example:
-        >>> resolve_threads(3, 5.0), resolve_threads(0, 4.0)
-        (3, 1)
+        >>> idle, busy = CpuUse(2, 0.04, 0.4), CpuUse(2, 1.9, 0.4)
+        >>> choose_threads(0, 2, idle, 3.1).threads, choose_threads(0, 2, busy, 0.2).threads
+        (2, 1)
+        >>> choose_threads(0, 8, CpuUse(8, 2.6, 0.4), 2.0).reason
+        'auto: other processes used 2.60 of 8 CPUs over 0.4 s, taking 3; 5 threads on the rest'
+        >>> choose_threads(3, 2, None, None).threads
+        3
     """
+    busy = use.busy_cpus if use is not None else None
+    window = use.window_s if use is not None else None
+
+    def record(threads: int, reason: str) -> ThreadChoice:
+        return ThreadChoice(threads, setting, cpus, busy, window, load, reason)
+
     if setting > 0:
-        return setting
-    cpus = os.cpu_count() or 1
-    return cpus if load is not None and load < 0.5 else 1
+        return record(setting, f"num_threads = {setting} in the config")
+    if use is None:
+        if load is None:
+            return record(1, "auto with neither /proc/stat nor a load average, 1 thread")
+        if load < IDLE_LOAD:
+            return record(cpus, f"auto without /proc/stat: 1-minute load average {load} is below {IDLE_LOAD}, every CPU")
+        return record(1, f"auto without /proc/stat: 1-minute load average {load} is not below {IDLE_LOAD}, 1 thread")
+    taken = min(cpus, math.floor(use.busy_cpus + (1 - TAKEN_SHARE)))
+    threads = max(1, cpus - taken)
+    seen = f"auto: other processes used {use.busy_cpus:.2f} of {cpus} CPUs over {use.window_s:g} s"
+    if taken == 0:
+        return record(threads, f"{seen}, every CPU")
+    if threads == 1:
+        return record(1, f"{seen}, taking {taken}; 1 thread keeps torch off the busy ones")
+    return record(threads, f"{seen}, taking {taken}; {threads} threads on the rest")
+
+
+def cpu_ticks(proc_stat: str) -> dict[int, tuple[int, int]]:
+    """``{cpu: (busy ticks, all ticks)}`` from the text of ``/proc/stat`` (idle and iowait are not busy;
+    steal is: another machine's time on this CPU).
+
+    Example:
+        >>> cpu_ticks("cpu  9 0 3 80 2 0 0 1 0 0\\ncpu0 5 0 2 40 1 0 0 1 0 0\\nintr 7")
+        {0: (8, 49)}
+    """
+    ticks: dict[int, tuple[int, int]] = {}
+    for line in proc_stat.splitlines():
+        name, _, rest = line.partition(" ")
+        if not name.startswith("cpu") or name == "cpu":
+            continue
+        fields = [int(v) for v in rest.split()[:8]]  # user nice system idle iowait irq softirq steal
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        ticks[int(name[3:])] = (sum(fields) - idle, sum(fields))
+    return ticks
+
+
+def busy_between(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]], cpus: set[int]) -> float:
+    """CPUs' worth of busy time on ``cpus`` between two :func:`cpu_ticks` snapshots.
+
+    Example:
+        >>> busy_between({0: (0, 0), 1: (0, 0)}, {0: (40, 40), 1: (10, 40)}, {0, 1})
+        1.25
+    """
+    busy = 0.0
+    for cpu in cpus & before.keys() & after.keys():
+        d_busy = after[cpu][0] - before[cpu][0]
+        d_all = after[cpu][1] - before[cpu][1]
+        busy += d_busy / d_all if d_all > 0 else 0.0
+    return busy
+
+
+def _read_proc_stat() -> str:
+    return Path("/proc/stat").read_text()
+
+
+def allowed_cpus() -> set[int]:
+    """The CPUs this process may run on (every CPU where the OS cannot say)."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return set(range(os.cpu_count() or 1))
+
+
+def measure_cpu_use(window_s: float = WINDOW_S, read_stat: Callable[[], str] | None = None) -> CpuUse | None:
+    """How busy the CPUs this process may use are over ``window_s`` seconds, this process's own
+    threads left out (its CPU time over the window is subtracted); None without ``/proc/stat``.
+
+    Sleeps for the window; on a 100 Hz tick 0.4 s resolves each CPU's share to 2.5%.
+    """
+    read = read_stat or _read_proc_stat
+    cpus = allowed_cpus()
+    try:
+        before = cpu_ticks(read())
+        own0, t0 = _own_cpu_seconds(), time.monotonic()
+        time.sleep(window_s)
+        after = cpu_ticks(read())
+        own1, t1 = _own_cpu_seconds(), time.monotonic()
+    except (OSError, ValueError, IndexError):
+        return None
+    seen = cpus & before.keys() & after.keys()
+    if not seen:
+        return None
+    elapsed = max(t1 - t0, 1e-9)
+    busy = busy_between(before, after, seen) - (own1 - own0) / elapsed
+    return CpuUse(len(seen), round(min(max(busy, 0.0), len(seen)), 2), round(elapsed, 2))
+
+
+def _own_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def pick_threads(setting: int, window_s: float = WINDOW_S) -> ThreadChoice:
+    """:func:`choose_threads` on this machine now: measures only when ``setting`` is 0 (auto)."""
+    use = measure_cpu_use(window_s) if setting == 0 else None
+    cpus = use.cpus if use is not None else len(allowed_cpus())
+    return choose_threads(setting, cpus, use, loadavg())
 
 
 def pick_device(setting: str, worker: int | None = None, where: str = "[training] device") -> str:

@@ -36,7 +36,7 @@ def add_lora(model: Any, rank: int, alpha: int, targets: Sequence[str], last_lay
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from replaybank.llm.model import check_target_modules
+    from replaybank.llm.model import check_target_modules, peft_wrapping
 
     check_target_modules(model, list(targets))
     n = int(model.config.num_hidden_layers)
@@ -45,7 +45,8 @@ def add_lora(model: Any, rank: int, alpha: int, targets: Sequence[str], last_lay
                         layers_to_transform=layers, task_type="CAUSAL_LM")
     with torch.random.fork_rng():
         torch.manual_seed(seed)  # PEFT draws its init from the global generator
-        return get_peft_model(model, config)
+        with peft_wrapping():
+            return get_peft_model(model, config)
 
 
 def lora_parameters(model: Any) -> list[tuple[str, Any]]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.llm.adapters.errors import ManifestError
+from replaybank.llm.model import peft_wrapping
 from replaybank.llm.train.peft_files import check_tensors, read_tensors
 
 __all__ = ["attach", "check_adapter_config", "detach", "lora_config", "rank_of"]
@@ -101,7 +102,8 @@ def attach(model: Any, weights: Path, config: Any, adapter_name: str) -> tuple[A
     wrapped = not isinstance(model, PeftModel)
     if wrapped:
         flags = [p.requires_grad for p in model.parameters()]
-        peft_model = get_peft_model(model, config, adapter_name=adapter_name)
+        with peft_wrapping():
+            peft_model = get_peft_model(model, config, adapter_name=adapter_name)
         peft_model.replaybank_flags = flags  # put back by detach
     else:
         peft_model = model

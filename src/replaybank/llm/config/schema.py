@@ -98,7 +98,7 @@ class Training:
     max_seq_length: int = _f(256, "rows are truncated to this many tokens", min=8, max=1_048_576)
     seed: int = _f(0, "seed of data order, slices and LoRA init", min=0, max=2**31 - 1)
     device: Device = _f("auto", "auto = cuda when available (bf16), else cpu (fp32); cpu, cuda, or cuda:N for GPU N (checked against the machine before the model loads; with --jobs a bare cuda puts worker k on GPU k mod n_gpus)", device=True)
-    num_threads: int = _f(0, "torch CPU threads; 0 = auto: every CPU when the 1-minute load average is below 0.5, else 1", min=0, max=4096)
+    num_threads: int = _f(0, "torch CPU threads; 0 = auto: the CPUs other processes leave free over 0.4 s at the start (/proc/stat), at least 1", min=0, max=4096)
     save_every: int = _f(0, "save a resumable checkpoint every N optimizer steps (0 = none: an arm cut short restarts; finished arms are kept in OUT.partial either way)", min=0)
 
 

@@ -17,7 +17,7 @@ from replaybank.llm.data.prepare import prepare
 from replaybank.llm.data.selfsynth import synthesize_rows
 from replaybank.llm.eval.interference import InterferenceReport, interference
 from replaybank.llm.eval.suite import load_suite
-from replaybank.llm.runtime import loadavg, pick_device, resolve_threads
+from replaybank.llm.runtime import pick_device, pick_threads
 from replaybank.llm.train import add_lora
 
 
@@ -39,10 +39,12 @@ def run_probe(
         raise ValueError(f"--source {source!r}: expected corpus or self")
     import torch
 
-    from replaybank.llm.model import load_model
+    from replaybank.llm.model import load_model, peft_wrapping
 
     t = cfg.training
-    torch.set_num_threads(resolve_threads(t.num_threads, loadavg()))
+    threads = pick_threads(t.num_threads)
+    torch.set_num_threads(threads.threads)
+    log(f"torch threads: {threads.threads} ({threads.reason})")
     model, tokenizer = load_model(t.base_model, pick_device(t.device, where=f"{cfg.source}: [training] device"), log)
     self_rows = None
     if source == "self":
@@ -50,7 +52,8 @@ def run_probe(
     if adapter:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
+        with peft_wrapping():
+            model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
     else:
         model = add_lora(model, t)
     data = prepare(cfg, tokenizer)

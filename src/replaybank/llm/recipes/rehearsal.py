@@ -64,7 +64,7 @@ from replaybank.llm.report.folder import (
 )
 from replaybank.llm.report.metrics import METRICS_SCHEMA_VERSION, build_metrics, write_outputs
 from replaybank.llm.report.seeds import aggregate
-from replaybank.llm.runtime import environment, loadavg, pick_device, resolve_threads, use_device
+from replaybank.llm.runtime import environment, loadavg, pick_device, pick_threads, use_device
 from replaybank.llm.train import KLSpec, train_lora
 from replaybank.llm.train.adapter import adapter_state, fresh_adapter, restore_adapter
 from replaybank.llm.train.lineage import select_lineage
@@ -116,7 +116,9 @@ def run_experiment(
         raise OutputError(f"--seeds {n_seeds}: need at least one seed")
     t = cfg.training
     items = load_suite(cfg.data.suite)  # bad suite files fail before the model loads
-    torch.set_num_threads(resolve_threads(t.num_threads, load_start))
+    threads = pick_threads(t.num_threads)
+    torch.set_num_threads(threads.threads)
+    log(f"torch threads: {threads.threads} ({threads.reason})")
     device = pick_device(t.device, where=f"{cfg.source}: [training] device")  # before the model loads
     use_device(device)
     timings: dict[str, float] = {}
@@ -152,7 +154,8 @@ def run_experiment(
 
     agg = aggregate([{a: flatten(r) for a, r in arms.items()} for arms in per_seed])
     metrics = build_metrics(cfg, per_seed, agg, probes, manifests, suites)
-    metrics["environment"] = {**environment(device), "loadavg_1min_start": load_start, "loadavg_1min_end": loadavg()}
+    metrics["environment"] = {**environment(device), "loadavg_1min_start": load_start, "loadavg_1min_end": loadavg(),
+                              "thread_choice": threads.to_dict()}
     metrics["timings"] = {key: round(v, 2) for key, v in timings.items()}
     metrics["seeds"] = [t.seed + k for k in range(n_seeds)]
     metrics["schema_version"] = METRICS_SCHEMA_VERSION

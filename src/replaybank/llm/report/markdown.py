@@ -30,6 +30,12 @@ def fmt(entry: dict[str, Any] | None, digits: int = 3, pct: bool = False) -> str
     return text
 
 
+def _thread_reason(env: dict[str, Any]) -> str:
+    """``: <why>`` for the thread count (empty for a run recorded before the reason was)."""
+    choice = env.get("thread_choice")
+    return f": {choice['reason']}" if choice else ""
+
+
 def write_report(path: Path, metrics: dict[str, Any]) -> None:
     """``report.md``: the arms table with spreads, loss shares, matrix, probe, targets, timings."""
     arms = metrics["arms"]
@@ -43,7 +49,7 @@ def write_report(path: Path, metrics: dict[str, Any]) -> None:
         f"Base model `{metrics['config']['training']['base_model']}`, device {env.get('device')}, "
         f"{len(seeds)} seed(s) {seeds}, wall time {metrics.get('wall_seconds', 0):.1f} s (1-minute load average "
         f"{env.get('loadavg_1min_start')} at start, {env.get('loadavg_1min_end')} at end, {os.cpu_count()} CPUs, "
-        f"{env.get('threads')} torch thread(s)). Figures: mean ± std over seeds (sample std); retention "
+        f"{env.get('threads')} torch thread(s){_thread_reason(env)}). Figures: mean ± std over seeds (sample std); retention "
         f"per family: mean over seeds [95% interval] ({_interval_note(metrics)}).",
         "",
         "| arm | " + " | ".join(f"{fam} retention % [95% CI]" for fam in families)

@@ -25,7 +25,7 @@ import numpy as np
 
 from replaybank.llm.config import Training
 from replaybank.llm.data.rows import TokenRows
-from replaybank.llm.model import check_target_modules, enable_gradient_checkpointing
+from replaybank.llm.model import check_target_modules, enable_gradient_checkpointing, peft_wrapping
 from replaybank.llm.runtime import FrozenBf16, short_row_attention
 from replaybank.llm.train.checkpoint import (
     CHECKPOINT_SCHEMA_VERSION,
@@ -95,7 +95,8 @@ def add_lora(model: Any, cfg: Training) -> Any:
     # PEFT initialises adapters from torch's global generator; seeding it here is the only way
     # to make the init reproducible.
     torch.manual_seed(cfg.seed)
-    peft_model = get_peft_model(model, lora)
+    with peft_wrapping():
+        peft_model = get_peft_model(model, lora)
     dtype = next(p.dtype for p in model.parameters() if not p.requires_grad)
     if dtype != torch.float32:
         # PEFT keeps adapters fp32 on a bf16 base, which casts every adapter input to fp32 (a
