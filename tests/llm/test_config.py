@@ -103,8 +103,8 @@ def test_file_errors(tmp_path):
     bad.write_bytes(b"[training]\n\nbase_model = 'caf\xe9'\n")
     with pytest.raises(ConfigError, match=r"bad.toml:3: not valid UTF-8 \(byte 0xe9\)"):
         Config.from_toml(bad)
-    bad.write_text("[loop]\nseed = 1\n\n[arms.x]\nsource = []\n")  # the loop has no [arms]: the sub-table's line
-    with pytest.raises(ConfigError, match=r"bad.toml:4: unknown section \[arms\]"):
+    bad.write_text("[loop]\nseed = 1\n\n[arms.x]\nsource = []\n")  # recipes are [recipes.NAME]: the table's line
+    with pytest.raises(ConfigError, match=r"bad.toml:4: \[arms.x\] is not a section; declare the recipe as \[recipes.x\]"):
         LoopConfig.from_toml(bad)
     typo = tmp_path / "typo.toml"
     typo.write_text("[training]\nlora_rnak = 3\n")
@@ -159,7 +159,7 @@ def test_non_finite_float_from_a_toml_file(tmp_path):
          r"rehearsal_prompt_chars = 500 is not below \[training\] rehearsal_max_chars = 400"),
         ({"training": {"rehearsal_prompt_chars": 400}}, r"rehearsal_prompt_chars = 400 is not below"),
         ({"training": {"mixing_ratio": 0.0}}, r"mixing_ratio = 0 makes the rehearsal arm .rehearsal-corpus. the naive arm"),
-        ({"arms": {"x": {"source": "self", "ratio": 0.0}}}, r"\[arms.x\] has sources \[.self.\] but ratio = 0"),
+        ({"recipes": {"x": {"source": "self", "ratio": 0.0}}}, r"\[recipes.x\] has sources \[.self.\] but ratio = 0"),
     ],
 )
 def test_out_of_range_and_inconsistent_values_are_refused(data, match):

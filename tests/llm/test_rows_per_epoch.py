@@ -27,7 +27,7 @@ def test_every_generation_draws_the_rows_per_epoch(tiny_model_dir: Path, tmp_pat
         "training": {"base_model": str(tiny_model_dir), "batch_size": 6, "lora_rank": 2, "num_threads": 1,
                      "rehearsal_rows_per_epoch": 6},
         "data": {"domain_train_rows": 12, "domain_eval_rows": 3, "general_eval_rows": 3},
-        "arms": {"fixed": {"source": ["corpus"], "ratio": 0.2}},
+        "recipes": {"fixed": {"source": ["corpus"], "ratio": 0.2}},
         "evaluation": {"arms": ["rehearsal", "fixed"], "eval_points": 1, "suite_per_family": 1, "max_new_tokens": 4,
                        "probe_sources": False},
         "output": {"save_adapters": False},
@@ -38,7 +38,7 @@ def test_every_generation_draws_the_rows_per_epoch(tiny_model_dir: Path, tmp_pat
     assert [g["rehearsal_share"] for g in gens] == pytest.approx([6 / 18, 6 / 30, 6 / 42])
     drawn = [g["sources"]["corpus"]["rows_per_epoch"] for g in gens]
     assert all(abs(d - 6) <= 1 for d in drawn), drawn  # before: 6, 12, 18 (the first share kept)
-    # an [arms.NAME] ratio is a share, not converted: its rows grow with the lineage
+    # a [recipes.NAME] ratio is a share, not converted: its rows grow with the lineage
     fixed = metrics["arms"]["fixed"]["generations"]
     assert [g["rehearsal_share"] for g in fixed] == [0.2, 0.2, 0.2]
     assert fixed[2]["sources"]["corpus"]["rows_per_epoch"] > 2 * fixed[0]["sources"]["corpus"]["rows_per_epoch"]

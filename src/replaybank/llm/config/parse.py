@@ -34,9 +34,9 @@ from replaybank.llm.config.recipe import (
     Recipe,
     builtin,
     is_file_source,
-    merge_declared,
     parse_recipes,
     recipe_dict,
+    refuse_arms_tables,
 )
 from replaybank.llm.config.schema import (
     ARM_SOURCES,
@@ -52,7 +52,6 @@ from replaybank.llm.config.values import (
     ConfigError,
     at,
     did_you_mean,
-    key_line,
     read_section,
     read_toml,
     shown,
@@ -73,7 +72,7 @@ class Config:
     evaluation: Evaluation = field(default_factory=Evaluation)
     output: Output = field(default_factory=Output)
     arms: dict[str, Recipe] = field(default_factory=dict)
-    """The config's own ``[recipes.NAME]`` (old spelling ``[arms.NAME]``) tables."""
+    """The config's own ``[recipes.NAME]`` tables."""
     source: str = "<defaults>"
     explicit: frozenset[str] = frozenset()
     text: str | None = field(default=None, repr=False, compare=False)
@@ -105,15 +104,14 @@ class Config:
         line (``run.toml:7: [recipes.x] ratio = 1.0: ...``).
 
         Raises:
-            ConfigError: an unknown section or key (with a "did you mean"), a wrong type or range.
+            ConfigError: an unknown section or key (with a "did you mean"), a wrong type or range,
+                an ``[arms.NAME]`` table (recipes are ``[recipes.NAME]``).
         """
         sections: dict[str, Any] = {}
         explicit: set[str] = set()
         data = dict(data)
-        declared = merge_declared(
-            parse_recipes(data.pop("recipes", {}), source, "recipes", text),
-            parse_recipes(data.pop("arms", {}), source, "arms", text), source, text,
-        )
+        refuse_arms_tables(data, source, text)
+        declared = parse_recipes(data.pop("recipes", {}), source, text)
         for name, values in data.items():
             if name not in SECTIONS:
                 raise ConfigError(f"{at(source, text, name)}: unknown section [{name}]{did_you_mean(name, SECTIONS)}")
@@ -144,8 +142,7 @@ class Config:
                 )
             files = [s for s in specs[arm].source if is_file_source(s)] if arm in specs else []
             if files:
-                old = self.text is not None and key_line(self.text, table_name("recipes", arm)) is None
-                table = table_name("arms" if old else "recipes", arm)
+                table = table_name("recipes", arm)
                 raise ConfigError(
                     f"{at(where, self.text, table, 'source')}: [{table}] source contains {files[0]!r}: the main job "
                     f"rehearses with {', '.join(ARM_SOURCES)}; a .jsonl file of prompt/response rows is a source of the loop"
@@ -194,7 +191,7 @@ class Config:
 
     def arm_specs(self) -> dict[str, Recipe]:
         """Every arm this config can run by name: the built-in recipes, then its ``[recipes.NAME]``
-        (or ``[arms.NAME]``) tables.
+        tables.
 
         Built-in rehearsal recipes of :data:`.recipe.TAKES_TRAINING_SHARE` take ``[training]
         mixing_ratio`` and ``mix_by`` (the reference's share); ``self-distill`` keeps its own (half
@@ -251,7 +248,7 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         """``{section: {key: value}}`` for every key, defaults included; declared recipe tables too
-        (as ``recipes``, whichever spelling the file used)."""
+        (as ``recipes``)."""
         out = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
         if self.arms:
             out["recipes"] = {name: recipe_dict(spec) for name, spec in self.arms.items()}

@@ -6,8 +6,7 @@ labelled tokens), whether the rehearsal rows train with cross-entropy, and the K
 recipe), the consolidation loop (``replaybank loop``: ``[loop] recipe``) and :mod:`replaybank.hf`
 (``recipe(name)``, ``mix(..., recipe=)``, ``KLToBase.from_recipe``) read the same type, the same
 built-in names (:data:`BUILTIN_RECIPES`) and the same ``[recipes.NAME]`` tables
-(:func:`parse_recipes`; the main job also reads its old spelling ``[arms.NAME]``), so a recipe
-found in one job can be named in another.
+(:func:`parse_recipes`), so a recipe found in one job can be named in another.
 
 Sources: ``corpus`` (the main job's rehearsal corpus), ``self`` (the base model's own answers to
 general prompts), ``replay`` (the main job's stored rows of earlier generations), ``onpolicy`` (the
@@ -45,7 +44,7 @@ from replaybank.llm.config.values import (
 
 __all__ = [
     "BUILTIN_RECIPES", "CONTROLLER_KEYS", "NONE", "SOURCES", "TAKES_TRAINING_SHARE", "Recipe", "builtin",
-    "is_file_source", "load_recipes", "parse_recipes", "recipe_dict", "resolve",
+    "is_file_source", "load_recipes", "parse_recipes", "recipe_dict", "refuse_arms_tables", "resolve",
 ]  # fmt: skip
 
 SOURCES = ARM_SOURCES  # corpus, self, replay, onpolicy
@@ -160,8 +159,8 @@ def resolve(name: str, declared: dict[str, Recipe], where: str, key: str) -> Rec
     )
 
 
-def parse_recipes(raw: Any, source: str, section: str = "recipes", text: str | None = None) -> dict[str, Recipe]:
-    """``[recipes.NAME]`` (or ``[arms.NAME]``) tables -> a :class:`Recipe` per name, every key
+def parse_recipes(raw: Any, source: str, text: str | None = None) -> dict[str, Recipe]:
+    """``[recipes.NAME]`` tables -> a :class:`Recipe` per name, every key
     checked by :func:`.values.read_section`, then the keys against each other; errors name
     ``file:line`` when ``text`` (the TOML file's text) is given.
 
@@ -181,6 +180,7 @@ def parse_recipes(raw: Any, source: str, section: str = "recipes", text: str | N
             ``source = []``, a KL term on rehearsal rows without sources, ``rehearsal_ce = false``
             without the KL term, ``fresh_adapter = true`` with ``replay`` or ``onpolicy`` rows.
     """
+    section = "recipes"
     if not isinstance(raw, dict):
         raise ConfigError(f"{at(source, text, section)}: [{section}] must hold tables [{section}.NAME], got {shown(raw)}")
     out: dict[str, Recipe] = {}
@@ -255,27 +255,36 @@ def check_recipe(spec: Recipe, table: str, keys: set[str], source: str, text: st
 
 
 def load_recipes(path: str | Path) -> dict[str, Recipe]:
-    """The ``[recipes.NAME]`` (and ``[arms.NAME]``) tables of a TOML file, checked; other sections
-    are not read (so a main-job or loop config can lend its recipes to :mod:`replaybank.hf`).
+    """The ``[recipes.NAME]`` tables of a TOML file, checked; other sections are not read (so a
+    main-job or loop config can lend its recipes to :mod:`replaybank.hf`).
 
     Raises:
-        ConfigError: a missing or unreadable file, invalid TOML, or a bad table (``file:line``).
+        ConfigError: a missing or unreadable file, invalid TOML, a bad table (``file:line``), or an
+            ``[arms.NAME]`` table (:func:`refuse_arms_tables`).
     """
     p = Path(path)
     data, text = read_toml(p)
-    return merge_declared(
-        parse_recipes(data.get("recipes", {}), str(p), "recipes", text),
-        parse_recipes(data.get("arms", {}), str(p), "arms", text), str(p), text,
-    )
+    refuse_arms_tables(data, str(p), text)
+    return parse_recipes(data.get("recipes", {}), str(p), text)
 
 
-def merge_declared(recipes: dict[str, Recipe], arms: dict[str, Recipe], source: str, text: str | None) -> dict[str, Recipe]:
-    """``[recipes.NAME]`` and ``[arms.NAME]`` tables as one dict; a name in both is an error."""
-    both = sorted(set(recipes) & set(arms))
-    if both:
-        raise ConfigError(
-            f"{at(source, text, table_name('arms', both[0]))}: [{table_name('arms', both[0])}] and "
-            f"[{table_name('recipes', both[0])}] both declare "
-            f"{both[0]!r}; [arms.NAME] is the old spelling of [recipes.NAME]: keep one"
-        )
-    return {**recipes, **arms}
+def refuse_arms_tables(data: dict[str, Any], source: str, text: str | None = None) -> None:
+    r"""Refuse ``[arms.NAME]`` tables: a recipe is declared as ``[recipes.NAME]``.
+
+    Example:
+        >>> refuse_arms_tables({"arms": {"mine": {"source": "self"}}}, "run.toml", '[arms.mine]\nsource = "self"\n')
+        Traceback (most recent call last):
+        ...
+        replaybank.llm.config.ConfigError: run.toml:1: [arms.mine] is not a section; declare the recipe as [recipes.mine]
+
+    Raises:
+        ConfigError: ``data`` has an ``arms`` section, naming the line of its first table.
+    """
+    raw = data.get("arms")
+    if raw is None:
+        return
+    if isinstance(raw, dict) and raw:
+        name = str(next(iter(raw)))
+        old, new = table_name("arms", name), table_name("recipes", name)
+        raise ConfigError(f"{at(source, text, old)}: [{old}] is not a section; declare the recipe as [{new}]")
+    raise ConfigError(f"{at(source, text, 'arms')}: [arms] is not a section; declare recipes as [recipes.NAME] tables")
