@@ -10,7 +10,7 @@ import pytest
 
 import replaybank.hf
 from replaybank.hf import MixError
-from replaybank.llm.config import ArmSpec, Config, ConfigError, LoopConfig, Recipe
+from replaybank.llm.config import Config, ConfigError, LoopConfig, Recipe
 from replaybank.llm.config.recipe import BUILTIN_RECIPES
 from replaybank.llm.config.values import key_line
 from replaybank.llm.train.kl import KLSpec
@@ -50,7 +50,7 @@ def test_self_distill_is_the_same_recipe_in_the_main_job_the_loop_and_hf():
     # the reference's method stays an arm: general corpus, 10% of rows, cross-entropy
     ref = Config().arm_specs()["rehearsal-corpus"]
     assert (ref.source, ref.ratio, ref.mix_by, ref.rehearsal_ce, ref.kl_to_base) == (["corpus"], 0.1, "rows", True, 0.0)
-    assert BUILTIN_RECIPES["rehearsal"] == BUILTIN_RECIPES["rehearsal-corpus"] and ArmSpec is Recipe
+    assert BUILTIN_RECIPES["rehearsal"] == BUILTIN_RECIPES["rehearsal-corpus"]
 
 
 def test_a_recipe_table_is_named_by_every_job(tmp_path):

@@ -70,9 +70,6 @@ class Recipe:
     fresh_adapter: bool = _f(False, "replaybank run: train a fresh adapter on each generation's domain alone (one adapter per skill, adapters/ARM/seedN/genG/), instead of carrying one adapter over; the lineage keys do not apply")
 
 
-#: ``ArmSpec`` is the name the main job's arms had before the loop and ``replaybank.hf`` shared them.
-ArmSpec = Recipe
-
 BUILTIN_RECIPES: dict[str, Recipe] = {
     "naive": Recipe(source=[], ratio=0.0),
     "rehearsal-corpus": Recipe(source=["corpus"]),  # the reference's method: general corpus, 10% of rows

@@ -38,7 +38,6 @@ from typing import Any, Literal
 from replaybank.llm.runtime import Precision
 
 Lineage = Literal["window", "all", "best"]
-Arm = Literal["base", "naive", "rehearsal"]
 #: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (checked by :func:`.values.parse_device`).
 Device = str
 MixBy = Literal["rows", "tokens"]
