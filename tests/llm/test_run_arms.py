@@ -19,7 +19,7 @@ def _cfg(model_dir, **evaluation):
         "data": {"domain_train_rows": 10, "domain_eval_rows": 3, "general_eval_rows": 3, "self_rows": 6,
                  "domain_train": ["builtin:toolapi", "builtin:agenda"], "domain_eval": ["builtin:toolapi", "builtin:agenda"]},
         "evaluation": {"eval_points": 1, "suite_per_family": 2, "max_new_tokens": 4, "probe_pairs": 1, **evaluation},
-        "arms": {"mixed": {"source": ["self", "replay"], "ratio": 0.3, "mix_by": "tokens", "kl_to_base": 0.5}},
+        "recipes": {"mixed": {"source": ["self", "replay"], "ratio": 0.3, "mix_by": "tokens", "kl_to_base": 0.5}},
         "output": {"save_adapters": False},
     })
 

@@ -81,7 +81,7 @@ def _tiny_cfg(model_dir: Path, out: Path) -> Config:
                      "lora_dropout": 0.1, "rehearsal_rows_per_epoch": 20, "mixing_ratio": 0.2, "num_threads": 1,
                      "max_seq_length": 96},
         "data": {"domain_train_rows": 15, "domain_eval_rows": 4, "general_eval_rows": 4},
-        "arms": {"corpus-kl": {"source": ["corpus"], "ratio": 0.2, "kl_to_base": 0.5}},
+        "recipes": {"corpus-kl": {"source": ["corpus"], "ratio": 0.2, "kl_to_base": 0.5}},
         "evaluation": {"arms": ["base", "naive", "rehearsal", "corpus-kl"], "suite_per_family": 1,
                        "max_new_tokens": 4, "probe_pairs": 1},
         "output": {"out_dir": str(out), "save_adapters": False},
