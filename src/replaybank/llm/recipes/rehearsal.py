@@ -294,7 +294,7 @@ def _train_arm(
 
         steer = arm_steering(controller, spec, sources, model, ctx, curve, offset, g, lineage)
         train_log = train_lora(
-            model, ctx.pad_id, domain, None, cfg.training, 0.0,
+            model, ctx.pad_id, domain, cfg.training,
             checkpoint_dir=partial / f"{name}-{seed_label}-gen{g}", on_eval=on_eval,
             eval_points=cfg.evaluation.eval_points, desc=f"{tag} gen {g}", max_steps=max_steps,
             sources=sources, mix_by=spec.mix_by, kl=kl, steer=steer,
