@@ -55,13 +55,16 @@ domain_train = ["builtin:toolapi"]
     cfg = Config.from_toml(path)
     assert cfg.training.lora_alpha == 32 and cfg.orchestration.num_generations == 13
     # rows-per-epoch without mixing_ratio: converted to the share it amounts to
-    share, how = cfg.effective_mixing_ratio(4500)
+    share, how = cfg.training_share(4500)
     assert share == pytest.approx(0.1) and "rehearsal_rows_per_epoch" in how
+    assert cfg.arm_plan("rehearsal-corpus").share_for(4500) == share
 
 
 def test_mixing_ratio_wins_over_rows_per_epoch():
     cfg = Config.from_dict({"training": {"mixing_ratio": 0.2, "rehearsal_rows_per_epoch": 50}})
-    assert cfg.effective_mixing_ratio(1000) == (0.2, "mixing_ratio")
+    assert cfg.training_share(1000) == (0.2, "mixing_ratio")
+    plan = cfg.arm_plan("rehearsal-corpus")
+    assert (plan.share, plan.rows_per_epoch, plan.share_for(1000)) == (0.2, None, 0.2)
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,9 @@ def test_self_distill_is_the_same_recipe_in_the_main_job_the_loop_and_hf():
     tuned = Config.from_dict({"training": {"mixing_ratio": 0.2, "mix_by": "tokens"}})
     assert (tuned.arm_specs()["rehearsal-self"].ratio, tuned.arm_specs()["rehearsal-self"].mix_by) == (0.2, "tokens")
     assert tuned.arm_specs()["self-distill"] == arm
-    assert tuned.takes_training_share("rehearsal-corpus") and not tuned.takes_training_share("self-distill")
+    corpus, distill = tuned.arm_plan("rehearsal-corpus"), tuned.arm_plan("self-distill")
+    assert (corpus.share, corpus.recipe.mix_by, corpus.from_training) == (0.2, "tokens", True)
+    assert (distill.share, distill.recipe, distill.from_training) == (0.5, arm, False)
     # the reference's method stays an arm: general corpus, 10% of rows, cross-entropy
     ref = Config().arm_specs()["rehearsal-corpus"]
     assert (ref.source, ref.ratio, ref.mix_by, ref.rehearsal_ce, ref.kl_to_base) == (["corpus"], 0.1, "rows", True, 0.0)

@@ -13,9 +13,13 @@ from replaybank.llm.config import Config
 
 def test_share_follows_the_lineage_size() -> None:
     cfg = Config.from_dict({"training": {"rehearsal_rows_per_epoch": 500}})
-    assert cfg.share_from_rows()
-    assert [cfg.effective_mixing_ratio(n)[0] for n in (1500, 3000, 4500)] == [0.25, 500 / 3500, 0.1]
-    assert not Config.from_dict({"training": {"rehearsal_rows_per_epoch": 500, "mixing_ratio": 0.2}}).share_from_rows()
+    plan = cfg.arm_plan("rehearsal")
+    assert plan.rows_per_epoch == 500 and plan.from_training
+    assert [plan.share_for(n) for n in (1500, 3000, 4500)] == [0.25, 500 / 3500, 0.1]
+    assert [cfg.training_share(n)[0] for n in (1500, 3000, 4500)] == [0.25, 500 / 3500, 0.1]
+    assert cfg.arm_plan("self-distill").rows_per_epoch is None  # a recipe's own ratio is never converted
+    fixed = Config.from_dict({"training": {"rehearsal_rows_per_epoch": 500, "mixing_ratio": 0.2}}).arm_plan("rehearsal")
+    assert fixed.rows_per_epoch is None and fixed.share_for(1500) == 0.2
 
 
 def test_every_generation_draws_the_rows_per_epoch(tiny_model_dir: Path, tmp_path: Path, isolated_cache: Any) -> None:

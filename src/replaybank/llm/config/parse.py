@@ -31,6 +31,7 @@ from replaybank.llm.config.floor import check_gate_keys
 from replaybank.llm.config.recipe import (
     BUILTIN_RECIPES,
     TAKES_TRAINING_SHARE,
+    ArmPlan,
     Recipe,
     builtin,
     is_file_source,
@@ -156,15 +157,15 @@ class Config:
                 f"[training] rehearsal_max_chars = {t.rehearsal_max_chars}: the prompt would show the whole "
                 "passage and the completion only repeat it; expected rehearsal_prompt_chars < rehearsal_max_chars"
             )
-        converts = self.share_from_rows()
-        zero = [a for a in self.evaluation.arms if a in specs and specs[a].source and specs[a].ratio == 0]
-        if zero and not converts:
-            shared = self.takes_training_share(zero[0])
-            knob = "[training] mixing_ratio = 0" if shared else f"[{table_name('recipes', zero[0])}] ratio = 0"
-            line = at(where, self.text, "training", "mixing_ratio") if shared else at(where, self.text, table_name("recipes", zero[0]), "ratio")
+        plans = [self.arm_plan(a) for a in self.evaluation.arms if a in specs]
+        zero = next((p for p in plans if p.recipe.source and p.share == 0 and p.rows_per_epoch is None), None)
+        if zero is not None:
+            shared = zero.from_training
+            knob = "[training] mixing_ratio = 0" if shared else f"[{table_name('recipes', zero.name)}] ratio = 0"
+            line = at(where, self.text, "training", "mixing_ratio") if shared else at(where, self.text, table_name("recipes", zero.name), "ratio")
             raise ConfigError(
-                f"{line}: {knob} makes the rehearsal arm {zero[0]!r} the naive arm again; "
-                f"expected a share > 0, or drop {zero[0]!r} from [evaluation] arms"
+                f"{line}: {knob} makes the rehearsal arm {zero.name!r} the naive arm again; "
+                f"expected a share > 0, or drop {zero.name!r} from [evaluation] arms"
             )
         if not self.training.lora_target_modules:
             raise ConfigError(f"{at(where, self.text, 'training', 'lora_target_modules')}: [training] lora_target_modules is empty; name at least one module")
@@ -214,37 +215,51 @@ class Config:
             specs[name] = spec
         return {**specs, **self.arms}
 
-    def takes_training_share(self, arm: str) -> bool:
-        """Whether arm ``arm``'s share is the job's (``[training] mixing_ratio``, or converted from
-        ``rehearsal_rows_per_epoch``) rather than the recipe's own ``ratio``."""
-        return arm in TAKES_TRAINING_SHARE and arm not in self.arms
+    def arm_plan(self, name: str) -> ArmPlan:
+        """How arm ``name`` rehearses: its recipe and its share, decided here once.
 
-    def share_from_rows(self) -> bool:
-        """Whether the built-in rehearsal arms' share comes from ``rehearsal_rows_per_epoch`` (set
-        without ``mixing_ratio``: the reference's form) instead of ``mixing_ratio``."""
-        return "training.rehearsal_rows_per_epoch" in self.explicit and "training.mixing_ratio" not in self.explicit
-
-    def effective_mixing_ratio(self, n_domain_rows: int) -> tuple[float, str]:
-        """The share of every batch given to rehearsal, and how it was decided.
-
-        When the config sets ``rehearsal_rows_per_epoch`` but not ``mixing_ratio`` (the reference's
-        form), the share is ``rows / (rows + domain rows per epoch)``: ``n_domain_rows`` is the
-        generation's lineage (its domain rows per epoch), so every generation draws that many
-        rehearsal rows per virtual epoch, whatever the lineage's size.
+        A built-in recipe of :data:`.recipe.TAKES_TRAINING_SHARE` (not replaced by a table) takes
+        the job's share, ``[training] mixing_ratio``; when the config sets
+        ``rehearsal_rows_per_epoch`` but not ``mixing_ratio`` (the reference's form) that share is
+        instead ``rows / (rows + domain rows per epoch)`` for each generation's lineage
+        (:meth:`.recipe.ArmPlan.share_for`), so every generation draws that many rehearsal rows
+        per virtual epoch, whatever the lineage's size. Every other arm keeps its recipe's ``ratio``.
 
         Example:
             >>> cfg = Config.from_dict({"training": {"rehearsal_rows_per_epoch": 500}})
-            >>> [round(cfg.effective_mixing_ratio(n)[0], 4) for n in (1500, 4500)]
-            [0.25, 0.1]
+            >>> plan = cfg.arm_plan("rehearsal-corpus")
+            >>> [round(plan.share_for(n), 4) for n in (1500, 4500)], plan.from_training
+            ([0.25, 0.1], True)
+            >>> cfg.arm_plan("self-distill").share_for(1500), cfg.arm_plan("naive").share
+            (0.5, 0.0)
+
+        Raises:
+            KeyError: ``name`` is no arm of :meth:`arm_specs`.
         """
-        t = self.training
-        if self.share_from_rows():
-            share = t.rehearsal_rows_per_epoch / (t.rehearsal_rows_per_epoch + n_domain_rows)
-            return share, (
-                f"converted from rehearsal_rows_per_epoch={t.rehearsal_rows_per_epoch} over "
-                f"{n_domain_rows} domain rows per epoch"
-            )
-        return t.mixing_ratio, "mixing_ratio"
+        spec = self.arm_specs()[name]
+        if name not in TAKES_TRAINING_SHARE or name in self.arms or not spec.source:
+            return ArmPlan(name, spec, spec.ratio)
+        return ArmPlan(name, spec, spec.ratio, self._rows_per_epoch(), from_training=True)
+
+    def training_share(self, domain_rows: int) -> tuple[float, str]:
+        """The job's share (``[training]``, what the built-in rehearsal arms take) for a generation
+        of ``domain_rows`` domain rows per epoch, and how it was decided (for ``metrics.json``).
+
+        Example:
+            >>> Config.from_dict({"training": {"rehearsal_rows_per_epoch": 500}}).training_share(4500)
+            (0.1, 'converted from rehearsal_rows_per_epoch=500 over 4500 domain rows per epoch')
+        """
+        rows = self._rows_per_epoch()
+        if rows is None:
+            return self.training.mixing_ratio, "mixing_ratio"
+        return rows / (rows + domain_rows), f"converted from rehearsal_rows_per_epoch={rows} over {domain_rows} domain rows per epoch"
+
+    def _rows_per_epoch(self) -> int | None:
+        """``[training] rehearsal_rows_per_epoch`` when the job's share is converted from it (it is
+        set and ``mixing_ratio`` is not), else None."""
+        if "training.rehearsal_rows_per_epoch" in self.explicit and "training.mixing_ratio" not in self.explicit:
+            return self.training.rehearsal_rows_per_epoch
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         """``{section: {key: value}}`` for every key, defaults included; declared recipe tables too

@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from replaybank.llm.config.controller import auto_ratio, check_controller
+from replaybank.controllers import Controller
+from replaybank.llm.config.controller import auto_ratio, check_controller, recipe_controller
 from replaybank.llm.config.names import check_name
 from replaybank.llm.config.schema import ARM_SOURCES, ControllerName, KLOn, MixBy, _f
 from replaybank.llm.config.values import (
@@ -43,7 +44,7 @@ from replaybank.llm.config.values import (
 )
 
 __all__ = [
-    "BUILTIN_RECIPES", "CONTROLLER_KEYS", "NONE", "SOURCES", "TAKES_TRAINING_SHARE", "Recipe", "builtin",
+    "BUILTIN_RECIPES", "CONTROLLER_KEYS", "NONE", "SOURCES", "TAKES_TRAINING_SHARE", "ArmPlan", "Recipe", "builtin",
     "is_file_source", "load_recipes", "parse_recipes", "recipe_dict", "refuse_arms_tables", "resolve",
 ]  # fmt: skip
 
@@ -68,6 +69,50 @@ class Recipe:
     controller_params: dict[str, Any] = _f({}, "with a controller: its own parameters, e.g. {lr = 1.0, discount = 0.9, explore = 0.1} (bandit), {weights = [7 numbers]} (proxy)")
     trend_window: int = _f(3, "with a controller: evaluations its loss trend is fitted over", min=2, max=1000)
     fresh_adapter: bool = _f(False, "replaybank run: train a fresh adapter on each generation's domain alone (one adapter per skill, adapters/ARM/seedN/genG/), instead of carrying one adapter over; the lineage keys do not apply")
+
+
+@dataclass(frozen=True)
+class ArmPlan:
+    """How one arm of the main job rehearses, decided once from the config
+    (:meth:`replaybank.llm.config.Config.arm_plan`); the job reads the arm's share from here only.
+
+    Attributes:
+        name: the arm.
+        recipe: its recipe: sources, ``mix_by``, the KL term, the controller, ``fresh_adapter``.
+            Its ``ratio`` equals ``share`` (a built-in recipe of :data:`TAKES_TRAINING_SHARE` gets
+            ``[training] mixing_ratio`` and ``mix_by``).
+        share: the arm's total rehearsal share, split evenly over the sources that have rows: the
+            fraction of the rows of every batch (``mix_by = "rows"``), or of the labelled tokens,
+            that is of the loss (``mix_by = "tokens"``). 0 for an arm without sources (naive).
+            With ``rows_per_epoch`` set, :meth:`share_for` replaces it per generation.
+        rows_per_epoch: set when the share is converted from ``[training]
+            rehearsal_rows_per_epoch`` (written without ``mixing_ratio``: the reference's form):
+            every generation then draws that many rehearsal rows per epoch, whatever its size.
+        from_training: whether the share is the job's (``[training]``) rather than the recipe's.
+
+    Example:
+        >>> plan = ArmPlan("rehearsal-corpus", builtin("rehearsal-corpus"), 0.1, rows_per_epoch=500, from_training=True)
+        >>> plan.share_for(1500), plan.share_for(4500)
+        (0.25, 0.1)
+        >>> ArmPlan("self-distill", builtin("self-distill"), 0.5).share_for(4500)
+        0.5
+    """
+
+    name: str
+    recipe: Recipe
+    share: float
+    rows_per_epoch: int | None = None
+    from_training: bool = False
+
+    def share_for(self, domain_rows: int) -> float:
+        """The share of a generation that trains on ``domain_rows`` domain rows per epoch (its lineage)."""
+        if self.rows_per_epoch is None:
+            return self.share
+        return self.rows_per_epoch / (self.rows_per_epoch + domain_rows)
+
+    def controller(self, seed: int) -> Controller | None:
+        """A fresh replay controller of the recipe, starting at ``share`` (None without one)."""
+        return recipe_controller(self.recipe, seed=seed)
 
 
 BUILTIN_RECIPES: dict[str, Recipe] = {
