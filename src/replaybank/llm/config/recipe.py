@@ -6,7 +6,8 @@ labelled tokens), whether the rehearsal rows train with cross-entropy, and the K
 recipe), the consolidation loop (``replaybank loop``: ``[loop] recipe``) and :mod:`replaybank.hf`
 (``recipe(name)``, ``mix(..., recipe=)``, ``KLToBase.from_recipe``) read the same type, the same
 built-in names (:data:`BUILTIN_RECIPES`) and the same ``[recipes.NAME]`` tables
-(:func:`parse_recipes`), so a recipe found in one job can be named in another.
+(:func:`parse_recipes`), so a recipe found in one job can be named in another. The main job
+turns each arm's recipe into an :class:`ArmPlan` once, which fixes the arm's share.
 
 Sources: ``corpus`` (the main job's rehearsal corpus), ``self`` (the base model's own answers to
 general prompts), ``replay`` (the main job's stored rows of earlier generations), ``onpolicy`` (the
