@@ -78,7 +78,7 @@ def main() -> None:
                               f"exact {res['exact_match']:.3f} call {res['call_score']:.3f} ({train_s:.0f} s)", flush=True)
                         return {}
 
-                    log = train_lora(peft_model, int(tok.pad_token_id), rows, None, cfg, 0.0,
+                    log = train_lora(peft_model, int(tok.pad_token_id), rows, cfg,
                                      on_eval=on_eval, eval_points=args.epochs, desc=f"rows {n_rows} lr {lr:g}")
                 results.append({"seed": seed, "rows": n_rows, "lr": lr, "tokens": log.tokens, "cells": cells})
                 _write(args.out, args.validation, [load_start, loadavg()], results)  # a cut-short sweep keeps its cells

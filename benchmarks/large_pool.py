@@ -92,7 +92,7 @@ def lazy_stage(pool_file: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     with fresh_adapter(model, cfg.training) as lora:
         log = train_lora(
-            lora, int(tokenizer.pad_token_id), data.domain_generations[0], None, cfg.training, 0.0,
+            lora, int(tokenizer.pad_token_id), data.domain_generations[0], cfg.training,
             sources=[Source("corpus", data.rehearsal_pool, cfg.training.mixing_ratio, sliced=True)], max_steps=1,
         )
     times["first_step"] = time.perf_counter() - t0

@@ -103,17 +103,17 @@ def make_rows(n: int, prompt: int, completion: int, vocab: int, seed: int) -> li
 
 
 def run_replaybank(model: Any, tok: Any, cfg: Any, domain: Any, rehearsal: Any, steps: int, full_head: bool) -> None:
-    from replaybank.llm import evaluate
-    from replaybank.llm.train import train_lora
+    from replaybank.llm.eval import losses
+    from replaybank.llm.train import Source, train_lora
 
-    real = evaluate.fast_head
+    real = losses.fast_head
     if full_head:
-        evaluate.fast_head = lambda model: None  # logits_at then runs model(...).logits
+        losses.fast_head = lambda model: None  # logits_at then runs model(...).logits
     try:
-        train_lora(model, tok.pad_token_id, domain, rehearsal, cfg, cfg.mixing_ratio, max_steps=steps,
-                   desc="replaybank")  # fmt: skip
+        train_lora(model, tok.pad_token_id, domain, cfg, max_steps=steps, desc="replaybank",
+                   sources=[Source("corpus", rehearsal, cfg.mixing_ratio, sliced=True)])  # fmt: skip
     finally:
-        evaluate.fast_head = real
+        losses.fast_head = real
 
 
 def run_trainer(model: Any, tok: Any, cfg: Any, stream: Any, steps: int, out: str, sft: bool) -> None:

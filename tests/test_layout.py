@@ -310,28 +310,13 @@ def test_no_module_reads_another_objects_private_fields() -> None:
     assert bad == [], "give what is needed a public name or a method: " + "; ".join(bad)
 
 
-def test_old_llm_paths_import_with_a_warning() -> None:
+def test_old_flat_llm_paths_do_not_import() -> None:
+    """The flat modules of ``llm/`` live in its component packages (docs/layout.md); the old paths
+    are not aliased."""
     import importlib
-    import sys
 
-    from replaybank.llm._moved import MOVED
-
-    for old, new in MOVED.items():
-        assert f"replaybank.llm.{old}" not in modules(), f"{old} exists again; the alias would hide nothing"
-        sys.modules.pop(f"replaybank.llm.{old}", None)
-        with pytest.warns(DeprecationWarning, match=f"replaybank.llm.{old} moved to"):
-            module = importlib.import_module(f"replaybank.llm.{old}")
-        first = new if isinstance(new, str) else new[0]
-        target = importlib.import_module(f"replaybank.llm.{first}")
-        public = [n for n in getattr(target, "__all__", dir(target)) if not n.startswith("_")]
-        assert public and all(getattr(module, n) is getattr(target, n) for n in public[:5]), old
-    sys.modules.pop("replaybank.llm.seed", None)
-    with pytest.warns(DeprecationWarning):
-        from replaybank.llm.seed import (  # names spread over components
-            sample_suite,
-            synthesize_rows,
-        )
-    from replaybank.llm.data.selfsynth import synthesize_rows as moved
-    from replaybank.llm.eval.suite import sample_suite as moved_sample
-
-    assert (sample_suite, synthesize_rows) == (moved_sample, moved)
+    for old, new in (("rows", "data.rows"), ("evaluate", "eval.losses"), ("seed", "recipes.rehearsal"), ("loop.run", "recipes.loop")):
+        assert f"replaybank.llm.{old}" not in modules()
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"replaybank.llm.{old}")
+        assert importlib.import_module(f"replaybank.llm.{new}")

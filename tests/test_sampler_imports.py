@@ -1,5 +1,5 @@
 """The samplers package has no import circle, counting imports made inside functions too, and
-the names keep the import paths they had before the prioritized modules were split."""
+the prioritized samplers are public where users import them."""
 
 from __future__ import annotations
 
@@ -45,14 +45,17 @@ def test_no_import_circle_among_the_samplers() -> None:
     for module in sorted(graph):
         if module not in state:
             visit(module, [])
-    assert "rrm" not in graph["per"] and "prioritized" not in graph["rrm"]
+    assert "rrm" not in graph["per"]
 
 
-def test_public_import_paths_still_work() -> None:
+def test_public_import_paths() -> None:
+    import replaybank.samplers as samplers
     from replaybank import Prioritized, PrioritizedReshuffled
-    from replaybank.samplers import prioritized
+    from replaybank.samplers.per import Prioritized as defined
     from replaybank.samplers.priorities import check_priorities, leaf_limit
+    from replaybank.samplers.rrm import PrioritizedReshuffled as defined_rr
 
-    assert prioritized.Prioritized is Prioritized
-    assert prioritized.PrioritizedReshuffled is PrioritizedReshuffled
-    assert prioritized.check_priorities is check_priorities and prioritized.leaf_limit is leaf_limit
+    assert samplers.Prioritized is Prioritized is defined
+    assert samplers.PrioritizedReshuffled is PrioritizedReshuffled is defined_rr
+    assert callable(check_priorities) and callable(leaf_limit)
+    assert not (PKG / "prioritized.py").exists()  # one import path per name

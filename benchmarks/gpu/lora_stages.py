@@ -143,14 +143,15 @@ def _training(rows: int, seq: int, device: str, checkpointing: bool = False) -> 
 def _replaybank_steps(model: Any, shape: Shape, rows: int, steps: int, device: str, rng: np.random.Generator,
                       checkpointing: bool = False) -> None:  # fmt: skip
     from replaybank.llm.data.rows import token_rows
-    from replaybank.llm.train import train_lora
+    from replaybank.llm.train import Source, train_lora
 
     vocab = int(model.get_input_embeddings().weight.shape[0])
     completion = shape.seq - shape.prompt
     domain = token_rows(make_rows((steps + 2) * rows, shape.prompt, completion, vocab, rng))
     rehearsal = token_rows(make_rows(16, shape.prompt, completion, vocab, rng))
     cfg = _training(rows, shape.seq, device, checkpointing)
-    train_lora(model, 0, domain, rehearsal, cfg, REHEARSAL_SHARE, max_steps=steps, desc="replaybank")
+    train_lora(model, 0, domain, cfg, max_steps=steps, desc="replaybank",
+               sources=[Source("corpus", rehearsal, REHEARSAL_SHARE, sliced=True)])
 
 
 def _trainer_steps(model: Any, shape: Shape, steps: int, device: str, rng: np.random.Generator) -> str:

@@ -1,4 +1,4 @@
-"""Arms declared in config.toml: [arms.NAME] tables, built-in names, validation."""
+"""Arms declared in config.toml: [recipes.NAME] tables, built-in names, validation."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def test_builtin_arms_and_the_historical_names_still_work():
 def test_declared_arm_is_parsed_run_and_round_trips(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text(
-        '[arms.self-replay-kl]\nsource = ["self", "replay"]\nratio = 0.15\nmix_by = "tokens"\n'
-        'kl_to_base = 0.5\nkl_temperature = 2\n\n[arms.rehearsal-self]\nsource = "self"\nratio = 0.3\n'
+        '[recipes.self-replay-kl]\nsource = ["self", "replay"]\nratio = 0.15\nmix_by = "tokens"\n'
+        'kl_to_base = 0.5\nkl_temperature = 2\n\n[recipes.rehearsal-self]\nsource = "self"\nratio = 0.3\n'
     )
     cfg = Config.from_toml(path)
     spec = cfg.arm_specs()["self-replay-kl"]
@@ -38,23 +38,23 @@ def test_declared_arm_is_parsed_run_and_round_trips(tmp_path):
     toml.write_text(cfg.to_toml())
     assert Config.from_toml(toml).arms == cfg.arms
     # with an explicit [evaluation] arms, only those run
-    only = Config.from_dict({"evaluation": {"arms": ["naive", "x"]}, "arms": {"x": {"source": "corpus"}}})
+    only = Config.from_dict({"evaluation": {"arms": ["naive", "x"]}, "recipes": {"x": {"source": "corpus"}}})
     assert only.evaluation.arms == ["naive", "x"]
 
 
 @pytest.mark.parametrize(
     "data,match",
     [
-        ({"arms": {"x": {"source": "selff"}}}, r"\[arms.x\] source contains 'selff'; expected some of corpus, self, replay, onpolicy; did you mean 'self'\?"),
-        ({"arms": {"x": {"sources": "self"}}}, r"unknown key \[arms.x\] sources; did you mean 'source'\?"),
-        ({"arms": {"x": {"source": "self", "ratio": 1.0}}}, r"\[arms.x\] ratio = 1.0: expected a value in \[0, 1\)"),
-        ({"arms": {"x": {"source": "self", "ratio": 0}}}, r"ratio = 0; give a ratio in \(0, 1\)"),
-        ({"arms": {"x": {"source": "self", "mix_by": "bytes"}}}, r"mix_by = 'bytes': expected one of 'rows', 'tokens'"),
-        ({"arms": {"x": {"source": "self", "kl_temperature": 0}}}, r"kl_temperature = 0: expected a value > 0"),
-        ({"arms": {"x": {"kl_to_base": 1.0}}}, r"applies to rehearsal rows, but the arm has no source"),
-        ({"arms": {"base": {"source": "self"}}}, r"\[arms.base\] cannot be declared"),
-        ({"arms": {"x": "self"}}, r"\[arms.x\] must be a table"),
-        ({"arms": {"x": {"source": ["self", "self"]}}}, r"lists a source twice"),
+        ({"recipes": {"x": {"source": "selff"}}}, r"\[recipes.x\] source contains 'selff'; expected some of corpus, self, replay, onpolicy; did you mean 'self'\?"),
+        ({"recipes": {"x": {"sources": "self"}}}, r"unknown key \[recipes.x\] sources; did you mean 'source'\?"),
+        ({"recipes": {"x": {"source": "self", "ratio": 1.0}}}, r"\[recipes.x\] ratio = 1.0: expected a value in \[0, 1\)"),
+        ({"recipes": {"x": {"source": "self", "ratio": 0}}}, r"ratio = 0; give a ratio in \(0, 1\)"),
+        ({"recipes": {"x": {"source": "self", "mix_by": "bytes"}}}, r"mix_by = 'bytes': expected one of 'rows', 'tokens'"),
+        ({"recipes": {"x": {"source": "self", "kl_temperature": 0}}}, r"kl_temperature = 0: expected a value > 0"),
+        ({"recipes": {"x": {"kl_to_base": 1.0}}}, r"applies to rehearsal rows, but the arm has no source"),
+        ({"recipes": {"base": {"source": "self"}}}, r"\[recipes.base\] cannot be declared"),
+        ({"recipes": {"x": "self"}}, r"\[recipes.x\] must be a table"),
+        ({"recipes": {"x": {"source": ["self", "self"]}}}, r"lists a source twice"),
         ({"evaluation": {"arms": ["base", "rehearsal-slef"]}}, r"arms contains 'rehearsal-slef'.*did you mean 'rehearsal-self'\?"),
         ({"evaluation": {"arms": ["naive", "naive"]}}, r"lists an arm twice"),
         ({"data": {"domain_eval": ["a", "b", "c"]}}, r"domain_eval has 3 entries but \[orchestration\] num_generations = 1"),
@@ -66,14 +66,14 @@ def test_bad_arms_name_the_key_and_the_fix(data, match):
 
 
 def test_kl_only_rehearsal_arm_needs_sources_and_the_kl_term():
-    cfg = Config.from_dict({"arms": {"distil": {"source": ["self"], "ratio": 0.3, "kl_to_base": 2.0, "rehearsal_ce": False}}})
+    cfg = Config.from_dict({"recipes": {"distil": {"source": ["self"], "ratio": 0.3, "kl_to_base": 2.0, "rehearsal_ce": False}}})
     assert cfg.arm_specs()["distil"].rehearsal_ce is False
-    with pytest.raises(ConfigError, match=r"\[arms.distil\] rehearsal_ce = false .* kl_to_base = 0\)"):
-        Config.from_dict({"arms": {"distil": {"source": ["self"], "ratio": 0.3, "rehearsal_ce": False}}})
-    with pytest.raises(ConfigError, match=r"\[arms.distil\] rehearsal_ce = false .* source = \[\]"):
-        Config.from_dict({"arms": {"distil": {"kl_to_base": 1.0, "kl_on": "all", "rehearsal_ce": False}}})
+    with pytest.raises(ConfigError, match=r"\[recipes.distil\] rehearsal_ce = false .* kl_to_base = 0\)"):
+        Config.from_dict({"recipes": {"distil": {"source": ["self"], "ratio": 0.3, "rehearsal_ce": False}}})
+    with pytest.raises(ConfigError, match=r"\[recipes.distil\] rehearsal_ce = false .* source = \[\]"):
+        Config.from_dict({"recipes": {"distil": {"kl_to_base": 1.0, "kl_on": "all", "rehearsal_ce": False}}})
 
 
 def test_naive_arm_with_kl_on_domain_prompts_is_allowed():
-    cfg = Config.from_dict({"arms": {"anchored": {"kl_to_base": 0.5, "kl_on": "all"}}})
+    cfg = Config.from_dict({"recipes": {"anchored": {"kl_to_base": 0.5, "kl_on": "all"}}})
     assert cfg.arm_specs()["anchored"].source == []

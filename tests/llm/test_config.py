@@ -55,13 +55,16 @@ domain_train = ["builtin:toolapi"]
     cfg = Config.from_toml(path)
     assert cfg.training.lora_alpha == 32 and cfg.orchestration.num_generations == 13
     # rows-per-epoch without mixing_ratio: converted to the share it amounts to
-    share, how = cfg.effective_mixing_ratio(4500)
+    share, how = cfg.training_share(4500)
     assert share == pytest.approx(0.1) and "rehearsal_rows_per_epoch" in how
+    assert cfg.arm_plan("rehearsal-corpus").share_for(4500) == share
 
 
 def test_mixing_ratio_wins_over_rows_per_epoch():
     cfg = Config.from_dict({"training": {"mixing_ratio": 0.2, "rehearsal_rows_per_epoch": 50}})
-    assert cfg.effective_mixing_ratio(1000) == (0.2, "mixing_ratio")
+    assert cfg.training_share(1000) == (0.2, "mixing_ratio")
+    plan = cfg.arm_plan("rehearsal-corpus")
+    assert (plan.share, plan.rows_per_epoch, plan.share_for(1000)) == (0.2, None, 0.2)
 
 
 @pytest.mark.parametrize(
@@ -103,8 +106,8 @@ def test_file_errors(tmp_path):
     bad.write_bytes(b"[training]\n\nbase_model = 'caf\xe9'\n")
     with pytest.raises(ConfigError, match=r"bad.toml:3: not valid UTF-8 \(byte 0xe9\)"):
         Config.from_toml(bad)
-    bad.write_text("[loop]\nseed = 1\n\n[arms.x]\nsource = []\n")  # the loop has no [arms]: the sub-table's line
-    with pytest.raises(ConfigError, match=r"bad.toml:4: unknown section \[arms\]"):
+    bad.write_text("[loop]\nseed = 1\n\n[arms.x]\nsource = []\n")  # recipes are [recipes.NAME]: the table's line
+    with pytest.raises(ConfigError, match=r"bad.toml:4: \[arms.x\] is not a section; declare the recipe as \[recipes.x\]"):
         LoopConfig.from_toml(bad)
     typo = tmp_path / "typo.toml"
     typo.write_text("[training]\nlora_rnak = 3\n")
@@ -159,7 +162,7 @@ def test_non_finite_float_from_a_toml_file(tmp_path):
          r"rehearsal_prompt_chars = 500 is not below \[training\] rehearsal_max_chars = 400"),
         ({"training": {"rehearsal_prompt_chars": 400}}, r"rehearsal_prompt_chars = 400 is not below"),
         ({"training": {"mixing_ratio": 0.0}}, r"mixing_ratio = 0 makes the rehearsal arm .rehearsal-corpus. the naive arm"),
-        ({"arms": {"x": {"source": "self", "ratio": 0.0}}}, r"\[arms.x\] has sources \[.self.\] but ratio = 0"),
+        ({"recipes": {"x": {"source": "self", "ratio": 0.0}}}, r"\[recipes.x\] has sources \[.self.\] but ratio = 0"),
     ],
 )
 def test_out_of_range_and_inconsistent_values_are_refused(data, match):

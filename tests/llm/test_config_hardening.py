@@ -25,7 +25,7 @@ def _toml(tmp_path: Path, text: str | bytes, name: str = "c.toml") -> Path:
 @pytest.mark.parametrize(
     ("text", "line"),
     [
-        ('[arms."../../../x"]\nsource = "self"\n', 1),
+        ('[recipes."../../../x"]\nsource = "self"\n', 1),
         ('[training]\nseed = 1\n\n[recipes."/abs"]\nsource = "self"\n', 4),
         ('[recipes."a/b"]\nsource = "self"\n', 1),
         ('[recipes.".."]\nsource = "self"\n', 1),
@@ -36,7 +36,7 @@ def _toml(tmp_path: Path, text: str | bytes, name: str = "c.toml") -> Path:
 )
 def test_recipe_and_arm_names_that_are_not_names_are_refused_with_their_line(tmp_path, text, line):
     path = _toml(tmp_path, text)
-    with pytest.raises(ConfigError, match=rf"c.toml:{line}: \[(recipes|arms)\.NAME\] name .* is not a name"):
+    with pytest.raises(ConfigError, match=rf"c.toml:{line}: \[recipes\.NAME\] name .* is not a name"):
         Config.from_toml(path)
     with pytest.raises(ConfigError, match=rf"c.toml:{line}: .* is not a name"):
         load_recipes(path)
@@ -79,8 +79,8 @@ def test_loop_temperature_has_an_upper_bound(tmp_path):
 def test_an_empty_recipe_table_and_a_ratio_without_sources_are_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"c.toml:3: \[recipes.x\] is empty; give at least its source"):
         Config.from_toml(_toml(tmp_path, "[training]\nseed = 1\n[recipes.x]\n"))
-    with pytest.raises(ConfigError, match=r"c.toml:3: \[arms.x\] ratio = 0.3 with source = \[\]: a share of no rehearsal rows"):
-        Config.from_toml(_toml(tmp_path, "[arms.x]\nsource = []\nratio = 0.3\n"))
+    with pytest.raises(ConfigError, match=r"c.toml:3: \[recipes.x\] ratio = 0.3 with source = \[\]: a share of no rehearsal rows"):
+        Config.from_toml(_toml(tmp_path, "[recipes.x]\nsource = []\nratio = 0.3\n"))
     # still valid: source = [] alone (a naive arm), and a KL term on every row without sources
     assert Config.from_toml(_toml(tmp_path, "[recipes.x]\nsource = []\n")).arms["x"].source == []
     assert Config.from_dict({"recipes": {"a": {"kl_to_base": 0.5, "kl_on": "all"}}}).arms["a"].kl_to_base == 0.5
@@ -182,10 +182,10 @@ def test_a_lora_target_module_the_model_lacks_is_a_model_error_before_any_traini
 
 
 def test_a_recipe_without_sources_has_no_share_and_its_written_config_reads_back(tmp_path):
-    """Found by tests/llm/test_config_fuzz.py: ``[arms.x]`` with ``kl_to_base = 0`` and no source was
+    """Found by tests/llm/test_config_fuzz.py: ``[recipes.x]`` with ``kl_to_base = 0`` and no source was
     accepted with the default ratio 0.1 (a share of no rehearsal rows), and the effective config
     written from it (``to_dict`` / ``replaybank config``) was then refused on reading back."""
-    cfg = Config.from_toml(_toml(tmp_path, "[training]\nseed = 1\n\n[arms.other]\nkl_to_base = 0\n"))
+    cfg = Config.from_toml(_toml(tmp_path, "[training]\nseed = 1\n\n[recipes.other]\nkl_to_base = 0\n"))
     assert cfg.arms["other"].source == [] and cfg.arms["other"].ratio == 0.0
     assert Config.from_dict(cfg.to_dict()).to_dict() == cfg.to_dict()
     again = Config.from_toml(_toml(tmp_path, cfg.to_toml(), "effective.toml"))

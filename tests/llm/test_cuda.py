@@ -70,7 +70,7 @@ def test_bf16_lora_trains_on_the_device(device: str) -> None:
     model = add_lora(_tiny(device, torch.bfloat16), cfg)
     lora = [p for p in model.parameters() if p.requires_grad]
     assert lora and {(p.dtype, p.device.type) for p in lora} == {(torch.bfloat16, device)}
-    log = train_lora(model, 0, token_rows(rows), None, cfg, 0.0)
+    log = train_lora(model, 0, token_rows(rows), cfg)
     losses = [s["loss"] for s in log.steps]
     assert len(losses) == 12 and np.isfinite(losses).all() and log.tokens == 8 * 20 * 6
     assert losses[-1] < losses[0] - 0.15, losses  # 4.88 -> 4.63 on the CPU
@@ -101,7 +101,7 @@ def test_resume_with_lora_dropout_is_exact_on_the_device(device: str, tmp_path: 
         model = add_lora(_tiny(device, torch.float32, attn="eager"), cfg)
         if reseed is not None:  # another process: the generators start elsewhere
             torch.manual_seed(reseed)
-        train_lora(model, 0, _rows(16), None, cfg, 0.0, checkpoint_dir=checkpoint_dir, max_steps=max_steps)
+        train_lora(model, 0, _rows(16), cfg, checkpoint_dir=checkpoint_dir, max_steps=max_steps)
         return _lora_state(model)
 
     whole = run(None, None)

@@ -93,7 +93,7 @@ def test_a_fresh_adapter_arm_trains_each_domain_alone(tiny_model_dir, tmp_path):
     model, tok = load_model(str(tiny_model_dir), "cpu", lambda m: None)
     data = prepare(cfg, tok)
     with fresh_adapter(model, cfg.training) as peft_model:
-        train_lora(peft_model, int(tok.pad_token_id), data.domain_generations[1], None, cfg.training, 0.0,
+        train_lora(peft_model, int(tok.pad_token_id), data.domain_generations[1], cfg.training,
                    checkpoint_dir=tmp_path / "ref", max_steps=2, sources=[], kl=KLSpec.from_recipe(cfg.arm_specs()["naive"]))
         from peft import get_peft_model_state_dict
 

@@ -67,10 +67,10 @@ def test_without_a_file_the_error_names_the_source_and_key():
 
 def test_key_line_follows_tables_dotted_and_quoted_keys():
     text = ('[training]\nseed = 1\n\n[evaluation]\n"retention_floor" = 0.5  # a comment\n'
-            '[arms.mixed]\nsource = ["self"]\n[evaluation.retention_floor]\ncode = 1\n')
+            '[recipes.mixed]\nsource = ["self"]\n[evaluation.retention_floor]\ncode = 1\n')
     assert key_line(text, "training", "seed") == 2
     assert key_line(text, "evaluation", "retention_floor") == 5
-    assert key_line(text, "arms.mixed", "source") == 7
+    assert key_line(text, "recipes.mixed", "source") == 7
     assert key_line(text, "evaluation.retention_floor", "code") == 9
     assert key_line(text, "evaluation", "gate_arm") == 4  # not written: the table's header
     assert key_line(text, "output", "out_dir") is None

@@ -98,7 +98,7 @@ def test_resume_sees_same_data_order(tiny_model_dir, tmp_path):
 
     from replaybank.llm.data.prepare import prepare
     from replaybank.llm.model import load_model
-    from replaybank.llm.train import add_lora, train_lora
+    from replaybank.llm.train import Source, add_lora, train_lora
 
     cfg = _cfg(tiny_model_dir, tmp_path, save_every=2, gradient_accumulation_steps=2, num_train_epochs=2)
     base, tok = load_model(cfg.training.base_model, "cpu")
@@ -108,11 +108,12 @@ def test_resume_sees_same_data_order(tiny_model_dir, tmp_path):
     def fresh():
         return add_lora(copy.deepcopy(base), cfg.training)
 
-    full = train_lora(fresh(), tok.pad_token_id, dom, pool, cfg.training, 0.1)
+    corpus = [Source("corpus", pool, 0.1, sliced=True)]
+    full = train_lora(fresh(), tok.pad_token_id, dom, cfg.training, sources=corpus)
     ckpt = tmp_path / "ckpt"
-    part = train_lora(fresh(), tok.pad_token_id, dom, pool, cfg.training, 0.1, checkpoint_dir=ckpt, max_steps=4)
+    part = train_lora(fresh(), tok.pad_token_id, dom, cfg.training, checkpoint_dir=ckpt, max_steps=4, sources=corpus)
     assert len(part.steps) == 4 and (ckpt / "checkpoint.pt").is_file()
-    resumed = train_lora(fresh(), tok.pad_token_id, dom, pool, cfg.training, 0.1, checkpoint_dir=ckpt)
+    resumed = train_lora(fresh(), tok.pad_token_id, dom, cfg.training, checkpoint_dir=ckpt, sources=corpus)
     assert resumed.resumed_from_step == 4
     assert [s["batch"] for s in resumed.steps] == [s["batch"] for s in full.steps]
     assert [s["epoch"] for s in full.steps].count(1) > 0  # crossed into the second epoch

@@ -17,7 +17,7 @@ from replaybank.llm.data.pool import LazyPool
 from replaybank.llm.data.prepare import check_overlaps, prepare
 from replaybank.llm.data.rows import TokenRows, encode_rehearsal
 from replaybank.llm.eval.suite import SuiteOverlapError, load_suite, overlap_key
-from replaybank.llm.train.loop import epoch_slice
+from replaybank.llm.train.loop import Source, epoch_slice
 from replaybank.llm.train.sources import sampled_rows
 
 pa = pytest.importorskip("pyarrow")
@@ -87,7 +87,8 @@ def test_lazy_and_eager_pools_train_the_same_steps(tiny_model_dir: Path, smol_to
     for lazy_min_rows in (None, 0):
         data = prepare(cfg, tok, lazy_min_rows=lazy_min_rows)
         logs.append(train_lora(add_lora(copy.deepcopy(base), cfg.training), tok.pad_token_id,
-                               data.domain_generations[0], data.rehearsal_pool, cfg.training, 0.3))
+                               data.domain_generations[0], cfg.training,
+                               sources=[Source("corpus", data.rehearsal_pool, 0.3, sliced=True)]))
     eager, lazy = logs
     assert len(eager.steps) == len(lazy.steps) > 4 and {s["epoch"] for s in lazy.steps} == {0, 1}
     for key in ("batch", "tokens", "source_rows", "label_tokens"):

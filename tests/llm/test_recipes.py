@@ -10,7 +10,7 @@ import pytest
 
 import replaybank.hf
 from replaybank.hf import MixError
-from replaybank.llm.config import ArmSpec, Config, ConfigError, LoopConfig, Recipe
+from replaybank.llm.config import Config, ConfigError, LoopConfig, Recipe
 from replaybank.llm.config.recipe import BUILTIN_RECIPES
 from replaybank.llm.config.values import key_line
 from replaybank.llm.train.kl import KLSpec
@@ -46,11 +46,13 @@ def test_self_distill_is_the_same_recipe_in_the_main_job_the_loop_and_hf():
     tuned = Config.from_dict({"training": {"mixing_ratio": 0.2, "mix_by": "tokens"}})
     assert (tuned.arm_specs()["rehearsal-self"].ratio, tuned.arm_specs()["rehearsal-self"].mix_by) == (0.2, "tokens")
     assert tuned.arm_specs()["self-distill"] == arm
-    assert tuned.takes_training_share("rehearsal-corpus") and not tuned.takes_training_share("self-distill")
+    corpus, distill = tuned.arm_plan("rehearsal-corpus"), tuned.arm_plan("self-distill")
+    assert (corpus.share, corpus.recipe.mix_by, corpus.from_training) == (0.2, "tokens", True)
+    assert (distill.share, distill.recipe, distill.from_training) == (0.5, arm, False)
     # the reference's method stays an arm: general corpus, 10% of rows, cross-entropy
     ref = Config().arm_specs()["rehearsal-corpus"]
     assert (ref.source, ref.ratio, ref.mix_by, ref.rehearsal_ce, ref.kl_to_base) == (["corpus"], 0.1, "rows", True, 0.0)
-    assert BUILTIN_RECIPES["rehearsal"] == BUILTIN_RECIPES["rehearsal-corpus"] and ArmSpec is Recipe
+    assert BUILTIN_RECIPES["rehearsal"] == BUILTIN_RECIPES["rehearsal-corpus"]
 
 
 def test_a_recipe_table_is_named_by_every_job(tmp_path):
@@ -65,13 +67,15 @@ def test_a_recipe_table_is_named_by_every_job(tmp_path):
     assert arm == loop_recipe == hf == replaybank.hf.recipe("half-kl", loop)
     assert (hf.ratio, hf.mix_by, hf.kl_to_base, hf.kl_temperature, hf.rehearsal_ce) == (0.25, "tokens", 2.0, 2.0, False)
     assert _hf_view(hf) == (0.25, "tokens", 2.0, 2.0, "rehearsal", False)
-    # [arms.NAME] is the old spelling: the same parser, the same recipe
+    # [arms.NAME] is no table of any job: each refuses it, naming its line and the table to write
     old = tmp_path / "old.toml"
     old.write_text('[evaluation]\narms = ["base", "half-kl"]\n\n' + table.replace("[recipes.", "[arms."))
-    assert Config.from_toml(old).arm_specs()["half-kl"] == arm
+    for read in (Config.from_toml, LoopConfig.from_toml, lambda path: replaybank.hf.recipe("half-kl", path)):
+        with pytest.raises(ConfigError, match=r"old.toml:4: \[arms.half-kl\] is not a section; declare the recipe as \[recipes.half-kl\]"):
+            read(old)
     # the effective configs print the recipe as a [recipes.NAME] table that reads back the same
     again = tmp_path / "again.toml"
-    again.write_text(Config.from_toml(old).to_toml())
+    again.write_text(Config.from_toml(run).to_toml())
     assert "[recipes.\"half-kl\"]" in again.read_text() and Config.from_toml(again).arm_specs()["half-kl"] == arm
     again.write_text(LoopConfig.from_toml(loop).to_toml())
     assert LoopConfig.from_toml(again).to_dict() == LoopConfig.from_toml(loop).to_dict()
@@ -95,14 +99,14 @@ def test_the_loops_old_rehearsal_keys_map_onto_a_recipe():
 
 def test_key_line_finds_keys_in_tables_quoted_names_and_inline_tables():
     text = ('# a run\n[training]\nseed = 1\n\n[recipes."my.recipe"]\n# ratio = 0.9 (a comment)\n'
-            'ratio = 0.5\n[recipes]\ninline = { source = "self", ratio = 2 }\n[ arms . old ]\n"kl_to_base" = 1\n')
+            'ratio = 0.5\n[recipes]\ninline = { source = "self", ratio = 2 }\n[ recipes . old ]\n"kl_to_base" = 1\n')
     assert key_line(text, "training", "seed") == 3
     from replaybank.llm.config.values import _dotted
 
     assert _dotted('recipes."my.recipe"') == ("recipes", "my.recipe")  # a dot inside quotes is part of the name
     assert key_line(text.replace('"my.recipe"', "mine"), "recipes.mine", "ratio") == 7  # not the comment's line
     assert key_line(text, "recipes.inline", "ratio") == 9  # inline table: the line that declares it
-    assert key_line(text, "arms.old", "kl_to_base") == 11
+    assert key_line(text, "recipes.old", "kl_to_base") == 11
     assert key_line(text, "training", "learning_rate") == 2  # not written: the table's header
     assert key_line(text, "loop", "seed") is None
 
@@ -131,8 +135,8 @@ def _fails(tmp_path, name: str, text: str, match: str, job: type = Config) -> No
          r"c\.toml:2: \[evaluation\] arms contains 'self-distil'; expected base, a built-in recipe or a \[recipes\.NAME\] table; did you mean 'self-distill'\?"),
         ('[evaluation]\narms = ["base", "x"]\n[recipes.x]\nsource = "rows.jsonl"\n',
          r"c\.toml:4: \[recipes\.x\] source contains 'rows\.jsonl': the main job rehearses with corpus, self, replay"),
-        ('[evaluation]\narms = ["base", "x"]\n[arms.x]\nsource = "rows.jsonl"\n', r"c\.toml:4: \[arms\.x\] source contains 'rows\.jsonl'"),
-        ('[recipes.x]\nsource = "self"\n[arms.x]\nsource = "corpus"\n', r"c\.toml:3: \[arms\.x\] and \[recipes\.x\] both declare 'x'"),
+        ('[evaluation]\narms = ["base", "x"]\n\n[arms.x]\nsource = "self"\n', r"c\.toml:4: \[arms\.x\] is not a section; declare the recipe as \[recipes\.x\]"),
+        ('[recipes.x]\nsource = "self"\n[arms.x]\nsource = "corpus"\n', r"c\.toml:3: \[arms\.x\] is not a section; declare the recipe as \[recipes\.x\]"),
         ('[recipes.none]\nsource = "self"\n', r"c\.toml:1: \[recipes\.none\] cannot be declared; none is no rehearsal"),
     ],
 )

@@ -22,7 +22,7 @@ def test_reference_example_keeps_the_references_values() -> None:
     assert t.gradient_checkpointing and t.device == "cuda"
     cfg = Config.from_toml(EXAMPLE)
     assert (cfg.orchestration.num_generations, cfg.orchestration.training_window_size) == (13, 3)
-    assert cfg.share_from_rows() and len(cfg.data.domain_train) == 13
+    assert cfg.arm_plan("rehearsal").rows_per_epoch == 500 and len(cfg.data.domain_train) == 13
 
 
 def test_reference_example_runs_on_cpu_with_local_parts(tiny_model_dir: Path, tmp_path: Path, isolated_cache: Any) -> None:

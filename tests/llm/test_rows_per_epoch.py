@@ -13,9 +13,13 @@ from replaybank.llm.config import Config
 
 def test_share_follows_the_lineage_size() -> None:
     cfg = Config.from_dict({"training": {"rehearsal_rows_per_epoch": 500}})
-    assert cfg.share_from_rows()
-    assert [cfg.effective_mixing_ratio(n)[0] for n in (1500, 3000, 4500)] == [0.25, 500 / 3500, 0.1]
-    assert not Config.from_dict({"training": {"rehearsal_rows_per_epoch": 500, "mixing_ratio": 0.2}}).share_from_rows()
+    plan = cfg.arm_plan("rehearsal")
+    assert plan.rows_per_epoch == 500 and plan.from_training
+    assert [plan.share_for(n) for n in (1500, 3000, 4500)] == [0.25, 500 / 3500, 0.1]
+    assert [cfg.training_share(n)[0] for n in (1500, 3000, 4500)] == [0.25, 500 / 3500, 0.1]
+    assert cfg.arm_plan("self-distill").rows_per_epoch is None  # a recipe's own ratio is never converted
+    fixed = Config.from_dict({"training": {"rehearsal_rows_per_epoch": 500, "mixing_ratio": 0.2}}).arm_plan("rehearsal")
+    assert fixed.rows_per_epoch is None and fixed.share_for(1500) == 0.2
 
 
 def test_every_generation_draws_the_rows_per_epoch(tiny_model_dir: Path, tmp_path: Path, isolated_cache: Any) -> None:
@@ -27,7 +31,7 @@ def test_every_generation_draws_the_rows_per_epoch(tiny_model_dir: Path, tmp_pat
         "training": {"base_model": str(tiny_model_dir), "batch_size": 6, "lora_rank": 2, "num_threads": 1,
                      "rehearsal_rows_per_epoch": 6},
         "data": {"domain_train_rows": 12, "domain_eval_rows": 3, "general_eval_rows": 3},
-        "arms": {"fixed": {"source": ["corpus"], "ratio": 0.2}},
+        "recipes": {"fixed": {"source": ["corpus"], "ratio": 0.2}},
         "evaluation": {"arms": ["rehearsal", "fixed"], "eval_points": 1, "suite_per_family": 1, "max_new_tokens": 4,
                        "probe_sources": False},
         "output": {"save_adapters": False},
@@ -38,7 +42,7 @@ def test_every_generation_draws_the_rows_per_epoch(tiny_model_dir: Path, tmp_pat
     assert [g["rehearsal_share"] for g in gens] == pytest.approx([6 / 18, 6 / 30, 6 / 42])
     drawn = [g["sources"]["corpus"]["rows_per_epoch"] for g in gens]
     assert all(abs(d - 6) <= 1 for d in drawn), drawn  # before: 6, 12, 18 (the first share kept)
-    # an [arms.NAME] ratio is a share, not converted: its rows grow with the lineage
+    # a [recipes.NAME] ratio is a share, not converted: its rows grow with the lineage
     fixed = metrics["arms"]["fixed"]["generations"]
     assert [g["rehearsal_share"] for g in fixed] == [0.2, 0.2, 0.2]
     assert fixed[2]["sources"]["corpus"]["rows_per_epoch"] > 2 * fixed[0]["sources"]["corpus"]["rows_per_epoch"]

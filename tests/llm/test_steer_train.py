@@ -54,7 +54,7 @@ def _run(setup, ckpt=None, max_steps=None, controller=None, sources=("corpus", "
     ctl = controller or make_controller("bandit", MixLimits(tuple(sources), floor=0.05, max_share=0.6),
                                         rng=np.random.default_rng(0), lr=3.0)
     steer = Steering(ctl, list(sources), _fake_losses, k=2)
-    log = train_lora(model, tok.pad_token_id, data.domain_generations[0], None, cfg.training, 0.0, checkpoint_dir=ckpt,
+    log = train_lora(model, tok.pad_token_id, data.domain_generations[0], cfg.training, checkpoint_dir=ckpt,
                      eval_points=4, max_steps=max_steps, sources=srcs, steer=steer)
     return log, steer
 
@@ -102,7 +102,7 @@ def test_checkpoint_of_another_sequence_is_refused(setup, tmp_path):
     same = [Source("corpus", data.rehearsal_pool, 0.1, sliced=True), Source("self", data.rehearsal_pool, 0.1)]
     with pytest.raises(ReplayBankError, match=r"checkpoint field 'steer': a run steered"):
         train_lora(add_lora(copy.deepcopy(base), cfg.training), tok.pad_token_id, data.domain_generations[0],
-                   None, cfg.training, 0.0, checkpoint_dir=ckpt, sources=same)
+                   cfg.training, checkpoint_dir=ckpt, sources=same)
 
 
 def test_main_job_arm_with_a_controller_records_its_mixture(tiny_model_dir, tmp_path):

@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from replaybank.llm import agenda, toolapi
-from replaybank.llm.data import ledger
+from replaybank.llm.data import agenda, ledger, toolapi
 
 # SHA-256 prefixes of generate_examples(200, seed) from before the loop was shared (commit 97134b9;
 # ledger: as first written);

@@ -34,7 +34,7 @@ def _train(model_dir: Path, checkpointing: bool, steps: int = 2) -> tuple[list[f
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     cfg = dataclasses.replace(Training(), lora_rank=4, batch_size=4, learning_rate=1e-2, gradient_checkpointing=checkpointing)
     model = add_lora(base, cfg)
-    log = train_lora(model, 0, _rows(16, base.config.vocab_size), None, cfg, 0.0, max_steps=steps)
+    log = train_lora(model, 0, _rows(16, base.config.vocab_size), cfg, max_steps=steps)
     lora = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
     return [s["loss"] for s in log.steps], lora, model
 
@@ -81,7 +81,7 @@ def _tiny_cfg(model_dir: Path, out: Path) -> Config:
                      "lora_dropout": 0.1, "rehearsal_rows_per_epoch": 20, "mixing_ratio": 0.2, "num_threads": 1,
                      "max_seq_length": 96},
         "data": {"domain_train_rows": 15, "domain_eval_rows": 4, "general_eval_rows": 4},
-        "arms": {"corpus-kl": {"source": ["corpus"], "ratio": 0.2, "kl_to_base": 0.5}},
+        "recipes": {"corpus-kl": {"source": ["corpus"], "ratio": 0.2, "kl_to_base": 0.5}},
         "evaluation": {"arms": ["base", "naive", "rehearsal", "corpus-kl"], "suite_per_family": 1,
                        "max_new_tokens": 4, "probe_pairs": 1},
         "output": {"out_dir": str(out), "save_adapters": False},
@@ -131,7 +131,7 @@ def test_fresh_adapter_leaves_the_base_model_as_it_was_and_follows_a_bf16_base(t
         assert model.get_base_model() is base
         lora = [p for n, p in model.named_parameters() if "lora_" in n]
         assert lora and {p.dtype for p in lora} == {torch.bfloat16} and all(p.requires_grad for p in lora)
-        log = train_lora(model, 0, _rows(8, base.config.vocab_size), None, cfg, 0.0, max_steps=2)
+        log = train_lora(model, 0, _rows(8, base.config.vocab_size), cfg, max_steps=2)
         assert all(np.isfinite(s["loss"]) for s in log.steps)
         assert any(not torch.equal(p, torch.zeros_like(p)) for n, p in model.named_parameters() if "lora_B" in n)
     assert type(base.model.layers[0].self_attn.q_proj) is torch.nn.Linear  # the adapter is gone

@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from replaybank.hf.embedded import embedded_model, self_rows
-from replaybank.hf.plan import GlobalBatch, MixError, MixNotBuiltError, MixPlan, resolve_world
+from replaybank.hf.plan import GlobalBatch, MixError, MixPlan, resolve_world
 from replaybank.hf.recipe import Recipe, recipe
 from replaybank.hf.schedule import QuotaSchedule
 from replaybank.hf.source import SourceTap
@@ -45,7 +45,7 @@ from replaybank.hf.stream import mix
 from replaybank.hf.trainer_check import check_trainer
 
 __all__ = [
-    "mix", "MixSpec", "check_trainer", "recipe", "Recipe", "MixPlan", "GlobalBatch", "MixError", "MixNotBuiltError", "resolve_world",
+    "mix", "MixSpec", "check_trainer", "recipe", "Recipe", "MixPlan", "GlobalBatch", "MixError", "resolve_world",
     "KLToBase", "RetentionCallback", "RetentionWarning", "SourceTap", "embedded_model", "self_rows",
     "ControllerCallback", "QuotaSchedule",
 ]  # fmt: skip

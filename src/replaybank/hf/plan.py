@@ -45,11 +45,6 @@ class MixError(ReplayBankError):
     """Bad input to the mixed datasets of :mod:`replaybank.hf` (also a ``ValueError``)."""
 
 
-class MixNotBuiltError(ReplayBankError, NotImplementedError):
-    """A documented option that this version does not implement yet (none at present; kept for
-    callers that catch it)."""
-
-
 def _check_int(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise MixError(f"{name} must be an int, got {value!r} ({type(value).__name__})")

@@ -31,7 +31,7 @@ __all__ = ["Recipe", "recipe", "share"]
 
 
 def recipe(name: str, config: str | Path | None = None) -> Recipe:
-    """The rehearsal recipe ``name``: a ``[recipes.NAME]`` (or ``[arms.NAME]``) table of the TOML
+    """The rehearsal recipe ``name``: a ``[recipes.NAME]`` table of the TOML
     file ``config`` when given (a ``replaybank run`` or ``replaybank loop`` config), else a
     built-in one (docs/llm.md, "Rehearsal recipes"). ``"none"`` is no rehearsal (ratio 0).
 

@@ -7,11 +7,7 @@ reading, checks), :mod:`.data` (corpora, rows and masking, domain data, self-syn
 :mod:`.train` (the LoRA loop, one step, the KL term, checkpoints, lineage), :mod:`.report`
 (metrics.json, report.md, plots, seeds aggregated), :mod:`.loop` (the loop's acting, consolidation,
 state and report), :mod:`.model` (finding and loading the base model). Components never import a
-recipe. Old flat module paths (``replaybank.llm.rows``, ...) still import, with a warning.
+recipe.
 
 Heavy dependencies (torch, transformers, peft) are imported inside the functions that need them.
 """
-
-from replaybank.llm import _moved
-
-_moved.install()

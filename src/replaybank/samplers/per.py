@@ -1,7 +1,8 @@
 """Proportional prioritized replay (Schaul et al. 2016): the ``Prioritized`` sampler.
 
 Its random-reshuffling variant, ``PrioritizedReshuffled`` (RR-M), subclasses it in :mod:`.rrm`;
-:mod:`.prioritized` gathers both under the import path they have always had.
+the priority checks both use are in :mod:`.priorities`. Both samplers are public as
+``replaybank.Prioritized`` and ``replaybank.PrioritizedReshuffled`` (also ``replaybank.samplers``).
 """
 
 from __future__ import annotations

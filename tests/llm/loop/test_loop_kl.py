@@ -86,7 +86,7 @@ def test_zero_weight_is_the_path_without_kl_and_a_weight_adds_the_predicted_term
     expected_kl = _kl_to_base(model, rehearsal, pad)
     assert expected_kl > 1e-3  # the moved adapter differs from the base
 
-    old = train_lora(model, pad, domain, None, cfg, 0.0, desc="t", sources=[Source("rehearsal", rehearsal, 0.5)])
+    old = train_lora(model, pad, domain, cfg, desc="t", sources=[Source("rehearsal", rehearsal, 0.5)])
     after_old = _lora(model)
     model.load_state_dict(start, strict=False)
     zero = consolidate(model, pad, domain, rehearsal, _recipe(0.0), cfg, desc="t")

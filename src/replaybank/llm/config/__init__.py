@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from replaybank.llm.config.loop import Loop, LoopConfig
 from replaybank.llm.config.parse import Config, with_seed
-from replaybank.llm.config.recipe import BUILTIN_RECIPES, ArmSpec, Recipe, load_recipes
+from replaybank.llm.config.recipe import BUILTIN_RECIPES, ArmPlan, Recipe, load_recipes
 from replaybank.llm.config.schema import (
     ALL_LINEAR,
     ARM_SOURCES,
@@ -22,7 +22,6 @@ from replaybank.llm.config.schema import (
     BUILTIN_TOOLAPI,
     DEFAULT_ARMS,
     SECTIONS,
-    Arm,
     Data,
     Device,
     Evaluation,
@@ -39,7 +38,7 @@ from replaybank.llm.config.values import ConfigError, read_section
 
 __all__ = [
     "ALL_LINEAR", "ARM_SOURCES", "BUILTIN_AGENDA", "BUILTIN_LEDGER", "BUILTIN_PROBE", "BUILTIN_TOOLAPI", "DEFAULT_ARMS",
-    "BUILTIN_RECIPES", "SECTIONS", "Arm", "ArmSpec", "Config", "ConfigError", "Data", "Device", "Evaluation", "KLOn",
+    "BUILTIN_RECIPES", "SECTIONS", "ArmPlan", "Config", "ConfigError", "Data", "Device", "Evaluation", "KLOn",
     "Lineage", "Loop", "LoopConfig", "MixBy", "Orchestration", "Output", "Recipe", "SharedData",
     "SharedEvaluation", "Training",
     "load_recipes", "read_section", "with_seed",

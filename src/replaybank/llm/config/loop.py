@@ -46,6 +46,7 @@ from replaybank.llm.config.recipe import (
     is_file_source,
     parse_recipes,
     recipe_dict,
+    refuse_arms_tables,
     resolve,
 )
 from replaybank.llm.config.schema import (
@@ -193,7 +194,8 @@ class LoopConfig:
                 the old rehearsal keys, or a key written both under ``[loop]`` and its section.
         """
         data = dict(data)
-        declared = parse_recipes(data.pop("recipes", {}), source, "recipes", text)
+        refuse_arms_tables(data, source, text)
+        declared = parse_recipes(data.pop("recipes", {}), source, text)
         sections = {"loop": Loop, "training": Training, **{name: klass for name, (klass, _) in SHARED.items()}}
         for name, values in data.items():
             if name not in sections:

@@ -31,12 +31,13 @@ from replaybank.llm.config.floor import check_gate_keys
 from replaybank.llm.config.recipe import (
     BUILTIN_RECIPES,
     TAKES_TRAINING_SHARE,
+    ArmPlan,
     Recipe,
     builtin,
     is_file_source,
-    merge_declared,
     parse_recipes,
     recipe_dict,
+    refuse_arms_tables,
 )
 from replaybank.llm.config.schema import (
     ARM_SOURCES,
@@ -52,7 +53,6 @@ from replaybank.llm.config.values import (
     ConfigError,
     at,
     did_you_mean,
-    key_line,
     read_section,
     read_toml,
     shown,
@@ -73,7 +73,7 @@ class Config:
     evaluation: Evaluation = field(default_factory=Evaluation)
     output: Output = field(default_factory=Output)
     arms: dict[str, Recipe] = field(default_factory=dict)
-    """The config's own ``[recipes.NAME]`` (old spelling ``[arms.NAME]``) tables."""
+    """The config's own ``[recipes.NAME]`` tables."""
     source: str = "<defaults>"
     explicit: frozenset[str] = frozenset()
     text: str | None = field(default=None, repr=False, compare=False)
@@ -105,15 +105,14 @@ class Config:
         line (``run.toml:7: [recipes.x] ratio = 1.0: ...``).
 
         Raises:
-            ConfigError: an unknown section or key (with a "did you mean"), a wrong type or range.
+            ConfigError: an unknown section or key (with a "did you mean"), a wrong type or range,
+                an ``[arms.NAME]`` table (recipes are ``[recipes.NAME]``).
         """
         sections: dict[str, Any] = {}
         explicit: set[str] = set()
         data = dict(data)
-        declared = merge_declared(
-            parse_recipes(data.pop("recipes", {}), source, "recipes", text),
-            parse_recipes(data.pop("arms", {}), source, "arms", text), source, text,
-        )
+        refuse_arms_tables(data, source, text)
+        declared = parse_recipes(data.pop("recipes", {}), source, text)
         for name, values in data.items():
             if name not in SECTIONS:
                 raise ConfigError(f"{at(source, text, name)}: unknown section [{name}]{did_you_mean(name, SECTIONS)}")
@@ -144,8 +143,7 @@ class Config:
                 )
             files = [s for s in specs[arm].source if is_file_source(s)] if arm in specs else []
             if files:
-                old = self.text is not None and key_line(self.text, table_name("recipes", arm)) is None
-                table = table_name("arms" if old else "recipes", arm)
+                table = table_name("recipes", arm)
                 raise ConfigError(
                     f"{at(where, self.text, table, 'source')}: [{table}] source contains {files[0]!r}: the main job "
                     f"rehearses with {', '.join(ARM_SOURCES)}; a .jsonl file of prompt/response rows is a source of the loop"
@@ -159,15 +157,15 @@ class Config:
                 f"[training] rehearsal_max_chars = {t.rehearsal_max_chars}: the prompt would show the whole "
                 "passage and the completion only repeat it; expected rehearsal_prompt_chars < rehearsal_max_chars"
             )
-        converts = self.share_from_rows()
-        zero = [a for a in self.evaluation.arms if a in specs and specs[a].source and specs[a].ratio == 0]
-        if zero and not converts:
-            shared = self.takes_training_share(zero[0])
-            knob = "[training] mixing_ratio = 0" if shared else f"[{table_name('recipes', zero[0])}] ratio = 0"
-            line = at(where, self.text, "training", "mixing_ratio") if shared else at(where, self.text, table_name("recipes", zero[0]), "ratio")
+        plans = [self.arm_plan(a) for a in self.evaluation.arms if a in specs]
+        zero = next((p for p in plans if p.recipe.source and p.share == 0 and p.rows_per_epoch is None), None)
+        if zero is not None:
+            shared = zero.from_training
+            knob = "[training] mixing_ratio = 0" if shared else f"[{table_name('recipes', zero.name)}] ratio = 0"
+            line = at(where, self.text, "training", "mixing_ratio") if shared else at(where, self.text, table_name("recipes", zero.name), "ratio")
             raise ConfigError(
-                f"{line}: {knob} makes the rehearsal arm {zero[0]!r} the naive arm again; "
-                f"expected a share > 0, or drop {zero[0]!r} from [evaluation] arms"
+                f"{line}: {knob} makes the rehearsal arm {zero.name!r} the naive arm again; "
+                f"expected a share > 0, or drop {zero.name!r} from [evaluation] arms"
             )
         if not self.training.lora_target_modules:
             raise ConfigError(f"{at(where, self.text, 'training', 'lora_target_modules')}: [training] lora_target_modules is empty; name at least one module")
@@ -194,7 +192,7 @@ class Config:
 
     def arm_specs(self) -> dict[str, Recipe]:
         """Every arm this config can run by name: the built-in recipes, then its ``[recipes.NAME]``
-        (or ``[arms.NAME]``) tables.
+        tables.
 
         Built-in rehearsal recipes of :data:`.recipe.TAKES_TRAINING_SHARE` take ``[training]
         mixing_ratio`` and ``mix_by`` (the reference's share); ``self-distill`` keeps its own (half
@@ -217,41 +215,55 @@ class Config:
             specs[name] = spec
         return {**specs, **self.arms}
 
-    def takes_training_share(self, arm: str) -> bool:
-        """Whether arm ``arm``'s share is the job's (``[training] mixing_ratio``, or converted from
-        ``rehearsal_rows_per_epoch``) rather than the recipe's own ``ratio``."""
-        return arm in TAKES_TRAINING_SHARE and arm not in self.arms
+    def arm_plan(self, name: str) -> ArmPlan:
+        """How arm ``name`` rehearses: its recipe and its share, decided here once.
 
-    def share_from_rows(self) -> bool:
-        """Whether the built-in rehearsal arms' share comes from ``rehearsal_rows_per_epoch`` (set
-        without ``mixing_ratio``: the reference's form) instead of ``mixing_ratio``."""
-        return "training.rehearsal_rows_per_epoch" in self.explicit and "training.mixing_ratio" not in self.explicit
-
-    def effective_mixing_ratio(self, n_domain_rows: int) -> tuple[float, str]:
-        """The share of every batch given to rehearsal, and how it was decided.
-
-        When the config sets ``rehearsal_rows_per_epoch`` but not ``mixing_ratio`` (the reference's
-        form), the share is ``rows / (rows + domain rows per epoch)``: ``n_domain_rows`` is the
-        generation's lineage (its domain rows per epoch), so every generation draws that many
-        rehearsal rows per virtual epoch, whatever the lineage's size.
+        A built-in recipe of :data:`.recipe.TAKES_TRAINING_SHARE` (not replaced by a table) takes
+        the job's share, ``[training] mixing_ratio``; when the config sets
+        ``rehearsal_rows_per_epoch`` but not ``mixing_ratio`` (the reference's form) that share is
+        instead ``rows / (rows + domain rows per epoch)`` for each generation's lineage
+        (:meth:`.recipe.ArmPlan.share_for`), so every generation draws that many rehearsal rows
+        per virtual epoch, whatever the lineage's size. Every other arm keeps its recipe's ``ratio``.
 
         Example:
             >>> cfg = Config.from_dict({"training": {"rehearsal_rows_per_epoch": 500}})
-            >>> [round(cfg.effective_mixing_ratio(n)[0], 4) for n in (1500, 4500)]
-            [0.25, 0.1]
+            >>> plan = cfg.arm_plan("rehearsal-corpus")
+            >>> [round(plan.share_for(n), 4) for n in (1500, 4500)], plan.from_training
+            ([0.25, 0.1], True)
+            >>> cfg.arm_plan("self-distill").share_for(1500), cfg.arm_plan("naive").share
+            (0.5, 0.0)
+
+        Raises:
+            KeyError: ``name`` is no arm of :meth:`arm_specs`.
         """
-        t = self.training
-        if self.share_from_rows():
-            share = t.rehearsal_rows_per_epoch / (t.rehearsal_rows_per_epoch + n_domain_rows)
-            return share, (
-                f"converted from rehearsal_rows_per_epoch={t.rehearsal_rows_per_epoch} over "
-                f"{n_domain_rows} domain rows per epoch"
-            )
-        return t.mixing_ratio, "mixing_ratio"
+        spec = self.arm_specs()[name]
+        if name not in TAKES_TRAINING_SHARE or name in self.arms or not spec.source:
+            return ArmPlan(name, spec, spec.ratio)
+        return ArmPlan(name, spec, spec.ratio, self._rows_per_epoch(), from_training=True)
+
+    def training_share(self, domain_rows: int) -> tuple[float, str]:
+        """The job's share (``[training]``, what the built-in rehearsal arms take) for a generation
+        of ``domain_rows`` domain rows per epoch, and how it was decided (for ``metrics.json``).
+
+        Example:
+            >>> Config.from_dict({"training": {"rehearsal_rows_per_epoch": 500}}).training_share(4500)
+            (0.1, 'converted from rehearsal_rows_per_epoch=500 over 4500 domain rows per epoch')
+        """
+        rows = self._rows_per_epoch()
+        if rows is None:
+            return self.training.mixing_ratio, "mixing_ratio"
+        return rows / (rows + domain_rows), f"converted from rehearsal_rows_per_epoch={rows} over {domain_rows} domain rows per epoch"
+
+    def _rows_per_epoch(self) -> int | None:
+        """``[training] rehearsal_rows_per_epoch`` when the job's share is converted from it (it is
+        set and ``mixing_ratio`` is not), else None."""
+        if "training.rehearsal_rows_per_epoch" in self.explicit and "training.mixing_ratio" not in self.explicit:
+            return self.training.rehearsal_rows_per_epoch
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         """``{section: {key: value}}`` for every key, defaults included; declared recipe tables too
-        (as ``recipes``, whichever spelling the file used)."""
+        (as ``recipes``)."""
         out = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
         if self.arms:
             out["recipes"] = {name: recipe_dict(spec) for name, spec in self.arms.items()}

@@ -6,8 +6,8 @@ labelled tokens), whether the rehearsal rows train with cross-entropy, and the K
 recipe), the consolidation loop (``replaybank loop``: ``[loop] recipe``) and :mod:`replaybank.hf`
 (``recipe(name)``, ``MixSpec(recipe=)``, ``KLToBase.from_recipe``) read the same type, the same
 built-in names (:data:`BUILTIN_RECIPES`) and the same ``[recipes.NAME]`` tables
-(:func:`parse_recipes`; the main job also reads its old spelling ``[arms.NAME]``), so a recipe
-found in one job can be named in another.
+(:func:`parse_recipes`), so a recipe found in one job can be named in another. The main job
+turns each arm's recipe into an :class:`ArmPlan` once, which fixes the arm's share.
 
 Sources: ``corpus`` (the main job's rehearsal corpus), ``self`` (the base model's own answers to
 general prompts), ``replay`` (the main job's stored rows of earlier generations), ``onpolicy`` (the
@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from replaybank.llm.config.controller import auto_ratio, check_controller
+from replaybank.controllers import Controller
+from replaybank.llm.config.controller import auto_ratio, check_controller, recipe_controller
 from replaybank.llm.config.names import check_name
 from replaybank.llm.config.schema import ARM_SOURCES, ControllerName, KLOn, MixBy, _f
 from replaybank.llm.config.values import (
@@ -44,8 +45,8 @@ from replaybank.llm.config.values import (
 )
 
 __all__ = [
-    "BUILTIN_RECIPES", "CONTROLLER_KEYS", "NONE", "SOURCES", "TAKES_TRAINING_SHARE", "Recipe", "builtin",
-    "is_file_source", "load_recipes", "parse_recipes", "recipe_dict", "resolve",
+    "BUILTIN_RECIPES", "CONTROLLER_KEYS", "NONE", "SOURCES", "TAKES_TRAINING_SHARE", "ArmPlan", "Recipe", "builtin",
+    "is_file_source", "load_recipes", "parse_recipes", "recipe_dict", "refuse_arms_tables", "resolve",
 ]  # fmt: skip
 
 SOURCES = ARM_SOURCES  # corpus, self, replay, onpolicy
@@ -71,8 +72,49 @@ class Recipe:
     fresh_adapter: bool = _f(False, "replaybank run: train a fresh adapter on each generation's domain alone (one adapter per skill, adapters/ARM/seedN/genG/), instead of carrying one adapter over; the lineage keys do not apply")
 
 
-#: ``ArmSpec`` is the name the main job's arms had before the loop and ``replaybank.hf`` shared them.
-ArmSpec = Recipe
+@dataclass(frozen=True)
+class ArmPlan:
+    """How one arm of the main job rehearses, decided once from the config
+    (:meth:`replaybank.llm.config.Config.arm_plan`); the job reads the arm's share from here only.
+
+    Attributes:
+        name: the arm.
+        recipe: its recipe: sources, ``mix_by``, the KL term, the controller, ``fresh_adapter``.
+            Its ``ratio`` equals ``share`` (a built-in recipe of :data:`TAKES_TRAINING_SHARE` gets
+            ``[training] mixing_ratio`` and ``mix_by``).
+        share: the arm's total rehearsal share, split evenly over the sources that have rows: the
+            fraction of the rows of every batch (``mix_by = "rows"``), or of the labelled tokens,
+            that is of the loss (``mix_by = "tokens"``). 0 for an arm without sources (naive).
+            With ``rows_per_epoch`` set, :meth:`share_for` replaces it per generation.
+        rows_per_epoch: set when the share is converted from ``[training]
+            rehearsal_rows_per_epoch`` (written without ``mixing_ratio``: the reference's form):
+            every generation then draws that many rehearsal rows per epoch, whatever its size.
+        from_training: whether the share is the job's (``[training]``) rather than the recipe's.
+
+    Example:
+        >>> plan = ArmPlan("rehearsal-corpus", builtin("rehearsal-corpus"), 0.1, rows_per_epoch=500, from_training=True)
+        >>> plan.share_for(1500), plan.share_for(4500)
+        (0.25, 0.1)
+        >>> ArmPlan("self-distill", builtin("self-distill"), 0.5).share_for(4500)
+        0.5
+    """
+
+    name: str
+    recipe: Recipe
+    share: float
+    rows_per_epoch: int | None = None
+    from_training: bool = False
+
+    def share_for(self, domain_rows: int) -> float:
+        """The share of a generation that trains on ``domain_rows`` domain rows per epoch (its lineage)."""
+        if self.rows_per_epoch is None:
+            return self.share
+        return self.rows_per_epoch / (self.rows_per_epoch + domain_rows)
+
+    def controller(self, seed: int) -> Controller | None:
+        """A fresh replay controller of the recipe, starting at ``share`` (None without one)."""
+        return recipe_controller(self.recipe, seed=seed)
+
 
 BUILTIN_RECIPES: dict[str, Recipe] = {
     "naive": Recipe(source=[], ratio=0.0),
@@ -160,8 +202,8 @@ def resolve(name: str, declared: dict[str, Recipe], where: str, key: str) -> Rec
     )
 
 
-def parse_recipes(raw: Any, source: str, section: str = "recipes", text: str | None = None) -> dict[str, Recipe]:
-    """``[recipes.NAME]`` (or ``[arms.NAME]``) tables -> a :class:`Recipe` per name, every key
+def parse_recipes(raw: Any, source: str, text: str | None = None) -> dict[str, Recipe]:
+    """``[recipes.NAME]`` tables -> a :class:`Recipe` per name, every key
     checked by :func:`.values.read_section`, then the keys against each other; errors name
     ``file:line`` when ``text`` (the TOML file's text) is given.
 
@@ -181,6 +223,7 @@ def parse_recipes(raw: Any, source: str, section: str = "recipes", text: str | N
             ``source = []``, a KL term on rehearsal rows without sources, ``rehearsal_ce = false``
             without the KL term, ``fresh_adapter = true`` with ``replay`` or ``onpolicy`` rows.
     """
+    section = "recipes"
     if not isinstance(raw, dict):
         raise ConfigError(f"{at(source, text, section)}: [{section}] must hold tables [{section}.NAME], got {shown(raw)}")
     out: dict[str, Recipe] = {}
@@ -255,27 +298,36 @@ def check_recipe(spec: Recipe, table: str, keys: set[str], source: str, text: st
 
 
 def load_recipes(path: str | Path) -> dict[str, Recipe]:
-    """The ``[recipes.NAME]`` (and ``[arms.NAME]``) tables of a TOML file, checked; other sections
-    are not read (so a main-job or loop config can lend its recipes to :mod:`replaybank.hf`).
+    """The ``[recipes.NAME]`` tables of a TOML file, checked; other sections are not read (so a
+    main-job or loop config can lend its recipes to :mod:`replaybank.hf`).
 
     Raises:
-        ConfigError: a missing or unreadable file, invalid TOML, or a bad table (``file:line``).
+        ConfigError: a missing or unreadable file, invalid TOML, a bad table (``file:line``), or an
+            ``[arms.NAME]`` table (:func:`refuse_arms_tables`).
     """
     p = Path(path)
     data, text = read_toml(p)
-    return merge_declared(
-        parse_recipes(data.get("recipes", {}), str(p), "recipes", text),
-        parse_recipes(data.get("arms", {}), str(p), "arms", text), str(p), text,
-    )
+    refuse_arms_tables(data, str(p), text)
+    return parse_recipes(data.get("recipes", {}), str(p), text)
 
 
-def merge_declared(recipes: dict[str, Recipe], arms: dict[str, Recipe], source: str, text: str | None) -> dict[str, Recipe]:
-    """``[recipes.NAME]`` and ``[arms.NAME]`` tables as one dict; a name in both is an error."""
-    both = sorted(set(recipes) & set(arms))
-    if both:
-        raise ConfigError(
-            f"{at(source, text, table_name('arms', both[0]))}: [{table_name('arms', both[0])}] and "
-            f"[{table_name('recipes', both[0])}] both declare "
-            f"{both[0]!r}; [arms.NAME] is the old spelling of [recipes.NAME]: keep one"
-        )
-    return {**recipes, **arms}
+def refuse_arms_tables(data: dict[str, Any], source: str, text: str | None = None) -> None:
+    r"""Refuse ``[arms.NAME]`` tables: a recipe is declared as ``[recipes.NAME]``.
+
+    Example:
+        >>> refuse_arms_tables({"arms": {"mine": {"source": "self"}}}, "run.toml", '[arms.mine]\nsource = "self"\n')
+        Traceback (most recent call last):
+        ...
+        replaybank.llm.config.ConfigError: run.toml:1: [arms.mine] is not a section; declare the recipe as [recipes.mine]
+
+    Raises:
+        ConfigError: ``data`` has an ``arms`` section, naming the line of its first table.
+    """
+    raw = data.get("arms")
+    if raw is None:
+        return
+    if isinstance(raw, dict) and raw:
+        name = str(next(iter(raw)))
+        old, new = table_name("arms", name), table_name("recipes", name)
+        raise ConfigError(f"{at(source, text, old)}: [{old}] is not a section; declare the recipe as [{new}]")
+    raise ConfigError(f"{at(source, text, 'arms')}: [arms] is not a section; declare recipes as [recipes.NAME] tables")

@@ -38,7 +38,6 @@ from typing import Any, Literal
 from replaybank.llm.runtime import Precision
 
 Lineage = Literal["window", "all", "best"]
-Arm = Literal["base", "naive", "rehearsal"]
 #: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (checked by :func:`.values.parse_device`).
 Device = str
 MixBy = Literal["rows", "tokens"]
@@ -142,7 +141,7 @@ class Evaluation(SharedEvaluation):
     """``replaybank run``'s ``[evaluation]``: the shared keys (:class:`SharedEvaluation`) and the
     main job's arms, seeds, probe and retention gate."""
 
-    arms: list[str] = _f(DEFAULT_ARMS, "arms to run: base, or a rehearsal recipe: naive, rehearsal(-corpus), rehearsal-self, rehearsal-replay, rehearsal-self-kl, self-distill, or any [recipes.NAME] (old spelling [arms.NAME])", nonempty=True)
+    arms: list[str] = _f(DEFAULT_ARMS, "arms to run: base, or a rehearsal recipe: naive, rehearsal(-corpus), rehearsal-self, rehearsal-replay, rehearsal-self-kl, self-distill, or any [recipes.NAME]", nonempty=True)
     eval_points: int = _f(1, "held-out loss evaluations per trained arm and generation, evenly spaced, the last at the end", min=1, max=10_000)
     probe_pairs: int = _f(2, "batch pairs for the interference probe (`replaybank probe`, and per source inside `replaybank run`)", min=1, max=100_000)
     seeds: int = _f(1, "seeds per arm (training.seed, +1, ...); the report gives mean and std", min=1, max=1_000)

@@ -158,7 +158,7 @@ def consolidate(
     steer, kept = _steering(controller, spec, model, pad_id, domain, rehearsal, cfg.seed) if sources else (None, None)
     if steer is not None and kept is not None:
         sources = [Source(steer.trained[0], kept, spec.ratio)]
-    log = train_lora(model, pad_id, domain, None, cfg, 0.0, checkpoint_dir=checkpoint_dir, desc=desc, sources=sources,
+    log = train_lora(model, pad_id, domain, cfg, checkpoint_dir=checkpoint_dir, desc=desc, sources=sources,
                      mix_by=spec.mix_by, kl=kl, steer=steer, eval_points=STEER_POINTS if steer else 1)
     out = log.to_dict()
     steps = out.pop("steps")

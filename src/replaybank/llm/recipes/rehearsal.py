@@ -32,8 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from replaybank.llm.config import Config, Recipe
-from replaybank.llm.config.controller import recipe_controller
+from replaybank.llm.config import ArmPlan, Config
 from replaybank.llm.config.names import safe_folder
 from replaybank.llm.config.parse import with_seed
 from replaybank.llm.config.recipe import recipe_dict
@@ -187,8 +186,7 @@ def run_seed(
     if earlier is not None:
         log(f"{label}: finished in an earlier, interrupted run; read back from {partial / 'seeds' / label}.json")
         return earlier
-    specs = cfg.arm_specs()
-    trained = [a for a in ev.arms if a != "base"]
+    plans = {arm: cfg.arm_plan(arm) for arm in ev.arms if arm != "base"}  # every trained arm
     scfg = with_seed(cfg, seed)
     timings: dict[str, float] = {}
     pad_id = int(tokenizer.pad_token_id)
@@ -202,11 +200,11 @@ def run_seed(
     timings[f"suite_{label}"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     data = prepare(scfg, tokenizer)
-    share, how = scfg.effective_mixing_ratio(len(data.domain_generations[0]))
+    share, how = scfg.training_share(len(data.domain_generations[0]))
     check_overlaps(items, data, sampled_rows(len(data.rehearsal_pool), scfg.training))  # drops pool rows
     if data.manifest["rehearsal_pool"]["dropped"]:
         log(f"{label}: rehearsal rows dropped so far: {data.manifest['rehearsal_pool']['dropped']}")
-    uses_self = any("self" in specs[a].source for a in trained)
+    uses_self = any("self" in plan.recipe.source for plan in plans.values())
     self_rows, self_manifest = synthesize_rows(base_model, tokenizer, scfg, items, log) if uses_self else (None, None)
     timings[f"data_{label}"] = time.perf_counter() - t0
     log(
@@ -221,21 +219,19 @@ def run_seed(
     ctx.baseline = arms["base"]["matrix_row"]
     timings[f"base_{label}"] = time.perf_counter() - t0
     probes: dict[str, Any] = {}
-    if k == 0 and ev.probe_sources and trained:
+    if k == 0 and ev.probe_sources and plans:
         t0 = time.perf_counter()
         probes = _probe_sources(base_model, ctx, scfg, log)
         timings["probe"] = time.perf_counter() - t0
-    for arm in trained:
-        spec = specs[arm]
-        ratio = share if spec.source and cfg.takes_training_share(arm) else spec.ratio
+    for arm, plan in plans.items():
         t0 = time.perf_counter()
         finished = read_result(partial, f"arms/{label}-{arm}")  # an interrupted run trained it already
         if finished is not None:
             log(f"{arm} {label}: finished in an earlier, interrupted run; read back")
             arms[arm] = finished
         else:
-            arms[arm] = train_arm(arm, spec, ratio, base_model, ctx, scfg, partial=partial, log=log,
-                                  max_steps=max_steps, seed_label=label)
+            arms[arm] = train_arm(plan, base_model, ctx, scfg, partial=partial, log=log, max_steps=max_steps,
+                                  seed_label=label)
             write_result(partial, f"arms/{label}-{arm}", arms[arm])
         timings[f"{arm}_{label}"] = time.perf_counter() - t0
         log(f"{arm} {label}: " + ", ".join(f"{key} {v:.3f}" for key, v in flatten(arms[arm]).items()))
@@ -251,26 +247,26 @@ def run_seed(
 
 
 def train_arm(
-    name: str, spec: Recipe, ratio: float, base_model: Any, ctx: EvalContext, cfg: Config, *,
+    plan: ArmPlan, base_model: Any, ctx: EvalContext, cfg: Config, *,
     partial: Path, log: Log, max_steps: int | None, seed_label: str,
 ) -> dict[str, Any]:
-    """Train arm ``name`` through every generation; return its measurements (see module docstring).
+    """Train the arm of ``plan`` through every generation; return its measurements (see module docstring).
 
     The arm's adapter is put on ``base_model`` itself (:func:`..train.adapter.fresh_adapter`, no
     copy of the base) and taken off again when the arm is done. A recipe with ``fresh_adapter``
     starts every generation from that fresh adapter and trains it on the generation's domain alone.
     """
     with fresh_adapter(base_model, cfg.training) as model:
-        return _train_arm(name, spec, ratio, model, ctx, cfg, partial=partial, log=log, max_steps=max_steps,
-                          seed_label=seed_label)
+        return _train_arm(plan, model, ctx, cfg, partial=partial, log=log, max_steps=max_steps, seed_label=seed_label)
 
 
 def _train_arm(
-    name: str, spec: Recipe, ratio: float, model: Any, ctx: EvalContext, cfg: Config, *,
+    plan: ArmPlan, model: Any, ctx: EvalContext, cfg: Config, *,
     partial: Path, log: Log, max_steps: int | None, seed_label: str,
 ) -> dict[str, Any]:
     orch = cfg.orchestration
-    follows_rows = cfg.share_from_rows() and bool(spec.source) and cfg.takes_training_share(name)
+    name, spec = plan.name, plan.recipe
+    share = plan.share_for(len(ctx.data.domain_generations[0]))  # the arm's share, as its first generation trains
     kl = KLSpec.from_recipe(spec)
     generations: list[dict[str, Any]] = []
     scores: list[float] = []
@@ -278,16 +274,15 @@ def _train_arm(
     matrix_rows: list[list[dict[str, Any]]] = []
     mixture: list[dict[str, Any]] = []
     offset, tag = 0, f"{name} {seed_label}"
-    controller = recipe_controller(spec, seed=cfg.training.seed)  # one per arm, over all its generations
+    controller = plan.controller(cfg.training.seed)  # one per arm, over all its generations
     initial = adapter_state(model) if spec.fresh_adapter else None  # one adapter per skill, each from this init
     for g in range(orch.num_generations):
         lineage = [g] if initial is not None else select_lineage(g, orch.training_window_size, orch.lineage, scores)
         if initial is not None:
             restore_adapter(model, initial)
         domain = concat_rows([ctx.data.domain_generations[i] for i in lineage])
-        # rehearsal_rows_per_epoch without mixing_ratio: the share follows the lineage's size
-        ratio_g = cfg.effective_mixing_ratio(len(domain))[0] if follows_rows else ratio
-        sources = build_sources(spec, ratio_g, g, lineage, ctx, model=model, max_seq_length=cfg.training.max_seq_length)
+        share_g = plan.share_for(len(domain))  # converted from rehearsal_rows_per_epoch: follows the lineage's size
+        sources = build_sources(spec, share_g, g, lineage, ctx, model=model, max_seq_length=cfg.training.max_seq_length)
 
         def on_eval(step: int, _offset: int = offset, _g: int = g) -> dict[str, float]:
             result = measure_losses(model, ctx)
@@ -297,7 +292,7 @@ def _train_arm(
 
         steer = arm_steering(controller, spec, sources, model, ctx, curve, offset, g, lineage)
         train_log = train_lora(
-            model, ctx.pad_id, domain, None, cfg.training, 0.0,
+            model, ctx.pad_id, domain, cfg.training,
             checkpoint_dir=partial / f"{name}-{seed_label}-gen{g}", on_eval=on_eval,
             eval_points=cfg.evaluation.eval_points, desc=f"{tag} gen {g}", max_steps=max_steps,
             sources=sources, mix_by=spec.mix_by, kl=kl, steer=steer,
@@ -313,7 +308,7 @@ def _train_arm(
         mixture += [{**e, "step": offset - len(train_log.steps) + e["step"], "generation": g} for e in (steer.trajectory if steer else [])]
         generations.append({
             "generation": g, "lineage": lineage, "domain_rows": len(domain),
-            "rehearsal_share": ratio_g if sources else 0.0,
+            "rehearsal_share": share_g if sources else 0.0,
             "sources": {s.name: {"rows": len(s.rows), "share": s.share, "rows_per_epoch": rows_per_epoch(train_log.steps, s.name)}
                         for s in sources},
             "train": train_log.to_dict(), "general_loss": final["general_loss"], "domain_loss": final["domain_loss"],
@@ -321,7 +316,7 @@ def _train_arm(
         })
         if cfg.output.save_adapters:  # a checked folder inside OUT.partial; the same PEFT folder the loop writes
             write_adapter_folder(model, safe_folder(partial, "adapters", name, seed_label, f"gen{g}"), {
-                "arm": name, "spec": recipe_dict(spec), "rehearsal_share": ratio, "lineage": lineage,
+                "arm": name, "spec": recipe_dict(spec), "rehearsal_share": share, "lineage": lineage,
                 "config": cfg.to_dict(), "data": ctx.data.manifest})
         log(f"{tag} gen {g}: {len(train_log.steps)} steps, {train_log.tokens} tokens in {train_log.seconds:.1f} s, "
             f"rehearsal share {generations[-1]['rehearsal_share']:.4f}; "
@@ -340,7 +335,7 @@ def _train_arm(
         **behaviour,
         "domain": final_domain(matrix_rows[-1]),
         "matrix": matrix_metrics(matrix_rows, ctx.baseline),
-        "share": ratio,
+        "share": share,
         "loss_share": loss_shares(generations),
         "controller": spec.controller, "mixture": mixture,  # the mixture after every evaluation (a controller's)
         "curve": curve,

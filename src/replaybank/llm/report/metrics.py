@@ -1,7 +1,7 @@
 """Assembling and writing the run's results: ``metrics.json``, ``report.md``, two plots.
 
-:func:`effect` is the pure summary of the historical three arms (rise of the held-out general
-loss, its ratio between arms, the domain-loss gap); :func:`build_metrics` assembles every arm over
+:func:`effect` is the pure summary of three arms, base, naive and the corpus rehearsal arm (rise
+of the held-out general loss, its ratio between arms, the domain-loss gap); :func:`build_metrics` assembles every arm over
 seeds (means, spreads, measured loss shares, the accuracy matrix, the probe side by side with the
 measured forgetting, the targets); :mod:`replaybank.llm.report.markdown` only formats what it is given.
 """
@@ -30,12 +30,15 @@ from replaybank.llm.report.plots import (
 )
 
 METRICS_SCHEMA_VERSION = 3
-COMPAT_KEYS = ("general_loss", "domain_loss", "probe_score", "probe_logprob")
 SOURCE_LOSS = {"corpus": "docs_loss", "self": "self_loss"}
 
 
 def effect(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Compare the arms against the issue's three criteria.
+
+    Args:
+        arms: ``base``, ``naive`` and ``rehearsal`` (the corpus rehearsal arm), each with its
+            ``general_loss`` and ``domain_loss``; a missing arm leaves its comparisons out.
 
     Returns:
         ``naive_general_rise`` and ``rehearsal_general_rise`` (loss minus base), ``rise_ratio``
@@ -108,16 +111,15 @@ def build_metrics(
         }
         entry.update(per_family.get(name, {}))  # "families" (intervals, flip counts) and "flips" (the items)
         arms[name] = entry
-    if "rehearsal" not in arms and "rehearsal-corpus" in arms:
-        alias = arms["rehearsal-corpus"]
-        arms["rehearsal"] = {**{k: alias[k] for k in COMPAT_KEYS if k in alias}, "share": alias["share"], "alias_of": "rehearsal-corpus"}
     specs = cfg.arm_specs()  # an arm of one fresh adapter per skill carries nothing over: not a rehearsal arm
     rehearsal_arms = [a for a in first if a not in ("base", "naive") and not (a in specs and specs[a].fresh_adapter)]
     corpus_arm = next((a for a in ("rehearsal-corpus", "rehearsal") if a in first), None)
     targets = check_targets(agg, rehearsal_arms)
+    reh = next((a for a in ("rehearsal", "rehearsal-corpus") if a in arms), "")  # the corpus rehearsal arm
+    compared = {"base": "base", "naive": "naive", "rehearsal": reh}
     return {
         "arms": arms,
-        "effect": effect({k: v for k, v in arms.items() if k in ("base", "naive", "rehearsal")}),
+        "effect": effect({role: arms[arm] for role, arm in compared.items() if arm in arms}),
         "targets": targets,
         "gate": _gate(cfg, per_family, targets),
         "intervals": interval_method(),

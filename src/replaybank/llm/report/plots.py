@@ -27,8 +27,8 @@ COLORS = ["tab:gray", "tab:red", "tab:blue", "tab:green", "tab:purple", "tab:ora
 
 
 def arm_names(metrics: dict[str, Any]) -> list[str]:
-    """The arms to show (aliases of another arm left out)."""
-    return [a for a, v in metrics["arms"].items() if "alias_of" not in v]
+    """The arms to show: every arm of the run."""
+    return list(metrics["arms"])
 
 
 def plot_behaviour(path: Path, metrics: dict[str, Any]) -> None:

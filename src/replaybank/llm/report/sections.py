@@ -54,7 +54,7 @@ def gate_section(metrics: dict[str, Any]) -> list[str]:
 
 def flips_section(metrics: dict[str, Any]) -> list[str]:
     """``## Items lost and gained``: per trained arm, a count table per family, then the items."""
-    arms = {name: a for name, a in metrics["arms"].items() if "flips" in a and "alias_of" not in a}
+    arms = {name: a for name, a in metrics["arms"].items() if "flips" in a}
     if not arms:
         return []
     lines = ["", "## Items lost and gained", "",

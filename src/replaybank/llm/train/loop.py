@@ -138,16 +138,14 @@ def train_lora(
     model: Any,
     pad_id: int,
     domain: TokenRows,
-    rehearsal: TokenRows | None,
     cfg: Training,
-    share: float,
     checkpoint_dir: Path | None = None,
     on_eval: Callable[[int], dict[str, float]] | None = None,
     eval_points: int = 1,
     desc: str = "train",
     max_steps: int | None = None,
     *,
-    sources: Sequence[Source] | None = None,
+    sources: Sequence[Source] = (),
     mix_by: MixBy = "rows",
     kl: KLSpec | None = None,
     steer: Steering | None = None,
@@ -158,16 +156,14 @@ def train_lora(
         model: a PEFT model (see :func:`add_lora`).
         pad_id: token id used for padding.
         domain: tokenized domain rows (the epoch source).
-        rehearsal: the tokenized corpus pool (sliced per virtual epoch), or ``None``; ignored when
-            ``sources`` is given.
         cfg: the ``[training]`` section.
-        share: rehearsal share of every micro-batch for ``rehearsal`` (0 for naive).
         checkpoint_dir: where ``checkpoint.pt`` lives; resumed from when present.
         on_eval: called with the optimizer step at ``eval_points`` evenly spaced steps.
         eval_points: how many evaluations, the last after the final step.
         desc: progress bar label.
         max_steps: stop after this many optimizer steps (a budget for tests and interruptions).
-        sources: rehearsal sources, each with its share (replaces ``rehearsal``/``share``).
+        sources: rehearsal sources, each with its share; none (the default) trains on domain rows
+            alone (the naive arm).
         mix_by: ``rows``: the shares are shares of the rows of every batch; ``tokens``: shares of
             the labelled tokens (of the loss), converted to row quotas by
             :func:`replaybank.mixing.row_shares` from each source's mean labelled tokens per row.
@@ -187,10 +183,6 @@ def train_lora(
     import torch
     from tqdm.auto import tqdm
 
-    if sources is None:
-        if share > 0 and (rehearsal is None or len(rehearsal) == 0):
-            raise ValueError("a rehearsal share > 0 needs a non-empty rehearsal pool")
-        sources = [Source("corpus", rehearsal, share, sliced=True)] if share > 0 and rehearsal is not None else []
     sources = [s for s in sources if s.share > 0 or (steer is not None and len(s.rows))]
     if steer is not None and [s.name for s in sources] != steer.trained:
         raise ValueError(f"steered sources {steer.trained} differ from the sources with rows {[s.name for s in sources]}")

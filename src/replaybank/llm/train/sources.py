@@ -30,10 +30,11 @@ def concat_rows(parts: list[TokenRows]) -> TokenRows:
 
 
 def build_sources(
-    spec: Recipe, ratio: float, generation: int, lineage: list[int], ctx: EvalContext, model: Any = None,
+    spec: Recipe, share: float, generation: int, lineage: list[int], ctx: EvalContext, model: Any = None,
     max_seq_length: int = 512,
 ) -> list[Source]:
-    """The rehearsal sources of one generation, the ratio split evenly over those that have rows.
+    """The rehearsal sources of one generation, ``share`` (the arm's, :class:`~replaybank.llm.config.ArmPlan`)
+    split evenly over those that have rows.
 
     ``onpolicy`` asks ``model`` (the arm's, as it is now) the stored prompts of the earlier
     generations out of the lineage and keeps the answers the domain checker accepts
@@ -58,9 +59,9 @@ def build_sources(
             rows = _onpolicy(model, ctx, [g for g in range(generation) if g not in lineage], max_seq_length)
             if rows is not None:
                 available.append(("onpolicy", rows, False))
-    if not available or ratio <= 0:
+    if not available or share <= 0:
         return []
-    return [Source(name, rows, ratio / len(available), sliced) for name, rows, sliced in available]
+    return [Source(name, rows, share / len(available), sliced) for name, rows, sliced in available]
 
 
 def _onpolicy(model: Any, ctx: EvalContext, earlier: list[int], max_seq_length: int) -> TokenRows | None:
