@@ -1,7 +1,7 @@
 """The experiment config: reading a TOML file and validating it, with "did you mean".
 
-Every key lives in one section; the reference's ``[orchestration]`` and ``[training]`` keys are
-accepted as written. The sections, their keys, defaults, help and ranges are the schema in
+Every key lives in one section; the ``[orchestration]`` and ``[training]`` keys of the
+rehearsal-corpus method (docs/llm.md) are accepted as written. The sections, their keys, defaults, help and ranges are the schema in
 :mod:`replaybank.llm.config.schema` (re-exported here); this module checks values against it,
 checks keys against each other, and writes the effective config back as TOML.
 
@@ -197,7 +197,8 @@ class Config:
         (or ``[arms.NAME]``) tables.
 
         Built-in rehearsal recipes of :data:`.recipe.TAKES_TRAINING_SHARE` take ``[training]
-        mixing_ratio`` and ``mix_by`` (the reference's share); ``self-distill`` keeps its own (half
+        mixing_ratio`` and ``mix_by`` (the rehearsal-corpus method's share); ``self-distill`` keeps
+        its own (half
         of the rows). ``rehearsal`` is the historical name of ``rehearsal-corpus``. A table with a
         built-in name replaces it.
 
@@ -224,14 +225,14 @@ class Config:
 
     def share_from_rows(self) -> bool:
         """Whether the built-in rehearsal arms' share comes from ``rehearsal_rows_per_epoch`` (set
-        without ``mixing_ratio``: the reference's form) instead of ``mixing_ratio``."""
+        without ``mixing_ratio``: the rehearsal-corpus method's form) instead of ``mixing_ratio``."""
         return "training.rehearsal_rows_per_epoch" in self.explicit and "training.mixing_ratio" not in self.explicit
 
     def effective_mixing_ratio(self, n_domain_rows: int) -> tuple[float, str]:
         """The share of every batch given to rehearsal, and how it was decided.
 
-        When the config sets ``rehearsal_rows_per_epoch`` but not ``mixing_ratio`` (the reference's
-        form), the share is ``rows / (rows + domain rows per epoch)``: ``n_domain_rows`` is the
+        When the config sets ``rehearsal_rows_per_epoch`` but not ``mixing_ratio`` (the
+        rehearsal-corpus method's form, docs/llm.md), the share is ``rows / (rows + domain rows per epoch)``: ``n_domain_rows`` is the
         generation's lineage (its domain rows per epoch), so every generation draws that many
         rehearsal rows per virtual epoch, whatever the lineage's size.
 

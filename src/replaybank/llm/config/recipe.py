@@ -76,7 +76,7 @@ ArmSpec = Recipe
 
 BUILTIN_RECIPES: dict[str, Recipe] = {
     "naive": Recipe(source=[], ratio=0.0),
-    "rehearsal-corpus": Recipe(source=["corpus"]),  # the reference's method: general corpus, 10% of rows
+    "rehearsal-corpus": Recipe(source=["corpus"]),  # the rehearsal-corpus method (docs/llm.md): general corpus, 10% of rows
     "rehearsal": Recipe(source=["corpus"]),  # the old name of rehearsal-corpus
     "rehearsal-self": Recipe(source=["self"]),
     "rehearsal-replay": Recipe(source=["replay"]),
@@ -87,7 +87,7 @@ BUILTIN_RECIPES: dict[str, Recipe] = {
 """The built-in recipes. Every job and :func:`replaybank.hf.recipe` know these names."""
 
 #: Built-in recipes whose share the main job takes from ``[training] mixing_ratio`` and ``mix_by``
-#: (the reference's share, 10% of rows by default); their ratio above is that default.
+#: (the rehearsal-corpus method's share, 10% of rows by default); their ratio above is that default.
 TAKES_TRAINING_SHARE = frozenset({"rehearsal-corpus", "rehearsal", "rehearsal-self", "rehearsal-replay", "rehearsal-self-kl"})
 
 
