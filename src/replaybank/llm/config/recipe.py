@@ -95,7 +95,7 @@ TAKES_TRAINING_SHARE = frozenset({"rehearsal-corpus", "rehearsal", "rehearsal-se
 LOOP_SPELLING = {"rehearsal": "source", "rehearsal_ratio": "ratio", "kl_weight": "kl_to_base"}
 
 
-#: the keys of a replay controller (issue 25); written only when a recipe has one, so configs and run
+#: the keys of a replay controller (docs/controllers.md); written only when a recipe has one, so configs and run
 #: folders written before them read and resume as they were
 CONTROLLER_KEYS = ("controller", "floor", "max_share", "controller_params", "trend_window")
 #: sources that draw on earlier generations, which an adapter of one generation's domain alone has not seen
