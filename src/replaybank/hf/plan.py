@@ -47,8 +47,8 @@ class MixError(ReplayBankError):
 
 
 class MixNotBuiltError(ReplayBankError, NotImplementedError):
-    """A documented option that this version does not implement yet (none at present; kept for
-    callers that catch it)."""
+    """A documented option that this version does not implement yet (every documented option is
+    implemented; the class exists so callers can catch it)."""
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:

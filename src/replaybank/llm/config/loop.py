@@ -77,11 +77,11 @@ SYSTEM = (
     "You turn requests into qx tool calls. Answer with the calls only, each written "
     "<<qx tool.name; key=value; ...>>."
 )
-TRAINING_DEFAULTS = LOOP_TRAINING  # the name this module used to define
+TRAINING_DEFAULTS = LOOP_TRAINING  # an alias kept for code that imports this name
 
 #: How a run written before a ``[loop]`` key existed behaved, for keys added after runs were
 #: written: resuming such a run must not switch it silently, whatever the key's default becomes
-#: (see ``state.check_same_config``). Both differ from today's defaults. ``rehearsal_ce`` is now
+#: (see ``state.check_same_config``). Both differ from the current defaults. ``rehearsal_ce`` is
 #: a key of the recipe; the recipe's other keys (``mix_by``, ``kl_temperature``, ``kl_on``) ran
 #: at their defaults before they existed.
 RAN_BEFORE_THE_KEY: dict[str, Any] = {"rehearsal_ce": True, "self_open_rows": False}
@@ -347,7 +347,7 @@ def _from_legacy(old: LegacyRehearsal, source: str, text: str | None) -> tuple[s
     one's, :data:`LEGACY_NAME` otherwise, ``none`` without rehearsal) and the recipe.
 
     Raises:
-        ConfigError: the old keys' own checks, naming them as before.
+        ConfigError: the old keys' own checks, naming the old keys.
     """
     where = at(source, text, "loop", "rehearsal")
     if old.rehearsal not in ("self", NONE) and not is_file_source(old.rehearsal):
