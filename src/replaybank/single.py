@@ -12,7 +12,7 @@ finite range, an int or bool into an int column within its bounds, a bool into a
 stored as it is, numpy's item assignment making the same conversion ``astype`` would; so is a
 numpy scalar of the column's own dtype (``np.float32(1.0)`` into a float32 column). Anything
 else (a float into an int column, 1e40 into float32, NaN, 300 into int8) goes the array way below
-and meets the same checks as before. Measured in ``benchmarks/rl_add.py``.
+and meets the same checks as any other value. Measured in ``benchmarks/rl_add.py``.
 
 It also recognises the commonest mistake of a vectorised loop: ``add()`` handed a vector env's
 arrays, each with a leading env axis (``obs`` of shape ``(1, 4)``), which would otherwise become

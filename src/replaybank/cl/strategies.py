@@ -283,7 +283,7 @@ class PseudoRehearsal(Naive):
     this.
     """
 
-    n_pseudo = 64  # the reference's default
+    n_pseudo = 64  # random inputs per step (docs/cl.md, `pseudo`)
 
     def __init__(
         self,

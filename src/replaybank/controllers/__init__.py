@@ -4,9 +4,9 @@ A controller reads per-source statistics after each evaluation (:class:`SourceSt
 :func:`summarize` from raw held-out losses) and returns the next mixture over {current domain,
 each available rehearsal source}, within :class:`MixLimits` (a floor per source, a maximum
 rehearsal share, an availability mask). :meth:`replaybank.mixing.Mixer.set_shares` puts it into
-effect from the next batch, with exact per-batch quotas as before.
+effect from the next batch, with the same exact per-batch quotas as fixed shares.
 
-* ``fixed`` (:class:`FixedController`): today's behaviour, fixed shares;
+* ``fixed`` (:class:`FixedController`): fixed shares, as without a controller;
 * ``bandit`` (:class:`BanditController`): Exp3-style weights, rewarded by the rise in held-out
   loss each source guards against, with decaying exploration;
 * ``proxy`` (:class:`ProxyController`): a 7-weight policy fitted on a proxy run

@@ -1,4 +1,4 @@
-"""``fixed``: today's behaviour, a share per rehearsal source that never moves.
+"""``fixed``: a share per rehearsal source that never moves (what a run without a controller does).
 
 The statistics are checked and ignored. A source that is not available gives its share to the
 current domain (the share of the others does not grow).

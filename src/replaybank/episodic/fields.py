@@ -1,4 +1,4 @@
-"""Field checks for episodes as they are recorded and as they are read back (issue 29).
+"""Field checks for episodes as they are recorded and as they are read back.
 
 Each check takes the value and ``where`` (e.g. ``"episode 3 (task 't1'): generation"``) and
 returns the value in its plain Python type, or raises ``InvalidTypeError`` (wrong type; a ``bool``

@@ -1,4 +1,4 @@
-"""What the episodic store refuses about its file and its records, and its errors (issue 29).
+"""What the episodic store refuses about its file and its records, and its errors.
 
 * **The file**: a regular file or nothing (no symlink, FIFO, device, socket or folder; the same for
   its ``-wal``, ``-shm`` and ``-journal`` files), checked with ``lstat`` before SQLite opens it.

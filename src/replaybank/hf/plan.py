@@ -10,7 +10,8 @@ mixing rule); this module adds only three things around it:
   carried), so no rank systematically gets more of them; rank ``r``'s part is the rows
   ``[r * batch_size, (r + 1) * batch_size)`` of the global batch (rank-major blocks, which is how
   accelerate's batch dispatcher and ``IterableDatasetShard`` cut a stream);
-* **per-epoch rehearsal slices** (the reference's virtual epochs): with ``rows_per_epoch`` set,
+* **per-epoch rehearsal slices** (the virtual epochs of the rehearsal-corpus method,
+  docs/llm.md): with ``rows_per_epoch`` set,
   epoch ``e`` draws its rehearsal rows from the main job's seeded slice
   :func:`replaybank.llm.train.epoch_slice` of the pool.
 

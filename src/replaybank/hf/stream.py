@@ -100,7 +100,8 @@ def mix(
     rows are ``ratio`` of the rows within one row). Each epoch is a fresh seeded permutation of
     the domain rows; rehearsal rows are cycled (``rows_per_epoch=None``: the whole pool, a fresh
     seeded permutation per pass) or drawn from each epoch's seeded slice of ``rows_per_epoch``
-    pool rows (the reference's virtual epochs, the same slice as the main job). Each row carries
+    pool rows (the virtual epochs of the rehearsal-corpus method, docs/llm.md; the same slice as
+    the main job). Each row carries
     ``source_column``: 0 for domain, 1 for rehearsal (for a loss that weights or regularises
     rehearsal rows). An epoch's last domain rows that cannot fill one more global batch are left
     out of that epoch, so batch boundaries never shift (another permutation next epoch).

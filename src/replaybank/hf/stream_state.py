@@ -1,4 +1,4 @@
-"""The state check of :func:`replaybank.hf.mix` streams (issue 29): what a resumed state may say.
+"""The state check of :func:`replaybank.hf.mix` streams: what a resumed state may say.
 
 ``mix`` returns a :class:`MixStream`, a ``datasets.IterableDataset`` whose ``load_state_dict``
 checks the whole state before datasets sees it. datasets resumes by regenerating every index pair

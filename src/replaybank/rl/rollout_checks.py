@@ -1,4 +1,4 @@
-"""What :class:`~replaybank.rl.rollouts.RolloutBuffer` refuses on write and on load (issue 29).
+"""What :class:`~replaybank.rl.rollouts.RolloutBuffer` refuses on write and on load.
 
 On write (``add_group``, ``set_policy_version``): ids, token ids and policy versions are integers
 (a float token is refused, never truncated; a ``bool`` is not a number), ``>= 0`` and within

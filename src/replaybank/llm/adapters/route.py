@@ -11,7 +11,7 @@ size. Below ``threshold`` the request goes to the bare base model (``adapter`` N
 requests keep the base model's answers. Ties go to the adapter first in name order.
 
 Two refinements, both off by default: ``top_k`` scores an adapter by the mean of its ``top_k`` best
-examples (one example sharing a name or the word "list" with a request no longer decides alone),
+examples (one example sharing a name or the word "list" with a request does not decide alone),
 and ``background`` prompts (general requests, e.g. the shipped self-synthesis pool) stand for the
 base model: a request they match at least as well as the best adapter goes to the base.
 :meth:`Router.calibrated` picks ``top_k`` and ``threshold`` by routing the registered examples and

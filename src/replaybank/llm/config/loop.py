@@ -78,11 +78,11 @@ SYSTEM = (
     "You turn requests into qx tool calls. Answer with the calls only, each written "
     "<<qx tool.name; key=value; ...>>."
 )
-TRAINING_DEFAULTS = LOOP_TRAINING  # the name this module used to define
+TRAINING_DEFAULTS = LOOP_TRAINING  # an alias kept for code that imports this name
 
 #: How a run written before a ``[loop]`` key existed behaved, for keys added after runs were
 #: written: resuming such a run must not switch it silently, whatever the key's default becomes
-#: (see ``state.check_same_config``). Both differ from today's defaults. ``rehearsal_ce`` is now
+#: (see ``state.check_same_config``). Both differ from the current defaults. ``rehearsal_ce`` is
 #: a key of the recipe; the recipe's other keys (``mix_by``, ``kl_temperature``, ``kl_on``) ran
 #: at their defaults before they existed.
 RAN_BEFORE_THE_KEY: dict[str, Any] = {"rehearsal_ce": True, "self_open_rows": False}
@@ -113,15 +113,15 @@ class Loop:
     temperature: float = _f(0.7, "sampling temperature of the attempts (evaluation is greedy)", min=0, max=100)
     system_prompt: str = _f(SYSTEM, "the agent's system prompt (acting, evaluation and consolidation rows; empty = the model's default)")
     context_examples: int = _f(3, "successful episodes retrieved (BM25 over the task text) into the context", min=0, max=64)
-    max_turns: int = _f(4, "most turns of an episode: each turn is one call, executed, its result shown as a tool turn; an episode also ends after as many calls as the task expects, or at a turn without a call", min=1, max=64)
+    max_turns: int = _f(4, "most turns of an episode (one call each); it also ends after the calls the task expects, or at a turn without a call", min=1, max=64)
     lineage: Lineage = _f("window", "generations consolidated: window (last K), all, best (K best on the validation split)")
     window: int = _f(3, "K of window and best", min=1, max=1000)
     init: Init = _f("continue", "continue: the adapter carries over between generations; fresh: a new adapter each generation")
-    recipe: str = _f("self-distill", "rehearsal recipe: a built-in (self-distill = the base model's own answers at half of the rows, through the KL term only; rehearsal-self, rehearsal-self-kl, ...; docs/llm.md#rehearsal-recipes), a [recipes.NAME] table (source self or a .jsonl file of {prompt, response}), or none", nonempty=True)
+    recipe: str = _f("self-distill", "rehearsal recipe: a built-in (self-distill, rehearsal-self, rehearsal-self-kl, ...; docs/llm.md#rehearsal-recipes), a [recipes.NAME] table, or none", nonempty=True)
     eval_tasks: int = _f(40, "held-out tasks of the evaluation (greedy, with and without replayed context)", min=1, max=100_000)
     validation_tasks: int = _f(24, "held-out tasks of the validation split (ranks generations for lineage best; disjoint from the evaluation tasks)", min=1, max=100_000)
     seed: int = _f(0, "seed of tasks, sampling, LoRA init and data order (the loop seeds training with it: [training] seed is not read)", min=0, max=2**31 - 1)
-    library: str = _f("", "an adapter library folder (docs/adapters.md): every finished generation's adapter is registered there as RUN-genN, with its suite retention and held-out success as figures and its training tasks as routing examples; empty = none. May change when a run resumes")
+    library: str = _f("", "adapter library folder (docs/adapters.md) where each finished generation's adapter is registered as RUN-genN; empty = none; may change on resume")
 
 
 @dataclass
@@ -131,8 +131,8 @@ class LegacyRehearsal:
 
     rehearsal: str = _f("self", "rehearsal rows: self (the base model's answers, llm/data/selfsynth), a JSONL file of {prompt, response}, or none")
     rehearsal_ratio: float = _f(0.5, "rehearsal share of the rows of every batch (replaybank.mixing quota)", min=0, lt=1)
-    kl_weight: float = _f(3.0, "weight of the KL-to-base term (llm.train.kl) on the rehearsal rows' answer tokens, added to the loss; 0 = off (then also rehearsal_ce = true); inactive with rehearsal = none", min=0, max=1000)
-    rehearsal_ce: bool = _f(False, "true: train on the rehearsal rows' answers with cross-entropy as well as the KL term; false = through the KL term only; needs kl_weight > 0; inactive with rehearsal = none")
+    kl_weight: float = _f(3.0, "weight of the KL-to-base term on the rehearsal rows' answer tokens; 0 = off (then rehearsal_ce = true); inactive with rehearsal = none", min=0, max=1000)
+    rehearsal_ce: bool = _f(False, "true: train the rehearsal rows' answers with cross-entropy as well as the KL term; false = KL only (needs kl_weight > 0); inactive with rehearsal = none")
 
 
 @dataclass
@@ -349,7 +349,7 @@ def _from_legacy(old: LegacyRehearsal, source: str, text: str | None) -> tuple[s
     one's, :data:`LEGACY_NAME` otherwise, ``none`` without rehearsal) and the recipe.
 
     Raises:
-        ConfigError: the old keys' own checks, naming them as before.
+        ConfigError: the old keys' own checks, naming the old keys.
     """
     where = at(source, text, "loop", "rehearsal")
     if old.rehearsal not in ("self", NONE) and not is_file_source(old.rehearsal):

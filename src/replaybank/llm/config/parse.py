@@ -1,7 +1,7 @@
 """The experiment config: reading a TOML file and validating it, with "did you mean".
 
-Every key lives in one section; the reference's ``[orchestration]`` and ``[training]`` keys are
-accepted as written. The sections, their keys, defaults, help and ranges are the schema in
+Every key lives in one section; the ``[orchestration]`` and ``[training]`` keys of the
+rehearsal-corpus method (docs/llm.md) are accepted as written. The sections, their keys, defaults, help and ranges are the schema in
 :mod:`replaybank.llm.config.schema` (re-exported here); this module checks values against it,
 checks keys against each other, and writes the effective config back as TOML.
 
@@ -195,7 +195,8 @@ class Config:
         tables.
 
         Built-in rehearsal recipes of :data:`.recipe.TAKES_TRAINING_SHARE` take ``[training]
-        mixing_ratio`` and ``mix_by`` (the reference's share); ``self-distill`` keeps its own (half
+        mixing_ratio`` and ``mix_by`` (the rehearsal-corpus method's share); ``self-distill`` keeps
+        its own (half
         of the rows). ``rehearsal`` is the historical name of ``rehearsal-corpus``. A table with a
         built-in name replaces it.
 
@@ -220,7 +221,8 @@ class Config:
 
         A built-in recipe of :data:`.recipe.TAKES_TRAINING_SHARE` (not replaced by a table) takes
         the job's share, ``[training] mixing_ratio``; when the config sets
-        ``rehearsal_rows_per_epoch`` but not ``mixing_ratio`` (the reference's form) that share is
+        ``rehearsal_rows_per_epoch`` but not ``mixing_ratio`` (the rehearsal-corpus
+        method's form, docs/llm.md) that share is
         instead ``rows / (rows + domain rows per epoch)`` for each generation's lineage
         (:meth:`.recipe.ArmPlan.share_for`), so every generation draws that many rehearsal rows
         per virtual epoch, whatever the lineage's size. Every other arm keeps its recipe's ``ratio``.

@@ -118,7 +118,7 @@ class ArmPlan:
 
 BUILTIN_RECIPES: dict[str, Recipe] = {
     "naive": Recipe(source=[], ratio=0.0),
-    "rehearsal-corpus": Recipe(source=["corpus"]),  # the reference's method: general corpus, 10% of rows
+    "rehearsal-corpus": Recipe(source=["corpus"]),  # the rehearsal-corpus method (docs/llm.md): general corpus, 10% of rows
     "rehearsal": Recipe(source=["corpus"]),  # the old name of rehearsal-corpus
     "rehearsal-self": Recipe(source=["self"]),
     "rehearsal-replay": Recipe(source=["replay"]),
@@ -129,7 +129,7 @@ BUILTIN_RECIPES: dict[str, Recipe] = {
 """The built-in recipes. Every job and :func:`replaybank.hf.recipe` know these names."""
 
 #: Built-in recipes whose share the main job takes from ``[training] mixing_ratio`` and ``mix_by``
-#: (the reference's share, 10% of rows by default); their ratio above is that default.
+#: (the rehearsal-corpus method's share, 10% of rows by default); their ratio above is that default.
 TAKES_TRAINING_SHARE = frozenset({"rehearsal-corpus", "rehearsal", "rehearsal-self", "rehearsal-replay", "rehearsal-self-kl"})
 
 
@@ -137,7 +137,7 @@ TAKES_TRAINING_SHARE = frozenset({"rehearsal-corpus", "rehearsal", "rehearsal-se
 LOOP_SPELLING = {"rehearsal": "source", "rehearsal_ratio": "ratio", "kl_weight": "kl_to_base"}
 
 
-#: the keys of a replay controller (issue 25); written only when a recipe has one, so configs and run
+#: the keys of a replay controller (docs/controllers.md); written only when a recipe has one, so configs and run
 #: folders written before them read and resume as they were
 CONTROLLER_KEYS = ("controller", "floor", "max_share", "controller_params", "trend_window")
 #: sources that draw on earlier generations, which an adapter of one generation's domain alone has not seen

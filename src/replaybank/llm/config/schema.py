@@ -83,8 +83,8 @@ class Training:
     batch_size: int = _f(8, "rows per micro-batch (the mixing quota applies to each)", min=1, max=65_536)
     gradient_accumulation_steps: int = _f(1, "micro-batches per optimizer step", min=1, max=65_536)
     max_grad_norm: float = _f(1.0, "gradient clipping norm (0 = off)", min=0, max=1e6)
-    precision: GenerationPrecision = _f("auto", "arithmetic of the LoRA training step: auto = bf16 autocast on a CPU with native bfloat16 units (AMX / AVX512-BF16: the SmolLM2 step 1.5x faster here), fp32 elsewhere (a GPU model is bf16 already); fp32; bf16. The LoRA weights and AdamW state stay fp32 either way")
-    gradient_checkpointing: bool = _f(False, "recompute each decoder layer's activations in the backward pass instead of keeping them (less memory, about a third more compute; needed for a 7B model at 8 x 2048 tokens); a model that does not support it is an error")
+    precision: GenerationPrecision = _f("auto", "arithmetic of the LoRA training step: auto (bf16 autocast on a CPU with bfloat16 units, else fp32), fp32 or bf16; LoRA weights and AdamW state stay fp32")
+    gradient_checkpointing: bool = _f(False, "recompute each decoder layer's activations in the backward pass instead of keeping them (less memory, more compute); an error for a model without support")
     mixing_ratio: float = _f(0.1, "share of every batch taken from the rehearsal corpus, in [0, 1)", min=0, lt=1)
     mix_by: MixBy = _f("rows", "what the rehearsal share is a share of: rows of every batch, or labelled tokens (= of the loss)")
     rehearsal_dataset: str = _f("python-docs", "python-docs (embedded), a .txt/.jsonl/.parquet file or folder, a save_to_disk folder, or a locally cached HF dataset", nonempty=True)
@@ -96,7 +96,7 @@ class Training:
     rehearsal_max_chars: int = _f(400, "passages are cut to this many characters", min=1, max=100_000_000)
     max_seq_length: int = _f(256, "rows are truncated to this many tokens", min=8, max=1_048_576)
     seed: int = _f(0, "seed of data order, slices and LoRA init", min=0, max=2**31 - 1)
-    device: Device = _f("auto", "auto = cuda when available (bf16), else cpu (fp32); cpu, cuda, or cuda:N for GPU N (checked against the machine before the model loads; with --jobs a bare cuda puts worker k on GPU k mod n_gpus)", device=True)
+    device: Device = _f("auto", "auto = cuda when available (bf16), else cpu (fp32); cpu, cuda or cuda:N; with --jobs a bare cuda puts worker k on GPU k mod n_gpus", device=True)
     num_threads: int = _f(0, "torch CPU threads; 0 = auto: the CPUs other processes leave free over 0.4 s at the start (/proc/stat), at least 1", min=0, max=4096)
     save_every: int = _f(0, "save a resumable checkpoint every N optimizer steps (0 = none: an arm cut short restarts; finished arms are kept in OUT.partial either way)", min=0)
 
@@ -107,18 +107,18 @@ class SharedData:
     ``[data]`` adds its domain and held-out data, :class:`Data`; the loop reads these alone)."""
 
     self_rows: int = _f(96, "self-synthesized rehearsal rows generated (once per seed, cached)", min=1, max=1_000_000)
-    self_open_rows: bool = _f(True, "keep the base model's self-synthesized answers that hit the generation budget, as open rows trained without an end of turn (false drops them, leaving only short answers to rehearse)")
+    self_open_rows: bool = _f(True, "keep the base model's self-synthesized answers that hit the generation budget, as open rows without an end of turn (false drops them)")
 
 
 @dataclass
 class Data(SharedData):
     """``replaybank run``'s ``[data]``: the shared keys (:class:`SharedData`) and the main job's data."""
 
-    domain_train: list[str] = _f([BUILTIN_TOOLAPI], "domain training data, one source per generation: a JSONL/Parquet file or folder (prompt+response or completion, messages, or text), .txt/.md, a save_to_disk folder or a cached HF dataset; builtin:toolapi = the embedded fictional tool API, builtin:agenda = @agenda{...} entries, builtin:ledger = ~ledger lines", nonempty=True)
+    domain_train: list[str] = _f([BUILTIN_TOOLAPI], "domain training data, one source per generation: a JSONL/Parquet/.txt/.md file or folder, a saved or cached HF dataset, or builtin:toolapi/agenda/ledger", nonempty=True)
     domain_eval: list[str] = _f([BUILTIN_TOOLAPI], "held-out domain data (same formats), one for all generations or one per generation", nonempty=True)
     domain_train_rows: int = _f(240, "rows generated per generation for a builtin domain (builtin:toolapi, builtin:agenda, builtin:ledger)", min=1, max=10_000_000)
     domain_eval_rows: int = _f(48, "held-out domain rows (cap for files; count for builtin)", min=1, max=10_000_000)
-    domain_split: str = _f("train", "split read from a saved DatasetDict folder or a cached HF dataset named in domain_train / domain_eval (point domain_eval at the split's own subfolder, e.g. data/ds/test, to read another)", nonempty=True)
+    domain_split: str = _f("train", "split read from a saved DatasetDict folder or a cached HF dataset named in domain_train / domain_eval", nonempty=True)
     general_eval: str = _f("", "held-out general text; empty = hold out whole documents of the rehearsal corpus")
     general_eval_rows: int = _f(16, "held-out general passages", min=1, max=10_000_000)
     probe: str = _f(BUILTIN_PROBE, "general-skill probe: builtin, or a JSONL file of {prompt, answer}", nonempty=True)
@@ -133,7 +133,7 @@ class SharedEvaluation:
 
     max_new_tokens: int = _f(48, "generation budget per domain answer (the main job's held-out requests; each turn of the loop's tasks, acting and evaluation), stops at the end of turn", min=1, max=65_536)
     generation_batch_size: int = _f(64, "prompts generated together (left-padded; on CPU, 64 ran 2.4x faster than 16)", min=1, max=65_536)
-    suite_per_family: int = _f(0, "general-capability suite items evaluated per family and seed (a seeded sample; 0 = every item, 172 in the shipped suite; 8 per family moves retention by about 7 points from the sample alone)", min=0, max=1_000_000)
+    suite_per_family: int = _f(0, "general-capability suite items evaluated per family and seed (a seeded sample; 0 = every item)", min=0, max=1_000_000)
 
 
 @dataclass
@@ -141,13 +141,13 @@ class Evaluation(SharedEvaluation):
     """``replaybank run``'s ``[evaluation]``: the shared keys (:class:`SharedEvaluation`) and the
     main job's arms, seeds, probe and retention gate."""
 
-    arms: list[str] = _f(DEFAULT_ARMS, "arms to run: base, or a rehearsal recipe: naive, rehearsal(-corpus), rehearsal-self, rehearsal-replay, rehearsal-self-kl, self-distill, or any [recipes.NAME]", nonempty=True)
+    arms: list[str] = _f(DEFAULT_ARMS, "arms to run: base, or rehearsal recipes: naive, rehearsal-corpus, rehearsal-self, rehearsal-replay, rehearsal-self-kl, self-distill, any [recipes.NAME]", nonempty=True)
     eval_points: int = _f(1, "held-out loss evaluations per trained arm and generation, evenly spaced, the last at the end", min=1, max=10_000)
     probe_pairs: int = _f(2, "batch pairs for the interference probe (`replaybank probe`, and per source inside `replaybank run`)", min=1, max=100_000)
     seeds: int = _f(1, "seeds per arm (training.seed, +1, ...); the report gives mean and std", min=1, max=1_000)
-    generation_precision: GenerationPrecision = _f("auto", "arithmetic of every generated answer (suite, domain requests, self rows) and of the main job's held-out losses: auto = bf16 autocast on a CPU with native bfloat16 units (AMX / AVX512-BF16; several times faster there), else fp32; fp32; bf16. Base and arms are always compared at the same precision")
+    generation_precision: GenerationPrecision = _f("auto", "arithmetic of generated answers and held-out losses: auto (bf16 autocast on a CPU with bfloat16 units, else fp32), fp32 or bf16; base and arms always match")
     probe_sources: bool = _f(True, "run the interference probe per rehearsal source inside `replaybank run`")
-    retention_floor: float | dict[str, float] = _f(RETENTION_FLOOR, "retention gate: the least mean retention over seeds (an arm's family score over the base model's) each family must keep, in [0, 1]; a number for every family or a table {family = number} (families it leaves out keep 0.9); the report marks each arm pass/fail, `replaybank run --require-floor` exits 3 when the gated arm falls below")
+    retention_floor: float | dict[str, float] = _f(RETENTION_FLOOR, "least mean retention over seeds each family must keep, in [0, 1]: one number, or a table {family = number} (others keep 0.9); gates --require-floor")
     gate_arm: str = _f("", "the arm --require-floor gates (one of arms, not base); empty = the best rehearsal arm of the targets")
 
 

@@ -216,7 +216,7 @@ def save_adapter(model: Any, folder: Path, meta: dict[str, Any]) -> str:
     return write_adapter_folder(model, folder, meta)[:16]
 
 
-#: (weights, manifest) of an adapter folder: the PEFT layout, then the loop's layout before issue 26
+#: (weights, manifest) of an adapter folder: the PEFT layout, then the loop's older own layout
 LAYOUTS = ((WEIGHTS, MANIFEST), ("adapter.safetensors", "adapter.json"))
 
 
@@ -243,7 +243,7 @@ def load_adapter(model: Any, folder: Path, *, expected: str | None = None, gener
         raise AdapterError(f"{folder}: the saved adapter is a symbolic link; a run folder holds its own files")
     if not path.is_file() or not meta_path.is_file():
         raise AdapterError(f"{folder}: no saved adapter ({WEIGHTS} and {MANIFEST}, or adapter.safetensors and "
-                           "adapter.json before issue 26); delete state.json to restart")
+                           "adapter.json in older run folders); delete state.json to restart")
     meta = _read_meta(meta_path)
     digest = sha256_file(path)
     if meta["sha256"] != digest:

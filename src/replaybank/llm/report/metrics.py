@@ -34,7 +34,8 @@ SOURCE_LOSS = {"corpus": "docs_loss", "self": "self_loss"}
 
 
 def effect(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Compare the arms against the issue's three criteria.
+    """Compare the arms against three criteria: naive raises the general loss, rehearsal keeps that
+    rise to at most a third, and costs at most 5% of domain loss.
 
     Args:
         arms: ``base``, ``naive`` and ``rehearsal`` (the corpus rehearsal arm), each with its

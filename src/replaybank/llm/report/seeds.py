@@ -68,7 +68,7 @@ DOMAIN_TARGET, DOMAIN_SLACK = 0.50, 0.05
 
 
 def check_targets(agg: dict[str, dict[str, dict[str, Any]]], rehearsal_arms: Sequence[str]) -> dict[str, Any]:
-    """Issue 23's targets on the seed means (and, for retention, on every seed).
+    """The main job's targets (docs/llm.md) on the seed means (and, for retention, on every seed).
 
     * naive loses behaviour: leakage >= 0.5, or conversation retention <= 2/3;
     * naive learns the skill: domain exact match >= 0.5 (mean over seeds);

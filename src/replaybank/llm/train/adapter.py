@@ -4,7 +4,7 @@ Every trained arm and the interference probe get their own adapter, seeded as
 :func:`replaybank.llm.train.loop.add_lora` seeds it, on the same base model object; when the
 arm is done the adapter layers are taken out again (PEFT's ``unload``: the original modules go
 back, the base weights were never touched), so the next arm starts from the same base. A 7B base
-in bf16 is about 15 GB: a deep copy per arm, as before, kept two of them resident.
+in bf16 is about 15 GB: a deep copy per arm would keep two of them resident.
 
 The adapter's weights take the base model's dtype (bf16 on a GPU): PEFT keeps them fp32 by
 default, which casts every adapter input to fp32 (a copy of every activation that enters a

@@ -1,9 +1,10 @@
 """Which generations of domain data a generation trains on (the lineage policy).
 
 Generation ``g`` always trains on its own data. ``window`` adds the ``K - 1`` generations just
-before it (the last ``K`` in all; NSL found "most recent 3" the most stable lineage), ``all`` adds
-every earlier generation (it peaked, then declined, in NSL), and ``best`` adds the ``K - 1`` earlier
-generations with the highest score (it collapsed in NSL; kept for comparison).
+before it (the last ``K`` in all; in the runs of the rehearsal-corpus method, docs/llm.md, "most
+recent 3" was the most stable lineage), ``all`` adds every earlier generation (it peaked, then
+declined, there), and ``best`` adds the ``K - 1`` earlier generations with the highest score (it
+collapsed there; kept for comparison).
 """
 
 from __future__ import annotations

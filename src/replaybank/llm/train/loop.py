@@ -121,7 +121,8 @@ class Source:
         share: its target share of every batch (of rows, or of labelled tokens with
             ``mix_by="tokens"``).
         sliced: draw each virtual epoch's rows from a seeded slice of ``rehearsal_rows_per_epoch``
-            rows (the reference's form, used for the corpus); otherwise cycle over every row.
+            rows (the form of the rehearsal-corpus method, docs/llm.md, used for the corpus);
+            otherwise cycle over every row.
     """
 
     name: str
