@@ -87,7 +87,7 @@ class ArmPlan:
             that is of the loss (``mix_by = "tokens"``). 0 for an arm without sources (naive).
             With ``rows_per_epoch`` set, :meth:`share_for` replaces it per generation.
         rows_per_epoch: set when the share is converted from ``[training]
-            rehearsal_rows_per_epoch`` (written without ``mixing_ratio``: the reference's form):
+            rehearsal_rows_per_epoch`` (written without ``mixing_ratio``: the rehearsal-corpus method's form):
             every generation then draws that many rehearsal rows per epoch, whatever its size.
         from_training: whether the share is the job's (``[training]``) rather than the recipe's.
 
