@@ -120,13 +120,12 @@ class UncollectedTestFiles(pytest.Item):
 LONG_FIRST = (
     "tests/llm/loop/test_multiturn_resume.py",
     "tests/llm/test_eval_smoke.py",
-    "tests/dist/test_learner.py::test_dqn_with_actors",
+    "tests/dist/",  # whole: its Ray starts once, before the folder's first test, and stops after its last
     "tests/llm/test_cli_smoke.py::test_smoke_default_experiment",
     "tests/llm/adapters/test_adapter_comparison.py::test_measure_seed",
     "tests/llm/test_gpu_check.py::test_dry_run",
     "tests/llm/test_run_arms.py",
     "tests/hf/test_example_trainer.py::test_example_under_torchrun",
-    "tests/dist/test_sharded.py",
     "tests/hf/test_llm_step_bench.py",
     "tests/llm/test_train_memory.py",
     "tests/llm/test_integration.py",
