@@ -114,9 +114,45 @@ class UncollectedTestFiles(pytest.Item):
         return TESTS, 0, "every test file under tests/ is collected"
 
 
+# The longest tests (tens of seconds each on 2 cores), longest first, as node-id prefixes. They
+# run before the rest: xdist's worksteal then spreads the short tests over the workers at the
+# end, so no worker sits idle while another finishes one long test last.
+LONG_FIRST = (
+    "tests/llm/loop/test_multiturn_resume.py",
+    "tests/llm/test_eval_smoke.py",
+    "tests/dist/",  # whole: its Ray starts once, before the folder's first test, and stops after its last
+    "tests/llm/test_cli_smoke.py::test_smoke_default_experiment",
+    "tests/llm/adapters/test_adapter_comparison.py::test_measure_seed",
+    "tests/llm/test_gpu_check.py::test_dry_run",
+    "tests/llm/test_run_arms.py",
+    "tests/hf/test_example_trainer.py::test_example_under_torchrun",
+    "tests/hf/test_llm_step_bench.py",
+    "tests/llm/test_train_memory.py",
+    "tests/llm/test_integration.py",
+    "tests/hf/test_distributed.py",
+    "tests/episodic/test_env.py",
+    "tests/llm/loop/test_loop_kl.py",
+    "tests/llm/test_reference_example.py",
+    "tests/llm/test_rows_per_epoch.py",
+    "tests/llm/loop/test_loop_controller.py",
+    "tests/episodic/test_export.py",
+)
+
+
+def long_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` with those matching ``LONG_FIRST`` moved to the front in its order; the order
+    within one prefix and among the other items is kept."""
+
+    def rank(item: pytest.Item) -> int:
+        return next((i for i, p in enumerate(LONG_FIRST) if item.nodeid.startswith(p)), len(LONG_FIRST))
+
+    return sorted(items, key=rank)  # stable
+
+
 @pytest.hookimpl(trylast=True)  # after -k / -m deselection, so the check is never deselected
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
+    items[:] = long_first(items)
     missing = uncollected_test_files(config, _collected)
     if missing:
         items.append(UncollectedTestFiles.from_parent(

@@ -59,8 +59,11 @@ def test_self_synthesis_writes_usable_rows(smol: tuple[Any, Any], tmp_path: Path
 
     model, tok = smol
     exclude = [i.prompt for i in load_suite()]
-    rows, manifest = synthesize(model, tok, seed=0, n_rows=3, cache_dir=tmp_path, exclude=exclude, desc=None)
+    # one round of 8 prompts (the default batch of 16 answers twice the prompts the rows need)
+    rows, manifest = synthesize(model, tok, seed=0, n_rows=3, cache_dir=tmp_path, exclude=exclude, batch_size=8,
+                                desc=None)
     assert len(rows) == 3 and manifest["kept"] == 3 and not manifest["cached"]
     assert all(r["response"].strip() and "<<" not in r["response"] for r in rows)
-    again, manifest2 = synthesize(model, tok, seed=0, n_rows=3, cache_dir=tmp_path, exclude=exclude, desc=None)
+    again, manifest2 = synthesize(model, tok, seed=0, n_rows=3, cache_dir=tmp_path, exclude=exclude, batch_size=8,
+                                  desc=None)
     assert again == rows and manifest2["cached"]

@@ -18,7 +18,7 @@ from .conftest import kill_at, to_toml  # type: ignore[import-not-found]
 
 def _attempts_per_generation(db: Path) -> dict[int, int]:
     with EpisodeStore(db, readonly=True) as store:
-        rows = store._read("SELECT generation, COUNT(*) FROM attempts GROUP BY generation")
+        rows = store.query("SELECT generation, COUNT(*) FROM attempts GROUP BY generation")
     return {int(g): int(n) for g, n in rows}
 
 

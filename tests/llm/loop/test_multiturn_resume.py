@@ -23,7 +23,7 @@ def _record(run: Path) -> dict[str, Any]:
         store.verify()
         episodes = [(r.id, r.count, r.generations, r.episode.output, r.episode.steps, r.episode.verdict,
                      r.episode.context, r.episode.replayed, r.episode.adapter, r.episode.seed) for r in store.episodes()]
-        attempts = store._read("SELECT episode_id, generation, adapter, seed, replayed FROM attempts ORDER BY rowid")
+        attempts = store.query("SELECT episode_id, generation, adapter, seed, replayed FROM attempts ORDER BY rowid")
     state = json.loads((run / "state.json").read_text())
     evals = [{k: g[k] for k in ("adapter", "no_context", "context", "validation")} for g in state["generations"]]
     return {"episodes": episodes, "attempts": sorted(map(tuple, attempts)), "evals": evals}
