@@ -192,3 +192,28 @@ def test_a_recipe_without_sources_has_no_share_and_its_written_config_reads_back
     assert again.arms["other"] == cfg.arms["other"]
     loop = LoopConfig.from_toml(_toml(tmp_path, '[loop]\nrecipe = "x"\n\n[recipes.x]\nsource = []\n'))
     assert loop.recipes["x"].ratio == 0.0 and LoopConfig.from_dict(loop.to_dict()).to_dict() == loop.to_dict()
+
+
+def test_the_validation_suite_must_load_and_share_nothing_with_the_suite(tmp_path, monkeypatch):
+    import json
+
+    from replaybank.llm.eval.suite import BUILTIN_VALIDATION, load_suite
+
+    monkeypatch.chdir(tmp_path)
+    assert Config().data.validation_suite == BUILTIN_VALIDATION
+    check_sources(Config())
+    check_sources(Config.from_toml(_toml(tmp_path, '[data]\nvalidation_suite = ""\n')))  # no split declared
+    item = load_suite()[0]
+    (tmp_path / "val.jsonl").write_text(json.dumps({"id": "v1", "family": item.family, "prompt": item.prompt,
+                                                    "check": item.check}) + "\n", encoding="utf-8")
+    cases = [
+        ('[data]\n\nvalidation_suite = "val.jsonl"\n',
+         rf"c.toml:3: \[data\] validation_suite = 'val.jsonl': not a validation split of \[data\] suite = 'builtin': "
+         rf"val.jsonl: item v1 .* repeats test item {item.id}"),
+        ('[data]\nvalidation_suite = "builtin"\n',
+         r"c.toml:2: \[data\] validation_suite = 'builtin': no such file .*expected 'builtin:validation'"),
+        ('[data]\nvalidation_suite = "c.toml"\n', r"c.toml:2: \[data\] validation_suite = 'c.toml': not a suite file"),
+    ]
+    for text, match in cases:
+        with pytest.raises(ConfigError, match=match):
+            check_sources(Config.from_toml(_toml(tmp_path, text)))

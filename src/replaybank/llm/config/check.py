@@ -52,6 +52,7 @@ def check_sources(cfg: Config) -> None:
                       "or a .txt/.md/.jsonl/.parquet file or folder") if d.general_eval else None,
         _check_probe(d.probe),
         _check_suite(d.suite),
+        _check_validation_suite(d.validation_suite, d.suite) if d.validation_suite else None,
         _check_builtin_or_file(d.self_prompts, "a JSONL or text file of prompts"),
         _check_out_dir(cfg.output.out_dir),
     ]
@@ -63,6 +64,7 @@ def check_sources(cfg: Config) -> None:
         ("data", "general_eval", d.general_eval),
         ("data", "probe", d.probe),
         ("data", "suite", d.suite),
+        ("data", "validation_suite", d.validation_suite),
         ("data", "self_prompts", d.self_prompts),
         ("output", "out_dir", cfg.output.out_dir),
     ]
@@ -209,6 +211,26 @@ def _check_suite(value: str) -> str | None:
         load_suite(value)
     except SuiteError as exc:
         return f"not a suite file ({exc}); expected 'builtin' or a JSONL file of suite items"
+    return None
+
+
+def _check_validation_suite(value: str, suite: str) -> str | None:
+    from replaybank.llm.eval.suite import BUILTIN_VALIDATION, SuiteError, check_disjoint, load_suite
+
+    expected = f"expected {BUILTIN_VALIDATION!r} or a JSONL file of suite items sharing no id or prompt with [data] suite"
+    path = Path(value).expanduser()
+    if value != BUILTIN_VALIDATION and not path.is_file():
+        return f"{_no_file(path)}; {expected}"
+    try:
+        items = load_suite(value)
+    except SuiteError as exc:
+        return f"not a suite file ({exc}); {expected}"
+    if _check_suite(suite) is not None:
+        return None  # the suite's own problem is reported on its own line
+    try:  # choosing on the split must not see the requests the test split scores
+        check_disjoint(load_suite(suite), items, value)
+    except SuiteError as exc:
+        return f"not a validation split of [data] suite = {suite!r}: {exc}"
     return None
 
 

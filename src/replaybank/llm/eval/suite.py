@@ -17,6 +17,11 @@ Families (see ``suite.jsonl`` next to this module for the shipped items):
 Only items the base model passes are kept (by :func:`prepare_suite`): a checked item the base
 fails is dropped and named in the manifest.
 
+Two splits ship: the test split ``suite.jsonl`` (``"builtin"``), which is only ever scored, and the
+validation split ``validation.jsonl`` (``"builtin:validation"``: other requests in the same families
+and check types, about a third of the size), on which anything chosen from suite scores
+(checkpoints, scales, thresholds) is chosen. :func:`check_disjoint` holds two splits apart.
+
 Tool-call leakage is the share of all suite answers (none of them asks for a tool) that contain
 something shaped like a tool call (:func:`~replaybank.llm.eval.checkers.looks_like_tool_call`).
 
@@ -53,11 +58,12 @@ from replaybank.llm.eval.generate import (
     precision_key,
 )
 from replaybank.llm.eval.prose import general_text_paragraphs, general_text_rows
+from replaybank.llm.eval.text import words
 
 __all__ = [  # the prose helpers moved to eval/prose.py; importers of this module keep working
-    "AGREEMENT_FAMILY", "BUILTIN", "CHECKED_FAMILIES", "FAMILIES", "FAMILY_MAX_NEW_TOKENS", "Suite", "SuiteError",
-    "SuiteItem", "SuiteOverlapError", "check_no_overlap", "evaluate_suite", "general_text_paragraphs",
-    "general_text_rows", "generate_items", "items_digest", "load_suite", "overlap_key", "overlaps",
+    "AGREEMENT_FAMILY", "BUILTIN", "BUILTIN_VALIDATION", "CHECKED_FAMILIES", "FAMILIES", "FAMILY_MAX_NEW_TOKENS", "Suite", "SuiteError",
+    "SuiteItem", "SuiteOverlapError", "check_disjoint", "check_no_overlap", "evaluate_suite", "general_text_paragraphs",
+    "general_text_rows", "generate_items", "items_digest", "load_suite", "ngram_overlap", "overlap_key", "overlaps",
     "prepare_suite", "read_answers", "sample_suite", "summarise", "write_json_atomic",
 ]
 
@@ -68,6 +74,8 @@ AGREEMENT_FAMILY: Family = "open"
 CHECKED_FAMILIES: tuple[Family, ...] = tuple(f for f in FAMILIES if f != AGREEMENT_FAMILY)
 """The families scored by checkers: the ones retention targets are set on."""
 BUILTIN = "builtin"
+BUILTIN_VALIDATION = "builtin:validation"
+_BUILTIN_FILES = {BUILTIN: "suite.jsonl", BUILTIN_VALIDATION: "validation.jsonl"}
 FAMILY_MAX_NEW_TOKENS: dict[str, int] = {"conversation": 48, "instruction": 48, "arithmetic": 32, "code": 64, "open": 32}
 """Generation budget per family; an item's ``max_new_tokens`` overrides it."""
 CACHE_SCHEMA = 1
@@ -123,13 +131,18 @@ class Suite:
     manifest: dict[str, Any] = field(default_factory=dict)
 
 
-def builtin_suite_path() -> Path:
-    """The shipped suite file."""
-    return Path(str(resources.files("replaybank.llm.eval").joinpath("suite.jsonl")))
+def builtin_suite_path(source: str = BUILTIN) -> Path:
+    """The shipped file of a split: ``"builtin"`` (the test split) or ``"builtin:validation"``."""
+    if source not in _BUILTIN_FILES:
+        raise SuiteError(f"unknown builtin suite {source!r}; expected {BUILTIN!r} or {BUILTIN_VALIDATION!r}")
+    return Path(str(resources.files("replaybank.llm.eval").joinpath(_BUILTIN_FILES[source])))
 
 
 def load_suite(source: str = BUILTIN) -> list[SuiteItem]:
-    """Read suite items from the shipped file (``"builtin"``) or a user JSONL file.
+    """Read suite items from a shipped split or a user JSONL file.
+
+    ``"builtin"`` is the test split (scored, never chosen on); ``"builtin:validation"`` the
+    validation split (the split choices are made on); anything else is a file path.
 
     Each line: ``{"id", "family", "prompt", "check"}`` and optionally ``"max_new_tokens"``.
 
@@ -138,7 +151,7 @@ def load_suite(source: str = BUILTIN) -> list[SuiteItem]:
                 field, has an unknown family or check type (or an ``agreement`` check outside the
             ``open`` family, or another check in it), or repeats an id (``file:line``).
     """
-    path = builtin_suite_path() if source == BUILTIN else Path(source).expanduser()
+    path = builtin_suite_path(source) if source in _BUILTIN_FILES else Path(source).expanduser()
     items: list[SuiteItem] = []
     seen: set[str] = set()
     for number, obj in iter_jsonl(path, error=SuiteError):
@@ -386,6 +399,81 @@ def check_no_overlap(suite: Suite | Sequence[SuiteItem], texts: Iterable[str], w
                     f"{where}: text {k} overlaps evaluation-suite item {item.id} ({item.prompt!r}); "
                     "remove it from the training data or the suite"
                 )
+
+
+NGRAM = 5
+"""Word n-gram length of :func:`ngram_overlap`."""
+MAX_NGRAM_OVERLAP = 0.5
+"""A validation prompt sharing more than this share of its word 5-grams with one test prompt is a
+near-duplicate of it (:func:`check_disjoint`)."""
+
+
+def ngram_overlap(prompt: str, other: str, n: int = NGRAM) -> float:
+    """Share of ``prompt``'s word ``n``-grams that also occur in ``other`` (words as the checkers
+    count them, lower case; a prompt of fewer than ``n`` words is one n-gram of all its words).
+
+    Example:
+        >>> ngram_overlap("Give me a numbered list of three sports.", "Give me a numbered list of three hobbies.")
+        0.75
+        >>> ngram_overlap("List three sports as a numbered list.", "List three fruits as a numbered list.")
+        0.0
+    """
+    a, b = _ngrams(prompt, n), _ngrams(other, n)
+    return len(a & b) / len(a) if a else 0.0
+
+
+def _ngrams(text: str, n: int) -> set[tuple[str, ...]]:
+    tokens = words(text)
+    if len(tokens) < n:
+        return {tuple(tokens)} if tokens else set()
+    return {tuple(tokens[k:k + n]) for k in range(len(tokens) - n + 1)}
+
+
+def check_disjoint(
+    test: Sequence[SuiteItem], validation: Sequence[SuiteItem], where: str,
+    max_overlap: float = MAX_NGRAM_OVERLAP,
+) -> None:
+    """Raise when the validation split shares an item with the test split: an id, a prompt
+    (:func:`overlap_key`: whitespace and case ignored, or one containing the other, :func:`overlaps`)
+    or a near-duplicate prompt (more than ``max_overlap`` of its word 5-grams in one test prompt,
+    :func:`ngram_overlap`).
+
+    Args:
+        test: the test split's items.
+        validation: the validation split's items.
+        where: names the validation source in the message.
+
+    Raises:
+        SuiteOverlapError: naming ``where``, the validation item and the test item it repeats.
+
+    Example:
+        >>> test = [SuiteItem("t1", "arithmetic", "What is 4 + 7?", {"type": "number", "value": 11})]
+        >>> check_disjoint(test, [SuiteItem("v1", "arithmetic", "Calculate 5 + 8.", {"type": "number", "value": 13})], "val")
+        >>> check_disjoint(test, [SuiteItem("v2", "arithmetic", "what is 4 + 7 ?", {"type": "number", "value": 11})], "val")
+        Traceback (most recent call last):
+        ...
+        replaybank.llm.eval.suite.SuiteOverlapError: val: item v2 ('what is 4 + 7 ?') repeats test item t1 ('What is 4 + 7?'): the same prompt
+    """
+    ids = {i.id: i for i in test}
+    keyed = [(overlap_key(i.prompt), i) for i in test]
+    for item in validation:
+        if item.id in ids:
+            raise SuiteOverlapError(f"{where}: item {item.id} has the id of a test item")
+        key = overlap_key(item.prompt)
+        for test_key, other in keyed:
+            how = _repeat(key, test_key, ngram_overlap(item.prompt, other.prompt), max_overlap)
+            if how is not None:
+                raise SuiteOverlapError(f"{where}: item {item.id} ({item.prompt!r}) repeats test item {other.id} "
+                                        f"({other.prompt!r}): {how}")
+
+
+def _repeat(key: str, test_key: str, share: float, max_overlap: float) -> str | None:
+    """How a validation prompt repeats a test prompt (both :func:`overlap_key`), or None."""
+    if words(key) == words(test_key):
+        return "the same prompt"
+    if overlaps(key, test_key) or overlaps(test_key, key):
+        return "one prompt holds the other"
+    return f"{share:.0%} of its word {NGRAM}-grams" if share > max_overlap else None
 
 
 def sample_suite(items: list[Any], per_family: int, seed: int) -> list[Any]:
