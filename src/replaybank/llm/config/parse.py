@@ -30,6 +30,7 @@ from typing import Any
 from replaybank.llm.config.floor import check_gate_keys
 from replaybank.llm.config.recipe import (
     BUILTIN_RECIPES,
+    JOB_ARMS,
     TAKES_TRAINING_SHARE,
     ArmPlan,
     Recipe,
@@ -194,6 +195,7 @@ class Config:
         """Every arm this config can run by name: the built-in recipes, then its ``[recipes.NAME]``
         tables.
 
+        The arms of :data:`.recipe.JOB_ARMS` (``peer-sdft``, ``routed``) have no rehearsal rows.
         Built-in rehearsal recipes of :data:`.recipe.TAKES_TRAINING_SHARE` take ``[training]
         mixing_ratio`` and ``mix_by`` (the rehearsal-corpus method's share); ``self-distill`` keeps
         its own (half
@@ -214,6 +216,7 @@ class Config:
             if name in TAKES_TRAINING_SHARE:
                 spec.ratio, spec.mix_by = (t.mixing_ratio if spec.source else 0.0), t.mix_by
             specs[name] = spec
+        specs.update({name: Recipe(source=[], ratio=0.0) for name in JOB_ARMS})
         return {**specs, **self.arms}
 
     def arm_plan(self, name: str) -> ArmPlan:

@@ -45,7 +45,7 @@ from replaybank.llm.config.values import (
 )
 
 __all__ = [
-    "BUILTIN_RECIPES", "CONTROLLER_KEYS", "NONE", "SOURCES", "TAKES_TRAINING_SHARE", "ArmPlan", "Recipe", "builtin",
+    "BUILTIN_RECIPES", "CONTROLLER_KEYS", "JOB_ARMS", "NONE", "SOURCES", "TAKES_TRAINING_SHARE", "ArmPlan", "Recipe", "builtin",
     "is_file_source", "load_recipes", "parse_recipes", "recipe_dict", "refuse_arms_tables", "resolve",
 ]  # fmt: skip
 
@@ -127,6 +127,10 @@ BUILTIN_RECIPES: dict[str, Recipe] = {
     "self-distill": Recipe(source=["self"], ratio=0.5, kl_to_base=3.0, rehearsal_ce=False),
 }
 """The built-in recipes. Every job and :func:`replaybank.hf.recipe` know these names."""
+
+#: Arms of the main job that are no recipe, trained or served another way (docs/llm.md), without rehearsal rows:
+#: TRL's SDFTTrainer on the domain rows, and the naive adapter behind the adapter library's router
+JOB_ARMS = ("peer-sdft", "routed")
 
 #: Built-in recipes whose share the main job takes from ``[training] mixing_ratio`` and ``mix_by``
 #: (the rehearsal-corpus method's share, 10% of rows by default); their ratio above is that default.

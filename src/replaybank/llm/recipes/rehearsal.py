@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from replaybank.llm.adapters.routed_arm import ROUTED_ARM, measure_routed
 from replaybank.llm.config import ArmPlan, Config
 from replaybank.llm.config.names import safe_folder
 from replaybank.llm.config.parse import with_seed
@@ -75,6 +76,7 @@ from replaybank.llm.train.sources import (
     rows_per_epoch,
     sampled_rows,
 )
+from replaybank.llm.train.trl_peer import SDFT_ARM, train_sdft
 
 __all__ = ["OutputError", "run_experiment", "run_seed", "train_arm"]
 
@@ -255,9 +257,15 @@ def train_arm(
     The arm's adapter is put on ``base_model`` itself (:func:`..train.adapter.fresh_adapter`, no
     copy of the base) and taken off again when the arm is done. A recipe with ``fresh_adapter``
     starts every generation from that fresh adapter and trains it on the generation's domain alone.
+    ``peer-sdft`` trains through TRL's SDFTTrainer (:mod:`..train.trl_peer`); ``routed`` trains as
+    ``naive`` and is measured behind the adapter library's router (:mod:`..adapters.routed_arm`),
+    its adapter's own suite and domain figures kept under ``unrouted``.
     """
     with fresh_adapter(base_model, cfg.training) as model:
-        return _train_arm(plan, model, ctx, cfg, partial=partial, log=log, max_steps=max_steps, seed_label=seed_label)
+        result = _train_arm(plan, model, ctx, cfg, partial=partial, log=log, max_steps=max_steps, seed_label=seed_label)
+        if plan.name == ROUTED_ARM:  # served behind the adapter library's router, the base model as fallback
+            return {**result, "unrouted": {k: result[k] for k in ("suite", "domain")}, **measure_routed(model, ctx, cfg.evaluation)}
+        return result
 
 
 def _train_arm(
@@ -291,12 +299,18 @@ def _train_arm(
             return {k: v for k, v in result.items() if k != "domain_losses"}
 
         steer = arm_steering(controller, spec, sources, model, ctx, curve, offset, g, lineage)
-        train_log = train_lora(
-            model, ctx.pad_id, domain, cfg.training,
-            checkpoint_dir=partial / f"{name}-{seed_label}-gen{g}", on_eval=on_eval,
-            eval_points=cfg.evaluation.eval_points, desc=f"{tag} gen {g}", max_steps=max_steps,
-            sources=sources, mix_by=spec.mix_by, kl=kl, steer=steer,
-        )
+        if name == SDFT_ARM:  # TRL's SDFTTrainer in place of the LoRA loop, same rows and budget
+            train_log = train_sdft(model, ctx.tokenizer, [r for i in lineage for r in ctx.data.domain_train_records[i]],
+                                   cfg.training, out_dir=partial / f"{name}-{seed_label}-gen{g}", on_eval=on_eval,
+                                   max_completion_length=ctx.max_new_tokens, eval_points=cfg.evaluation.eval_points,
+                                   max_steps=max_steps)
+        else:
+            train_log = train_lora(
+                model, ctx.pad_id, domain, cfg.training,
+                checkpoint_dir=partial / f"{name}-{seed_label}-gen{g}", on_eval=on_eval,
+                eval_points=cfg.evaluation.eval_points, desc=f"{tag} gen {g}", max_steps=max_steps,
+                sources=sources, mix_by=spec.mix_by, kl=kl, steer=steer,
+            )
         if not train_log.evals or train_log.evals[-1]["step"] != len(train_log.steps):
             train_log.evals.append(dict(on_eval(len(train_log.steps)), step=len(train_log.steps)))
         elif not curve or curve[-1]["generation"] != g:  # resumed from a checkpoint at its last step
