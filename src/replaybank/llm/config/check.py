@@ -80,8 +80,25 @@ def check_sources(cfg: Config) -> None:
         missing = sdft_missing()
         if missing is not None:
             lines.append(f"{at(cfg.source, cfg.text, 'evaluation', 'arms')}: [evaluation] arms contains 'peer-sdft': {missing}")
+    lines += _check_peers(cfg)
     if lines:
         raise ConfigError("\n".join(lines))
+
+
+def _check_peers(cfg: Config) -> list[str]:
+    """A line per arm whose peer method the installed PEFT cannot run (:func:`..train.peers.missing_library`)."""
+    from replaybank.llm.train.peers import missing_library
+
+    specs = cfg.arm_specs()
+    out = []
+    for arm in cfg.evaluation.arms:
+        peer = specs[arm].peer if arm in specs else "none"
+        problem = missing_library(peer) if peer != "none" else None
+        if problem is not None:
+            where = at(cfg.source, cfg.text, table_name("recipes", arm), "peer") if arm in cfg.arms else \
+                at(cfg.source, cfg.text, "evaluation", "arms")
+            out.append(f"{where}: arm {arm!r} (peer {peer}) {problem}")
+    return out
 
 
 def check_loop_sources(cfg: LoopConfig, out: Path | None = None) -> None:

@@ -244,6 +244,9 @@ class LoopConfig:
         if spec is not None and spec.fresh_adapter:
             raise ConfigError(f"{at(self.source, self.text, table_name('recipes', lp.recipe), 'fresh_adapter')}: [loop] recipe = "
                               f"{lp.recipe!r} sets fresh_adapter = true, an arm of `replaybank run`; the loop consolidates into one adapter")
+        if spec is not None and spec.peer != "none":
+            raise ConfigError(f"{at(self.source, self.text, table_name('recipes', lp.recipe), 'peer')}: [loop] recipe = "
+                              f"{lp.recipe!r} sets peer = {spec.peer!r}, a peer method of `replaybank run`; the loop trains plain LoRA")
         if spec is None or not spec.source:
             return
         if len(spec.source) > 1 or not (spec.source[0] == "self" or is_file_source(spec.source[0])):

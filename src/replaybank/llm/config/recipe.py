@@ -33,7 +33,7 @@ from typing import Any
 from replaybank.controllers import Controller
 from replaybank.llm.config.controller import auto_ratio, check_controller, recipe_controller
 from replaybank.llm.config.names import check_name
-from replaybank.llm.config.schema import ARM_SOURCES, ControllerName, KLOn, MixBy, _f
+from replaybank.llm.config.schema import ARM_SOURCES, ControllerName, KLOn, MixBy, PeerName, _f
 from replaybank.llm.config.values import (
     ConfigError,
     at,
@@ -70,6 +70,7 @@ class Recipe:
     controller_params: dict[str, Any] = _f({}, "with a controller: its own parameters, e.g. {lr = 1.0, discount = 0.9, explore = 0.1} (bandit), {weights = [7 numbers]} (proxy)")
     trend_window: int = _f(3, "with a controller: evaluations its loss trend is fitted over", min=2, max=1000)
     fresh_adapter: bool = _f(False, "replaybank run: train a fresh adapter on each generation's domain alone (one adapter per skill, adapters/ARM/seedN/genG/), instead of carrying one adapter over; the lineage keys do not apply")
+    peer: PeerName = _f("none", "replaybank run: a peer method through PEFT instead of plain LoRA: osf, corda, intruder, attn-lowrank (docs/llm.md, Peer methods)")
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,11 @@ BUILTIN_RECIPES: dict[str, Recipe] = {
     "rehearsal-self-kl": Recipe(source=["self"], kl_to_base=1.0),
     # the loop's working recipe: half of every batch the base model's own answers, through the KL term only
     "self-distill": Recipe(source=["self"], ratio=0.5, kl_to_base=3.0, rehearsal_ce=False),
+    # peer methods (docs/llm.md, Peer methods): no rehearsal, another way to train the adapter, through PEFT
+    "peer-osf": Recipe(source=[], ratio=0.0, peer="osf"),
+    "peer-corda": Recipe(source=[], ratio=0.0, peer="corda"),
+    "peer-intruder": Recipe(source=[], ratio=0.0, peer="intruder"),
+    "peer-attn-lowrank": Recipe(source=[], ratio=0.0, peer="attn-lowrank"),
 }
 """The built-in recipes. Every job and :func:`replaybank.hf.recipe` know these names."""
 
@@ -150,7 +156,8 @@ EARLIER_SOURCES = ("replay", "onpolicy")
 
 def recipe_dict(spec: Recipe) -> dict[str, Any]:
     """``spec``'s values as a dict, the controller keys left out when it has none (and
-    ``fresh_adapter`` when false: configs and run folders written before it read back the same).
+    ``fresh_adapter`` when false and ``peer`` when none: configs and run folders written before
+    them read back the same).
 
     Example:
         >>> sorted(recipe_dict(Recipe(source=["self"])))
@@ -162,6 +169,8 @@ def recipe_dict(spec: Recipe) -> dict[str, Any]:
             out.pop(key)
     if not spec.fresh_adapter:
         out.pop("fresh_adapter")
+    if spec.peer == "none":
+        out.pop("peer")
     return out
 
 

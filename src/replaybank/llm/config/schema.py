@@ -44,6 +44,8 @@ MixBy = Literal["rows", "tokens"]
 KLOn = Literal["rehearsal", "all"]
 #: a recipe's replay controller (:mod:`replaybank.controllers`); ``none``: the fixed ``ratio``, unmeasured
 ControllerName = Literal["none", "fixed", "bandit", "proxy"]
+#: a recipe's peer method (:mod:`replaybank.llm.train.peers`, run through PEFT); ``none``: plain LoRA
+PeerName = Literal["none", "osf", "corda", "intruder", "attn-lowrank"]
 GenerationPrecision = Precision  # one definition: llm/runtime.py (resolve_precision, autocast)
 ARM_SOURCES = ("corpus", "self", "replay", "onpolicy")
 BUILTIN_AGENDA = "builtin:agenda"

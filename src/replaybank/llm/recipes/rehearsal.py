@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,7 @@ from replaybank.llm.runtime import environment, loadavg, pick_device, pick_threa
 from replaybank.llm.train import KLSpec, train_lora
 from replaybank.llm.train.adapter import adapter_state, fresh_adapter, restore_adapter
 from replaybank.llm.train.lineage import select_lineage
+from replaybank.llm.train.peers import PeerHooks, peer_calibration, peer_training
 from replaybank.llm.train.peft_files import write_adapter_folder
 from replaybank.llm.train.sources import (
     arm_steering,
@@ -261,7 +263,10 @@ def train_arm(
     ``naive`` and is measured behind the adapter library's router (:mod:`..adapters.routed_arm`),
     its adapter's own suite and domain figures kept under ``unrouted``.
     """
-    with fresh_adapter(base_model, cfg.training) as model:
+    peer = plan.recipe.peer  # a peer method in place of plain LoRA (train/peers.py); "none" for every rehearsal arm
+    cfg = replace(cfg, training=peer_training(peer, cfg.training))
+    prompts = peer_calibration(peer, ctx.tokenizer, cfg.data.self_prompts, seed=cfg.training.seed, exclude=[i.prompt for i in ctx.suite.items])
+    with fresh_adapter(base_model, cfg.training, peer, prompts) as model:
         result = _train_arm(plan, model, ctx, cfg, partial=partial, log=log, max_steps=max_steps, seed_label=seed_label)
         if plan.name == ROUTED_ARM:  # served behind the adapter library's router, the base model as fallback
             return {**result, "unrouted": {k: result[k] for k in ("suite", "domain")}, **measure_routed(model, ctx, cfg.evaluation)}
@@ -284,6 +289,7 @@ def _train_arm(
     offset, tag = 0, f"{name} {seed_label}"
     controller = plan.controller(cfg.training.seed)  # one per arm, over all its generations
     initial = adapter_state(model) if spec.fresh_adapter else None  # one adapter per skill, each from this init
+    hooks = PeerHooks.of(spec.peer, model)
     for g in range(orch.num_generations):
         lineage = [g] if initial is not None else select_lineage(g, orch.training_window_size, orch.lineage, scores)
         if initial is not None:
@@ -315,6 +321,9 @@ def _train_arm(
             train_log.evals.append(dict(on_eval(len(train_log.steps)), step=len(train_log.steps)))
         elif not curve or curve[-1]["generation"] != g:  # resumed from a checkpoint at its last step
             on_eval(len(train_log.steps))
+        if hooks.after_training(model, log):  # a peer's post-processing: its last point measured again, as scored
+            curve.pop()
+            on_eval(len(train_log.steps))
         final = dict(curve[-1])
         offset += len(train_log.steps)
         matrix_rows.append(domain_row(model, ctx, f"{tag} gen {g}"))
@@ -331,7 +340,7 @@ def _train_arm(
         if cfg.output.save_adapters:  # a checked folder inside OUT.partial; the same PEFT folder the loop writes
             write_adapter_folder(model, safe_folder(partial, "adapters", name, seed_label, f"gen{g}"), {
                 "arm": name, "spec": recipe_dict(spec), "rehearsal_share": share, "lineage": lineage,
-                "config": cfg.to_dict(), "data": ctx.data.manifest})
+                "config": cfg.to_dict(), "data": ctx.data.manifest}, converted=hooks.saved(model))
         log(f"{tag} gen {g}: {len(train_log.steps)} steps, {train_log.tokens} tokens in {train_log.seconds:.1f} s, "
             f"rehearsal share {generations[-1]['rehearsal_share']:.4f}; "
             f"domain exact match {[round(c['exact_match'], 3) for c in matrix_rows[-1]]}")

@@ -112,8 +112,11 @@ def build_metrics(
         }
         entry.update(per_family.get(name, {}))  # "families" (intervals, flip counts) and "flips" (the items)
         arms[name] = entry
-    specs = cfg.arm_specs()  # an arm of one fresh adapter per skill carries nothing over: not a rehearsal arm
-    rehearsal_arms = [a for a in first if a not in ("base", "naive") and not (a in specs and specs[a].fresh_adapter)]
+    # an arm of one fresh adapter per skill carries nothing over, and a peer method without sources rehearses
+    # nothing: neither is a rehearsal arm
+    specs = cfg.arm_specs()
+    rehearsal_arms = [a for a in first if a not in ("base", "naive") and not (
+        a in specs and (specs[a].fresh_adapter or (specs[a].peer != "none" and not specs[a].source)))]
     corpus_arm = next((a for a in ("rehearsal-corpus", "rehearsal") if a in first), None)
     targets = check_targets(agg, rehearsal_arms)
     reh = next((a for a in ("rehearsal", "rehearsal-corpus") if a in arms), "")  # the corpus rehearsal arm

@@ -55,11 +55,17 @@ def peft_config_dict(model: Any, adapter_name: str = "default") -> dict[str, Any
     return out
 
 
-def write_adapter_folder(model: Any, folder: Path, manifest: dict[str, Any], *, adapter_name: str = "default") -> str:
+def write_adapter_folder(
+    model: Any, folder: Path, manifest: dict[str, Any], *, adapter_name: str = "default",
+    converted: tuple[dict[str, Any], dict[str, Any]] | None = None,
+) -> str:
     """Write ``model``'s adapter ``adapter_name`` into ``folder`` as a PEFT folder; return the
     weights' SHA-256 (64 hex digits, also recorded as the manifest's ``sha256``).
 
     ``folder`` must exist and be a real folder (see :func:`replaybank.llm.config.names.safe_folder`).
+    ``converted`` (tensors, PEFT config) is written instead of the adapter as it is: a peer
+    method's adapter turned into one that loads on the untouched base
+    (:meth:`replaybank.llm.train.peers.PeerHooks.saved`).
 
     Raises:
         UnsafePathError: a symbolic link (or a FIFO, a folder) at a file name written here.
@@ -68,13 +74,14 @@ def write_adapter_folder(model: Any, folder: Path, manifest: dict[str, Any], *, 
     from safetensors.torch import save_file
 
     refuse_links(folder, *FILES, *(f"{n}.tmp" for n in FILES))
-    state = {k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(model, adapter_name=adapter_name).items()}
+    tensors, config = converted if converted is not None else (get_peft_model_state_dict(model, adapter_name=adapter_name), None)
+    state = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
     tmp = folder / f"{WEIGHTS}.tmp"
     tmp.unlink(missing_ok=True)
     save_file(state, str(tmp), metadata={"format": "pt"})
     digest = sha256_file(tmp)
     os.replace(tmp, folder / WEIGHTS)
-    write_json_atomic(folder / CONFIG, peft_config_dict(model, adapter_name))
+    write_json_atomic(folder / CONFIG, config if config is not None else peft_config_dict(model, adapter_name))
     write_json_atomic(folder / MANIFEST, {**manifest, "sha256": digest})
     return digest
 
