@@ -85,7 +85,7 @@ def main() -> None:
                    for name, arm in arms.items()):
                 print(f"{label}: read back from {done}", flush=True)
                 return earlier
-        metrics = run_experiment(proxy_config(args.steps, arms), work / label, log=lambda m: None, max_steps=args.steps)
+        metrics = run_experiment(proxy_config(args.steps, arms), work / label, log=lambda m: None, max_steps=args.steps).to_json()
         return metrics["arms"]
 
     def score(weights: np.ndarray) -> float:

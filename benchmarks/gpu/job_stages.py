@@ -180,7 +180,7 @@ def stage_mainjob(device: str, tiny: bool, log: Any = print) -> dict[str, Any]:
         cfg = Config.from_dict(raw, source="benchmarks/gpu/check.py main job")
         t0 = time.perf_counter()
         stamp = lambda msg: log(f"[{time.perf_counter() - t0:7.1f} s] {msg}")  # noqa: E731
-        metrics = run_experiment(cfg, Path(tmp) / "out", log=stamp, max_steps=1 if tiny else None)
+        metrics = run_experiment(cfg, Path(tmp) / "out", log=stamp, max_steps=1 if tiny else None).to_json()
     steps = {arm: sum(len(g["train"]["steps"]) for g in r.get("generations", []) if "train" in g)
              for arm, r in metrics["arms"].items()}  # fmt: skip
     return {

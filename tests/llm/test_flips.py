@@ -4,6 +4,7 @@ metrics.json and report.md carry them (build_metrics on constructed seeds, no mo
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -11,6 +12,7 @@ from replaybank.errors import ReplayBankError
 from replaybank.llm.config import Config
 from replaybank.llm.eval.flips import flips
 from replaybank.llm.report.families import family_summary
+from replaybank.llm.results import ArmResult, SeedManifest, SeedResult
 
 
 def _item(item_id: str, family: str, score: float, answer: str = "") -> dict:
@@ -45,11 +47,21 @@ def test_flips_refuses_outcomes_on_different_items():
         flips([_item("c1", "code", 1.0)] * 2, [_item("c1", "code", 1.0)])
 
 
-def _seed(base_scores: dict[str, list[float]], arm_scores: dict[str, list[float]], tag: str) -> dict:
+def _suite_arm(items: list[dict]) -> ArmResult:
+    """An arm's results of which only the suite's items matter here."""
+    return ArmResult.from_json({
+        "general_loss": 2.0, "docs_loss": 2.0, "domain_loss": 2.0, "domain_losses": [2.0],
+        "probe_score": 0.0, "probe_logprob": 0.0,
+        "suite": {"families": {}, "leakage": 0.0, "retention": {}, "n": {}, "items": items},
+        "domain": {"exact_match": 0.0, "call_score": None, "n": 1}, "matrix": {"R": [[0.0]]},
+    }, where="test arm")
+
+
+def _seed(base_scores: dict[str, list[float]], arm_scores: dict[str, list[float]], tag: str) -> dict[str, ArmResult]:
     def items(scores: dict[str, list[float]]) -> list[dict]:
         return [_item(f"{fam}-{tag}-{k}", fam, s) for fam, ss in scores.items() for k, s in enumerate(ss)]
 
-    return {"base": {"suite": {"items": items(base_scores)}}, "naive": {"suite": {"items": items(arm_scores)}}}
+    return {"base": _suite_arm(items(base_scores)), "naive": _suite_arm(items(arm_scores))}
 
 
 def test_family_summary_over_two_seeds():
@@ -58,26 +70,31 @@ def test_family_summary_over_two_seeds():
     s0 = _seed({"conversation": [1, 1, 1, 1], "code": [1, 0]}, {"conversation": [1, 0, 1, 0], "code": [0, 0]}, "s0")
     s1 = _seed({"conversation": [1, 0, 1, 0], "code": [0, 0]}, {"conversation": [1, 1, 1, 0], "code": [0, 0]}, "s1")
     out = family_summary([s0, s1], [7, 8], resamples=500)
-    conv = out["naive"]["families"]["conversation"]
-    assert conv["retention"]["mean"] == pytest.approx(1.0) and conv["score"]["mean"] == pytest.approx(0.625)
-    assert conv["retention"]["low"] <= 1.0 <= conv["retention"]["high"]
-    assert (conv["n_items"], conv["n_seeds"], conv["lost"], conv["gained"]) == (8, 2, 2, 1)
-    first = conv["per_seed"][0]
-    assert (first["seed"], first["n"], first["score"], first["retention"], first["lost"]) == (7, 4, 0.5, 0.5, 2)
-    assert (first["score_low"], first["score_high"]) == pytest.approx((0.150, 0.850), abs=1e-3)  # Wilson, 2 of 4
+    conv = out["naive"].families["conversation"]
+    assert conv.retention is not None and conv.score is not None
+    assert conv.retention.mean == pytest.approx(1.0) and conv.score.mean == pytest.approx(0.625)
+    assert conv.retention.low <= 1.0 <= conv.retention.high
+    assert (conv.n_items, conv.n_seeds, conv.lost, conv.gained) == (8, 2, 2, 1)
+    first = conv.per_seed[0]
+    assert (first.seed, first.n, first.score, first.retention, first.lost) == (7, 4, 0.5, 0.5, 2)
+    assert (first.score_low, first.score_high) == pytest.approx((0.150, 0.850), abs=1e-3)  # Wilson, 2 of 4
     # code: the base scores 0 in seed 1 -> retention from seed 0 only (0 of 1 right); the score over both seeds
-    code = out["naive"]["families"]["code"]
-    assert code["retention"]["mean"] == 0.0 and code["per_seed"][1]["retention"] is None
-    assert code["score"] == {"mean": 0.0, "low": 0.0, "high": 0.0}
+    code = out["naive"].families["code"]
+    assert code.retention is not None and code.score is not None
+    assert code.retention.mean == 0.0 and code.per_seed[1].retention is None
+    assert code.score.to_json() == {"mean": 0.0, "low": 0.0, "high": 0.0}
     # the items themselves, per seed, in full
-    assert [f["seed"] for f in out["naive"]["flips"]] == [7, 8]
-    assert [i["id"] for i in out["naive"]["flips"][1]["gained"]] == ["conversation-s1-1"]
+    flipped = out["naive"].flips
+    assert flipped is not None and [f.seed for f in flipped] == [7, 8]
+    assert [i["id"] for i in flipped[1].gained] == ["conversation-s1-1"]
     # the base keeps everything it has; it has no flips
-    assert out["base"]["families"]["conversation"]["retention"] == {"mean": 1.0, "low": 1.0, "high": 1.0}
-    assert "flips" not in out["base"]
+    base_conv = out["base"].families["conversation"].retention
+    assert base_conv is not None and base_conv.to_json() == {"mean": 1.0, "low": 1.0, "high": 1.0}
+    assert out["base"].flips is None
 
 
-def _arm_result(items: list[dict], base_items: list[dict], share: float = 0.1) -> dict:
+def _arm_result(items: list[dict], base_items: list[dict], share: float | None = 0.1) -> ArmResult:
+    """A trained arm's results (``share`` None: the base's) on constructed suite outcomes."""
     fams: dict[str, list[float]] = {}
     for o in items:
         fams.setdefault(o["family"], []).append(o["score"])
@@ -86,15 +103,21 @@ def _arm_result(items: list[dict], base_items: list[dict], share: float = 0.1) -
         base.setdefault(o["family"], []).append(o["score"])
     score = {f: sum(v) / len(v) for f, v in fams.items()}
     ref = {f: sum(v) / len(v) for f, v in base.items()}
-    return {
-        "general_loss": 3.5, "domain_loss": 1.0, "probe_score": 0.5,
-        "suite": {"families": score, "leakage": 0.0, "items": items,
+    result: dict[str, object] = {
+        "general_loss": 3.5, "docs_loss": 3.0, "domain_loss": 1.0, "domain_losses": [1.0],
+        "probe_score": 0.5, "probe_logprob": -1.0,
+        "suite": {"families": score, "leakage": 0.0, "items": items, "n": {f: len(v) for f, v in fams.items()},
                   "retention": {f: score[f] / ref[f] if ref[f] else None for f in score}},
         "domain": {"exact_match": 0.5, "call_score": 0.5, "n": 16},
         "matrix": {"R": [[0.5]], "average_accuracy": 0.5},
-        "share": share, "loss_share": {"rows": {"domain": 0.9}, "label_tokens": {"domain": 0.9}},
-        "curve": [], "generations": [], "train_total": {"tokens": 1, "seconds": 1.0, "tokens_per_second": 1.0},
     }
+    if share is not None:
+        result.update({
+            "share": share, "loss_share": {"rows": {"domain": 0.9}, "label_tokens": {"domain": 0.9}},
+            "controller": None, "mixture": [],
+            "curve": [], "generations": [], "train_total": {"tokens": 1, "seconds": 1.0, "tokens_per_second": 1.0},
+        })
+    return ArmResult.from_json(result, where="constructed arm")
 
 
 def constructed_run(self_conv: list[float], families: tuple[str, ...] = ("conversation", "arithmetic", "code")) -> tuple:
@@ -109,13 +132,13 @@ def constructed_run(self_conv: list[float], families: tuple[str, ...] = ("conver
         naive = [_item(f"{f}-{k}", f, 0.0, "<<qx timer.arm; dur=60s>>") for f in families for k in range(10)]
         self_items = [_item(f"{f}-{k}", f, self_conv[k] if f == "conversation" else 1.0, f"self {f} {k}")
                       for f in families for k in range(10)]
-        base = _arm_result(base_items, base_items)
-        base.pop("share")
-        per_seed.append({"base": base, "naive": _arm_result(naive, base_items),
+        per_seed.append({"base": _arm_result(base_items, base_items, share=None), "naive": _arm_result(naive, base_items),
                          "rehearsal-self": _arm_result(self_items, base_items)})
     agg = aggregate([{a: flatten(r) for a, r in arms.items()} for arms in per_seed])
-    manifests = [{"seed": s, "share": 0.1, "how": "mixing_ratio", "data": {}} for s in (0, 1)]
-    return per_seed, agg, manifests
+    seeds = [SeedResult(arms=arms, manifest=SeedManifest(seed=s, share=0.1, how="mixing_ratio", data={}, self=None),
+                        suite={"seed": s}, probes={}, timings={})
+             for s, arms in enumerate(per_seed)]
+    return seeds, agg
 
 
 def test_metrics_and_report_carry_intervals_flips_and_the_gate(tmp_path):
@@ -123,23 +146,24 @@ def test_metrics_and_report_carry_intervals_flips_and_the_gate(tmp_path):
     from replaybank.llm.report.metrics import METRICS_SCHEMA_VERSION, build_metrics
 
     cfg = Config.from_dict({"evaluation": {"arms": ["base", "naive", "rehearsal-self"]}})
-    per_seed, agg, manifests = constructed_run([1, 1, 1, 1, 1, 1, 1, 1, 0, 0])  # conversation kept 80%
-    metrics = build_metrics(cfg, per_seed, agg, {}, manifests, [{"seed": 0}, {"seed": 1}])
+    seeds, agg = constructed_run([1, 1, 1, 1, 1, 1, 1, 1, 0, 0])  # conversation kept 80%
+    metrics = build_metrics(cfg, seeds, agg)
     assert METRICS_SCHEMA_VERSION == 3
-    reh = metrics["arms"]["rehearsal-self"]
+    saved = json.loads(json.dumps(metrics.to_json()))  # metrics.json can hold it
+    reh = saved["arms"]["rehearsal-self"]
     # the scalars tests and documents read are still there, with the same values
     assert reh["retention_conversation"] == pytest.approx(0.8) and reh["summary"]["leakage"]["n"] == 2
     conv = reh["families"]["conversation"]
     assert conv["retention"]["mean"] == pytest.approx(reh["retention_conversation"])
     assert conv["retention"]["low"] < 0.8 < conv["retention"]["high"] and conv["lost"] == 4 and conv["n_items"] == 20
-    assert metrics["intervals"]["resamples"] == 2000
-    gate = metrics["gate"]
+    assert saved["intervals"]["resamples"] == 2000
+    gate = saved["gate"]
     assert gate["floor"] == {"conversation": 0.9, "arithmetic": 0.9, "code": 0.9}
     assert gate["chosen_arm"] == "rehearsal-self" and gate["chosen_by"] == "best_arm" and gate["passed"] is False
     assert gate["arms"]["rehearsal-self"]["families"]["conversation"]["status"] == "fail"  # 0.8 < 0.9; the CI reaches 0.9
     assert gate["arms"]["naive"]["families"]["code"]["status"] == "clearly below"
-    json.dumps(metrics)  # metrics.json can hold it
-    write_report(tmp_path / "report.md", {**metrics, "seeds": [0, 1]})
+    assert metrics.gate.passed is False and metrics.arms["rehearsal-self"].mean("retention_conversation") == reh["retention_conversation"]
+    write_report(tmp_path / "report.md", replace(metrics, seeds=[0, 1]))
     report = (tmp_path / "report.md").read_text()
     assert "| conversation retention % [95% CI] |" in report
     lo, hi = conv["retention"]["low"] * 100, conv["retention"]["high"] * 100
@@ -156,11 +180,11 @@ def test_summary_and_report_follow_whatever_families_the_suite_holds(tmp_path):
 
     cfg = Config.from_dict({"evaluation": {"arms": ["base", "naive", "rehearsal-self"]}})
     fams = ("open", "instruction", "code")
-    per_seed, agg, manifests = constructed_run([1] * 10, fams)
-    metrics = build_metrics(cfg, per_seed, agg, {}, manifests, [{"seed": 0}, {"seed": 1}])
-    assert list(metrics["arms"]["rehearsal-self"]["families"]) == list(fams)
-    assert list(metrics["gate"]["floor"]) == list(fams) and metrics["gate"]["passed"] is True
-    write_report(tmp_path / "report.md", {**metrics, "seeds": [0, 1]})
+    seeds, agg = constructed_run([1] * 10, fams)
+    metrics = build_metrics(cfg, seeds, agg)
+    assert list(metrics.arms["rehearsal-self"].families or {}) == list(fams)
+    assert list(metrics.gate.floor) == list(fams) and metrics.gate.passed is True
+    write_report(tmp_path / "report.md", replace(metrics, seeds=[0, 1]))
     report = (tmp_path / "report.md").read_text()
     assert "| arm | open retention % [95% CI] | instruction retention % [95% CI] | code retention % [95% CI] |" in report
 

@@ -78,10 +78,10 @@ def test_a_fresh_adapter_arm_trains_each_domain_alone(tiny_model_dir, tmp_path):
     per_skill = out / "adapters" / "per-skill" / "seed0"
     lineages = [json.loads((per_skill / f"gen{g}" / "replaybank.json").read_text())["lineage"] for g in (0, 1)]
     assert lineages == [[0], [1]]
-    gens = metrics["arms"]["per-skill"]["generations"]
-    assert [g["lineage"] for g in gens] == [[0], [1]] and [g["domain_rows"] for g in gens] == [10, 10]
-    assert [g["lineage"] for g in metrics["arms"]["naive"]["generations"]] == [[0], [0, 1]]
-    assert "per-skill" not in metrics["targets"].get("arms", {}) and metrics["gate"]["chosen_arm"] != "per-skill"
+    gens = metrics.arms["per-skill"].generations or []
+    assert [g.lineage for g in gens] == [[0], [1]] and [g.domain_rows for g in gens] == [10, 10]
+    assert [g.lineage for g in metrics.arms["naive"].generations or []] == [[0], [0, 1]]
+    assert "per-skill" not in metrics.targets.arms and metrics.gate.chosen_arm != "per-skill"
 
     fresh0, fresh1 = _tensors(per_skill / "gen0"), _tensors(per_skill / "gen1")
     naive0 = _tensors(out / "adapters" / "naive" / "seed0" / "gen0")

@@ -13,8 +13,20 @@ from replaybank.llm import cli
 from replaybank.llm.config import Config, ConfigError
 from replaybank.llm.config.floor import resolve_floors
 from replaybank.llm.config.values import key_line
-from replaybank.llm.report.families import family_summary
+from replaybank.llm.report.families import family_summary, interval_method
 from replaybank.llm.report.gate import GATE_EXIT, evaluate_gate, gate_failure
+from replaybank.llm.results import (
+    ArmMatrix,
+    ArmResult,
+    ArmSummary,
+    Effect,
+    Interval,
+    Mixing,
+    ProbeSection,
+    RunResult,
+    Stat,
+    Targets,
+)
 
 
 def _write(tmp_path, text: str):
@@ -77,9 +89,8 @@ def test_key_line_follows_tables_dotted_and_quoted_keys():
     assert key_line("evaluation.gate_arm = 'x'\n", "evaluation", "gate_arm") == 1
 
 
-def _fams(**retention: tuple[float, float, float] | None) -> dict:
-    return {fam: {"retention": None if r is None else dict(zip(("mean", "low", "high"), r, strict=True))}
-            for fam, r in retention.items()}
+def _fams(**retention: tuple[float, float, float] | None) -> dict[str, Interval | None]:
+    return {fam: None if r is None else Interval(*r) for fam, r in retention.items()}
 
 
 def test_gate_uses_the_mean_and_marks_clearly_below_by_the_upper_bound():
@@ -89,29 +100,44 @@ def test_gate_uses_the_mean_and_marks_clearly_below_by_the_upper_bound():
     }
     floors = {"conversation": 0.9, "code": 0.9, "open": 0.9}
     g = evaluate_gate(fams, floors, chosen="self", chosen_by="best_arm")
-    rows = g["arms"]["self"]["families"]
+    rows = g.arms["self"].families
     # 0.88 < 0.9 fails although the interval reaches 0.97; exactly at the floor passes; no retention: not gated
-    assert [rows[f]["status"] for f in ("conversation", "code", "open")] == ["fail", "pass", "n/a"]
-    assert g["arms"]["naive"]["families"]["conversation"]["status"] == "clearly below"
-    assert g["arms"]["self"]["failed"] == ["conversation"] and g["passed"] is False
-    assert gate_failure({"gate": g}) == (
+    assert [rows[f].status for f in ("conversation", "code", "open")] == ["fail", "pass", "n/a"]
+    assert g.arms["naive"].families["conversation"].status == "clearly below"
+    assert g.arms["self"].failed == ["conversation"] and g.passed is False
+    assert gate_failure(g) == (
         "retention floor not met by arm 'self' (best_arm): conversation 88.0% < floor 90.0% (95% CI 80.0-97.0%)"
     )
     lower = evaluate_gate(fams, {"conversation": 0.85, "code": 0.9}, chosen="self", chosen_by="gate_arm")
-    assert lower["passed"] is True and gate_failure({"gate": lower}) is None
-    assert "no arm to gate" in gate_failure({"gate": evaluate_gate(fams, floors, chosen=None, chosen_by="best_arm")})
+    assert lower.passed is True and gate_failure(lower) is None
+    assert "no arm to gate" in gate_failure(evaluate_gate(fams, floors, chosen=None, chosen_by="best_arm"))
 
 
-def _metrics(kept: int) -> dict:
+def _suite_arm(items: list[dict]) -> ArmResult:
+    """An arm's results of which only the suite's items matter here."""
+    return ArmResult.from_json({
+        "general_loss": 2.0, "docs_loss": 2.0, "domain_loss": 2.0, "domain_losses": [2.0],
+        "probe_score": 0.0, "probe_logprob": 0.0,
+        "suite": {"families": {}, "leakage": 0.0, "retention": {}, "n": {}, "items": items},
+        "domain": {"exact_match": 0.0, "call_score": None, "n": 1}, "matrix": {"R": [[0.0]]},
+    }, where="test arm")
+
+
+def _metrics(kept: int) -> RunResult:
     """Constructed metrics of one seed: the chosen arm keeps ``kept`` of 10 code items the base gets right."""
     item = lambda i, s: {"id": f"k{i}", "family": "code", "prompt": f"write f{i}", "score": s, "answer": "..."}  # noqa: E731
-    seed = {"base": {"suite": {"items": [item(i, 1.0) for i in range(10)]}},
-            "rehearsal-self": {"suite": {"items": [item(i, float(i < kept)) for i in range(10)]}}}
+    seed = {"base": _suite_arm([item(i, 1.0) for i in range(10)]),
+            "rehearsal-self": _suite_arm([item(i, float(i < kept)) for i in range(10)])}
     fams = family_summary([seed], [0], resamples=200)
-    gate = evaluate_gate({"rehearsal-self": fams["rehearsal-self"]["families"]}, {"code": 0.9},
-                         chosen="rehearsal-self", chosen_by="best_arm")
-    return {"arms": {"rehearsal-self": {"leakage": 0.0}}, "targets": {"best_arm": "rehearsal-self"},
-            "gate": gate, "wall_seconds": 1.0}
+    gate = evaluate_gate({"rehearsal-self": {f: s.retention for f, s in fams["rehearsal-self"].families.items()}},
+                         {"code": 0.9}, chosen="rehearsal-self", chosen_by="best_arm")
+    arm = ArmSummary(summary={"leakage": Stat(0.0, None, 1, [0.0])}, matrix=ArmMatrix([[0.0]], []))
+    return RunResult(
+        arms={"rehearsal-self": arm}, effect=Effect(criteria={}), targets=Targets(arms={}, best_arm="rehearsal-self"),
+        gate=gate, intervals=interval_method(), probe=ProbeSection({}, []),
+        mixing=Mixing(0.0, "fixed", 1, "rows", "constructed"), data={}, data_per_seed=[], suite=[], config={},
+        config_source="constructed", wall_seconds=1.0,
+    )
 
 
 @pytest.mark.parametrize("kept, flag, status", [(9, True, 0), (8, True, GATE_EXIT), (8, False, 0)])

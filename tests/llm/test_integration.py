@@ -40,7 +40,8 @@ def test_tiny_run_writes_complete_report(tiny_model_dir, tmp_path):
     for arm in saved["arms"].values():
         for key in ("general_loss", "domain_loss", "probe_score"):
             assert isinstance(arm[key], float) and np.isfinite(arm[key])
-    assert saved["wall_seconds"] == metrics["wall_seconds"] > 0
+    assert saved["wall_seconds"] == metrics.wall_seconds > 0
+    assert saved == json.loads(json.dumps(metrics.to_json()))  # the file is the returned record
     reh = saved["arms"]["rehearsal"]["generations"][0]["train"]["steps"]
     # 20 domain rows at 90% of batches of 5: quotas alternate 4/5 domain rows; 10% => 0 or 1 rehearsal row
     assert {s["rehearsal_rows"] for s in reh} <= {0, 1}
@@ -62,7 +63,7 @@ def test_tiny_run_writes_complete_report(tiny_model_dir, tmp_path):
     assert saved["environment"]["thread_choice"]["reason"] == "num_threads = 1 in the config"
     assert "1 torch thread(s): num_threads = 1 in the config)" in report
     # per family: retention with its interval and the flips, from the per-item outcomes; the gate
-    assert saved["schema_version"] == 3
+    assert saved["schema_version"] == 4
     base_fams = saved["arms"]["base"]["families"]
     for fam, entry in saved["arms"]["naive"]["families"].items():
         assert entry["n_items"] == base_fams[fam]["n_items"] >= 1
@@ -86,11 +87,12 @@ def test_generations_window(tiny_model_dir, tmp_path):
         "output": {"save_adapters": False},
     })
     metrics = run_experiment(cfg, tmp_path / "gens", log=lambda m: None)
-    gens = metrics["arms"]["naive"]["generations"]
-    assert [g["lineage"] for g in gens] == [[0], [0, 1], [1, 2]]
-    assert [g["domain_rows"] for g in gens] == [10, 20, 20]
+    naive = metrics.arms["naive"]
+    gens = naive.generations or []
+    assert [g.lineage for g in gens] == [[0], [0, 1], [1, 2]]
+    assert [g.domain_rows for g in gens] == [10, 20, 20]
     # one accuracy-matrix row per generation, one column per generation's held-out domain set
-    assert len(metrics["arms"]["naive"]["matrix"]["R_mean"]) == 3
+    assert len(naive.matrix.R_mean) == 3
 
 
 def test_resume_sees_same_data_order(tiny_model_dir, tmp_path):
@@ -210,11 +212,10 @@ def test_interrupted_run_resumes_from_partial_without_retraining(tiny_model_dir,
     assert [m for m in lines if m.startswith("rehearsal seed0 gen 0:")]  # the arm the kill cut off
 
     reference = run_experiment(cfg(tmp_path / "ref"), log=lambda m: None)
-    from replaybank.llm.eval.measure import flatten
-
     for arm in ("base", "naive", "rehearsal"):
         # every scalar the report aggregates (losses, probe, suite retention per family, leakage,
         # domain accuracy) is the uninterrupted run's, bit for bit
-        got, want = flatten(resumed["arms"][arm]), flatten(reference["arms"][arm])
+        got = {key: s.values for key, s in resumed.arms[arm].summary.items()}
+        want = {key: s.values for key, s in reference.arms[arm].summary.items()}
         assert got.keys() == want.keys() and len(got) >= 5, (arm, sorted(got))
         assert got == want, arm

@@ -71,13 +71,10 @@ def test_interference_on_constructed_gradients():
 
 
 def test_effect_criteria():
-    e = effect({
-        "base": {"general_loss": 2.0, "domain_loss": 5.0},
-        "naive": {"general_loss": 3.0, "domain_loss": 0.2},
-        "rehearsal": {"general_loss": 2.5, "domain_loss": 0.25},
-    })
-    assert e["rise_ratio"] == pytest.approx(0.5)
-    assert e["criteria"] == {"naive_raises_general": True, "rise_at_most_a_third": False, "domain_loss_at_most_5pct_above_naive": False}
+    e = effect({"base": 2.0, "naive": 3.0, "rehearsal": 2.5}, {"base": 5.0, "naive": 0.2, "rehearsal": 0.25})
+    assert e.ratio is not None and e.ratio.rise_ratio == pytest.approx(0.5)
+    assert e.to_json()["rise_ratio"] == pytest.approx(0.5)
+    assert e.criteria == {"naive_raises_general": True, "rise_at_most_a_third": False, "domain_loss_at_most_5pct_above_naive": False}
 
 
 def test_toolapi_examples_deterministic_and_disjoint():

@@ -22,6 +22,7 @@ from replaybank.llm.data.selfsynth import SelfSynthError, load_prompt_pool
 from replaybank.llm.eval.suite import SuiteError, load_suite
 from replaybank.llm.loop.consolidate import read_rehearsal_file
 from replaybank.llm.report.folder import OutputError, read_result
+from replaybank.llm.results import SeedResult, Stat
 
 READERS: dict[str, tuple[str, Callable[[Path], Any], type[ReplayBankError]]] = {
     "config": (".toml", read_toml, ConfigError),
@@ -54,11 +55,11 @@ def test_the_main_jobs_finished_results_are_regular_files_inside_the_run(tmp_pat
     (partial / "seeds").mkdir(parents=True)
     os.mkfifo(partial / "seeds" / "seed0.json")
     with pytest.raises(OutputError, match=r"seed0.json: is a FIFO"):
-        read_result(partial, "seeds/seed0")
+        read_result(partial, "seeds/seed0", SeedResult)
     (partial / "seeds" / "seed0.json").unlink()
     (partial / "seeds" / "seed0.json").write_text("[1, 2")  # damaged: an OutputError, not a JSONDecodeError
     with pytest.raises(OutputError, match=r"seed0.json: expected the results of an earlier run"):
-        read_result(partial, "seeds/seed0")
+        read_result(partial, "seeds/seed0", SeedResult)
 
 
 def test_the_main_jobs_results_are_not_written_through_a_link(tmp_path):
@@ -70,12 +71,12 @@ def test_the_main_jobs_results_are_not_written_through_a_link(tmp_path):
     elsewhere.mkdir()
     (partial / "arms").symlink_to(elsewhere)
     with pytest.raises(UnsafePathError, match=r"arms: is a symbolic link"):
-        write_result(partial, "arms/seed0-naive", {"x": 1})
+        write_result(partial, "arms/seed0-naive", Stat(1.0, None, 1, [1.0]))
     (partial / "arms").unlink()
     (partial / "arms").mkdir()
     (partial / "arms" / ".seed0-naive.json.tmp").symlink_to(elsewhere / "t.json")  # a leftover link: removed
-    write_result(partial, "arms/seed0-naive", {"x": 1})
-    assert read_result(partial, "arms/seed0-naive") == {"x": 1} and list(elsewhere.iterdir()) == []
+    write_result(partial, "arms/seed0-naive", Stat(1.0, None, 1, [1.0]))
+    assert read_result(partial, "arms/seed0-naive", Stat) == Stat(1.0, None, 1, [1.0]) and list(elsewhere.iterdir()) == []
 
 
 def test_caches_skip_a_fifo(tmp_path, alarm):

@@ -37,14 +37,14 @@ def test_every_generation_draws_the_rows_per_epoch(tiny_model_dir: Path, tmp_pat
         "output": {"save_adapters": False},
     })
     metrics = run_experiment(cfg, tmp_path / "out", log=lambda m: None)
-    gens = metrics["arms"]["rehearsal"]["generations"]
-    assert [g["domain_rows"] for g in gens] == [12, 24, 36]
-    assert [g["rehearsal_share"] for g in gens] == pytest.approx([6 / 18, 6 / 30, 6 / 42])
-    drawn = [g["sources"]["corpus"]["rows_per_epoch"] for g in gens]
+    gens = metrics.arms["rehearsal"].generations or []
+    assert [g.domain_rows for g in gens] == [12, 24, 36]
+    assert [g.rehearsal_share for g in gens] == pytest.approx([6 / 18, 6 / 30, 6 / 42])
+    drawn = [g.sources["corpus"].rows_per_epoch for g in gens]
     assert all(abs(d - 6) <= 1 for d in drawn), drawn  # before: 6, 12, 18 (the first share kept)
     # a [recipes.NAME] ratio is a share, not converted: its rows grow with the lineage
-    fixed = metrics["arms"]["fixed"]["generations"]
-    assert [g["rehearsal_share"] for g in fixed] == [0.2, 0.2, 0.2]
-    assert fixed[2]["sources"]["corpus"]["rows_per_epoch"] > 2 * fixed[0]["sources"]["corpus"]["rows_per_epoch"]
+    fixed = metrics.arms["fixed"].generations or []
+    assert [g.rehearsal_share for g in fixed] == [0.2, 0.2, 0.2]
+    assert fixed[2].sources["corpus"].rows_per_epoch > 2 * fixed[0].sources["corpus"].rows_per_epoch
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## Rehearsal per generation" in report and "| rehearsal | 2 | 36 | 0.1429 | corpus 6" in report

@@ -72,7 +72,7 @@ def test_self_kl_replay_arms_over_two_domains_and_two_seeds(tiny_model_dir, tmp_
     assert saved["targets"]["arms"].keys() == {"rehearsal-corpus", "rehearsal-self-kl", "mixed"}
     report = (out / "report.md").read_text()
     assert "| rehearsal-self-kl |" in report and "±" in report and "accuracy matrix" in report
-    assert metrics["wall_seconds"] > 0
+    assert metrics.wall_seconds > 0 and metrics.arms["naive"].summary["leakage"].to_json() == naive
 
 
 def test_earlier_output_is_never_replaced_without_force(tiny_model_dir, tmp_path):
@@ -135,4 +135,4 @@ def test_seeds_in_worker_processes_match_the_sequential_run(tiny_model_dir, tmp_
     par = run_experiment(cfg, tmp_path / "par", log=lambda m: None, max_steps=1, seeds=2, jobs=2)
     for arm in ("base", "naive"):
         for key in ("general_loss", "domain_loss", "leakage"):
-            assert par["arms"][arm]["summary"][key]["values"] == pytest.approx(seq["arms"][arm]["summary"][key]["values"], rel=1e-5)
+            assert par.arms[arm].summary[key].values == pytest.approx(seq.arms[arm].summary[key].values, rel=1e-5)

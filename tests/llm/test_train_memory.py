@@ -114,9 +114,9 @@ def test_one_base_model_with_an_adapter_per_arm_measures_what_copies_did(
     monkeypatch.setattr(rehearsal, "fresh_adapter", copied)
     copies = rehearsal.run_experiment(_tiny_cfg(tiny_model_dir, tmp_path / "b"), log=lambda _: None, max_steps=2)
     assert len(bases) == 4 and all(b is bases[0] for b in bases)  # the probe and three arms, one base
-    assert _strip_times(shared["arms"]) == _strip_times(copies["arms"])
-    assert shared["probe"]["fresh_lora"] and _strip_times(shared["probe"]) == _strip_times(copies["probe"])
-    assert shared["arms"]["naive"]["general_loss"] != shared["arms"]["rehearsal"]["general_loss"]
+    assert _strip_times(shared.to_json()["arms"]) == _strip_times(copies.to_json()["arms"])
+    assert shared.probe.fresh_lora and _strip_times(shared.probe.to_json()) == _strip_times(copies.probe.to_json())
+    assert shared.arms["naive"].mean("general_loss") != shared.arms["rehearsal"].mean("general_loss")
 
 
 def test_fresh_adapter_leaves_the_base_model_as_it_was_and_follows_a_bf16_base(tiny_model_dir: Path) -> None:

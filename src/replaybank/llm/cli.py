@@ -161,11 +161,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _fail(exc)
     keys = ("general_loss", "domain_loss", "probe_score", "leakage", "retention_conversation",
             "retention_instruction", "domain_exact_match")
-    summary = {arm: {k: round(v[k], 4) for k in keys if isinstance(v.get(k), float)} for arm, v in metrics["arms"].items()}
-    gate = {k: metrics.get("gate", {}).get(k) for k in ("chosen_arm", "passed")}
-    print(json.dumps({"arms": summary, "targets": metrics["targets"], "gate": gate, "wall_seconds": metrics["wall_seconds"]},
+    saved = metrics.to_json()
+    summary = {arm: {k: round(v[k], 4) for k in keys if isinstance(v.get(k), float)} for arm, v in saved["arms"].items()}  # type: ignore[attr-defined]
+    gate = {"chosen_arm": metrics.gate.chosen_arm, "passed": metrics.gate.passed}
+    print(json.dumps({"arms": summary, "targets": saved["targets"], "gate": gate, "wall_seconds": metrics.wall_seconds},
                      indent=2))
-    failure = gate_failure(metrics) if args.require_floor else None
+    failure = gate_failure(metrics.gate) if args.require_floor else None
     if failure is not None:
         print(f"replaybank: {failure}", file=sys.stderr)
         return GATE_EXIT

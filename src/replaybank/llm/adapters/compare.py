@@ -479,7 +479,8 @@ def summarise_seeds(seeds: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict
     """
     from replaybank.llm.report.seeds import aggregate
 
-    return aggregate([flatten(s) for s in seeds])
+    return {arm: {key: stat.to_json() for key, stat in scalars.items()}
+            for arm, scalars in aggregate([flatten(s) for s in seeds]).items()}
 
 
 def check_targets(agg: dict[str, dict[str, dict[str, Any]]], skills: Sequence[str]) -> dict[str, Any]:

@@ -20,6 +20,16 @@ from replaybank.llm.eval.generate import Precision
 from replaybank.llm.eval.losses import mean_loss
 from replaybank.llm.eval.probe import probe_score
 from replaybank.llm.eval.suite import AGREEMENT_FAMILY, FAMILIES
+from replaybank.llm.results import (
+    ArmResult,
+    DomainCell,
+    DomainScore,
+    Generation,
+    Losses,
+    LossShare,
+    MatrixResult,
+    SuiteScore,
+)
 from replaybank.metrics import average_accuracy, backward_transfer, forgetting
 
 
@@ -36,7 +46,7 @@ class EvalContext:
     batch_size: int
     self_rows: TokenRows | None = None
     """Self-synthesized rehearsal rows of this seed (None when no arm uses them)."""
-    baseline: list[dict[str, Any]] | None = None
+    baseline: list[DomainCell] | None = None
     """The base model's domain accuracy row (forward-transfer baseline of the matrix)."""
     precision: Precision = "fp32"
     """Evaluation arithmetic (``[evaluation] generation_precision``): generated answers and
@@ -66,143 +76,146 @@ def measure_losses(model: Any, ctx: EvalContext) -> dict[str, float]:
     }
 
 
-def domain_row(model: Any, ctx: EvalContext, desc: str) -> list[dict[str, Any]]:
+def domain_row(model: Any, ctx: EvalContext, desc: str) -> list[DomainCell]:
     """Generated accuracy on every generation's held-out domain requests (one matrix row)."""
     from replaybank.llm.eval.domain import generated_accuracy
 
-    out: list[dict[str, Any]] = []
-    cache: dict[int, dict[str, Any]] = {}
+    out: list[DomainCell] = []
+    cache: dict[int, DomainCell] = {}
     for g, records in enumerate(ctx.data.domain_eval_records):
         if id(records) not in cache:
             res = generated_accuracy(
                 model, ctx.tokenizer, records, max_new_tokens=ctx.max_new_tokens,
                 batch_size=ctx.batch_size, desc=f"{desc}: domain {g}", precision=ctx.precision,
             )
-            cache[id(records)] = {k: res.get(k) for k in ("exact_match", "call_score", "n", "truncated", "items")}
+            cache[id(records)] = DomainCell(
+                exact_match=res["exact_match"], call_score=res.get("call_score"), n=res["n"],
+                truncated=res.get("truncated"), items=res.get("items"),
+            )
         out.append(cache[id(records)])
     return out
 
 
-def measure_behaviour(model: Any, ctx: EvalContext, desc: str) -> dict[str, Any]:
-    """The suite (generated answers) and the teacher-forced probe."""
+def measure_behaviour(model: Any, ctx: EvalContext, desc: str) -> tuple[SuiteScore, float, float]:
+    """The suite (generated answers) and the teacher-forced probe: ``(suite, probe score, probe log-prob)``."""
     from replaybank.llm.eval.suite import evaluate_suite
 
     suite = evaluate_suite(model, ctx.tokenizer, ctx.suite, batch_size=ctx.batch_size, desc=f"{desc}: suite",
                            precision=ctx.precision)
     probe = probe_score(model, ctx.tokenizer, ctx.data.probe, ctx.pad_id)
-    return {"suite": suite, "probe_score": probe["exact_match"], "probe_logprob": probe["answer_logprob"]}
+    return SuiteScore.from_json(suite, "evaluate_suite"), probe["exact_match"], probe["answer_logprob"]
 
 
-def measure_base(model: Any, ctx: EvalContext, label: str) -> dict[str, Any]:
+def measure_base(model: Any, ctx: EvalContext, label: str) -> ArmResult:
     """The base arm: losses, probe, one accuracy-matrix row; its suite answers are the reference (1.0)."""
     losses = measure_losses(model, ctx)
     probe = probe_score(model, ctx.tokenizer, ctx.data.probe, ctx.pad_id)
     row = domain_row(model, ctx, f"base {label}")
-    out = {
-        **losses,
-        "probe_score": probe["exact_match"],
-        "probe_logprob": probe["answer_logprob"],
-        # The base answers were generated (or read from the cache) once; the base keeps all it has.
-        "suite": {**ctx.suite.base, "retention": {f: 1.0 if v > 0 else None for f, v in ctx.suite.base["families"].items()}},
-        "domain": {k: row[-1][k] for k in ("exact_match", "call_score", "n")},
-        "matrix_row": row,
-        "matrix": {"R": [[float(c["exact_match"]) for c in row]]},  # the forward-transfer baseline row
-    }
-    if ctx.self_rows is not None:
-        out["self_loss"] = mean_loss(model, ctx.self_rows, ctx.pad_id, precision=ctx.precision)
-    return out
+    # The base answers were generated (or read from the cache) once; the base keeps all it has.
+    retention = {f: 1.0 if v > 0 else None for f, v in ctx.suite.base["families"].items()}
+    return ArmResult(
+        losses=Losses.from_json(losses, "measure_losses"),
+        probe_score=probe["exact_match"],
+        probe_logprob=probe["answer_logprob"],
+        suite=SuiteScore.from_json({**ctx.suite.base, "retention": retention}, "the suite's base answers"),
+        domain=DomainScore(row[-1].exact_match, row[-1].call_score, row[-1].n),
+        matrix_row=row,
+        matrix=MatrixResult(R=[[float(c.exact_match) for c in row]]),  # the forward-transfer baseline row
+        self_loss=mean_loss(model, ctx.self_rows, ctx.pad_id, precision=ctx.precision) if ctx.self_rows is not None else None,
+    )
 
 
-def matrix_metrics(rows: list[list[dict[str, Any]]], baseline: list[dict[str, Any]] | None) -> dict[str, Any]:
+def matrix_metrics(rows: list[list[DomainCell]], baseline: list[DomainCell] | None) -> MatrixResult:
     """Accuracy matrix ``R[i][j]`` (exact match on domain ``j`` after generation ``i``) and its summaries.
 
     Uses :mod:`replaybank.metrics`; backward transfer and forgetting need at least two generations.
 
     Example:
-        >>> row = lambda *xs: [{"exact_match": x} for x in xs]
+        >>> row = lambda *xs: [DomainCell(x, None, 1, 0, None) for x in xs]
         >>> m = matrix_metrics([row(0.8, 0.0), row(0.5, 0.9)], None)
-        >>> m["R"], round(m["backward_transfer"], 3), round(m["average_accuracy"], 3)
+        >>> m.R, round(m.backward_transfer, 3), round(m.average_accuracy, 3)
         ([[0.8, 0.0], [0.5, 0.9]], -0.3, 0.7)
     """
-    R = [[float(c["exact_match"]) for c in r] for r in rows]
-    out: dict[str, Any] = {"R": R, "average_accuracy": average_accuracy(R)}
-    if len(R) >= 2:
-        out["backward_transfer"] = backward_transfer(R)
-        out["forgetting"] = forgetting(R)
-    if baseline is not None:
-        out["baseline"] = [float(c["exact_match"]) for c in baseline]
-    return out
+    R = [[float(c.exact_match) for c in r] for r in rows]
+    several = len(R) >= 2
+    return MatrixResult(
+        R=R, average_accuracy=average_accuracy(R),
+        backward_transfer=backward_transfer(R) if several else None,
+        forgetting=forgetting(R) if several else None,
+        baseline=[float(c.exact_match) for c in baseline] if baseline is not None else None,
+    )
 
 
 SUITE_FAMILIES = FAMILIES
 """Every suite family, ``open`` (agreement with the base's wording) included: all are reported."""
 
 
-def flatten(result: dict[str, Any]) -> dict[str, float]:
+def flatten(result: ArmResult) -> dict[str, float]:
     """The flat scalars of one arm in one seed (what the seeds table aggregates).
 
     Example:
-        >>> flatten({"general_loss": 2.0, "suite": {"families": {"code": 0.5}, "leakage": 0.25,
-        ...          "retention": {"code": 0.5}}, "domain": {"exact_match": 0.75}})
-        {'general_loss': 2.0, 'leakage': 0.25, 'code': 0.5, 'retention_code': 0.5, 'domain_exact_match': 0.75}
+        >>> arm = ArmResult(Losses(2.0, 1.0, 3.0, [3.0]), 0.5, -1.0,
+        ...                 SuiteScore({"code": 0.5}, 0.25, {"code": 0.5}, {"code": 2}, []),
+        ...                 DomainScore(0.75, None, 4), MatrixResult([[0.75]]))
+        >>> flatten(arm)
+        {'general_loss': 2.0, 'docs_loss': 1.0, 'domain_loss': 3.0, 'probe_score': 0.5, 'probe_logprob': -1.0, 'leakage': 0.25, 'code': 0.5, 'retention_code': 0.5, 'domain_exact_match': 0.75}
     """
-    out: dict[str, float] = {}
-    for key in ("general_loss", "docs_loss", "domain_loss", "self_loss", "probe_score", "probe_logprob"):
-        if isinstance(result.get(key), (int, float)):
-            out[key] = float(result[key])
-    suite = result.get("suite")
-    if suite:
-        out["leakage"] = float(suite["leakage"])
-        for fam in SUITE_FAMILIES:
-            if fam in suite["families"]:
-                out[fam] = float(suite["families"][fam])
-            if suite["retention"].get(fam) is not None:
-                out[f"retention_{fam}"] = float(suite["retention"][fam])
-    domain = result.get("domain")
-    if domain:
-        out["domain_exact_match"] = float(domain["exact_match"])
-        if domain.get("call_score") is not None:
-            out["domain_call_score"] = float(domain["call_score"])
-    matrix = result.get("matrix")
-    if matrix:
-        for key in ("average_accuracy", "backward_transfer", "forgetting"):
-            if key in matrix:
-                out[key] = float(matrix[key])
+    losses = result.losses
+    out: dict[str, float] = {"general_loss": float(losses.general_loss), "docs_loss": float(losses.docs_loss),
+                             "domain_loss": float(losses.domain_loss)}
+    if result.self_loss is not None:
+        out["self_loss"] = float(result.self_loss)
+    out["probe_score"] = float(result.probe_score)
+    out["probe_logprob"] = float(result.probe_logprob)
+    suite = result.suite
+    out["leakage"] = float(suite.leakage)
+    for fam in SUITE_FAMILIES:
+        if fam in suite.families:
+            out[fam] = float(suite.families[fam])
+        if suite.retention.get(fam) is not None:
+            out[f"retention_{fam}"] = float(suite.retention[fam])  # type: ignore[arg-type]
+    out["domain_exact_match"] = float(result.domain.exact_match)
+    if result.domain.call_score is not None:
+        out["domain_call_score"] = float(result.domain.call_score)
+    for key, value in (("average_accuracy", result.matrix.average_accuracy),
+                       ("backward_transfer", result.matrix.backward_transfer), ("forgetting", result.matrix.forgetting)):
+        if value is not None:
+            out[key] = float(value)
     return out
 
 
-def final_domain(row: list[dict[str, Any]]) -> dict[str, Any]:
+def final_domain(row: list[DomainCell]) -> DomainScore:
     """Domain accuracy after the last generation: the mean over the distinct domains of its matrix row."""
-    exact = [float(c["exact_match"]) for c in row]
-    calls = [float(c["call_score"]) for c in row if c.get("call_score") is not None]
-    return {
-        "exact_match": float(np.mean(exact)),
-        "call_score": float(np.mean(calls)) if calls else None,
-        "n": int(sum(int(c["n"]) for c in row)),
-    }
+    exact = [float(c.exact_match) for c in row]
+    calls = [float(c.call_score) for c in row if c.call_score is not None]
+    return DomainScore(
+        exact_match=float(np.mean(exact)),
+        call_score=float(np.mean(calls)) if calls else None,
+        n=int(sum(int(c.n) for c in row)),
+    )
 
 
-def loss_shares(generations: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+def loss_shares(generations: list[Generation]) -> LossShare:
     """Measured share of each source in the rows and in the labelled tokens (= the loss), over all steps.
 
     Example:
         >>> steps = [{"source_rows": {"domain": 9, "self": 1}, "label_tokens": {"domain": 90, "self": 30}}]
-        >>> loss_shares([{"train": {"steps": steps}}])
+        >>> loss_shares([Generation(0, [0], 9, 0.1, {}, {"steps": steps}, 1.0, 1.0, [])]).to_json()
         {'rows': {'domain': 0.9, 'self': 0.1}, 'label_tokens': {'domain': 0.75, 'self': 0.25}}
     """
     rows: dict[str, int] = {}
     tokens: dict[str, int] = {}
     for gen in generations:
-        for s in gen["train"]["steps"]:
+        for s in gen.train["steps"]:  # type: ignore[attr-defined]
             for k, v in s.get("source_rows", {}).items():
                 rows[k] = rows.get(k, 0) + int(v)
             for k, v in s.get("label_tokens", {}).items():
                 tokens[k] = tokens.get(k, 0) + int(v)
     n_rows, n_tok = sum(rows.values()), sum(tokens.values())
-    return {
-        "rows": {k: round(v / n_rows, 4) for k, v in rows.items()} if n_rows else {},
-        "label_tokens": {k: round(v / n_tok, 4) for k, v in tokens.items()} if n_tok else {},
-    }
+    return LossShare(
+        rows={k: round(v / n_rows, 4) for k, v in rows.items()} if n_rows else {},
+        label_tokens={k: round(v / n_tok, 4) for k, v in tokens.items()} if n_tok else {},
+    )
 
 
 def suite_retention(per_family: dict[str, float | None]) -> float | None:

@@ -63,8 +63,24 @@ from replaybank.llm.report.folder import (
     read_result,
     write_result,
 )
-from replaybank.llm.report.metrics import METRICS_SCHEMA_VERSION, build_metrics, write_outputs
+from replaybank.llm.report.metrics import build_metrics, write_outputs
 from replaybank.llm.report.seeds import aggregate
+from replaybank.llm.results import (
+    ArmResult,
+    ArmTraining,
+    CurvePoint,
+    DomainCell,
+    DomainScore,
+    Generation,
+    JsonObject,
+    Losses,
+    RunResult,
+    SeedManifest,
+    SeedResult,
+    SourceUse,
+    SuiteScore,
+    TrainTotal,
+)
 from replaybank.llm.runtime import environment, loadavg, pick_device, pick_threads, use_device
 from replaybank.llm.train import KLSpec, train_lora
 from replaybank.llm.train.adapter import adapter_state, fresh_adapter, restore_adapter
@@ -88,8 +104,8 @@ Log = Callable[[str], None]
 def run_experiment(
     cfg: Config, out: Path | None = None, log: Log = print, max_steps: int | None = None,
     *, seeds: int | None = None, force: bool = False, jobs: int = 1,
-) -> dict[str, Any]:
-    """Run every configured arm over every seed and write the report; returns the metrics dict.
+) -> RunResult:
+    """Run every configured arm over every seed and write the report; returns what ``metrics.json`` holds.
 
     Args:
         cfg: a validated config.
@@ -136,10 +152,6 @@ def run_experiment(
     general_text = general_text_rows(tokenizer, t.max_seq_length)
     partial = partial_dir(out, cfg.to_dict(), n_seeds, force)
 
-    per_seed: list[dict[str, dict[str, Any]]] = []
-    probes: dict[str, Any] = {}
-    manifests: list[dict[str, Any]] = []
-    suites: list[dict[str, Any]] = []
     n_jobs = min(max(1, jobs), n_seeds)
     if n_jobs > 1:
         results = _parallel_seeds(cfg, n_seeds, n_jobs, partial, log, max_steps)
@@ -148,45 +160,38 @@ def run_experiment(
             run_seed(cfg, k, base_model, tokenizer, items, general_text, partial=partial, log=log, max_steps=max_steps)
             for k in range(n_seeds)
         ]
-    for k, res in enumerate(results):
-        per_seed.append(res["arms"])
-        manifests.append(res["manifest"])
-        suites.append(res["suite"])
-        probes = res["probes"] if k == 0 else probes
-        timings.update(res["timings"])
+    timings.update({key: v for res in results for key, v in res.timings.items()})
 
-    agg = aggregate([{a: flatten(r) for a, r in arms.items()} for arms in per_seed])
-    metrics = build_metrics(cfg, per_seed, agg, probes, manifests, suites)
-    metrics["environment"] = {**environment(device), "loadavg_1min_start": load_start, "loadavg_1min_end": loadavg(),
-                              "thread_choice": threads.to_dict()}
-    metrics["timings"] = {key: round(v, 2) for key, v in timings.items()}
-    metrics["seeds"] = [t.seed + k for k in range(n_seeds)]
-    metrics["schema_version"] = METRICS_SCHEMA_VERSION
-    metrics["wall_seconds"] = round(time.perf_counter() - wall0, 2)
+    agg = aggregate([{a: flatten(r) for a, r in res.arms.items()} for res in results])
+    metrics = replace(  # the run's environment, timings and wall time: build_metrics leaves them to the caller
+        build_metrics(cfg, results, agg),
+        environment={**environment(device), "loadavg_1min_start": load_start, "loadavg_1min_end": loadavg(),
+                     "thread_choice": threads.to_dict()},
+        timings={key: round(v, 2) for key, v in timings.items()},
+        seeds=[t.seed + k for k in range(n_seeds)],
+        wall_seconds=round(time.perf_counter() - wall0, 2),
+    )
     write_outputs(partial, metrics)  # metrics.json last: its presence marks a complete run
     finish(partial, out)  # checkpoints dropped, OUT.partial renamed to OUT
-    log(f"wrote {out / 'report.md'}, {out / 'metrics.json'} and plots in {metrics['wall_seconds']:.1f} s")
+    log(f"wrote {out / 'report.md'}, {out / 'metrics.json'} and plots in {metrics.wall_seconds:.1f} s")
     return metrics
 
 
 def run_seed(
     cfg: Config, k: int, base_model: Any, tokenizer: Any, items: list[Any], general_text: TokenRows, *,
     partial: Path, log: Log, max_steps: int | None,
-) -> dict[str, Any]:
+) -> SeedResult:
     """Seed ``training.seed + k``: suite sample, data, self rows, base, (probe), every trained arm.
 
     A seed already finished in ``partial`` (``seeds/seed<N>.json`` of an interrupted run with the
     same config) is read back instead of rerun.
-
-    Returns:
-        ``{"arms", "manifest", "suite", "probes", "timings"}``.
     """
     from replaybank.llm.model import cache_dir
 
     t, ev = cfg.training, cfg.evaluation
     seed = t.seed + k
     label = f"seed{seed}"
-    earlier = read_result(partial, f"seeds/{label}")
+    earlier = read_result(partial, f"seeds/{label}", SeedResult)
     if earlier is not None:
         log(f"{label}: finished in an earlier, interrupted run; read back from {partial / 'seeds' / label}.json")
         return earlier
@@ -219,17 +224,17 @@ def run_seed(
     ctx = EvalContext(tokenizer, pad_id, data, suite, general_text, ev.max_new_tokens, ev.generation_batch_size, self_rows,
                       precision=ev.generation_precision)
     t0 = time.perf_counter()
-    arms: dict[str, dict[str, Any]] = {"base": measure_base(base_model, ctx, label)}
-    ctx.baseline = arms["base"]["matrix_row"]
+    arms: dict[str, ArmResult] = {"base": measure_base(base_model, ctx, label)}
+    ctx.baseline = arms["base"].matrix_row
     timings[f"base_{label}"] = time.perf_counter() - t0
-    probes: dict[str, Any] = {}
+    probes: dict[str, JsonObject] = {}
     if k == 0 and ev.probe_sources and plans:
         t0 = time.perf_counter()
         probes = _probe_sources(base_model, ctx, scfg, log)
         timings["probe"] = time.perf_counter() - t0
     for arm, plan in plans.items():
         t0 = time.perf_counter()
-        finished = read_result(partial, f"arms/{label}-{arm}")  # an interrupted run trained it already
+        finished = read_result(partial, f"arms/{label}-{arm}", ArmResult)  # an interrupted run trained it already
         if finished is not None:
             log(f"{arm} {label}: finished in an earlier, interrupted run; read back")
             arms[arm] = finished
@@ -239,13 +244,13 @@ def run_seed(
             write_result(partial, f"arms/{label}-{arm}", arms[arm])
         timings[f"{arm}_{label}"] = time.perf_counter() - t0
         log(f"{arm} {label}: " + ", ".join(f"{key} {v:.3f}" for key, v in flatten(arms[arm]).items()))
-    result = {
-        "arms": arms,
-        "manifest": {"seed": seed, "share": share, "how": how, "data": data.manifest, "self": self_manifest},
-        "suite": {"seed": seed, **suite.manifest, "ids": [i.id for i in suite.items], "dropped_ids": suite.dropped},
-        "probes": probes,
-        "timings": timings,
-    }
+    result = SeedResult(
+        arms=arms,
+        manifest=SeedManifest(seed=seed, share=share, how=how, data=data.manifest, self=self_manifest),
+        suite={"seed": seed, **suite.manifest, "ids": [i.id for i in suite.items], "dropped_ids": suite.dropped},
+        probes=probes,
+        timings=timings,
+    )
     write_result(partial, f"seeds/{label}", result)
     return result
 
@@ -253,7 +258,7 @@ def run_seed(
 def train_arm(
     plan: ArmPlan, base_model: Any, ctx: EvalContext, cfg: Config, *,
     partial: Path, log: Log, max_steps: int | None, seed_label: str,
-) -> dict[str, Any]:
+) -> ArmResult:
     """Train the arm of ``plan`` through every generation; return its measurements (see module docstring).
 
     The arm's adapter is put on ``base_model`` itself (:func:`..train.adapter.fresh_adapter`, no
@@ -269,24 +274,31 @@ def train_arm(
     with fresh_adapter(base_model, cfg.training, peer, prompts) as model:
         result = _train_arm(plan, model, ctx, cfg, partial=partial, log=log, max_steps=max_steps, seed_label=seed_label)
         if plan.name == ROUTED_ARM:  # served behind the adapter library's router, the base model as fallback
-            return {**result, "unrouted": {k: result[k] for k in ("suite", "domain")}, **measure_routed(model, ctx, cfg.evaluation)}
+            routed = measure_routed(model, ctx, cfg.evaluation)
+            return replace(
+                result, suite=SuiteScore.from_json(routed["suite"], "the routed suite"),
+                domain=DomainScore.from_json(routed["domain"], "the routed domain score"),
+                unrouted={"suite": result.suite.to_json(), "domain": result.domain.to_json()},
+                routing=routed["routing"], router=routed["router"], accuracy=routed["accuracy"],
+            )
         return result
 
 
 def _train_arm(
     plan: ArmPlan, model: Any, ctx: EvalContext, cfg: Config, *,
     partial: Path, log: Log, max_steps: int | None, seed_label: str,
-) -> dict[str, Any]:
+) -> ArmResult:
     orch = cfg.orchestration
     name, spec = plan.name, plan.recipe
     share = plan.share_for(len(ctx.data.domain_generations[0]))  # the arm's share, as its first generation trains
     kl = KLSpec.from_recipe(spec)
-    generations: list[dict[str, Any]] = []
+    generations: list[Generation] = []
     scores: list[float] = []
     curve: list[dict[str, Any]] = []
-    matrix_rows: list[list[dict[str, Any]]] = []
+    matrix_rows: list[list[DomainCell]] = []
     mixture: list[dict[str, Any]] = []
     offset, tag = 0, f"{name} {seed_label}"
+    total_tokens, total_seconds = 0, 0.0  # over the generations, as their training logs round them
     controller = plan.controller(cfg.training.seed)  # one per arm, over all its generations
     initial = adapter_state(model) if spec.fresh_adapter else None  # one adapter per skill, each from this init
     hooks = PeerHooks.of(spec.peer, model)
@@ -326,52 +338,46 @@ def _train_arm(
             on_eval(len(train_log.steps))
         final = dict(curve[-1])
         offset += len(train_log.steps)
+        total_tokens += train_log.tokens
+        total_seconds += round(train_log.seconds, 3)
         matrix_rows.append(domain_row(model, ctx, f"{tag} gen {g}"))
         scores.append(-float(final["domain_losses"][g]))
         mixture += [{**e, "step": offset - len(train_log.steps) + e["step"], "generation": g} for e in (steer.trajectory if steer else [])]
-        generations.append({
-            "generation": g, "lineage": lineage, "domain_rows": len(domain),
-            "rehearsal_share": share_g if sources else 0.0,
-            "sources": {s.name: {"rows": len(s.rows), "share": s.share, "rows_per_epoch": rows_per_epoch(train_log.steps, s.name)}
-                        for s in sources},
-            "train": train_log.to_dict(), "general_loss": final["general_loss"], "domain_loss": final["domain_loss"],
-            "domain_accuracy": [{k: c[k] for k in ("exact_match", "call_score", "n")} for c in matrix_rows[-1]],
-        })
+        generations.append(Generation(
+            generation=g, lineage=lineage, domain_rows=len(domain),
+            rehearsal_share=share_g if sources else 0.0,
+            sources={s.name: SourceUse(rows=len(s.rows), share=s.share, rows_per_epoch=rows_per_epoch(train_log.steps, s.name))
+                     for s in sources},
+            train=train_log.to_dict(), general_loss=final["general_loss"], domain_loss=final["domain_loss"],
+            domain_accuracy=[DomainScore(c.exact_match, c.call_score, c.n) for c in matrix_rows[-1]],
+        ))
         if cfg.output.save_adapters:  # a checked folder inside OUT.partial; the same PEFT folder the loop writes
             write_adapter_folder(model, safe_folder(partial, "adapters", name, seed_label, f"gen{g}"), {
                 "arm": name, "spec": recipe_dict(spec), "rehearsal_share": share, "lineage": lineage,
                 "config": cfg.to_dict(), "data": ctx.data.manifest}, converted=hooks.saved(model))
         log(f"{tag} gen {g}: {len(train_log.steps)} steps, {train_log.tokens} tokens in {train_log.seconds:.1f} s, "
-            f"rehearsal share {generations[-1]['rehearsal_share']:.4f}; "
-            f"domain exact match {[round(c['exact_match'], 3) for c in matrix_rows[-1]]}")
-    behaviour = measure_behaviour(model, ctx, tag)
-    if ctx.self_rows is not None:
-        behaviour["self_loss"] = mean_loss(model, ctx.self_rows, ctx.pad_id, precision=ctx.precision)
-    last = curve[-1]
-    total_tokens = sum(gen["train"]["tokens"] for gen in generations)
-    total_seconds = sum(gen["train"]["seconds"] for gen in generations)
-    return {
-        "general_loss": last["general_loss"],
-        "docs_loss": last["docs_loss"],
-        "domain_loss": last["domain_loss"],
-        "domain_losses": last["domain_losses"],
-        **behaviour,
-        "domain": final_domain(matrix_rows[-1]),
-        "matrix": matrix_metrics(matrix_rows, ctx.baseline),
-        "share": share,
-        "loss_share": loss_shares(generations),
-        "controller": spec.controller, "mixture": mixture,  # the mixture after every evaluation (a controller's)
-        "curve": curve,
-        "generations": generations,
-        "train_total": {
-            "tokens": total_tokens,
-            "seconds": round(total_seconds, 2),
-            "tokens_per_second": round(total_tokens / total_seconds, 1) if total_seconds else None,
-        },
-    }
+            f"rehearsal share {generations[-1].rehearsal_share:.4f}; "
+            f"domain exact match {[round(c.exact_match, 3) for c in matrix_rows[-1]]}")
+    suite, probe_score, probe_logprob = measure_behaviour(model, ctx, tag)
+    self_loss = mean_loss(model, ctx.self_rows, ctx.pad_id, precision=ctx.precision) if ctx.self_rows is not None else None
+    return ArmResult(
+        losses=Losses.from_json(curve[-1], "the last evaluation"),
+        probe_score=probe_score, probe_logprob=probe_logprob, suite=suite, self_loss=self_loss,
+        domain=final_domain(matrix_rows[-1]),
+        matrix=matrix_metrics(matrix_rows, ctx.baseline),
+        training=ArmTraining(
+            share=share,
+            loss_share=loss_shares(generations),
+            controller=spec.controller, mixture=mixture,  # the mixture after every evaluation (a controller's)
+            curve=[CurvePoint.from_json(c, "the curve") for c in curve],
+            generations=generations,
+            train_total=TrainTotal(tokens=total_tokens, seconds=round(total_seconds, 2),
+                                   tokens_per_second=round(total_tokens / total_seconds, 1) if total_seconds else None),
+        ),
+    )
 
 
-def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> dict[str, Any]:
+def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> dict[str, JsonObject]:
     """Gradient interference of the domain against each rehearsal source, on a fresh LoRA."""
     sources = {"corpus": ctx.data.rehearsal_pool}
     if ctx.self_rows is not None:
@@ -388,7 +394,7 @@ def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> 
     return {name: rep.to_dict() for name, rep in reports.items()}
 
 
-def _parallel_seeds(cfg: Config, n_seeds: int, jobs: int, partial: Path, log: Log, max_steps: int | None) -> list[dict[str, Any]]:
+def _parallel_seeds(cfg: Config, n_seeds: int, jobs: int, partial: Path, log: Log, max_steps: int | None) -> list[SeedResult]:
     """Seeds in ``jobs`` spawned workers (each loads the model, one torch thread, ends with this process)."""
     from replaybank.workers import worker_pool
 
@@ -398,7 +404,7 @@ def _parallel_seeds(cfg: Config, n_seeds: int, jobs: int, partial: Path, log: Lo
         return [f.result() for f in futures]
 
 
-def _seed_worker(cfg: Config, k: int, partial: Path, max_steps: int | None) -> dict[str, Any]:
+def _seed_worker(cfg: Config, k: int, partial: Path, max_steps: int | None) -> SeedResult:
     import sys
 
     import torch

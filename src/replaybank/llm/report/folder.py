@@ -13,11 +13,14 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from replaybank.errors import ReplayBankError
 from replaybank.files import read_regular
 from replaybank.llm.config.names import safe_folder, write_inside
+from replaybank.llm.results import JsonObject, Record, ResultsError
+
+R = TypeVar("R", bound=Record)
 
 
 class OutputError(ReplayBankError):
@@ -43,7 +46,7 @@ def check_out_dir(out: Path, force: bool) -> None:
         raise OutputError(f"{out}: holds an earlier run's output; pass --force to replace it, or choose another --out")
 
 
-def partial_dir(out: Path, config: dict[str, Any], n_seeds: int, force: bool) -> Path:
+def partial_dir(out: Path, config: JsonObject, n_seeds: int, force: bool) -> Path:
     """``OUT.partial/``, created, stamped with a hash of ``config`` and ``n_seeds``.
 
     Raises:
@@ -79,9 +82,13 @@ def finish(partial: Path, out: Path) -> None:
     partial.rename(out)
 
 
-def read_result(partial: Path, name: str) -> dict[str, Any] | None:
+def read_result(partial: Path, name: str, kind: type[R]) -> R | None:
     """The results ``name`` (``seeds/seed0``, ``arms/seed0-naive``) an earlier, interrupted run
-    finished, or None."""
+    finished, read as ``kind``, or None.
+
+    Raises:
+        OutputError: the file is not a JSON object of ``kind`` (naming the bad key).
+    """
     done = _result_path(partial, name)
     if not os.path.lexists(done):
         return None
@@ -92,17 +99,20 @@ def read_result(partial: Path, name: str) -> dict[str, Any] | None:
         data = None
     if not isinstance(data, dict):
         raise OutputError(f"{done}: expected the results of an earlier run (a JSON object); delete it to rerun")
-    return data
+    try:
+        return kind.from_json(data, str(done))
+    except ResultsError as exc:
+        raise OutputError(f"{exc}; delete it to rerun") from exc
 
 
-def write_result(partial: Path, name: str, result: dict[str, Any]) -> None:
+def write_result(partial: Path, name: str, result: Record) -> None:
     """Finished results (every measurement and generated answer) in ``<name>.json``, atomically."""
     path = _result_path(partial, name)
     safe_folder(partial, *Path(name).parent.parts)  # seeds/, arms/: the run's own folders, not links
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.unlink(missing_ok=True)  # a leftover, or a link at the name: removed, never written through
     with open(tmp, "x", encoding="utf-8") as f:
-        f.write(json.dumps(result, indent=1, sort_keys=True, default=str))
+        f.write(json.dumps(result.to_json(), indent=1, sort_keys=True, default=str))
     os.replace(tmp, path)
 
 

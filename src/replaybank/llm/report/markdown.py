@@ -11,54 +11,64 @@ from typing import Any
 
 from replaybank.llm.report.plots import BEHAVIOUR_PLOT, PLOT_NAME, arm_names
 from replaybank.llm.report.sections import flips_section, gate_section
+from replaybank.llm.results import (
+    ArmSummary,
+    GateArm,
+    Interval,
+    IntervalMethod,
+    JsonObject,
+    RunResult,
+    Stat,
+)
 
 
-def fmt(entry: dict[str, Any] | None, digits: int = 3, pct: bool = False) -> str:
+def fmt(entry: Stat | None, digits: int = 3, pct: bool = False) -> str:
     """``mean +- std`` of an aggregate entry (``n/a`` when missing; no spread for one seed).
 
     Example:
-        >>> fmt({"mean": 0.5, "std": 0.1}, pct=True), fmt({"mean": 2.0, "std": None}), fmt(None)
+        >>> fmt(Stat(0.5, 0.1, 2, []), pct=True), fmt(Stat(2.0, None, 1, [])), fmt(None)
         ('50.0 ± 10.0', '2.000', 'n/a')
     """
     if entry is None:
         return "n/a"
     scale = 100.0 if pct else 1.0
     d = 1 if pct else digits
-    text = f"{entry['mean'] * scale:.{d}f}"
-    if entry.get("std") is not None:
-        text += f" ± {entry['std'] * scale:.{d}f}"
+    text = f"{entry.mean * scale:.{d}f}"
+    if entry.std is not None:
+        text += f" ± {entry.std * scale:.{d}f}"
     return text
 
 
-def _thread_reason(env: dict[str, Any]) -> str:
+def _thread_reason(env: JsonObject) -> str:
     """``: <why>`` for the thread count (empty for a run recorded before the reason was)."""
     choice = env.get("thread_choice")
-    return f": {choice['reason']}" if choice else ""
+    return f": {choice['reason']}" if isinstance(choice, dict) else ""
 
 
-def write_report(path: Path, metrics: dict[str, Any]) -> None:
+def write_report(path: Path, metrics: RunResult) -> None:
     """``report.md``: the arms table with spreads, loss shares, matrix, probe, targets, timings."""
-    arms = metrics["arms"]
+    arms = metrics.arms
     names = arm_names(metrics)
     families = suite_families(metrics)
-    seeds = metrics.get("seeds", [])
-    env = metrics.get("environment", {})
+    seeds = metrics.seeds
+    env = metrics.environment
+    training = metrics.config["training"]
     lines = [
         "# replaybank run report",
         "",
-        f"Base model `{metrics['config']['training']['base_model']}`, device {env.get('device')}, "
-        f"{len(seeds)} seed(s) {seeds}, wall time {metrics.get('wall_seconds', 0):.1f} s (1-minute load average "
+        f"Base model `{training['base_model']}`, device {env.get('device')}, "  # type: ignore[index]
+        f"{len(seeds)} seed(s) {seeds}, wall time {metrics.wall_seconds:.1f} s (1-minute load average "
         f"{env.get('loadavg_1min_start')} at start, {env.get('loadavg_1min_end')} at end, {os.cpu_count()} CPUs, "
         f"{env.get('threads')} torch thread(s){_thread_reason(env)}). Figures: mean ± std over seeds (sample std); retention "
-        f"per family: mean over seeds [95% interval] ({_interval_note(metrics)}).",
+        f"per family: mean over seeds [95% interval] ({_interval_note(metrics.intervals)}).",
         "",
         "| arm | " + " | ".join(f"{fam} retention % [95% CI]" for fam in families)
         + " | tool-call leakage % | domain exact match % | general loss | docs loss | probe | retention gate |",
         "|---|" + "---|" * (len(families) + 6),
     ]
-    gate = metrics.get("gate", {}).get("arms", {})
+    gate = metrics.gate.arms
     for name in names:
-        s = arms[name]["summary"]
+        s = arms[name].summary
         lines.append(
             f"| {name} | " + " | ".join(_retention_cell(arms[name], fam) for fam in families)
             + f" | {fmt(s.get('leakage'), pct=True)} | {fmt(s.get('domain_exact_match'), pct=True)} "
@@ -67,67 +77,66 @@ def write_report(path: Path, metrics: dict[str, Any]) -> None:
         )
     lines += ["", "Family scores of the base model (retention is an arm's score over these; 95% interval; `open` is "
               "agreement with the base model's own wording, not a checker, and has no target):", ""]
-    base = arms.get("base", {})
+    base = arms.get("base")
     lines.append(", ".join(f"{fam} {_score_cell(base, fam)}" for fam in families))
     lines += gate_section(metrics)
     lines += ["", "## Effective share of each source (measured over every step)", "",
               "| arm | target | mix_by | rows | labelled tokens (= loss) | KL to base |", "|---|---|---|---|---|---|"]
     for name in names:
         a = arms[name]
-        if name == "base":
+        if name == "base" or a.spec is None or a.loss_share is None:
             continue
-        spec = a["spec"]
-        share = a["loss_share"]
+        spec: dict[str, Any] = a.spec
         kl = f"{spec['kl_to_base']} (T={spec['kl_temperature']}, {spec['kl_on']})" if spec["kl_to_base"] else "-"
         lines.append(
-            f"| {name} | {a['share']:.3f} {'+'.join(spec['source']) or '-'} | {spec['mix_by']} | "
-            f"{_shares(share['rows'])} | {_shares(share['label_tokens'])} | {kl} |"
+            f"| {name} | {a.share:.3f} {'+'.join(spec['source']) or '-'} | {spec['mix_by']} | "
+            f"{_shares(a.loss_share.rows)} | {_shares(a.loss_share.label_tokens)} | {kl} |"
         )
     lines += _per_generation(arms, names)
-    matrix_arms = [n for n in names if len(arms[n]["matrix"]["R_mean"]) > 1]
+    matrix_arms = [n for n in names if len(arms[n].matrix.R_mean) > 1]
     if matrix_arms:
         lines += ["", "## Domain sequence: accuracy matrix (generated exact match, mean over seeds)", "",
                   "R[i][j] = accuracy on domain j after training domain i.", ""]
         for name in matrix_arms:
-            s = arms[name]["summary"]
-            lines.append(f"- {name}: R = {arms[name]['matrix']['R_mean']}, average accuracy "
+            s = arms[name].summary
+            lines.append(f"- {name}: R = {arms[name].matrix.R_mean}, average accuracy "
                          f"{fmt(s.get('average_accuracy'))}, backward transfer {fmt(s.get('backward_transfer'))}, "
                          f"forgetting {fmt(s.get('forgetting'))}")
-    comparison = metrics.get("probe", {}).get("comparison", [])
+    comparison = metrics.probe.comparison
     if comparison:
         lines += ["", "## Interference probe (fresh LoRA, first seed) vs measured forgetting", "",
                   "| source | cosine | suggested alpha | predicts forgetting | loss | naive rise | rise with this source |",
                   "|---|---|---|---|---|---|---|"]
         for r in comparison:
             lines.append(
-                f"| {r['source']} | {r['cosine_mean']:.4f} ± {r.get('cosine_std') or 0:.4f} | {r['alpha_suggested']:.3f} "
-                f"| {'yes' if r['predicts_forgetting'] else 'no'} | {r.get('loss')} | {r.get('naive_loss_rise', 'n/a')} "
-                f"| {r.get('rehearsal_loss_rise', 'n/a')} ({r.get('rehearsal_arm', '-')}) |"
+                f"| {r.source} | {r.cosine_mean:.4f} ± {r.cosine_std or 0:.4f} | {r.alpha_suggested:.3f} "
+                f"| {'yes' if r.predicts_forgetting else 'no'} | {r.loss} | {_or(r.naive_loss_rise, 'n/a')} "
+                f"| {_or(r.rehearsal_loss_rise, 'n/a')} ({_or(r.rehearsal_arm, '-')}) |"
             )
-    targets = metrics.get("targets", {})
+    targets = metrics.targets
     lines += ["", "## Targets (on the seed means)", ""]
-    if "naive_loses_behaviour" in targets:
+    if targets.naive_loses_behaviour is not None:
         lines.append(f"- naive loses behaviour (leakage >= 50% or conversation retention <= 2/3): "
-                     f"{'yes' if targets['naive_loses_behaviour'] else 'no'}")
-    for name, t in targets.get("arms", {}).items():
-        failed = [k for k, v in t["checks"].items() if v is False]
-        lines.append(f"- {name}: {'all met' if t['met'] else 'not met: ' + ', '.join(failed)}")
-    if "best_arm" in targets:
-        lines.append(f"- best rehearsal arm: {targets['best_arm']}")
+                     f"{'yes' if targets.naive_loses_behaviour else 'no'}")
+    for name, t in targets.arms.items():
+        failed = [k for k, v in t.checks.items() if v is False]
+        lines.append(f"- {name}: {'all met' if t.met else 'not met: ' + ', '.join(failed)}")
+    if targets.best_arm is not None:
+        lines.append(f"- best rehearsal arm: {targets.best_arm}")
     lines += flips_section(metrics)
     lines += ["", "## Timings (seconds)", ""]
-    lines += [f"- {k}: {v:.1f}" for k, v in metrics.get("timings", {}).items()]
+    lines += [f"- {k}: {v:.1f}" for k, v in metrics.timings.items()]
     lines += ["", f"![behaviour]({BEHAVIOUR_PLOT})", "", f"![losses]({PLOT_NAME})", ""]
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
-def _per_generation(arms: dict[str, Any], names: list[str]) -> list[str]:
+def _per_generation(arms: dict[str, ArmSummary], names: list[str]) -> list[str]:
     """Rehearsal share and rows drawn per virtual epoch, per arm and generation (first seed)."""
     rows = [
-        f"| {name} | {gen['generation']} | {gen['domain_rows']} | {gen.get('rehearsal_share', 0.0):.4f} | "
-        + (", ".join(f"{src} {info['rows_per_epoch']:g}" for src, info in gen["sources"].items() if "rows_per_epoch" in info) or "-")
+        f"| {name} | {gen.generation} | {gen.domain_rows} | {gen.rehearsal_share:.4f} | "
+        + (", ".join(f"{src} {info.rows_per_epoch:g}" for src, info in gen.sources.items()) or "-")
         + " |"
-        for name in names if name != "base" for gen in arms[name].get("generations", [])
+        for name in names if name != "base" for gen in arms[name].generations or []
     ]
     if not rows:
         return []
@@ -136,52 +145,53 @@ def _per_generation(arms: dict[str, Any], names: list[str]) -> list[str]:
             "|---|---|---|---|---|", *rows]
 
 
-def suite_families(metrics: dict[str, Any]) -> list[str]:
+def suite_families(metrics: RunResult) -> list[str]:
     """The suite families of the run, in suite order (from the arms' ``families``; the three
     historical ones for metrics without them)."""
-    found = list(dict.fromkeys(f for a in metrics["arms"].values() for f in a.get("families", {})))
+    found = list(dict.fromkeys(f for a in metrics.arms.values() for f in a.families or {}))
     return found or ["conversation", "arithmetic", "code"]
 
 
-def _interval_note(metrics: dict[str, Any]) -> str:
-    iv = metrics.get("intervals")
-    if not iv:
-        return "no intervals in these metrics"
-    return f"bootstrap over seeds, then items within each seed, {iv['resamples']} resamples"
+def _interval_note(iv: IntervalMethod) -> str:
+    return f"bootstrap over seeds, then items within each seed, {iv.resamples} resamples"
 
 
-def _retention_cell(arm: dict[str, Any], fam: str) -> str:
-    entry = arm.get("families", {}).get(fam)
+def _or(value: object, missing: str) -> object:
+    return missing if value is None else value
+
+
+def _retention_cell(arm: ArmSummary, fam: str) -> str:
+    entry = (arm.families or {}).get(fam)
     if entry is None:  # metrics without per-item outcomes
-        return fmt(arm["summary"].get(f"retention_{fam}"), pct=True)
-    return _interval(entry.get("retention"))
+        return fmt(arm.summary.get(f"retention_{fam}"), pct=True)
+    return _interval(entry.retention)
 
 
-def _score_cell(arm: dict[str, Any], fam: str) -> str:
-    entry = arm.get("families", {}).get(fam)
+def _score_cell(arm: ArmSummary | None, fam: str) -> str:
+    entry = (arm.families or {}).get(fam) if arm else None
     if entry is None:
-        return fmt(arm.get("summary", {}).get(fam))
-    return _interval(entry.get("score"), pct=False)
+        return fmt(arm.summary.get(fam) if arm else None)
+    return _interval(entry.score, pct=False)
 
 
-def _interval(iv: dict[str, float] | None, pct: bool = True) -> str:
+def _interval(iv: Interval | None, pct: bool = True) -> str:
     """``mean [low, high]`` (percent, one decimal; or three decimals).
 
     Example:
-        >>> _interval({"mean": 0.5, "low": 0.25, "high": 0.75}), _interval(None)
+        >>> _interval(Interval(0.5, 0.25, 0.75)), _interval(None)
         ('50.0 [25.0, 75.0]', 'n/a')
     """
     if iv is None:
         return "n/a"
     if pct:
-        return f"{iv['mean'] * 100:.1f} [{iv['low'] * 100:.1f}, {iv['high'] * 100:.1f}]"
-    return f"{iv['mean']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}]"
+        return f"{iv.mean * 100:.1f} [{iv.low * 100:.1f}, {iv.high * 100:.1f}]"
+    return f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
 
 
-def _gate_cell(row: dict[str, Any] | None) -> str:
+def _gate_cell(row: GateArm | None) -> str:
     if row is None:
         return "-"
-    return "pass" if row["passed"] else "fail: " + ", ".join(row["failed"])
+    return "pass" if row.passed else "fail: " + ", ".join(row.failed)
 
 
 def _shares(d: dict[str, float]) -> str:

@@ -9,6 +9,7 @@ measured forgetting, the targets); :mod:`replaybank.llm.report.markdown` only fo
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,134 +29,159 @@ from replaybank.llm.report.plots import (
     plot_losses,
     plot_mixture,
 )
+from replaybank.llm.report.seeds import Aggregate
+from replaybank.llm.results import (
+    SCHEMA_VERSION,
+    ArmMatrix,
+    ArmResult,
+    ArmSummary,
+    Effect,
+    Gate,
+    JsonObject,
+    LossShare,
+    Mixing,
+    MixingMeasured,
+    ProbeComparison,
+    ProbeSection,
+    RiseRatio,
+    RunResult,
+    SeedManifest,
+    SeedResult,
+    Targets,
+)
 
-METRICS_SCHEMA_VERSION = 3
+METRICS_SCHEMA_VERSION = SCHEMA_VERSION
 SOURCE_LOSS = {"corpus": "docs_loss", "self": "self_loss"}
 
 
-def effect(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Compare the arms against three criteria: naive raises the general loss, rehearsal keeps that
-    rise to at most a third, and costs at most 5% of domain loss.
+def effect(general_loss: Mapping[str, float], domain_loss: Mapping[str, float]) -> Effect:
+    """Compare three arms on their mean losses against three criteria: naive raises the general loss,
+    rehearsal keeps that rise to at most a third, and costs at most 5% of domain loss.
 
     Args:
-        arms: ``base``, ``naive`` and ``rehearsal`` (the corpus rehearsal arm), each with its
-            ``general_loss`` and ``domain_loss``; a missing arm leaves its comparisons out.
+        general_loss, domain_loss: the means of ``base``, ``naive`` and ``rehearsal`` (the corpus
+            rehearsal arm); a missing arm leaves its comparisons out.
+
 
     Returns:
         ``naive_general_rise`` and ``rehearsal_general_rise`` (loss minus base), ``rise_ratio``
         (rehearsal rise / naive rise; ``None`` when naive did not rise), ``domain_loss_ratio``
-        (rehearsal / naive domain loss) and a ``criteria`` dict of booleans.
+        (rehearsal / naive domain loss) and the ``criteria`` met.
 
     Example:
-        >>> e = effect({"base": {"general_loss": 2.0, "domain_loss": 5.0},
-        ...             "naive": {"general_loss": 2.6, "domain_loss": 0.20},
-        ...             "rehearsal": {"general_loss": 2.1, "domain_loss": 0.205}})
-        >>> round(e["rise_ratio"], 3), e["criteria"]["rise_at_most_a_third"]
+        >>> e = effect({"base": 2.0, "naive": 2.6, "rehearsal": 2.1}, {"base": 5.0, "naive": 0.20, "rehearsal": 0.205})
+        >>> round(e.ratio.rise_ratio, 3), e.criteria["rise_at_most_a_third"]
         (0.167, True)
     """
-    out: dict[str, Any] = {}
-    base = arms.get("base")
-    naive = arms.get("naive")
-    reh = arms.get("rehearsal")
-    if base and naive:
-        out["naive_general_rise"] = naive["general_loss"] - base["general_loss"]
-    if base and reh:
-        out["rehearsal_general_rise"] = reh["general_loss"] - base["general_loss"]
-    if "naive_general_rise" in out and "rehearsal_general_rise" in out:
-        rise = out["naive_general_rise"]
-        out["rise_ratio"] = out["rehearsal_general_rise"] / rise if rise > 0 else None
-    if naive and reh:
-        out["domain_loss_ratio"] = reh["domain_loss"] / naive["domain_loss"]
+    base, naive, reh = (general_loss.get(a) for a in ("base", "naive", "rehearsal"))
+    naive_rise = naive - base if base is not None and naive is not None else None
+    reh_rise = reh - base if base is not None and reh is not None else None
+    ratio = None
+    if naive_rise is not None and reh_rise is not None:
+        ratio = RiseRatio(reh_rise / naive_rise if naive_rise > 0 else None)
+    dom_naive, dom_reh = domain_loss.get("naive"), domain_loss.get("rehearsal")
+    domain_ratio = dom_reh / dom_naive if dom_naive is not None and dom_reh is not None else None
     criteria = {}
-    if "naive_general_rise" in out:
+    if naive_rise is not None:
         # "Measurably": more than 2% of the base loss, far above the run-to-run noise we saw.
-        criteria["naive_raises_general"] = out["naive_general_rise"] > 0.02 * base["general_loss"]  # type: ignore[index]
-    if out.get("rise_ratio") is not None:
-        criteria["rise_at_most_a_third"] = out["rise_ratio"] <= 1 / 3
-    if "domain_loss_ratio" in out:
+        criteria["naive_raises_general"] = naive_rise > 0.02 * base  # type: ignore[operator]
+    if ratio is not None and ratio.rise_ratio is not None:
+        criteria["rise_at_most_a_third"] = ratio.rise_ratio <= 1 / 3
+    if domain_ratio is not None:
         # Rehearsal must not cost domain skill: at most 5% above naive's loss (lower is fine).
-        criteria["domain_loss_at_most_5pct_above_naive"] = out["domain_loss_ratio"] <= 1.05
-    out["criteria"] = criteria
-    return out
+        criteria["domain_loss_at_most_5pct_above_naive"] = domain_ratio <= 1.05
+    return Effect(criteria=criteria, naive_general_rise=naive_rise, rehearsal_general_rise=reh_rise, ratio=ratio,
+                  domain_loss_ratio=domain_ratio)
 
 
-def build_metrics(
-    cfg: Any, per_seed: list[dict[str, dict[str, Any]]], agg: dict[str, dict[str, dict[str, Any]]],
-    probes: dict[str, Any], manifests: list[dict[str, Any]], suites: list[dict[str, Any]],
-) -> dict[str, Any]:
-    """The ``metrics.json`` dict (schema in docs/llm.md) from every seed's arms and their aggregate."""
+def build_metrics(cfg: Any, seeds: Sequence[SeedResult], agg: Aggregate) -> RunResult:
+    """What ``metrics.json`` holds (:class:`~replaybank.llm.results.RunResult`) from every seed's
+    results and their aggregate; the run's environment, timings and wall time are the caller's."""
     from replaybank.llm.report.seeds import check_targets
 
     specs = cfg.arm_specs()
+    per_seed = [seed.arms for seed in seeds]
+    manifests = [seed.manifest for seed in seeds]
     first = per_seed[0]
-    per_family = family_summary(per_seed, [int(m["seed"]) for m in manifests])
-    arms: dict[str, Any] = {}
+    per_family = family_summary(per_seed, [m.seed for m in manifests])
+    arms: dict[str, ArmSummary] = {}
     for name in first:
-        summary = agg[name]
-        entry: dict[str, Any] = {key: v["mean"] for key, v in summary.items()}
-        entry["std"] = {key: v["std"] for key, v in summary.items()}
-        entry["summary"] = summary
-        if name != "base":
-            spec = specs[name]
-            entry["spec"] = recipe_dict(spec)
-            entry["share"] = float(np.mean([seed[name]["share"] for seed in per_seed]))
-            entry["loss_share"] = _mean_shares([seed[name]["loss_share"] for seed in per_seed])
-            for key in ("curve", "generations", "train_total"):
-                entry[key] = first[name][key]
-            if first[name].get("mixture"):  # a replay controller's mixture after every evaluation
-                entry["controller"] = first[name]["controller"]
-                entry["mixture"] = first[name]["mixture"]
-                entry["mixture_per_seed"] = [seed[name].get("mixture", []) for seed in per_seed]
-        entry["matrix"] = {
-            "R_mean": np.mean([seed[name]["matrix"]["R"] for seed in per_seed], axis=0).round(4).tolist(),
-            "per_seed": [seed[name]["matrix"] for seed in per_seed],
-        }
-        entry.update(per_family.get(name, {}))  # "families" (intervals, flip counts) and "flips" (the items)
+        training = [seed[name].training for seed in per_seed]
+        fams = per_family.get(name)
+        matrix = ArmMatrix(
+            R_mean=np.mean([seed[name].matrix.R for seed in per_seed], axis=0).round(4).tolist(),
+            per_seed=[seed[name].matrix for seed in per_seed],
+        )
+        entry = ArmSummary(summary=agg[name], matrix=matrix,
+                           families=fams.families if fams else None, flips=fams.flips if fams else None)
+        t0 = training[0]
+        if name != "base" and t0 is not None:
+            trained = [t for t in training if t is not None]
+            steered = bool(t0.mixture)  # a replay controller's mixture after every evaluation
+            entry = ArmSummary(
+                summary=entry.summary, matrix=entry.matrix, families=entry.families, flips=entry.flips,
+                spec=recipe_dict(specs[name]),
+                share=float(np.mean([t.share for t in trained])),
+                loss_share=_mean_shares([t.loss_share for t in trained]),
+                curve=t0.curve, generations=t0.generations, train_total=t0.train_total,
+                controller=t0.controller if steered else None,
+                mixture=t0.mixture if steered else None,
+                mixture_per_seed=[t.mixture for t in trained] if steered else None,
+            )
         arms[name] = entry
     # an arm of one fresh adapter per skill carries nothing over, and a peer method without sources rehearses
     # nothing: neither is a rehearsal arm
-    specs = cfg.arm_specs()
     rehearsal_arms = [a for a in first if a not in ("base", "naive") and not (
         a in specs and (specs[a].fresh_adapter or (specs[a].peer != "none" and not specs[a].source)))]
     corpus_arm = next((a for a in ("rehearsal-corpus", "rehearsal") if a in first), None)
     targets = check_targets(agg, rehearsal_arms)
     reh = next((a for a in ("rehearsal", "rehearsal-corpus") if a in arms), "")  # the corpus rehearsal arm
-    compared = {"base": "base", "naive": "naive", "rehearsal": reh}
-    return {
-        "arms": arms,
-        "effect": effect({role: arms[arm] for role, arm in compared.items() if arm in arms}),
-        "targets": targets,
-        "gate": _gate(cfg, per_family, targets),
-        "intervals": interval_method(),
-        "probe": {"fresh_lora": probes, "comparison": probe_vs_forgetting(probes, agg, specs)},
-        "mixing": _compat_mixing(first.get(corpus_arm) if corpus_arm else None, manifests[0], cfg),
-        "data": manifests[0]["data"],
-        "data_per_seed": manifests,
-        "suite": suites,
-        "config": cfg.to_dict(),
-        "config_source": cfg.source,
-    }
+    three = {role: arms[arm] for role, arm in {"base": "base", "naive": "naive", "rehearsal": reh}.items() if arm in arms}
+    return RunResult(
+        arms=arms,
+        effect=effect(_means(three, "general_loss"), _means(three, "domain_loss")),
+        targets=targets,
+        gate=_gate(cfg, {a: f.families for a, f in per_family.items()}, targets),
+        intervals=interval_method(),
+        probe=ProbeSection(fresh_lora=seeds[0].probes, comparison=probe_vs_forgetting(seeds[0].probes, agg, specs)),
+        mixing=_compat_mixing(first.get(corpus_arm) if corpus_arm else None, manifests[0], cfg),
+        data=manifests[0].data,
+        data_per_seed=manifests,
+        suite=[seed.suite for seed in seeds],
+        config=cfg.to_dict(),
+        config_source=cfg.source,
+    )
 
 
-def _gate(cfg: Any, per_family: dict[str, dict[str, Any]], targets: dict[str, Any]) -> dict[str, Any]:
-    """The retention gate over the trained arms: ``[evaluation] gate_arm``, else the targets' best arm."""
-    families = {arm: v["families"] for arm, v in per_family.items() if arm != "base"}
-    present = list(dict.fromkeys(f for fams in per_family.values() for f in fams["families"]))
-    floors = resolve_floors(cfg.evaluation.retention_floor, present)
-    gate_arm = cfg.evaluation.gate_arm
-    chosen, by = (gate_arm, "gate_arm") if gate_arm else (targets.get("best_arm"), "best_arm")
-    return evaluate_gate(families, floors, chosen=chosen, chosen_by=by)
-
-
-def _mean_shares(shares: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
-    for kind in ("rows", "label_tokens"):
-        keys = sorted({k for s in shares for k in s.get(kind, {})})
-        out[kind] = {k: round(float(np.mean([s[kind].get(k, 0.0) for s in shares])), 4) for k in keys}
+def _means(arms: Mapping[str, ArmSummary], key: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, arm in arms.items():
+        value = arm.mean(key)
+        if value is not None:
+            out[name] = value
     return out
 
 
-def probe_vs_forgetting(probes: dict[str, Any], agg: dict[str, dict[str, dict[str, Any]]], specs: dict[str, Any]) -> list[dict[str, Any]]:
+def _gate(cfg: Any, per_family: Mapping[str, Mapping[str, Any]], targets: Targets) -> Gate:
+    """The retention gate over the trained arms: ``[evaluation] gate_arm``, else the targets' best arm."""
+    families = {arm: {f: s.retention for f, s in fams.items()} for arm, fams in per_family.items() if arm != "base"}
+    present = list(dict.fromkeys(f for fams in per_family.values() for f in fams))
+    floors = resolve_floors(cfg.evaluation.retention_floor, present)
+    gate_arm = cfg.evaluation.gate_arm
+    chosen, by = (gate_arm, "gate_arm") if gate_arm else (targets.best_arm, "best_arm")
+    return evaluate_gate(families, floors, chosen=chosen, chosen_by=by)
+
+
+def _mean_shares(shares: list[LossShare]) -> LossShare:
+    def mean(kind: str) -> dict[str, float]:
+        of = [getattr(s, kind) for s in shares]
+        keys = sorted({k for s in of for k in s})
+        return {k: round(float(np.mean([s.get(k, 0.0) for s in of])), 4) for k in keys}
+
+    return LossShare(rows=mean("rows"), label_tokens=mean("label_tokens"))
+
+
+def probe_vs_forgetting(probes: Mapping[str, JsonObject], agg: Aggregate, specs: Mapping[str, Any]) -> list[ProbeComparison]:
     """Per rehearsal source: the probe's prediction next to the forgetting measured on that source's rows.
 
     The measured forgetting of a source is the rise of the naive arm's loss on that source's rows
@@ -163,54 +189,56 @@ def probe_vs_forgetting(probes: dict[str, Any], agg: dict[str, dict[str, dict[st
     ``self``), and what the arm rehearsing only that source left of it.
 
     Example:
-        >>> agg = {"base": {"docs_loss": {"mean": 1.7}}, "naive": {"docs_loss": {"mean": 2.9}},
-        ...        "rc": {"docs_loss": {"mean": 1.6}}}
+        >>> from replaybank.llm.results import Stat
+        >>> st = lambda m: {"docs_loss": Stat(m, None, 1, [m])}
+        >>> agg = {"base": st(1.7), "naive": st(2.9), "rc": st(1.6)}
         >>> class S: source, kl_to_base = ["corpus"], 0.0
         >>> out = probe_vs_forgetting({"corpus": {"cosine_mean": 0.09, "alpha_suggested": 0.0, "rehearsal_needed": False}},
         ...                           agg, {"rc": S()})
-        >>> out[0]["naive_loss_rise"], out[0]["rehearsal_arm"], out[0]["rehearsal_loss_rise"]
+        >>> out[0].naive_loss_rise, out[0].rehearsal_arm, out[0].rehearsal_loss_rise
         (1.2, 'rc', -0.1)
     """
     out = []
     for source, rep in probes.items():
         key = SOURCE_LOSS.get(source)
-        row: dict[str, Any] = {
-            "source": source, "cosine_mean": rep["cosine_mean"], "cosine_std": rep.get("cosine_std"),
-            "alpha_suggested": rep["alpha_suggested"], "predicts_forgetting": rep["rehearsal_needed"],
-            "loss": key,
-        }
-        base = agg.get("base", {}).get(key or "", {}).get("mean")
-        naive = agg.get("naive", {}).get(key or "", {}).get("mean")
-        if base is not None and naive is not None:
-            row["naive_loss_rise"] = round(naive - base, 4)
+        base = agg["base"][key].mean if "base" in agg and key in agg["base"] else None
+        naive = agg["naive"][key].mean if "naive" in agg and key in agg["naive"] else None
         arm = next((a for a, s in specs.items() if a in agg and list(s.source) == [source] and not s.kl_to_base), None)
-        if arm is not None and base is not None and key in agg[arm]:
-            row["rehearsal_arm"] = arm
-            row["rehearsal_loss_rise"] = round(agg[arm][key]["mean"] - base, 4)
-        out.append(row)
+        measured = arm is not None and base is not None and key in agg[arm]
+        out.append(ProbeComparison(
+            source=source, cosine_mean=rep["cosine_mean"], cosine_std=rep.get("cosine_std"),  # type: ignore[arg-type]
+            alpha_suggested=rep["alpha_suggested"], predicts_forgetting=rep["rehearsal_needed"],  # type: ignore[arg-type]
+            loss=key,
+            naive_loss_rise=round(naive - base, 4) if base is not None and naive is not None else None,
+            rehearsal_arm=arm if measured else None,
+            rehearsal_loss_rise=round(agg[arm][key].mean - base, 4) if measured else None,  # type: ignore[index, operator]
+        ))
     return out
 
 
-def _compat_mixing(arm: dict[str, Any] | None, manifest: dict[str, Any], cfg: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "share": manifest["share"], "how": manifest["how"], "batch_size": cfg.training.batch_size,
-        "mix_by": cfg.training.mix_by,
-        "semantics": "fixed quota of every micro-batch (largest remainder, credit carried); "
-                     "mix_by=tokens converts the target share of labelled tokens into row quotas",
-    }
-    if arm:
-        steps = [s for gen in arm["generations"] for s in gen["train"]["steps"]]
+def _compat_mixing(arm: ArmResult | None, manifest: SeedManifest, cfg: Any) -> Mixing:
+    measured = None
+    if arm and arm.training is not None:
+        steps: list[Any] = [s for gen in arm.training.generations for s in gen.train["steps"]]  # type: ignore[attr-defined]
         rows = sum(s["rows"] for s in steps)
         tokens = sum(s["tokens"] for s in steps)
-        out["rows_per_batch"] = sorted({s["rehearsal_rows"] for s in steps})
-        out["measured_row_share"] = sum(s["rehearsal_rows"] for s in steps) / rows if rows else None
-        out["rehearsal_tokens"] = sum(s["rehearsal_tokens"] for s in steps)
-        out["measured_token_share"] = out["rehearsal_tokens"] / tokens if tokens else None
-        out["measured_label_token_share"] = arm["loss_share"]["label_tokens"]
-    return out
+        rehearsal_tokens = sum(s["rehearsal_tokens"] for s in steps)
+        measured = MixingMeasured(
+            rows_per_batch=sorted({s["rehearsal_rows"] for s in steps}),
+            measured_row_share=sum(s["rehearsal_rows"] for s in steps) / rows if rows else None,
+            rehearsal_tokens=rehearsal_tokens,
+            measured_token_share=rehearsal_tokens / tokens if tokens else None,
+            measured_label_token_share=arm.training.loss_share.label_tokens,
+        )
+    return Mixing(
+        share=manifest.share, how=manifest.how, batch_size=cfg.training.batch_size, mix_by=cfg.training.mix_by,
+        semantics="fixed quota of every micro-batch (largest remainder, credit carried); "
+                  "mix_by=tokens converts the target share of labelled tokens into row quotas",
+        measured=measured,
+    )
 
 
-def write_outputs(folder: Path, metrics: dict[str, Any]) -> None:
+def write_outputs(folder: Path, metrics: RunResult) -> None:
     """``losses.png``, ``behaviour.png``, ``mixture.png`` (arms with a replay controller), ``report.md``,
     then ``metrics.json`` (last).
 
@@ -226,6 +254,6 @@ def write_outputs(folder: Path, metrics: dict[str, Any]) -> None:
     write_metrics(folder / "metrics.json", metrics)
 
 
-def write_metrics(path: Path, metrics: dict[str, Any]) -> None:
+def write_metrics(path: Path, metrics: RunResult) -> None:
     """Write ``metrics.json`` (sorted keys, 2-space indent)."""
-    path.write_text(json.dumps(metrics, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(metrics.to_json(), indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from replaybank.llm.results import RunResult
+
 PLOT_NAME = "losses.png"
 BEHAVIOUR_PLOT = "behaviour.png"
 MIXTURE_PLOT = "mixture.png"
@@ -26,12 +28,12 @@ BARS = [
 COLORS = ["tab:gray", "tab:red", "tab:blue", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:olive"]
 
 
-def arm_names(metrics: dict[str, Any]) -> list[str]:
+def arm_names(metrics: RunResult) -> list[str]:
     """The arms to show: every arm of the run."""
-    return list(metrics["arms"])
+    return list(metrics.arms)
 
 
-def plot_behaviour(path: Path, metrics: dict[str, Any]) -> None:
+def plot_behaviour(path: Path, metrics: RunResult) -> None:
     """Bars per family per arm (seed mean), error bars = std over seeds."""
     import matplotlib
 
@@ -42,18 +44,18 @@ def plot_behaviour(path: Path, metrics: dict[str, Any]) -> None:
     fig, ax = plt.subplots(figsize=(max(8.0, 1.6 * len(BARS) * max(1, len(arms)) / 3), 4.4))
     width = 0.8 / max(1, len(arms))
     for i, arm in enumerate(arms):
-        summary = metrics["arms"][arm]["summary"]
+        summary = metrics.arms[arm].summary
         xs, ys, es = [], [], []
         for j, (key, _) in enumerate(BARS):
             if key in summary:
                 xs.append(j + (i - (len(arms) - 1) / 2) * width)
-                ys.append(summary[key]["mean"])
-                es.append(summary[key]["std"] or 0.0)
+                ys.append(summary[key].mean)
+                es.append(summary[key].std or 0.0)
         ax.bar(xs, ys, width, yerr=es, capsize=3, color=COLORS[i % len(COLORS)], label=arm)
     ax.set_xticks(range(len(BARS)), [label for _, label in BARS])
     ax.axhline(1.0, color="black", lw=0.6, ls=":")
     ax.axhline(0.9, color="gray", lw=0.6, ls="--")
-    n = len(metrics.get("seeds", [0]))
+    n = len(metrics.seeds or [0])
     ax.set_title(f"behaviour kept, per arm (mean of {n} seed{'s' if n > 1 else ''}; bars: std)")
     ax.set_ylim(0, 1.15)
     ax.legend(fontsize=8, ncol=min(len(arms), 5), loc="upper center", bbox_to_anchor=(0.5, -0.2))
@@ -63,34 +65,34 @@ def plot_behaviour(path: Path, metrics: dict[str, Any]) -> None:
     plt.close(fig)
 
 
-def plot_losses(path: Path, metrics: dict[str, Any]) -> None:
+def plot_losses(path: Path, metrics: RunResult) -> None:
     """Training loss per step (first seed), held-out general and domain loss at the evaluation points."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    arms = metrics["arms"]
-    base = arms.get("base", {})
+    arms = metrics.arms
+    base = arms["base"].summary if "base" in arms else {}
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for i, arm in enumerate(arm_names(metrics)):
         if arm == "base":
             continue
         color = COLORS[i % len(COLORS)]
-        steps = [s for gen in arms[arm]["generations"] for s in gen["train"]["steps"]]
+        steps: list[Any] = [s for gen in arms[arm].generations or [] for s in gen.train["steps"]]  # type: ignore[attr-defined]
         x = list(range(1, len(steps) + 1))
         axes[0].plot(x, [s["domain_loss"] for s in steps], color=color, label=f"{arm}: domain rows")
         pts = [(k, s["rehearsal_loss"]) for k, s in zip(x, steps, strict=True) if s["rehearsal_loss"] is not None]
         if pts:
             axes[0].plot(*zip(*pts, strict=True), color=color, ls="--", marker=".", label=f"{arm}: rehearsal rows")
-        curve = arms[arm]["curve"]
+        curve = arms[arm].curve or []
         for ax, key in ((axes[1], "general_loss"), (axes[2], "domain_loss")):
-            xs = [0] + [c["step"] for c in curve]
-            ys = [base.get(key, float("nan"))] + [c[key] for c in curve]
+            xs = [0] + [c.step for c in curve]
+            ys = [base[key].mean if key in base else float("nan")] + [getattr(c.losses, key) for c in curve]
             ax.plot(xs, ys, marker="o", color=color, label=arm)
     for ax, key in ((axes[1], "general_loss"), (axes[2], "domain_loss")):
         if key in base:
-            ax.axhline(base[key], color="gray", ls=":", label="base")
+            ax.axhline(base[key].mean, color="gray", ls=":", label="base")
     axes[0].set_title("training loss per step (first seed)")
     axes[1].set_title("held-out general text loss")
     axes[2].set_title("held-out domain loss")
@@ -104,10 +106,10 @@ def plot_losses(path: Path, metrics: dict[str, Any]) -> None:
     plt.close(fig)
 
 
-def plot_mixture(path: Path, metrics: dict[str, Any]) -> bool:
+def plot_mixture(path: Path, metrics: RunResult) -> bool:
     """The share of every source after each evaluation, one panel per steered arm (first seed);
     generation boundaries dotted. Nothing is written (False) when no arm has a controller."""
-    steered = [a for a in arm_names(metrics) if metrics["arms"][a].get("mixture")]
+    steered = [a for a, v in metrics.arms.items() if v.mixture]
     if not steered:
         return False
     import matplotlib
@@ -117,7 +119,7 @@ def plot_mixture(path: Path, metrics: dict[str, Any]) -> bool:
 
     fig, axes = plt.subplots(1, len(steered), figsize=(5.2 * len(steered), 3.8), squeeze=False)
     for ax, arm in zip(axes[0], steered, strict=True):
-        traj = metrics["arms"][arm]["mixture"]
+        traj: list[Any] = metrics.arms[arm].mixture or []
         names = list(dict.fromkeys(n for e in traj for n in e["shares"] if n != "domain"))
         xs = [e["step"] for e in traj]
         for k, n in enumerate(names):
@@ -126,7 +128,7 @@ def plot_mixture(path: Path, metrics: dict[str, Any]) -> bool:
         for prev, e in zip(traj, traj[1:], strict=False):
             if e["generation"] != prev["generation"]:
                 ax.axvline(e["step"], color="gray", ls=":", lw=0.8)
-        ax.set_title(f"{arm} ({metrics['arms'][arm].get('controller', '')})")
+        ax.set_title(f"{arm} ({metrics.arms[arm].controller or ''})")
         ax.set_xlabel("optimizer step")
         ax.set_ylabel("share of every batch")
         ax.set_ylim(0, max(0.55, max(1.0 - e["shares"]["domain"] for e in traj) + 0.05))

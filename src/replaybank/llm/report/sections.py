@@ -7,7 +7,7 @@ line; ``metrics.json`` (``arms.<arm>.flips``) holds them in full.
 
 from __future__ import annotations
 
-from typing import Any
+from replaybank.llm.results import RunResult
 
 __all__ = ["ANSWER_CHARS", "PROMPT_CHARS", "cell", "flips_section", "gate_section"]
 
@@ -15,7 +15,7 @@ PROMPT_CHARS = 60
 ANSWER_CHARS = 80
 
 
-def cell(text: Any, limit: int) -> str:
+def cell(text: object, limit: int) -> str:
     """``text`` as one Markdown table cell: whitespace collapsed, ``|`` escaped, cut to ``limit``
     characters with an ellipsis.
 
@@ -29,32 +29,32 @@ def cell(text: Any, limit: int) -> str:
     return flat.replace("|", "\\|")
 
 
-def gate_section(metrics: dict[str, Any]) -> list[str]:
+def gate_section(metrics: RunResult) -> list[str]:
     """``## Retention gate``: the floor, the rule, each trained arm per family, the verdict."""
-    gate = metrics.get("gate")
-    if not gate or not gate.get("arms"):
+    gate = metrics.gate
+    if not gate.arms:
         return []
-    fams = list(gate["floor"])
+    fams = list(gate.floor)
     lines = ["", "## Retention gate", "",
-             f"Floor per family: {', '.join(f'{f} {v:.0%}' for f, v in gate['floor'].items())} "
-             f"(`[evaluation] retention_floor`). Rule: {gate['rule']}.", "",
+             f"Floor per family: {', '.join(f'{f} {v:.0%}' for f, v in gate.floor.items())} "
+             f"(`[evaluation] retention_floor`). Rule: {gate.rule}.", "",
              "| arm | " + " | ".join(fams) + " | gate |", "|---|" + "---|" * (len(fams) + 1)]
-    for arm, row in gate["arms"].items():
+    for arm, row in gate.arms.items():
         cells = []
         for fam in fams:
-            r = row["families"].get(fam)
-            cells.append("n/a" if r is None or r["retention"] is None else f"{r['status']} ({r['retention'] * 100:.1f}%)")
-        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {'pass' if row['passed'] else 'fail'} |")
-    chosen = gate.get("chosen_arm")
-    how = "`[evaluation] gate_arm`" if gate.get("chosen_by") == "gate_arm" else "the targets' best rehearsal arm"
-    verdict = "no arm to gate" if chosen is None else f"`{chosen}` ({how}): {'passes' if gate['passed'] else 'fails'}"
+            r = row.families.get(fam)
+            cells.append("n/a" if r is None or r.retention is None else f"{r.status} ({r.retention * 100:.1f}%)")
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {'pass' if row.passed else 'fail'} |")
+    chosen = gate.chosen_arm
+    how = "`[evaluation] gate_arm`" if gate.chosen_by == "gate_arm" else "the targets' best rehearsal arm"
+    verdict = "no arm to gate" if chosen is None else f"`{chosen}` ({how}): {'passes' if gate.passed else 'fails'}"
     lines += ["", f"Gated arm (`replaybank run --require-floor` exits 3 when it fails): {verdict}."]
     return lines
 
 
-def flips_section(metrics: dict[str, Any]) -> list[str]:
+def flips_section(metrics: RunResult) -> list[str]:
     """``## Items lost and gained``: per trained arm, a count table per family, then the items."""
-    arms = {name: a for name, a in metrics["arms"].items() if "flips" in a}
+    arms = {name: a for name, a in metrics.arms.items() if a.flips is not None}
     if not arms:
         return []
     lines = ["", "## Items lost and gained", "",
@@ -62,11 +62,11 @@ def flips_section(metrics: dict[str, Any]) -> list[str]:
              f"Prompts cut to {PROMPT_CHARS} and answers to {ANSWER_CHARS} characters here; in full in "
              "`metrics.json` (`arms.<arm>.flips`)."]
     for name, arm in arms.items():
-        fams = arm.get("families", {})
+        fams = arm.families or {}
         lines += ["", f"### {name}", "", "| family | items (all seeds) | lost | gained |", "|---|---|---|---|"]
-        lines += [f"| {fam} | {e['n_items']} | {e['lost']} | {e['gained']} |" for fam, e in fams.items()]
+        lines += [f"| {fam} | {e.n_items} | {e.lost} | {e.gained} |" for fam, e in fams.items()]
         for kind, title in (("lost", "Lost"), ("gained", "Gained")):
-            rows = [(seed["seed"], item) for seed in arm["flips"] for item in seed[kind]]
+            rows = [(seed.seed, item) for seed in arm.flips or [] for item in getattr(seed, kind)]
             if not rows:
                 lines += ["", f"{title}: none."]
                 continue

@@ -7,20 +7,23 @@ Every arm of every seed is reduced to flat scalars (:func:`replaybank.llm.eval.m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from replaybank.llm.eval.suite import CHECKED_FAMILIES
+from replaybank.llm.results import Stat, TargetArm, Targets
+
+Aggregate = dict[str, dict[str, Stat]]
+"""``{arm: {scalar: Stat}}`` over seeds."""
 
 FAMILIES = CHECKED_FAMILIES
 """The families a rehearsal arm's retention target is checked on: the checker-scored ones
 (``open``, agreement with the base model's wording, is reported but not a target)."""
 
 
-def aggregate(per_seed: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """``{arm: {scalar: {"mean", "std", "n", "values"}}}`` over seeds.
+def aggregate(per_seed: Sequence[Mapping[str, Mapping[str, float]]]) -> Aggregate:
+    """``{arm: {scalar: Stat}}`` over seeds: mean, std, n and the values.
 
     A scalar missing in some seeds is aggregated over the seeds that have it.
 
@@ -29,9 +32,9 @@ def aggregate(per_seed: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict
 
     Example:
         >>> agg = aggregate([{"naive": {"leakage": 0.5}}, {"naive": {"leakage": 0.7}}, {"naive": {"leakage": 0.9}}])
-        >>> round(agg["naive"]["leakage"]["mean"], 6), round(agg["naive"]["leakage"]["std"], 6), agg["naive"]["leakage"]["n"]
+        >>> round(agg["naive"]["leakage"].mean, 6), round(agg["naive"]["leakage"].std, 6), agg["naive"]["leakage"].n
         (0.7, 0.2, 3)
-        >>> aggregate([{"base": {"x": 1.0}}])["base"]["x"]["std"] is None
+        >>> aggregate([{"base": {"x": 1.0}}])["base"]["x"].std is None
         True
     """
     if not per_seed:
@@ -39,7 +42,7 @@ def aggregate(per_seed: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict
     arms: list[str] = []
     for seed in per_seed:
         arms += [a for a in seed if a not in arms]
-    out: dict[str, dict[str, dict[str, Any]]] = {}
+    out: Aggregate = {}
     for arm in arms:
         keys: list[str] = []
         for seed in per_seed:
@@ -48,18 +51,18 @@ def aggregate(per_seed: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict
         for key in keys:
             values = [float(seed[arm][key]) for seed in per_seed if key in seed.get(arm, {})]
             arr = np.asarray(values, dtype=np.float64)
-            out[arm][key] = {
-                "mean": float(arr.mean()),
-                "std": float(arr.std(ddof=1)) if arr.size > 1 else None,
-                "n": int(arr.size),
-                "values": values,
-            }
+            out[arm][key] = Stat(
+                mean=float(arr.mean()),
+                std=float(arr.std(ddof=1)) if arr.size > 1 else None,
+                n=int(arr.size),
+                values=values,
+            )
     return out
 
 
-def _mean(summary: dict[str, dict[str, Any]], key: str) -> float | None:
+def _mean(summary: Mapping[str, Stat], key: str) -> float | None:
     entry = summary.get(key)
-    return None if entry is None else float(entry["mean"])
+    return None if entry is None else float(entry.mean)
 
 
 LEAKAGE_TARGET = 0.02
@@ -67,7 +70,7 @@ RETENTION_TARGET, SEED_FLOOR = 0.90, 0.85
 DOMAIN_TARGET, DOMAIN_SLACK = 0.50, 0.05
 
 
-def check_targets(agg: dict[str, dict[str, dict[str, Any]]], rehearsal_arms: Sequence[str]) -> dict[str, Any]:
+def check_targets(agg: Aggregate, rehearsal_arms: Sequence[str]) -> Targets:
     """The main job's targets (docs/llm.md) on the seed means (and, for retention, on every seed).
 
     * naive loses behaviour: leakage >= 0.5, or conversation retention <= 2/3;
@@ -82,17 +85,17 @@ def check_targets(agg: dict[str, dict[str, dict[str, Any]]], rehearsal_arms: Seq
         ...                   "r": {"leakage": 0.0, "retention_conversation": 0.95, "retention_arithmetic": 1.0,
         ...                         "retention_code": 0.92, "domain_exact_match": 0.88}}])
         >>> t = check_targets(agg, ["r"])
-        >>> t["naive_loses_behaviour"], t["naive_learns_skill"], t["arms"]["r"]["met"], t["best_arm"]
+        >>> t.naive_loses_behaviour, t.naive_learns_skill, t.arms["r"].met, t.best_arm
         (True, True, True, 'r')
     """
-    out: dict[str, Any] = {"arms": {}}
+    arms: dict[str, TargetArm] = {}
     naive = agg.get("naive", {})
     leak, conv = _mean(naive, "leakage"), _mean(naive, "retention_conversation")
+    loses = None
     if leak is not None or conv is not None:
-        out["naive_loses_behaviour"] = bool((leak is not None and leak >= 0.5) or (conv is not None and conv <= 2 / 3))
+        loses = bool((leak is not None and leak >= 0.5) or (conv is not None and conv <= 2 / 3))
     naive_dom = _mean(naive, "domain_exact_match")
-    if naive_dom is not None:
-        out["naive_learns_skill"] = naive_dom >= DOMAIN_TARGET
+    learns = naive_dom >= DOMAIN_TARGET if naive_dom is not None else None
     naive_ret = _mean_retention(naive)
     for arm in rehearsal_arms:
         s = agg.get(arm)
@@ -104,20 +107,17 @@ def check_targets(agg: dict[str, dict[str, dict[str, Any]]], rehearsal_arms: Seq
         for fam in FAMILIES:
             entry = s.get(f"retention_{fam}")
             checks[f"retention_{fam}_at_least_90pct"] = None if entry is None else (
-                entry["mean"] >= RETENTION_TARGET and min(entry["values"]) >= SEED_FLOOR)
+                entry.mean >= RETENTION_TARGET and min(entry.values) >= SEED_FLOOR)
         dom = _mean(s, "domain_exact_match")
         checks["domain_within_5_points_of_naive"] = None if dom is None or naive_dom is None else dom >= naive_dom - DOMAIN_SLACK
         ret = _mean_retention(s)
         checks["retention_above_naive"] = None if ret is None or naive_ret is None else ret > naive_ret
         known = [v for v in checks.values() if v is not None]
-        out["arms"][arm] = {"checks": checks, "met": bool(known) and all(known), "count": sum(known)}
-    if out["arms"]:
-        out["best_arm"] = max(
-            out["arms"], key=lambda a: (out["arms"][a]["count"], -(_mean(agg[a], "leakage") or 0.0))
-        )
-    return out
+        arms[arm] = TargetArm(checks=checks, met=bool(known) and all(known), count=sum(known))
+    best = max(arms, key=lambda a: (arms[a].count, -(_mean(agg[a], "leakage") or 0.0))) if arms else None
+    return Targets(arms=arms, naive_loses_behaviour=loses, naive_learns_skill=learns, best_arm=best)
 
 
-def _mean_retention(summary: dict[str, dict[str, Any]]) -> float | None:
+def _mean_retention(summary: Mapping[str, Stat]) -> float | None:
     values = [v for fam in FAMILIES if (v := _mean(summary, f"retention_{fam}")) is not None]
     return float(np.mean(values)) if values else None

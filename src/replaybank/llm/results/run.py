@@ -1,0 +1,276 @@
+"""A run over seeds (``metrics.json``: what :mod:`replaybank.llm.report.metrics` assembles)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from replaybank.llm.results.codec import JsonObject, Record, ResultsError, flat_optional, omitted
+from replaybank.llm.results.seed import (
+    CurvePoint,
+    Generation,
+    LossShare,
+    MatrixResult,
+    SeedManifest,
+    TrainTotal,
+)
+
+__all__ = ["SCHEMA_VERSION", "ArmMatrix", "ArmSummary", "Effect", "FamilySeed", "FamilyStats", "FlipCount", "Gate", "GateArm", "GateFamily", "Interval", "IntervalMethod", "Mixing", "MixingMeasured", "ProbeComparison", "ProbeSection", "RiseRatio", "RunResult", "SeedFlips", "Stat", "TargetArm", "Targets"]
+
+SCHEMA_VERSION = 4
+"""Version of ``metrics.json`` this package writes and reads."""
+
+
+@dataclass(frozen=True)
+class Stat(Record):
+    """One scalar of an arm over seeds (:func:`..report.seeds.aggregate`)."""
+
+    mean: float
+    std: float | None
+    """Sample standard deviation; None for a single seed."""
+    n: int
+    values: list[float]
+
+
+@dataclass(frozen=True)
+class Interval(Record):
+    """A mean with its 95% interval."""
+
+    mean: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class FamilySeed(Record):
+    seed: int
+    n: int
+    score: float
+    score_low: float
+    score_high: float
+    retention: float | None
+    lost: int
+    gained: int
+
+
+@dataclass(frozen=True)
+class FamilyStats(Record):
+    """One suite family of one arm over seeds (:func:`..report.families.family_summary`)."""
+
+    score: Interval | None
+    retention: Interval | None
+    n_items: int
+    n_seeds: int
+    lost: int
+    gained: int
+    per_seed: list[FamilySeed]
+
+
+@dataclass(frozen=True)
+class FlipCount(Record):
+    lost: int
+    gained: int
+
+
+@dataclass(frozen=True)
+class SeedFlips(Record):
+    """The items an arm lost and gained against the base model in one seed, in full."""
+
+    seed: int
+    lost: list[JsonObject]
+    """``{"id", "family", "check", "prompt", "base_answer", "arm_answer", ...}`` (:func:`..eval.flips.flips`)."""
+    gained: list[JsonObject]
+    per_family: dict[str, FlipCount]
+
+
+@dataclass(frozen=True)
+class ArmMatrix(Record):
+    R_mean: list[list[float]]
+    per_seed: list[MatrixResult]
+
+
+@dataclass(frozen=True)
+class ArmSummary(Record):
+    """One arm over seeds (``metrics.json``: ``arms.<arm>``).
+
+    Every scalar of :attr:`summary` is also written at the top level of the arm's object as its
+    mean, and its std under ``std``; :meth:`from_json` reads them from ``summary``.
+    """
+
+    summary: dict[str, Stat]
+    matrix: ArmMatrix
+    spec: JsonObject | None = omitted()
+    share: float | None = omitted()
+    loss_share: LossShare | None = omitted()
+    curve: list[CurvePoint] | None = omitted()
+    """The first seed's."""
+    generations: list[Generation] | None = omitted()
+    """The first seed's."""
+    train_total: TrainTotal | None = omitted()
+    controller: str | None = omitted()
+    mixture: list[JsonObject] | None = omitted()
+    mixture_per_seed: list[list[JsonObject]] | None = omitted()
+    families: dict[str, FamilyStats] | None = omitted()
+    flips: list[SeedFlips] | None = omitted()
+
+    def mean(self, key: str) -> float | None:
+        stat = self.summary.get(key)
+        return None if stat is None else stat.mean
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {key: s.mean for key, s in self.summary.items()}
+        out["std"] = {key: s.std for key, s in self.summary.items()}
+        out.update(super().to_json())
+        return out
+
+
+@dataclass(frozen=True)
+class RiseRatio(Record):
+    rise_ratio: float | None
+    """Rehearsal rise / naive rise; None when naive did not rise."""
+
+
+@dataclass(frozen=True)
+class Effect(Record):
+    """The historical three arms compared (:func:`..report.metrics.effect`)."""
+
+    criteria: dict[str, bool]
+    naive_general_rise: float | None = omitted()
+    rehearsal_general_rise: float | None = omitted()
+    ratio: RiseRatio | None = flat_optional()
+    domain_loss_ratio: float | None = omitted()
+
+
+@dataclass(frozen=True)
+class TargetArm(Record):
+    checks: dict[str, bool | None]
+    met: bool
+    count: int
+
+
+@dataclass(frozen=True)
+class Targets(Record):
+    """The experiment's targets on the seed means (:func:`..report.seeds.check_targets`)."""
+
+    arms: dict[str, TargetArm]
+    naive_loses_behaviour: bool | None = omitted()
+    naive_learns_skill: bool | None = omitted()
+    best_arm: str | None = omitted()
+
+
+@dataclass(frozen=True)
+class GateFamily(Record):
+    retention: float | None
+    low: float | None
+    high: float | None
+    floor: float
+    status: str
+    """``pass``, ``fail``, ``clearly below`` or ``n/a`` (no retention)."""
+
+
+@dataclass(frozen=True)
+class GateArm(Record):
+    families: dict[str, GateFamily]
+    passed: bool
+    failed: list[str]
+
+
+@dataclass(frozen=True)
+class Gate(Record):
+    """The retention gate (:func:`..report.gate.evaluate_gate`)."""
+
+    rule: str
+    floor: dict[str, float]
+    arms: dict[str, GateArm]
+    chosen_arm: str | None
+    chosen_by: str
+    passed: bool
+
+
+@dataclass(frozen=True)
+class IntervalMethod(Record):
+    """How the intervals were computed."""
+
+    level: float
+    per_seed: str
+    over_seeds: str
+    resamples: int
+    bootstrap_seed: int
+
+
+@dataclass(frozen=True)
+class ProbeComparison(Record):
+    """Per rehearsal source: the probe's prediction next to the forgetting measured on its rows."""
+
+    source: str
+    cosine_mean: float
+    cosine_std: float | None
+    alpha_suggested: float
+    predicts_forgetting: bool
+    loss: str | None
+    naive_loss_rise: float | None = omitted()
+    rehearsal_arm: str | None = omitted()
+    rehearsal_loss_rise: float | None = omitted()
+
+
+@dataclass(frozen=True)
+class ProbeSection(Record):
+    fresh_lora: dict[str, JsonObject]
+    """The interference probe's report per source (:meth:`..eval.interference.ProbeReport.to_dict`)."""
+    comparison: list[ProbeComparison]
+
+
+@dataclass(frozen=True)
+class MixingMeasured(Record):
+    """The corpus arm's measured mixture over every step (first seed)."""
+
+    rows_per_batch: list[int]
+    measured_row_share: float | None
+    rehearsal_tokens: int
+    measured_token_share: float | None
+    measured_label_token_share: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Mixing(Record):
+    share: float
+    how: str
+    batch_size: int
+    mix_by: str
+    semantics: str
+    measured: MixingMeasured | None = flat_optional()
+
+
+@dataclass(frozen=True)
+class RunResult(Record):
+    """The run (``metrics.json``)."""
+
+    arms: dict[str, ArmSummary]
+    effect: Effect
+    targets: Targets
+    gate: Gate
+    intervals: IntervalMethod
+    probe: ProbeSection
+    mixing: Mixing
+    data: JsonObject
+    data_per_seed: list[SeedManifest]
+    suite: list[JsonObject]
+    config: JsonObject
+    config_source: str
+    environment: JsonObject = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    seeds: list[int] = field(default_factory=list)
+    wall_seconds: float = 0.0
+    schema_version: int = SCHEMA_VERSION
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "metrics.json") -> RunResult:
+        """Read ``metrics.json`` back.
+
+        Raises:
+            ResultsError: another schema version, or a key missing or of the wrong type.
+        """
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        if version != SCHEMA_VERSION:
+            raise ResultsError(f"{where}: schema_version {version!r}; this replaybank reads version {SCHEMA_VERSION}")
+        return super().from_json(data, where)
+
