@@ -21,7 +21,7 @@ import pytest
 import replaybank.hf
 from replaybank.llm.config import Config, ConfigError
 from replaybank.llm.config.loop import Loop, LoopConfig
-from replaybank.llm.config.recipe import CONTROLLER_KEYS, Recipe
+from replaybank.llm.config.recipe import CONTROLLER_KEYS, TARGETED_KEYS, Recipe
 from replaybank.llm.config.schema import Data, Evaluation, SharedData, SharedEvaluation, Training
 from replaybank.llm.loop.state import StateError, check_same_run, new_state
 
@@ -51,26 +51,29 @@ def _resolved(name: str) -> tuple[str, dict[str, Any]]:
         cfg = LoopConfig.from_toml(path) if job == "loop" else Config.from_toml(path)
     out = _flat(cfg.to_dict())
     if isinstance(cfg, Config):  # the built-in peer arms came after the snapshot
-        out.update({f"arm.{n}": _recipe(s) for n, s in cfg.arm_specs().items() if n not in PEER_ARMS})
+        out.update({f"arm.{n}": _recipe(s) for n, s in cfg.arm_specs().items() if n not in ADDED_ARMS})
     else:
         out["recipe"] = _recipe(cfg.recipe) if cfg.recipe else None
     return job, out
 
 
 def _recipe(spec: Recipe) -> dict[str, Any]:
-    """Every value of a recipe; the replay controller's keys (issue 25, after the snapshot) only
-    when it has one, and none of the shipped configs has; ``fresh_adapter`` (issue 26, after the
-    snapshot) only when set, and none of the shipped configs sets it; ``peer`` (after the snapshot)
-    likewise."""
+    """Every value of a recipe; the replay controller's keys (added after the snapshot) only
+    when it has one, and none of the shipped configs has; ``fresh_adapter`` (after the
+    snapshot) only when set, and none of the shipped configs sets it; ``peer``, ``project`` and the
+    keys of forgetting-targeted sampling (after the snapshot) likewise."""
     out = dataclasses.asdict(spec)
     assert out["controller"] == "none" and out.pop("fresh_adapter") is False and out.pop("peer") == "none"
-    return {k: v for k, v in out.items() if k not in CONTROLLER_KEYS}
+    assert out.pop("project") == "none" and out["sampling"] == "uniform"
+    return {k: v for k, v in out.items() if k not in CONTROLLER_KEYS and k not in TARGETED_KEYS}
 
 
 #: examples written after the snapshot: they had no values to keep
 ADDED_EXAMPLES = {"examples/peers.toml"}
-#: built-in recipes added after the snapshot (the peer methods, docs/llm.md)
-PEER_ARMS = {"peer-osf", "peer-corda", "peer-intruder", "peer-attn-lowrank"}
+#: built-in recipes and arms added after the snapshot (the peer methods, the routed arm,
+#: forgetting-targeted rehearsal, A-GEM: docs/llm.md)
+ADDED_ARMS = {"peer-osf", "peer-corda", "peer-intruder", "peer-attn-lowrank", "peer-sdft", "routed",
+              "rehearsal-targeted", "rehearsal-agem"}
 
 
 def test_the_snapshot_covers_every_shipped_config():

@@ -247,6 +247,10 @@ class LoopConfig:
         if spec is not None and spec.peer != "none":
             raise ConfigError(f"{at(self.source, self.text, table_name('recipes', lp.recipe), 'peer')}: [loop] recipe = "
                               f"{lp.recipe!r} sets peer = {spec.peer!r}, a peer method of `replaybank run`; the loop trains plain LoRA")
+        for key, value, off in (("sampling", spec.sampling if spec else "uniform", "uniform"), ("project", spec.project if spec else "none", "none")):
+            if value != off:
+                raise ConfigError(f"{at(self.source, self.text, table_name('recipes', lp.recipe), key)}: [loop] recipe = "
+                                  f"{lp.recipe!r} sets {key} = {value!r}, an option of `replaybank run`; the loop does not run it")
         if spec is None or not spec.source:
             return
         if len(spec.source) > 1 or not (spec.source[0] == "self" or is_file_source(spec.source[0])):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from replaybank.controllers import Controller
 from replaybank.llm.config.controller import auto_ratio, check_controller, recipe_controller
@@ -45,11 +45,16 @@ from replaybank.llm.config.values import (
 )
 
 __all__ = [
-    "BUILTIN_RECIPES", "CONTROLLER_KEYS", "JOB_ARMS", "NONE", "SOURCES", "TAKES_TRAINING_SHARE", "ArmPlan", "Recipe", "builtin",
-    "is_file_source", "load_recipes", "parse_recipes", "recipe_dict", "refuse_arms_tables", "resolve",
+    "BUILTIN_RECIPES", "CONTROLLER_KEYS", "JOB_ARMS", "NONE", "SOURCES", "TAKES_TRAINING_SHARE", "TARGETED_KEYS", "ArmPlan",
+    "Project", "Recipe", "Sampling", "builtin", "is_file_source", "load_recipes", "parse_recipes", "recipe_dict",
+    "refuse_arms_tables", "resolve",
 ]  # fmt: skip
 
 SOURCES = ARM_SOURCES  # corpus, self, replay, onpolicy
+#: how a source's rows are drawn: in order (each row in turn, or the corpus's seeded slices), or by forgetting
+Sampling = Literal["uniform", "forgetting"]
+#: what happens to the domain gradient: nothing, or A-GEM's projection against the rehearsal rows' gradient
+Project = Literal["none", "agem"]
 NONE = "none"  # a recipe name: no rehearsal at all
 
 
@@ -71,6 +76,12 @@ class Recipe:
     trend_window: int = _f(3, "with a controller: evaluations its loss trend is fitted over", min=2, max=1000)
     fresh_adapter: bool = _f(False, "replaybank run: train a fresh adapter on each generation's domain alone (one adapter per skill, adapters/ARM/seedN/genG/), instead of carrying one adapter over; the lineage keys do not apply")
     peer: PeerName = _f("none", "replaybank run: a peer method through PEFT instead of plain LoRA: osf, corda, intruder, attn-lowrank (docs/llm.md, Peer methods)")
+    sampling: Sampling = _f("uniform", "replaybank run: how each source's rows are drawn: uniform (in order; the corpus's seeded slices), or forgetting (by the rise of each row's loss over the base model's, docs/llm.md, Forgetting-targeted rehearsal)")
+    refresh_every: int = _f(20, "with sampling = forgetting: optimizer steps between measurements of the rows' losses", min=1, max=1_000_000)
+    priority_cap: float = _f(0.9, "with sampling = forgetting: priorities above this quantile of the rows' rises are clipped to it; 1 = no cap", gt=0, max=1)
+    outlier_mads: float = _f(3.5, "with sampling = forgetting: rows whose base-model loss is more than this many scaled MADs above the median are never drawn (inf = keep all)", gt=0)
+    candidates: int = _f(512, "with sampling = forgetting: the most rows of each source whose losses are measured (a seeded choice)", min=1, max=10_000_000)
+    project: Project = _f("none", "replaybank run: none, or agem: project the domain gradient so it does not oppose the rehearsal rows' gradient (docs/llm.md, A-GEM)")
 
 
 @dataclass(frozen=True)
@@ -124,6 +135,10 @@ BUILTIN_RECIPES: dict[str, Recipe] = {
     "rehearsal-self": Recipe(source=["self"]),
     "rehearsal-replay": Recipe(source=["replay"]),
     "rehearsal-self-kl": Recipe(source=["self"], kl_to_base=1.0),
+    # the corpus drawn by forgetting (docs/llm.md, Forgetting-targeted rehearsal), outliers held out
+    "rehearsal-targeted": Recipe(source=["corpus"], sampling="forgetting"),
+    # the base model's own answers as A-GEM's reference memory, and trained on (docs/llm.md, A-GEM)
+    "rehearsal-agem": Recipe(source=["self"], project="agem"),
     # the loop's working recipe: half of every batch the base model's own answers, through the KL term only
     "self-distill": Recipe(source=["self"], ratio=0.5, kl_to_base=3.0, rehearsal_ce=False),
     # peer methods (docs/llm.md, Peer methods): no rehearsal, another way to train the adapter, through PEFT
@@ -140,7 +155,10 @@ JOB_ARMS = ("peer-sdft", "routed")
 
 #: Built-in recipes whose share the main job takes from ``[training] mixing_ratio`` and ``mix_by``
 #: (the rehearsal-corpus method's share, 10% of rows by default); their ratio above is that default.
-TAKES_TRAINING_SHARE = frozenset({"rehearsal-corpus", "rehearsal", "rehearsal-self", "rehearsal-replay", "rehearsal-self-kl"})
+TAKES_TRAINING_SHARE = frozenset({
+    "rehearsal-corpus", "rehearsal", "rehearsal-self", "rehearsal-replay", "rehearsal-self-kl", "rehearsal-targeted",
+    "rehearsal-agem",
+})
 
 
 #: The loop's old ``[loop]`` rehearsal keys and the recipe key each became.
@@ -150,14 +168,17 @@ LOOP_SPELLING = {"rehearsal": "source", "rehearsal_ratio": "ratio", "kl_weight":
 #: the keys of a replay controller (docs/controllers.md); written only when a recipe has one, so configs and run
 #: folders written before them read and resume as they were
 CONTROLLER_KEYS = ("controller", "floor", "max_share", "controller_params", "trend_window")
+#: the keys of forgetting-targeted sampling; written only when a recipe samples by forgetting
+TARGETED_KEYS = ("sampling", "refresh_every", "priority_cap", "outlier_mads", "candidates")
 #: sources that draw on earlier generations, which an adapter of one generation's domain alone has not seen
 EARLIER_SOURCES = ("replay", "onpolicy")
 
 
 def recipe_dict(spec: Recipe) -> dict[str, Any]:
     """``spec``'s values as a dict, the controller keys left out when it has none (and
-    ``fresh_adapter`` when false and ``peer`` when none: configs and run folders written before
-    them read back the same).
+    ``fresh_adapter`` when false, ``peer`` and ``project`` when none, the keys of
+    ``sampling = "forgetting"`` when uniform: configs and run folders written before them read
+    back the same).
 
     Example:
         >>> sorted(recipe_dict(Recipe(source=["self"])))
@@ -171,6 +192,11 @@ def recipe_dict(spec: Recipe) -> dict[str, Any]:
         out.pop("fresh_adapter")
     if spec.peer == "none":
         out.pop("peer")
+    if spec.sampling == "uniform":
+        for key in TARGETED_KEYS:
+            out.pop(key)
+    if spec.project == "none":
+        out.pop("project")
     return out
 
 
@@ -307,7 +333,20 @@ def check_recipe(spec: Recipe, table: str, keys: set[str], source: str, text: st
             f"{where('fresh_adapter')}: [{table}] fresh_adapter = true trains each generation's domain alone, but "
             f"source contains {earlier[0]!r} (rows of earlier generations); drop it, or set fresh_adapter = false"
         )
+    check_targeted(spec, table, keys, where)
     check_controller(spec, table, keys, source, text)
+
+
+def check_targeted(spec: Recipe, table: str, keys: set[str], where: Any) -> None:
+    """The keys of forgetting-targeted sampling and of A-GEM against the rest of a recipe."""
+    if spec.sampling == "uniform":
+        stray = [k for k in TARGETED_KEYS[1:] if k in keys]
+        if stray:
+            raise ConfigError(f"{where(stray[0])}: [{table}] {stray[0]} applies to sampling = \"forgetting\"; "
+                              "set sampling = \"forgetting\" or drop it")
+    for key, value, off in (("sampling", spec.sampling, "uniform"), ("project", spec.project, "none")):
+        if value != off and not spec.source:
+            raise ConfigError(f"{where(key)}: [{table}] {key} = {value!r} needs rehearsal rows, but source = []")
 
 
 def load_recipes(path: str | Path) -> dict[str, Recipe]:

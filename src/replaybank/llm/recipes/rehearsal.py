@@ -308,7 +308,8 @@ def _train_arm(
             restore_adapter(model, initial)
         domain = concat_rows([ctx.data.domain_generations[i] for i in lineage])
         share_g = plan.share_for(len(domain))  # converted from rehearsal_rows_per_epoch: follows the lineage's size
-        sources = build_sources(spec, share_g, g, lineage, ctx, model=model, max_seq_length=cfg.training.max_seq_length)
+        sources = build_sources(spec, share_g, g, lineage, ctx, model=model, max_seq_length=cfg.training.max_seq_length,
+                                seed=cfg.training.seed + g)
 
         def on_eval(step: int, _offset: int = offset, _g: int = g) -> dict[str, float]:
             result = measure_losses(model, ctx)
@@ -327,7 +328,7 @@ def _train_arm(
                 model, ctx.pad_id, domain, cfg.training,
                 checkpoint_dir=partial / f"{name}-{seed_label}-gen{g}", on_eval=on_eval,
                 eval_points=cfg.evaluation.eval_points, desc=f"{tag} gen {g}", max_steps=max_steps,
-                sources=sources, mix_by=spec.mix_by, kl=kl, steer=steer,
+                sources=sources, mix_by=spec.mix_by, kl=kl, steer=steer, project=spec.project,
             )
         if not train_log.evals or train_log.evals[-1]["step"] != len(train_log.steps):
             train_log.evals.append(dict(on_eval(len(train_log.steps)), step=len(train_log.steps)))
@@ -355,8 +356,10 @@ def _train_arm(
             write_adapter_folder(model, safe_folder(partial, "adapters", name, seed_label, f"gen{g}"), {
                 "arm": name, "spec": recipe_dict(spec), "rehearsal_share": share, "lineage": lineage,
                 "config": cfg.to_dict(), "data": ctx.data.manifest}, converted=hooks.saved(model))
+        projected = train_log.projected_share()  # None unless the recipe projects (A-GEM) and steps had rehearsal rows
         log(f"{tag} gen {g}: {len(train_log.steps)} steps, {train_log.tokens} tokens in {train_log.seconds:.1f} s, "
             f"rehearsal share {generations[-1].rehearsal_share:.4f}; "
+            + (f"A-GEM projected {projected:.1%} of steps; " if projected is not None else "") +
             f"domain exact match {[round(c.exact_match, 3) for c in matrix_rows[-1]]}")
     suite, probe_score, probe_logprob = measure_behaviour(model, ctx, tag)
     self_loss = mean_loss(model, ctx.self_rows, ctx.pad_id, precision=ctx.precision) if ctx.self_rows is not None else None

@@ -24,4 +24,11 @@ class TrainLog:
             "seconds": round(self.seconds, 3),
             "tokens_per_second": round(self.tokens / self.seconds, 1) if self.seconds else None,
             "resumed_from_step": self.resumed_from_step,
+            **({"projected_share": self.projected_share()} if any("projected" in s for s in self.steps) else {}),
         }
+
+    def projected_share(self) -> float | None:
+        """The share of the steps with rehearsal rows whose domain gradient A-GEM projected
+        (:mod:`.agem`); None when no step had rehearsal rows (or none ran A-GEM)."""
+        acted = [s["projected"] for s in self.steps if s.get("projected") is not None]
+        return round(sum(acted) / len(acted), 4) if acted else None

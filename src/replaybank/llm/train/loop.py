@@ -19,11 +19,12 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from replaybank.llm.config import Training
+from replaybank.llm.config.recipe import Project
 from replaybank.llm.data.rows import TokenRows
 from replaybank.llm.model import check_target_modules, enable_gradient_checkpointing, peft_wrapping
 from replaybank.llm.runtime import FrozenBf16, short_row_attention
@@ -39,7 +40,8 @@ from replaybank.llm.train.step import DOMAIN, train_step
 from replaybank.mixing import MixBy, Mixer, row_shares
 
 __all__ = [
-    "CHECKPOINT_SCHEMA_VERSION", "KLSpec", "Source", "Steering", "TrainLog", "add_lora", "epoch_slice", "train_lora",
+    "CHECKPOINT_SCHEMA_VERSION", "KLSpec", "RowPicker", "Source", "Steering", "TrainLog", "add_lora", "epoch_slice",
+    "train_lora",
 ]
 
 
@@ -111,6 +113,19 @@ def _batch_digest(sources: np.ndarray, rows: np.ndarray) -> str:
     return hashlib.sha256(np.stack([sources, rows]).tobytes()).hexdigest()[:16]
 
 
+class RowPicker(Protocol):
+    """Which rows of a source a micro-batch gets, in place of the source's own order
+    (:class:`replaybank.llm.train.targeted.TargetedRows`)."""
+
+    def pick(self, n: int) -> np.ndarray:
+        """``n`` row indices into the source."""
+        ...
+
+    def after_step(self, step: int) -> dict[str, Any] | None:
+        """Called after every optimizer step; what it returns (if anything) goes into the step's log."""
+        ...
+
+
 @dataclass(frozen=True)
 class Source:
     """A rehearsal source mixed into the domain batches.
@@ -123,12 +138,15 @@ class Source:
         sliced: draw each virtual epoch's rows from a seeded slice of ``rehearsal_rows_per_epoch``
             rows (the form of the rehearsal-corpus method, docs/llm.md, used for the corpus);
             otherwise cycle over every row.
+        picker: draws the source's rows instead (its ``sliced`` is then ignored); the loop calls
+            its ``after_step`` after every optimizer step.
     """
 
     name: str
     rows: TokenRows
     share: float
     sliced: bool = False
+    picker: RowPicker | None = None
 
 
 def _mean_label_tokens(rows: TokenRows) -> float:
@@ -150,6 +168,7 @@ def train_lora(
     mix_by: MixBy = "rows",
     kl: KLSpec | None = None,
     steer: Steering | None = None,
+    project: Project = "none",
 ) -> TrainLog:
     """Train the LoRA-wrapped ``model`` in place.
 
@@ -173,6 +192,8 @@ def train_lora(
             over ``sources`` by name; their ``share`` is then unused): measured before the first
             step, after every evaluation point and after the last step, each time setting the
             mixer's shares for the steps that follow. Its state goes into the checkpoint.
+        project: ``agem``: every step projects the domain rows' gradient so it does not oppose
+            the rehearsal rows' (:mod:`replaybank.llm.train.agem`).
 
     Returns:
         The :class:`TrainLog`; every step records rows and labelled tokens per source, so the
@@ -200,7 +221,7 @@ def train_lora(
     if steer is not None:
         steer.attach(mix_by, per_row)
     shares = (row_shares(targets, mix_by, per_row) if steer is None else steer.row_shares()).tolist()
-    sizes = [len(domain)] + [slice_size if s.sliced else len(s.rows) for s in sources]
+    sizes = [len(domain)] + [slice_size if s.sliced and s.picker is None else len(s.rows) for s in sources]
     mixer = Mixer(sizes, shares, cfg.batch_size, seed=cfg.seed)
     per_epoch = mixer.batches_per_epoch()
     steps_per_epoch = math.ceil(per_epoch / cfg.gradient_accumulation_steps)
@@ -228,6 +249,8 @@ def train_lora(
         if source == DOMAIN:
             return domain.rows(idx)
         src = sources[source - 1]
+        if src.picker is not None:
+            return src.rows.rows(src.picker.pick(idx.size))
         if not src.sliced:
             return src.rows.rows(idx)
         if (source, epoch) not in slices:
@@ -248,7 +271,8 @@ def train_lora(
             ]
             width = max(len(ids) for _, rows in groups for ids, _ in rows)
             with casts, short_row_attention(model, width):  # bf16 matmuls on AMX CPUs; LoRA weights stay fp32
-                stats, total_loss = train_step(model, opt, params, groups, names, pad_id, device, kl, cfg.max_grad_norm, base_cache)
+                stats, total_loss = train_step(model, opt, params, groups, names, pad_id, device, kl, cfg.max_grad_norm, base_cache,
+                                               agem=project == "agem")
             step += 1
             log.tokens += stats["tokens"]
             log.seconds = time.perf_counter() - start
@@ -256,6 +280,9 @@ def train_lora(
                 np.concatenate([m.source for m in pending]), np.concatenate([m.index for m in pending])
             )
             entry = {"step": step, "epoch": epoch, **stats, "batch": digest}
+            refreshed = {s.name: seen for s in sources if s.picker is not None and (seen := s.picker.after_step(step))}
+            if refreshed:
+                entry["refresh"] = refreshed
             log.steps.append(entry)
             pending = []
             bar.set_postfix(loss=f"{total_loss:.3f}", tok_s=f"{log.tokens / max(log.seconds, 1e-9):.0f}", refresh=False)

@@ -31,7 +31,7 @@ def concat_rows(parts: list[TokenRows]) -> TokenRows:
 
 def build_sources(
     spec: Recipe, share: float, generation: int, lineage: list[int], ctx: EvalContext, model: Any = None,
-    max_seq_length: int = 512,
+    max_seq_length: int = 512, seed: int = 0,
 ) -> list[Source]:
     """The rehearsal sources of one generation, ``share`` (the arm's, :class:`~replaybank.llm.config.ArmPlan`)
     split evenly over those that have rows.
@@ -39,6 +39,8 @@ def build_sources(
     ``onpolicy`` asks ``model`` (the arm's, as it is now) the stored prompts of the earlier
     generations out of the lineage and keeps the answers the domain checker accepts
     (:mod:`..data.onpolicy`); none accepted (or no earlier generation) leaves it without rows.
+    A recipe with ``sampling = "forgetting"`` draws each source's rows by the forgetting of
+    ``model`` (:mod:`.targeted`, seeded by ``seed``).
 
     Raises:
         ValueError: when the arm asks for ``self`` rows and none were synthesized.
@@ -61,7 +63,13 @@ def build_sources(
                 available.append(("onpolicy", rows, False))
     if not available or share <= 0:
         return []
-    return [Source(name, rows, share / len(available), sliced) for name, rows, sliced in available]
+    sources = [Source(name, rows, share / len(available), sliced) for name, rows, sliced in available]
+    if spec.sampling == "forgetting":
+        from replaybank.llm.train.targeted import target_sources
+
+        sources = target_sources(sources, model, ctx.pad_id, refresh_every=spec.refresh_every, cap=spec.priority_cap,
+                                 outlier_mads=spec.outlier_mads, candidates=spec.candidates, seed=seed)
+    return sources
 
 
 def _onpolicy(model: Any, ctx: EvalContext, earlier: list[int], max_seq_length: int) -> TokenRows | None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from replaybank.llm.data.rows import IGNORE_INDEX
 from replaybank.llm.eval.losses import collate, logits_at, token_loss_sum
+from replaybank.llm.train.agem import apply_projection, take_reference
 from replaybank.llm.train.kl import BaseCache, KLSpec, base_logits_at, kl_mask, kl_to_base
 
 DOMAIN, REHEARSAL = 0, 1
@@ -34,6 +35,7 @@ def train_step(
     kl: KLSpec | None,
     max_grad_norm: float,
     base_cache: BaseCache | None = None,
+    agem: bool = False,
 ) -> tuple[dict[str, Any], float]:
     """Accumulate the gradients of ``groups`` and take one optimizer step.
 
@@ -48,6 +50,8 @@ def train_step(
         max_grad_norm: gradient clipping norm (0 = off).
         base_cache: where the KL term's base pass is kept per row (:class:`BaseCache`); None runs
             the base pass every time.
+        agem: project the domain rows' gradient against the rehearsal rows' (:mod:`.agem`); the
+            step's log then says whether it acted (``projected``; None without rehearsal rows).
 
     Returns:
         The step's log fields (losses, rows, tokens and labelled tokens per source, mean KL) and
@@ -55,7 +59,10 @@ def train_step(
     """
     import torch
 
+    if agem:  # the rehearsal rows first: their gradient is the reference the domain's is projected against
+        groups = sorted(groups, key=lambda group: group[0] == DOMAIN)
     groups = by_length(groups)
+    reference = None
     n_label = sum(int((lab[1:] != -100).sum()) for _, rows in groups for _, lab in rows)
     n_kl = sum(_kl_positions(s, rows, kl) for s, rows in groups)
     loss_sum = [0.0] * len(names)
@@ -64,6 +71,8 @@ def train_step(
     n_tokens = rehearsal_tokens = 0
     kl_total = 0.0
     for source, rows in groups:
+        if agem and source == DOMAIN and reference is None and any(s != DOMAIN for s, _ in groups):
+            reference = take_reference(params)
         ids, att, labels = collate(rows, pad_id)
         ce_counts = source == DOMAIN or kl is None or kl.rehearsal_ce
         ce, n, kl_sum = _group_loss(model, ids.to(device), att.to(device), labels.to(device), source, kl, base_cache, ce_counts)
@@ -77,6 +86,7 @@ def train_step(
         row_count[source] += len(rows)
         n_tokens += int(att.sum())
         rehearsal_tokens += int(att.sum()) if source != DOMAIN else 0
+    projected = apply_projection(params, reference) if reference is not None else None
     if max_grad_norm > 0:
         torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
     opt.step()
@@ -95,6 +105,8 @@ def train_step(
         "label_tokens": dict(zip(names, label_tokens, strict=True)),
         "kl": round(kl_total / n_kl, 6) if kl is not None and n_kl else None,
     }
+    if agem:
+        fields["projected"] = projected
     return fields, total_loss
 
 
