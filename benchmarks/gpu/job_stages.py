@@ -143,7 +143,7 @@ def _random_model_folder(source: Path, tiny: bool, where: Path) -> Path:
 
 def _canned_self_answers() -> None:
     import replaybank.llm.data.selfsynth as selfsynth
-    from replaybank.llm.eval.generate import Generation
+    from replaybank.llm.eval.decode import Generation
 
     real = selfsynth.generate_detailed
 

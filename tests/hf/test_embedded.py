@@ -16,7 +16,7 @@ from replaybank.cli import main  # noqa: E402
 from replaybank.hf import MixError  # noqa: E402
 from replaybank.hf.embedded import to_format, write_rows  # noqa: E402
 from replaybank.llm.data import selfsynth  # noqa: E402
-from replaybank.llm.eval.generate import Generation  # noqa: E402
+from replaybank.llm.eval.decode import Generation  # noqa: E402
 from replaybank.llm.eval.suite import load_suite  # noqa: E402
 
 
