@@ -54,7 +54,7 @@ def test_names_allow_what_the_builtins_and_users_write(tmp_path):
     for bad in ("", ".", "..", "../x", "/abs", "a/b", "a\\b", "-x", "x y", "x" * 101, 3, None):
         assert not is_name(bad)
     cfg = Config.from_toml(_toml(tmp_path, '[recipes."my.recipe"]\nsource = "self"\n'))
-    assert "my.recipe" in cfg.arms
+    assert "my.recipe" in cfg.recipes
 
 
 @pytest.mark.parametrize(
@@ -82,8 +82,8 @@ def test_an_empty_recipe_table_and_a_ratio_without_sources_are_refused(tmp_path)
     with pytest.raises(ConfigError, match=r"c.toml:3: \[recipes.x\] ratio = 0.3 with source = \[\]: a share of no rehearsal rows"):
         Config.from_toml(_toml(tmp_path, "[recipes.x]\nsource = []\nratio = 0.3\n"))
     # still valid: source = [] alone (a naive arm), and a KL term on every row without sources
-    assert Config.from_toml(_toml(tmp_path, "[recipes.x]\nsource = []\n")).arms["x"].source == []
-    assert Config.from_dict({"recipes": {"a": {"kl_to_base": 0.5, "kl_on": "all"}}}).arms["a"].kl_to_base == 0.5
+    assert Config.from_toml(_toml(tmp_path, "[recipes.x]\nsource = []\n")).recipes["x"].source == []
+    assert Config.from_dict({"recipes": {"a": {"kl_to_base": 0.5, "kl_on": "all"}}}).recipes["a"].kl_to_base == 0.5
 
 
 def test_deeply_nested_toml_is_a_config_error(tmp_path):
@@ -186,10 +186,10 @@ def test_a_recipe_without_sources_has_no_share_and_its_written_config_reads_back
     accepted with the default ratio 0.1 (a share of no rehearsal rows), and the effective config
     written from it (``to_dict`` / ``replaybank config``) was then refused on reading back."""
     cfg = Config.from_toml(_toml(tmp_path, "[training]\nseed = 1\n\n[recipes.other]\nkl_to_base = 0\n"))
-    assert cfg.arms["other"].source == [] and cfg.arms["other"].ratio == 0.0
+    assert cfg.recipes["other"].source == [] and cfg.recipes["other"].ratio == 0.0
     assert Config.from_dict(cfg.to_dict()).to_dict() == cfg.to_dict()
     again = Config.from_toml(_toml(tmp_path, cfg.to_toml(), "effective.toml"))
-    assert again.arms["other"] == cfg.arms["other"]
+    assert again.recipes["other"] == cfg.recipes["other"]
     loop = LoopConfig.from_toml(_toml(tmp_path, '[loop]\nrecipe = "x"\n\n[recipes.x]\nsource = []\n'))
     assert loop.recipes["x"].ratio == 0.0 and LoopConfig.from_dict(loop.to_dict()).to_dict() == loop.to_dict()
 
