@@ -1,6 +1,6 @@
 """replaybank.hf.embedded_model / self_rows / write_rows and the `replaybank synth` and
 `replaybank model path` commands. Generation is replaced by a fake (the self-synthesis itself is
-tested in tests/llm/test_selfsynth.py); the model is the tiny random Llama."""
+tested in tests/llm/data/test_selfsynth.py); the model is the tiny random Llama."""
 
 from __future__ import annotations
 
