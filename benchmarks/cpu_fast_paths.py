@@ -44,10 +44,10 @@ def main() -> None:
     import transformers
 
     from replaybank.llm.config import Training
-    from replaybank.llm.eval import generate as gen
+    from replaybank.llm.eval import decode as gen
     from replaybank.llm.runtime import FrozenBf16, short_row_attention
     from replaybank.llm.train.kl import BaseCache, KLSpec
-    from replaybank.llm.train.loop import add_lora
+    from replaybank.llm.train.lora import add_lora
     from replaybank.llm.train.step import train_step
 
     torch.set_num_threads(args.threads)

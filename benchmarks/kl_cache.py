@@ -50,7 +50,7 @@ def main() -> None:
     from replaybank.llm.config import Training
     from replaybank.llm.runtime import autocast
     from replaybank.llm.train.kl import BaseCache, KLSpec
-    from replaybank.llm.train.loop import add_lora
+    from replaybank.llm.train.lora import add_lora
     from replaybank.llm.train.step import train_step
 
     torch.set_num_threads(args.threads)

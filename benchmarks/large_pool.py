@@ -71,7 +71,7 @@ def lazy_stage(pool_file: Path) -> dict[str, Any]:
     from replaybank.llm.runtime import pick_threads
     from replaybank.llm.train import train_lora
     from replaybank.llm.train.adapter import fresh_adapter
-    from replaybank.llm.train.loop import Source
+    from replaybank.llm.train.lora import Source
     from replaybank.llm.train.sources import sampled_rows
 
     torch.set_num_threads(pick_threads(0).threads)  # as `replaybank run` does: 1 thread on a busy machine

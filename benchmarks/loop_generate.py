@@ -54,7 +54,7 @@ def main() -> None:
     from replaybank.episodic.env import QxEnvironment
     from replaybank.episodic.retrieval import Retriever
     from replaybank.llm.data.rows import _render
-    from replaybank.llm.eval.generate import stop_token_ids
+    from replaybank.llm.eval.decode import stop_token_ids
     from replaybank.llm.loop.act import attempt, build_prompts, call_end
     from replaybank.llm.model import load_model
 
@@ -83,7 +83,7 @@ def main() -> None:
         return sum(a.n_tokens for a in out), sum(a.verdict.success for a in out)
 
     def end_of_turn() -> tuple[int, int]:
-        from replaybank.llm.eval.generate import generate_detailed
+        from replaybank.llm.eval.decode import generate_detailed
 
         texts = [_render(tok, m, add_generation_prompt=True) for m, _ in prompts]
         gens = generate_detailed(model, tok, texts, rendered=True, **kw)

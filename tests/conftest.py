@@ -119,21 +119,21 @@ class UncollectedTestFiles(pytest.Item):
 # end, so no worker sits idle while another finishes one long test last.
 LONG_FIRST = (
     "tests/llm/loop/test_multiturn_resume.py",
-    "tests/llm/test_eval_smoke.py",
+    "tests/llm/eval/test_suite_smoke.py",
     "tests/dist/",  # whole: its Ray starts once, before the folder's first test, and stops after its last
-    "tests/llm/test_cli_smoke.py::test_smoke_default_experiment",
+    "tests/llm/recipes/test_cli_smoke.py::test_smoke_default_experiment",
     "tests/llm/adapters/test_adapter_comparison.py::test_measure_seed",
     "tests/llm/test_gpu_check.py::test_dry_run",
-    "tests/llm/test_run_arms.py",
+    "tests/llm/recipes/test_run_arms.py",
     "tests/hf/test_example_trainer.py::test_example_under_torchrun",
     "tests/hf/test_llm_step_bench.py",
-    "tests/llm/test_train_memory.py",
-    "tests/llm/test_integration.py",
+    "tests/llm/train/test_memory.py",
+    "tests/llm/recipes/test_integration.py",
     "tests/hf/test_distributed.py",
     "tests/episodic/test_env.py",
     "tests/llm/loop/test_loop_kl.py",
-    "tests/llm/test_reference_example.py",
-    "tests/llm/test_rows_per_epoch.py",
+    "tests/llm/recipes/test_reference_example.py",
+    "tests/llm/recipes/test_rows_per_epoch.py",
     "tests/llm/loop/test_loop_controller.py",
     "tests/episodic/test_export.py",
 )

@@ -7,7 +7,7 @@ row"): its generations still run (and are timed), and their texts are then repla
 sentences, as the tests do.
 
     >>> [Path(f).name for f in TEST_FILES]
-    ['test_cuda.py', 'test_device.py', 'test_train_memory.py', 'test_torch_tree.py']
+    ['test_cuda.py', 'test_device.py', 'test_memory.py', 'test_torch_tree.py']
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 CARRY = REPO / "benchmarks" / "gpu" / "carry"
 #: the CUDA/bf16 tests: real CUDA runs (skipped without a GPU), and the device and bf16 handling
-TEST_FILES = ["tests/llm/test_cuda.py", "tests/llm/test_device.py", "tests/llm/test_train_memory.py",
+TEST_FILES = ["tests/llm/test_cuda.py", "tests/llm/test_device.py", "tests/llm/train/test_memory.py",
               "tests/test_torch_tree.py"]  # fmt: skip
 #: the dry run's selection: the stage's plumbing, not the tests (the suite runs them on the CPU anyway)
 TINY_SELECTION = ["tests/llm/test_cuda.py", "-k", "load_model"]
@@ -143,7 +143,7 @@ def _random_model_folder(source: Path, tiny: bool, where: Path) -> Path:
 
 def _canned_self_answers() -> None:
     import replaybank.llm.data.selfsynth as selfsynth
-    from replaybank.llm.eval.generate import Generation
+    from replaybank.llm.eval.decode import Generation
 
     real = selfsynth.generate_detailed
 

@@ -1,6 +1,6 @@
 """replaybank.hf.embedded_model / self_rows / write_rows and the `replaybank synth` and
 `replaybank model path` commands. Generation is replaced by a fake (the self-synthesis itself is
-tested in tests/llm/test_selfsynth.py); the model is the tiny random Llama."""
+tested in tests/llm/data/test_selfsynth.py); the model is the tiny random Llama."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from replaybank.cli import main  # noqa: E402
 from replaybank.hf import MixError  # noqa: E402
 from replaybank.hf.embedded import to_format, write_rows  # noqa: E402
 from replaybank.llm.data import selfsynth  # noqa: E402
-from replaybank.llm.eval.generate import Generation  # noqa: E402
+from replaybank.llm.eval.decode import Generation  # noqa: E402
 from replaybank.llm.eval.suite import load_suite  # noqa: E402
 
 

@@ -79,7 +79,7 @@ def test_fp32_precision_makes_no_copies_and_no_autocast() -> None:
 
 
 def test_generation_answers_are_identical_to_plain_autocast(tiny_model_dir: Any, smol_tok: Any) -> None:
-    from replaybank.llm.eval import generate as gen
+    from replaybank.llm.eval import decode as gen
 
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     prompts = ["Hi", "What is 2 + 2?", "Name three colours.", "Write a haiku about rain."]

@@ -158,7 +158,7 @@ class _NewApi(_OldApi):
 
 @pytest.mark.parametrize("klass", [_OldApi, _NewApi])
 def test_decoding_passes_the_kv_cache_under_either_name(klass: type) -> None:
-    from replaybank.llm.eval.generate import _decode
+    from replaybank.llm.eval.decode import _decode
     from replaybank.rl.sampling import sample
 
     model = klass()

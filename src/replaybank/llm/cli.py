@@ -175,7 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from replaybank.errors import ReplayBankError
-    from replaybank.llm.recipes.probe import run_probe
+    from replaybank.llm.recipes.interference import run_probe
 
     try:
         cfg = load_config(args.config)

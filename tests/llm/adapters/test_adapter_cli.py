@@ -18,7 +18,7 @@ def _loop_folder(model_dir: Path, where: Path, seed: int) -> Path:
     """A PEFT folder with the loop's replaybank.json (base model fingerprint included)."""
     from transformers import LlamaForCausalLM
 
-    from replaybank.llm.eval.generate import model_fingerprint
+    from replaybank.llm.eval.decode import model_fingerprint
     from replaybank.llm.train.peft_files import write_adapter_folder
 
     base = LlamaForCausalLM.from_pretrained(model_dir)

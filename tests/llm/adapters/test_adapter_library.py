@@ -21,7 +21,7 @@ from replaybank.llm.adapters import (
     ManifestError,
     Registration,
 )
-from replaybank.llm.eval.generate import model_fingerprint
+from replaybank.llm.eval.decode import model_fingerprint
 from replaybank.llm.train.peft_files import AdapterError, write_adapter_folder
 
 from .conftest import inputs, make_adapter, make_base, snapshot  # type: ignore[import-not-found]

@@ -96,7 +96,7 @@ class Scripted:
                  batch_size: int = 16, desc: str | None = None, rendered: bool = False, temperature: float = 0.0,
                  seed: int = 0, stop_when: Callable[[list[int]], bool] | None = None,
                  precision: str = "fp32") -> list[Any]:
-        from replaybank.llm.eval.generate import Generation
+        from replaybank.llm.eval.decode import Generation
 
         if self.fallback is not None and not any("<<qx" in p for p in prompts):
             return self.fallback(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
@@ -116,8 +116,8 @@ class Scripted:
 
 
 if __name__ == "__main__":
-    import replaybank.llm.eval.generate as generate
+    import replaybank.llm.eval.decode as decode
     from replaybank.cli import main
 
-    generate.generate_detailed = Scripted(seeded, fallback=generate.generate_detailed)  # type: ignore[assignment]
+    decode.generate_detailed = Scripted(seeded, fallback=decode.generate_detailed)  # type: ignore[assignment]
     sys.exit(main(sys.argv[1:]))

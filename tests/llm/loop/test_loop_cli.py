@@ -35,7 +35,7 @@ def test_printed_config_reads_back_and_bad_input_is_named(capsys, tmp_path):
 
 def test_self_synthesized_rehearsal_is_mixed_into_consolidation(tiny_cfg, tmp_path, monkeypatch):
     import replaybank.llm.data.selfsynth as selfsynth
-    from replaybank.llm.eval.generate import Generation
+    from replaybank.llm.eval.decode import Generation
 
     def fake(model, tokenizer, prompts, **kw):  # the tiny random model writes no usable answer
         return [Generation(f"Here is a short answer number {k} about it.", False, 12) for k, _ in enumerate(prompts)]

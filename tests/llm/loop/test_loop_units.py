@@ -168,7 +168,7 @@ def test_batched_stop_rule_matches_one_prompt_at_a_time(smol_tok):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from replaybank.llm.eval.generate import generate_detailed
+    from replaybank.llm.eval.decode import generate_detailed
 
     torch.manual_seed(0)
     config = LlamaConfig(  # a wide init, so each prompt gets its own tokens (the default init repeats one)

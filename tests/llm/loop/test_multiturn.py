@@ -212,7 +212,7 @@ def _one_answer_protocol(model, tok, env, tasks, prompts, *, generate, seed):
 
 
 def test_levels_1_and_2_are_acted_exactly_as_one_answer(smol_tok, tmp_path):
-    from replaybank.llm.eval.generate import generate_detailed
+    from replaybank.llm.eval.decode import generate_detailed
 
     env = QxEnvironment(levels=(1, 2))
     tasks = env.tasks(8, seed=4)

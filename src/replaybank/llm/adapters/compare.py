@@ -385,7 +385,7 @@ def _latency(model: Any, tok: Any, assign: Assign, sample: list[tuple[str, int |
              precision: Any) -> dict[str, float | None]:
     """Median wall time per request, one request at a time (routing included), and per generated token."""
     from replaybank.llm.adapters.route import routed
-    from replaybank.llm.eval.generate import generate_detailed
+    from replaybank.llm.eval.decode import generate_detailed
 
     ms, per_token = [], []
     for prompt, g, budget in sample:

@@ -14,7 +14,7 @@ registration that fails (a bad file, the gate, a name taken meanwhile) leaves th
 was; two processes registering at once both land (the lock orders them).
 
 **Loading checks before it touches the model**: the manifest's schema, the base model's
-fingerprint (:func:`replaybank.llm.eval.generate.model_fingerprint`) against the one recorded, the
+fingerprint (:func:`replaybank.llm.eval.decode.model_fingerprint`) against the one recorded, the
 weights' SHA-256, the config (data, never code), every tensor (:mod:`.attach`).
 
 What is recorded about an adapter when it enters the library is one :class:`Registration`:
@@ -216,7 +216,7 @@ class AdapterLibrary:
             FingerprintError: ``model`` is not the base model the adapter was registered for.
             HashMismatchError, ManifestError, AdapterError: see :meth:`verify` and :func:`~.attach.attach`.
         """
-        from replaybank.llm.eval.generate import model_fingerprint
+        from replaybank.llm.eval.decode import model_fingerprint
 
         m = self.verify(name)
         fingerprint = model_fingerprint(model)
@@ -328,7 +328,7 @@ class AdapterLibrary:
         field = given.get("base_model")
         recorded: dict[str, Any] = field if isinstance(field, dict) else {}
         if base_model is not None:
-            from replaybank.llm.eval.generate import model_fingerprint
+            from replaybank.llm.eval.decode import model_fingerprint
 
             fingerprint = model_fingerprint(base_model)
             if recorded.get("fingerprint") not in (None, fingerprint):

@@ -220,7 +220,7 @@ def arrow_model(library: AdapterLibrary, base_model: Any, names: Sequence[str] |
     except ImportError:
         raise LibraryError("this PEFT has no Arrow (create_arrow_model needs peft >= 0.17)", field="peft") from None
     from replaybank.llm.adapters.errors import FingerprintError
-    from replaybank.llm.eval.generate import model_fingerprint
+    from replaybank.llm.eval.decode import model_fingerprint
 
     names = list(names) if names is not None else library.names()
     if not names:

@@ -95,7 +95,7 @@ def _check_peers(cfg: Config) -> list[str]:
         peer = specs[arm].peer if arm in specs else "none"
         problem = missing_library(peer) if peer != "none" else None
         if problem is not None:
-            where = at(cfg.source, cfg.text, table_name("recipes", arm), "peer") if arm in cfg.arms else \
+            where = at(cfg.source, cfg.text, table_name("recipes", arm), "peer") if arm in cfg.recipes else \
                 at(cfg.source, cfg.text, "evaluation", "arms")
             out.append(f"{where}: arm {arm!r} (peer {peer}) {problem}")
     return out

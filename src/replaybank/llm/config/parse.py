@@ -73,7 +73,7 @@ class Config:
     data: Data = field(default_factory=Data)
     evaluation: Evaluation = field(default_factory=Evaluation)
     output: Output = field(default_factory=Output)
-    arms: dict[str, Recipe] = field(default_factory=dict)
+    recipes: dict[str, Recipe] = field(default_factory=dict)
     """The config's own ``[recipes.NAME]`` tables."""
     source: str = "<defaults>"
     explicit: frozenset[str] = frozenset()
@@ -94,7 +94,7 @@ class Config:
         p = Path(path)
         data, text = read_toml(p)
         cfg = cls.from_dict(data, source=str(p), text=text)
-        if not cfg.explicit and not cfg.arms:  # a zero-byte or comments-only file is far more often a mistake than a choice
+        if not cfg.explicit and not cfg.recipes:  # a zero-byte or comments-only file is far more often a mistake than a choice
             raise ConfigError(_empty_file_message(p))
         return cfg
 
@@ -124,7 +124,7 @@ class Config:
             explicit.update(f"{name}.{key}" for key in keys)
         if declared and "evaluation.arms" not in explicit:
             sections["evaluation"].arms = sections["evaluation"].arms + [a for a in declared if a not in sections["evaluation"].arms]
-        cfg = cls(**sections, arms=declared, source=source, explicit=frozenset(explicit), text=text)
+        cfg = cls(**sections, recipes=declared, source=source, explicit=frozenset(explicit), text=text)
         cfg.cross_check()
         cfg.check_arms()
         ev = cfg.evaluation
@@ -217,7 +217,7 @@ class Config:
                 spec.ratio, spec.mix_by = (t.mixing_ratio if spec.source else 0.0), t.mix_by
             specs[name] = spec
         specs.update({name: Recipe(source=[], ratio=0.0) for name in JOB_ARMS})
-        return {**specs, **self.arms}
+        return {**specs, **self.recipes}
 
     def arm_plan(self, name: str) -> ArmPlan:
         """How arm ``name`` rehearses: its recipe and its share, decided here once.
@@ -242,7 +242,7 @@ class Config:
             KeyError: ``name`` is no arm of :meth:`arm_specs`.
         """
         spec = self.arm_specs()[name]
-        if name not in TAKES_TRAINING_SHARE or name in self.arms or not spec.source:
+        if name not in TAKES_TRAINING_SHARE or name in self.recipes or not spec.source:
             return ArmPlan(name, spec, spec.ratio)
         return ArmPlan(name, spec, spec.ratio, self._rows_per_epoch(), from_training=True)
 
@@ -270,8 +270,8 @@ class Config:
         """``{section: {key: value}}`` for every key, defaults included; declared recipe tables too
         (as ``recipes``)."""
         out = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
-        if self.arms:
-            out["recipes"] = {name: recipe_dict(spec) for name, spec in self.arms.items()}
+        if self.recipes:
+            out["recipes"] = {name: recipe_dict(spec) for name, spec in self.recipes.items()}
         return out
 
     def to_toml(self, with_help: bool = True) -> str:
@@ -284,8 +284,8 @@ class Config:
                 value = toml_value(getattr(section, f.name))
                 comment = f"  # {f.metadata['help']}" if with_help else ""
                 lines.append(f"{f.name} = {value}{comment}")
-        for arm, spec in self.arms.items():
-            lines.append(f"\n[recipes.{json.dumps(arm)}]")
+        for name, spec in self.recipes.items():
+            lines.append(f"\n[recipes.{json.dumps(name)}]")
             written = recipe_dict(spec)
             for f in fields(Recipe):
                 comment = f"  # {f.metadata['help']}" if with_help else ""

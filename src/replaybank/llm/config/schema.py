@@ -46,7 +46,6 @@ KLOn = Literal["rehearsal", "all"]
 ControllerName = Literal["none", "fixed", "bandit", "proxy"]
 #: a recipe's peer method (:mod:`replaybank.llm.train.peers`, run through PEFT); ``none``: plain LoRA
 PeerName = Literal["none", "osf", "corda", "intruder", "attn-lowrank"]
-GenerationPrecision = Precision  # one definition: llm/runtime.py (resolve_precision, autocast)
 ARM_SOURCES = ("corpus", "self", "replay", "onpolicy")
 BUILTIN_AGENDA = "builtin:agenda"
 BUILTIN_LEDGER = "builtin:ledger"
@@ -86,7 +85,7 @@ class Training:
     batch_size: int = _f(8, "rows per micro-batch (the mixing quota applies to each)", min=1, max=65_536)
     gradient_accumulation_steps: int = _f(1, "micro-batches per optimizer step", min=1, max=65_536)
     max_grad_norm: float = _f(1.0, "gradient clipping norm (0 = off)", min=0, max=1e6)
-    precision: GenerationPrecision = _f("auto", "arithmetic of the LoRA training step: auto (bf16 autocast on a CPU with bfloat16 units, else fp32), fp32 or bf16; LoRA weights and AdamW state stay fp32")
+    precision: Precision = _f("auto", "arithmetic of the LoRA training step: auto (bf16 autocast on a CPU with bfloat16 units, else fp32), fp32 or bf16; LoRA weights and AdamW state stay fp32")
     gradient_checkpointing: bool = _f(False, "recompute each decoder layer's activations in the backward pass instead of keeping them (less memory, more compute); an error for a model without support")
     mixing_ratio: float = _f(0.1, "share of every batch taken from the rehearsal corpus, in [0, 1)", min=0, lt=1)
     mix_by: MixBy = _f("rows", "what the rehearsal share is a share of: rows of every batch, or labelled tokens (= of the loss)")
@@ -149,7 +148,7 @@ class Evaluation(SharedEvaluation):
     eval_points: int = _f(1, "held-out loss evaluations per trained arm and generation, evenly spaced, the last at the end", min=1, max=10_000)
     probe_pairs: int = _f(2, "batch pairs for the interference probe (`replaybank probe`, and per source inside `replaybank run`)", min=1, max=100_000)
     seeds: int = _f(1, "seeds per arm (training.seed, +1, ...); the report gives mean and std", min=1, max=1_000)
-    generation_precision: GenerationPrecision = _f("auto", "arithmetic of generated answers and held-out losses: auto (bf16 autocast on a CPU with bfloat16 units, else fp32), fp32 or bf16; base and arms always match")
+    generation_precision: Precision = _f("auto", "arithmetic of generated answers and held-out losses: auto (bf16 autocast on a CPU with bfloat16 units, else fp32), fp32 or bf16; base and arms always match")
     probe_sources: bool = _f(True, "run the interference probe per rehearsal source inside `replaybank run`")
     retention_floor: float | dict[str, float] = _f(RETENTION_FLOOR, "least mean retention over seeds each family must keep, in [0, 1]: one number, or a table {family = number} (others keep 0.9); gates --require-floor")
     gate_arm: str = _f("", "the arm --require-floor gates (one of arms, not base); empty = the best rehearsal arm of the targets")

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from replaybank.llm.eval.checkers import degenerate, looks_like_tool_call, words
-from replaybank.llm.eval.generate import Generation, generate_detailed, user_turn_prefix
+from replaybank.llm.eval.decode import Generation, generate_detailed, user_turn_prefix
 from replaybank.llm.eval.suite import overlap_key, overlaps
 
 MAGPIE_FILTERS = ("truncated", "short", "repetition", "tool_call", "overlap", "duplicate")

@@ -4,7 +4,7 @@ checker accepts become rehearsal rows (reward-filtered): the model rehearses its
 behaviour on old tasks instead of the stored original answers (``replay``).
 
 :func:`onpolicy_records` is pure given ``generate`` (prompts -> answers), so it is tested with a
-fake one; the main job passes greedy decoding of the arm's model (:mod:`..eval.generate`).
+fake one; the main job passes greedy decoding of the arm's model (:mod:`..eval.decode`).
 """
 
 from __future__ import annotations

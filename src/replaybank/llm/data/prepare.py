@@ -43,7 +43,7 @@ from replaybank.llm.data.rows import (
     encode_text,
     token_rows,
 )
-from replaybank.llm.eval.probe import ProbeItem, default_probe_items
+from replaybank.llm.eval.skill_probe import ProbeItem, default_probe_items
 
 LAZY_MIN_ROWS = 20_000
 """A rehearsal pool with more rows is tokenized when its rows are drawn (:class:`LazyPool`); a

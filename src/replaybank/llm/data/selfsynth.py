@@ -51,7 +51,7 @@ from replaybank.llm.config import Config
 from replaybank.llm.data.magpie import write_prompts
 from replaybank.llm.data.rows import TokenRows, encode_pair, token_rows
 from replaybank.llm.eval.checkers import check, degenerate, looks_like_tool_call, words
-from replaybank.llm.eval.generate import (
+from replaybank.llm.eval.decode import (
     Generation,
     Precision,
     base_model_context,
@@ -216,10 +216,10 @@ def synthesize(
             budget (about half of SmolLM2's at 96 tokens), so rehearsal then covers short answers
             only and training drifts the model toward short answers.
         model_id: identifies the model in the cache key; default: a fingerprint of its weights.
-        generate_fn: stands in for :func:`~replaybank.llm.eval.generate.generate_detailed`
+        generate_fn: stands in for :func:`~replaybank.llm.eval.decode.generate_detailed`
             (tests inject a fake).
         desc: progress-bar label (None for none).
-        precision: generation arithmetic (:func:`~replaybank.llm.eval.generate.resolve_precision`);
+        precision: generation arithmetic (:func:`~replaybank.llm.eval.decode.resolve_precision`);
             in the cache key unless fp32.
 
     Returns:

@@ -20,7 +20,7 @@ from typing import Any
 
 from replaybank.errors import ReplayBankError
 from replaybank.llm.data.corpus import normalise
-from replaybank.llm.eval.generate import Precision, generate_detailed
+from replaybank.llm.eval.decode import Precision, generate_detailed
 
 ParsedCall = tuple[str, dict[str, str]]
 _QX = re.compile(r"<<\s*qx\s+([^;>\s]+)\s*((?:;[^;>]*)*)>>")
@@ -100,7 +100,7 @@ def generated_accuracy(
         max_new_tokens: generation budget (qx calls take at most ~30 tokens).
         batch_size: generation batch size.
         desc: progress-bar label.
-        precision: generation arithmetic (:func:`~replaybank.llm.eval.generate.resolve_precision`).
+        precision: generation arithmetic (:func:`~replaybank.llm.eval.decode.resolve_precision`).
         parse: call parser, ``text -> (name, args) | None``; default :func:`parse_qx_call`.
             ``call_score`` is None when no reference response parses as a call.
 

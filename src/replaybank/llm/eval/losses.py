@@ -1,7 +1,7 @@
 """Teacher-forced losses: completion-only cross-entropy on held-out rows, batched by length.
 
 ``general_loss`` and ``domain_loss`` are token-weighted mean cross-entropies (nats per labelled
-token) over held-out rows. The general-skill probe (:mod:`replaybank.llm.eval.probe`) is the
+token) over held-out rows. The general-skill probe (:mod:`replaybank.llm.eval.skill_probe`) is the
 fraction of probe items whose answer the model reproduces exactly under greedy decoding (checked in
 one teacher-forced pass: every answer token must be the argmax at its position).
 """

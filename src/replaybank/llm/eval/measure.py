@@ -16,9 +16,9 @@ import numpy as np
 
 from replaybank.llm.data.prepare import Prepared
 from replaybank.llm.data.rows import TokenRows
-from replaybank.llm.eval.generate import Precision
+from replaybank.llm.eval.decode import Precision
 from replaybank.llm.eval.losses import mean_loss
-from replaybank.llm.eval.probe import probe_score
+from replaybank.llm.eval.skill_probe import probe_score
 from replaybank.llm.eval.suite import AGREEMENT_FAMILY, FAMILIES
 from replaybank.llm.results import (
     ArmResult,

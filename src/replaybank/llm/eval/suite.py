@@ -49,7 +49,7 @@ from replaybank.files import read_regular
 from replaybank.jsonl import iter_jsonl
 from replaybank.llm.data.corpus import normalise
 from replaybank.llm.eval.checkers import CheckError, check, looks_like_tool_call, validate_spec
-from replaybank.llm.eval.generate import (
+from replaybank.llm.eval.decode import (
     Generation,
     Precision,
     base_model_context,
@@ -209,7 +209,7 @@ def prepare_suite(
             fingerprint, the items and the generation settings.
         batch_size: generation batch size.
         desc: progress-bar label (None for no bar).
-        precision: generation arithmetic (:func:`~replaybank.llm.eval.generate.resolve_precision`);
+        precision: generation arithmetic (:func:`~replaybank.llm.eval.decode.resolve_precision`);
             part of the cache key, since bf16 and fp32 answers differ.
 
     Returns:

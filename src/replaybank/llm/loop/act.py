@@ -5,7 +5,7 @@ written), then, for acting and for the "with context" evaluation, up to ``contex
 successful episodes retrieved from the store by **lexical BM25 similarity** over the task text
 (:class:`replaybank.episodic.retrieval.Retriever`), then the task. The "without context"
 evaluation is the system prompt and the request alone, which is also the form consolidation
-trains on (:mod:`.consolidate`). Generation is batched (:func:`replaybank.llm.eval.generate.generate_detailed`) and each row
+trains on (:mod:`.consolidate`). Generation is batched (:func:`replaybank.llm.eval.decode.generate_detailed`) and each row
 stops at the end of its last call (:func:`call_end`): at the closing ``>>`` once the call budget
 is used, or at the first text after a ``>>`` that does not open another call. So a model that
 would go on (``end; end; ...``) is cut where its call ends. Each call is validated against the
@@ -141,7 +141,7 @@ def attempt(
     Args:
         max_new_tokens: the generation budget of each turn.
         seed: sampling seed of the first turn (later turns: :func:`turn_seed`).
-        generate_fn: stands in for :func:`~replaybank.llm.eval.generate.generate_detailed`
+        generate_fn: stands in for :func:`~replaybank.llm.eval.decode.generate_detailed`
             (tests script the agent with it).
 
     Returns:
@@ -154,7 +154,7 @@ def attempt(
             invalid (the message names the environment and the task).
     """
     if generate_fn is None:
-        from replaybank.llm.eval.generate import generate_detailed
+        from replaybank.llm.eval.decode import generate_detailed
     generate = generate_fn or generate_detailed
 
     tool_env = env if isinstance(env, ToolEnvironment) else None  # None: one answer per episode

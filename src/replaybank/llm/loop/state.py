@@ -282,7 +282,7 @@ def check_inputs(
     model_name: str = "",
 ) -> None:
     """Refuse to resume when what the run trains on changed under the same names: the base model's
-    weights (``base_model``: :func:`replaybank.llm.eval.generate.model_fingerprint`; the config
+    weights (``base_model``: :func:`replaybank.llm.eval.decode.model_fingerprint`; the config
     names it ``model_name``) or the rehearsal rows (``rehearsal``: the manifest of
     :func:`.consolidate.rehearsal_rows`, its ``sha256``). A state written before these were
     recorded resumes and records them.

@@ -83,7 +83,7 @@ def run_loop(
     """
     import torch
 
-    from replaybank.llm.eval.generate import model_fingerprint
+    from replaybank.llm.eval.decode import model_fingerprint
     from replaybank.llm.eval.suite import load_suite, prepare_suite, sample_suite
     from replaybank.llm.model import cache_dir, load_model
     from replaybank.llm.train import add_lora

@@ -1,7 +1,7 @@
 """A fresh LoRA adapter on the one base model, removed again afterwards: no copy of the base.
 
 Every trained arm and the interference probe get their own adapter, seeded as
-:func:`replaybank.llm.train.loop.add_lora` seeds it, on the same base model object; when the
+:func:`replaybank.llm.train.lora.add_lora` seeds it, on the same base model object; when the
 arm is done the adapter layers are taken out again (PEFT's ``unload``: the original modules go
 back, the base weights were never touched), so the next arm starts from the same base. A 7B base
 in bf16 is about 15 GB: a deep copy per arm would keep two of them resident.
@@ -22,7 +22,7 @@ from typing import Any
 
 from replaybank.llm.config import Training
 from replaybank.llm.config.schema import PeerName
-from replaybank.llm.train.loop import add_lora
+from replaybank.llm.train.lora import add_lora
 
 
 @contextmanager

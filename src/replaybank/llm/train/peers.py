@@ -13,7 +13,7 @@ on the same rows, steps and optimizer settings (docs/llm.md, "Peer methods"):
 * ``attn-lowrank``: plain LoRA on the attention projections only, at rank :data:`LOWRANK_RANK`
   ("LoRA learns less and forgets less").
 
-The job calls :func:`peer_model` where it would call :func:`~.loop.add_lora`, :meth:`PeerHooks.after_training`
+The job calls :func:`peer_model` where it would call :func:`~.lora.add_lora`, :meth:`PeerHooks.after_training`
 after each generation's training, and :meth:`PeerHooks.saved` for what goes to the adapter folder.
 A PEFT without the call a peer needs is found by :func:`missing_library` when the config is checked.
 
@@ -78,7 +78,7 @@ def missing_library(peer: str) -> str | None:
 
 
 def peer_model(base_model: Any, cfg: Training, peer: PeerName, calibration: Sequence[Any] = ()) -> Any:
-    """``base_model`` wrapped with the adapter of ``peer``, seeded by ``cfg.seed`` as :func:`~.loop.add_lora` is.
+    """``base_model`` wrapped with the adapter of ``peer``, seeded by ``cfg.seed`` as :func:`~.lora.add_lora` is.
 
     Args:
         base_model: the model to wrap (``corda`` rewrites its target weights into residuals; the
@@ -100,7 +100,7 @@ def peer_model(base_model: Any, cfg: Training, peer: PeerName, calibration: Sequ
         enable_gradient_checkpointing,
         peft_wrapping,
     )
-    from replaybank.llm.train.loop import add_lora
+    from replaybank.llm.train.lora import add_lora
 
     if peer == "attn-lowrank":
         alpha = max(1, round(cfg.lora_alpha * LOWRANK_RANK / cfg.lora_rank))  # the naive arm's scaling alpha / r

@@ -18,7 +18,7 @@ from replaybank.controllers import Controller
 from replaybank.llm.config import Recipe, Training
 from replaybank.llm.data.rows import TokenRows, token_rows
 from replaybank.llm.eval.measure import EvalContext
-from replaybank.llm.train.loop import Source, epoch_slice
+from replaybank.llm.train.lora import Source, epoch_slice
 from replaybank.llm.train.steer import Steering
 
 
@@ -75,7 +75,7 @@ def build_sources(
 def _onpolicy(model: Any, ctx: EvalContext, earlier: list[int], max_seq_length: int) -> TokenRows | None:
     from replaybank.llm.data.onpolicy import onpolicy_records
     from replaybank.llm.data.prepare import encode_domain
-    from replaybank.llm.eval.generate import generate_detailed
+    from replaybank.llm.eval.decode import generate_detailed
 
     if not earlier or model is None:
         return None
@@ -145,7 +145,7 @@ def rows_per_epoch(steps: list[dict[str, Any]], source: str) -> float:
 
 def sampled_rows(pool_size: int, training: Training) -> np.ndarray:
     """The corpus rows a seed's LoRA loops draw: every virtual epoch's seeded slice
-    (:func:`..train.loop.epoch_slice`), sorted, each once. Every arm and generation of the seed
+    (:func:`..train.lora.epoch_slice`), sorted, each once. Every arm and generation of the seed
     draws these same slices, so these are the rows to check before training.
 
     Example:

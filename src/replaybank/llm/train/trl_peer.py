@@ -10,10 +10,10 @@ job's rows and ``[training]`` keys into its dataset and :class:`SDFTConfig`, and
 a :class:`~replaybank.llm.train.log.TrainLog`, so the job measures the adapter as it measures
 every arm (:func:`replaybank.llm.recipes.rehearsal.train_arm`).
 
-What matches the LoRA loop: the optimizer steps (:func:`lora_steps`: what :func:`.loop.train_lora`
+What matches the LoRA loop: the optimizer steps (:func:`lora_steps`: what :func:`.lora.train_lora`
 takes for the same rows, capped by ``max_steps``), rows per micro-batch, accumulation, learning
 rate (constant, AdamW), weight decay, clipping, the seed and the adapter itself: the arm's
-adapter is the one :func:`.loop.add_lora` puts on every arm (``[training] lora_*``), handed to
+adapter is the one :func:`.lora.add_lora` puts on every arm (``[training] lora_*``), handed to
 TRL already wrapped. TRL's top-k distillation takes the smaller of its default k and the vocabulary. TRL refuses a PEFT model together with a ``peft_config`` (``ValueError``),
 and wrapping the bare base through ``peft_config`` would put a second adapter beside the job's;
 the PEFT model carries the same ``LoraConfig``. What does not match: the loss (distillation on
@@ -102,7 +102,7 @@ def sdft_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def lora_steps(rows: int, cfg: Training, max_steps: int | None = None) -> int:
-    """The optimizer steps :func:`.loop.train_lora` takes on ``rows`` domain rows alone (no
+    """The optimizer steps :func:`.lora.train_lora` takes on ``rows`` domain rows alone (no
     rehearsal), capped by ``max_steps``.
 
     Example:
@@ -126,7 +126,7 @@ def train_sdft(
     """Train the job's LoRA-wrapped ``model`` in place with ``SDFTTrainer`` on ``records``.
 
     Args:
-        model: the arm's PEFT model (:func:`.loop.add_lora`); its adapter-off forward is the teacher.
+        model: the arm's PEFT model (:func:`.lora.add_lora`); its adapter-off forward is the teacher.
         tokenizer: the base model's tokenizer (its chat template renders the prompts).
         records: the generation's domain records (its lineage's).
         cfg: the ``[training]`` section.

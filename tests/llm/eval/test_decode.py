@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from replaybank.llm.eval.generate import (
+from replaybank.llm.eval.decode import (
     GenerationError,
     base_model_context,
     generate,
@@ -59,7 +59,7 @@ def token(tok: Any, text: str) -> int:
 
 
 def prompt_len(tok: Any, prompt: str) -> int:
-    from replaybank.llm.eval.generate import render_prompt
+    from replaybank.llm.eval.decode import render_prompt
 
     return len(tok(render_prompt(tok, prompt), add_special_tokens=False)["input_ids"])
 
@@ -150,7 +150,7 @@ def test_peft_model_generates_with_adapter_and_base_context_turns_it_off(tiny_mo
 def test_sampling_is_seeded_and_user_turn_prefix(tiny_model_dir: Any, smol_tok: Any) -> None:
     from transformers import AutoModelForCausalLM
 
-    from replaybank.llm.eval.generate import user_turn_prefix
+    from replaybank.llm.eval.decode import user_turn_prefix
 
     prefix = user_turn_prefix(smol_tok)
     assert prefix.endswith("<|im_start|>user\n") and "<|im_start|>assistant" not in prefix
@@ -169,7 +169,7 @@ def test_sampling_is_seeded_and_user_turn_prefix(tiny_model_dir: Any, smol_tok: 
 def test_precision_bf16_runs_the_matmuls_in_bfloat16_and_fp32_does_not(tiny_model_dir: Any, smol_tok: Any) -> None:
     from transformers import AutoModelForCausalLM
 
-    from replaybank.llm.eval.generate import resolve_precision
+    from replaybank.llm.eval.decode import resolve_precision
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     seen: list[Any] = []

@@ -17,7 +17,7 @@ from replaybank.llm.data.pool import LazyPool
 from replaybank.llm.data.prepare import check_overlaps, prepare
 from replaybank.llm.data.rows import TokenRows, encode_rehearsal
 from replaybank.llm.eval.suite import SuiteOverlapError, load_suite, overlap_key
-from replaybank.llm.train.loop import Source, epoch_slice
+from replaybank.llm.train.lora import Source, epoch_slice
 from replaybank.llm.train.sources import sampled_rows
 
 pa = pytest.importorskip("pyarrow")

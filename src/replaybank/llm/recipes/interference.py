@@ -1,4 +1,4 @@
-"""The probe (``replaybank probe``): does the domain data pull against the rehearsal rows?
+"""The gradient-interference job (``replaybank probe``): does the domain data pull against the rehearsal rows?
 
 Set up (threads, device, model, optional self rows), wrap with a fresh LoRA or a saved adapter,
 prepare the data, then compare gradients of domain and rehearsal batches

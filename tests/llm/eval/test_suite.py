@@ -11,7 +11,7 @@ import pytest
 
 from replaybank.errors import ReplayBankError
 from replaybank.llm.eval import suite as suite_mod
-from replaybank.llm.eval.generate import Generation
+from replaybank.llm.eval.decode import Generation
 from replaybank.llm.eval.suite import (
     FAMILIES,
     SuiteError,

@@ -25,7 +25,7 @@ from replaybank.llm.config.recipe import CONTROLLER_KEYS, TARGETED_KEYS, Recipe
 from replaybank.llm.config.schema import Data, Evaluation, SharedData, SharedEvaluation, Training
 from replaybank.llm.loop.state import StateError, check_same_run, new_state
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BEFORE = json.loads((Path(__file__).parent / "config_values_770bb88.json").read_text(encoding="utf-8"))
 # where the loop's keys are now (written out here, not taken from config/loop.py's table)
 NOW_AT = {

@@ -33,7 +33,7 @@ def _own_cache(isolated_cache):
 def fake_self_answers(monkeypatch):
     """The tiny random model writes no usable answer; the base model's 'own answers' are faked here."""
     import replaybank.llm.data.selfsynth as selfsynth
-    from replaybank.llm.eval.generate import Generation
+    from replaybank.llm.eval.decode import Generation
 
     def fake(model, tokenizer, prompts, **kw):
         return [Generation(f"Here is a short answer number {k} about it.", False, 12) for k, _ in enumerate(prompts)]
@@ -97,7 +97,7 @@ def test_earlier_output_is_never_replaced_without_force(tiny_model_dir, tmp_path
 
 def test_self_synthesis_that_yields_nothing_stops_the_run(tiny_model_dir, tmp_path, monkeypatch):
     import replaybank.llm.data.selfsynth as selfsynth
-    from replaybank.llm.eval.generate import Generation
+    from replaybank.llm.eval.decode import Generation
     from replaybank.llm.recipes.rehearsal import run_experiment
 
     monkeypatch.setattr(selfsynth, "generate_detailed",

@@ -176,7 +176,7 @@ def test_out_dir_that_is_not_a_run_is_refused(tiny_model_dir, tmp_path):
 
 
 def test_probe_on_tiny_model(tiny_model_dir, tmp_path):
-    from replaybank.llm.recipes.probe import run_probe
+    from replaybank.llm.recipes.interference import run_probe
 
     rep = run_probe(_cfg(tiny_model_dir, tmp_path), pairs=2, log=lambda m: None)
     assert len(rep.pairs) == 2

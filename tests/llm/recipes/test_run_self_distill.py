@@ -20,7 +20,7 @@ def _own_cache(isolated_cache):
 def long_self_answers(monkeypatch):
     """Every 'own answer' of the base model runs into the token budget (truncated)."""
     import replaybank.llm.data.selfsynth as selfsynth
-    from replaybank.llm.eval.generate import Generation
+    from replaybank.llm.eval.decode import Generation
 
     def fake(model, tokenizer, prompts, **kw):
         return [Generation(f"Here is a long answer number {k} that goes on and on", True, 96) for k, _ in enumerate(prompts)]

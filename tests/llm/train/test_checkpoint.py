@@ -19,7 +19,7 @@ from replaybank.llm.train.checkpoint import (  # noqa: E402
     load_checkpoint,
     save_checkpoint,
 )
-from replaybank.llm.train.loop import TrainLog  # noqa: E402
+from replaybank.llm.train.lora import TrainLog  # noqa: E402
 from replaybank.mixing import Mixer  # noqa: E402
 
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from replaybank.llm.data import agenda, ledger, toolapi
+from replaybank.llm.data.toolapi import generate_examples
 
 # SHA-256 prefixes of generate_examples(200, seed) from before the loop was shared (commit 97134b9;
 # ledger: as first written);
@@ -44,3 +45,11 @@ def test_rows_distinct_and_exclusion_respected(module):
 def test_impossible_request_names_the_skill():
     with pytest.raises(ValueError, match="could not generate 5 distinct toy examples"):
         toolapi.distinct_examples([lambda rng: ("same", "x")], 5, 0, what="toy")
+
+
+def test_toolapi_examples_deterministic_and_disjoint():
+    a = generate_examples(50, seed=1)
+    assert a == generate_examples(50, seed=1)
+    held = generate_examples(20, seed=2, exclude={r["prompt"] for r in a})
+    assert not {r["prompt"] for r in a} & {r["prompt"] for r in held}
+    assert all(r["response"].startswith("<<qx ") and r["response"].endswith(">>") for r in a)

@@ -8,13 +8,13 @@ import pytest
 
 from replaybank.llm.data.toolapi import generate_examples
 from replaybank.llm.eval import domain
+from replaybank.llm.eval.decode import Generation
 from replaybank.llm.eval.domain import (
     DomainEvalError,
     call_score,
     generated_accuracy,
     parse_qx_call,
 )
-from replaybank.llm.eval.generate import Generation
 
 
 def test_parse_qx_call() -> None:

@@ -12,7 +12,7 @@ import tomllib
 
 from replaybank.llm.config import Config
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "reference_7b.toml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "reference_7b.toml"
 
 
 def test_reference_example_keeps_the_references_values() -> None:

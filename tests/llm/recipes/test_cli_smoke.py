@@ -69,7 +69,7 @@ def test_smoke_default_experiment_tiny_budget(tmp_path, capsys):
     metrics = json.loads((out / "metrics.json").read_text())
     assert printed["arms"]["base"]["probe_score"] == 1.0  # the probe holds what the base model gets right
     # one trained arm: the naive arm runs the same train-and-measure path on the CLI in
-    # tests/llm/test_run_arms.py::test_cli_seeds_and_force_flags (tiny model)
+    # tests/llm/recipes/test_run_arms.py::test_cli_seeds_and_force_flags (tiny model)
     for arm in ("base", "rehearsal"):
         assert set(metrics["arms"][arm]) >= {"general_loss", "domain_loss", "probe_score"}
     assert metrics["config"]["training"]["base_model"] == "SmolLM2-135M-Instruct"

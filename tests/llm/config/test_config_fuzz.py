@@ -141,7 +141,7 @@ def test_the_main_config_is_refused_naming_the_file_or_every_value_is_in_bounds(
         return
     for name in SECTIONS:
         _in_bounds(name, getattr(cfg, name))
-    for name, recipe in cfg.arms.items():
+    for name, recipe in cfg.recipes.items():
         assert is_name(name), f"recipe name {name!r} accepted"
         _in_bounds(f"recipes.{name}", recipe)
     again = Config.from_dict(cfg.to_dict())
@@ -182,7 +182,7 @@ def test_the_base_files_are_valid():
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "c.toml"
         path.write_text(MAIN, encoding="utf-8")
-        assert Config.from_toml(path).arms["mine"].ratio == 0.2
+        assert Config.from_toml(path).recipes["mine"].ratio == 0.2
         path.write_text(LOOP, encoding="utf-8")
         assert LoopConfig.from_toml(path).recipe.ratio == 0.5  # type: ignore[union-attr]
 

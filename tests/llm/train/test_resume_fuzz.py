@@ -37,7 +37,7 @@ peft = pytest.importorskip("peft")
 
 from replaybank.llm.train.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 
-from .test_checkpoint_hardening import parts, same, snapshot, step  # noqa: E402
+from .test_checkpoint_checks import parts, same, snapshot, step  # noqa: E402
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "100"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))

@@ -1,5 +1,5 @@
 """The main job's metrics.json and report.md on a tiny random Llama, byte for byte against files
-committed under tests/llm/golden/.
+committed under tests/llm/recipes/golden/.
 
 Masked, because they change from run to run: ``wall_seconds``, ``timings``, ``environment``
 (machine, library versions, load average); the two temporary paths in ``config``

@@ -36,7 +36,7 @@ def test_declared_arm_is_parsed_run_and_round_trips(tmp_path):
     assert again.arm_specs()["self-replay-kl"] == spec
     toml = tmp_path / "again.toml"
     toml.write_text(cfg.to_toml())
-    assert Config.from_toml(toml).arms == cfg.arms
+    assert Config.from_toml(toml).recipes == cfg.recipes
     # with an explicit [evaluation] arms, only those run
     only = Config.from_dict({"evaluation": {"arms": ["naive", "x"]}, "recipes": {"x": {"source": "corpus"}}})
     assert only.evaluation.arms == ["naive", "x"]

@@ -15,7 +15,7 @@ from replaybank.llm.data.selfsynth import (
     synthesize,
 )
 from replaybank.llm.eval.checkers import degenerate
-from replaybank.llm.eval.generate import Generation
+from replaybank.llm.eval.decode import Generation
 
 
 class FakeGen:
