@@ -71,6 +71,7 @@ class Recipe:
     trend_window: int = _f(3, "with a controller: evaluations its loss trend is fitted over", min=2, max=1000)
     fresh_adapter: bool = _f(False, "replaybank run: train a fresh adapter on each generation's domain alone (one adapter per skill, adapters/ARM/seedN/genG/), instead of carrying one adapter over; the lineage keys do not apply")
     peer: PeerName = _f("none", "replaybank run: a peer method through PEFT instead of plain LoRA: osf, corda, intruder, attn-lowrank (docs/llm.md, Peer methods)")
+    domain: bool = _f(True, "replaybank run: train on the arm's domain rows; false = on its rehearsal rows alone, as many per epoch as the domain has, plain cross-entropy, no ratio (the control arm: what any LoRA update on those rows costs, the floor under the domain's interference)")
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,8 @@ BUILTIN_RECIPES: dict[str, Recipe] = {
     "peer-corda": Recipe(source=[], ratio=0.0, peer="corda"),
     "peer-intruder": Recipe(source=[], ratio=0.0, peer="intruder"),
     "peer-attn-lowrank": Recipe(source=[], ratio=0.0, peer="attn-lowrank"),
+    # the control arm: the base model's own answers alone, no domain row, same steps and optimizer (docs/llm.md)
+    "control": Recipe(source=["self"], ratio=0.0, domain=False),
 }
 """The built-in recipes. Every job and :func:`replaybank.hf.recipe` know these names."""
 
@@ -156,7 +159,7 @@ EARLIER_SOURCES = ("replay", "onpolicy")
 
 def recipe_dict(spec: Recipe) -> dict[str, Any]:
     """``spec``'s values as a dict, the controller keys left out when it has none (and
-    ``fresh_adapter`` when false and ``peer`` when none: configs and run folders written before
+    ``fresh_adapter`` when false, ``peer`` when none and ``domain`` when true: configs and run folders written before
     them read back the same).
 
     Example:
@@ -171,6 +174,8 @@ def recipe_dict(spec: Recipe) -> dict[str, Any]:
         out.pop("fresh_adapter")
     if spec.peer == "none":
         out.pop("peer")
+    if spec.domain:
+        out.pop("domain")
     return out
 
 
@@ -262,7 +267,7 @@ def parse_recipes(raw: Any, source: str, text: str | None = None) -> dict[str, R
                                   f"{LOOP_SPELLING[key]!r}? ([loop] {key} is its old spelling in the loop)")
         values = auto_ratio(values, at(source, text, table, "ratio"), table)
         spec, keys = read_section(source, table, Recipe, values, text=text)
-        if not spec.source and "ratio" not in keys:  # no sources: no share (the naive arm's 0, not the 0.1 default),
+        if (not spec.source or not spec.domain) and "ratio" not in keys:  # no sources, or no domain rows: no share (0, not the 0.1 default),
             spec = replace(spec, ratio=0.0)  # so the config written back (to_dict, to_toml) reads back
         check_recipe(spec, table, keys, source, text)
         out[name] = spec
@@ -284,6 +289,9 @@ def check_recipe(spec: Recipe, table: str, keys: set[str], source: str, text: st
             )
     if len(set(spec.source)) != len(spec.source):
         raise ConfigError(f"{where('source')}: [{table}] source lists a source twice: {spec.source}")
+    if not spec.domain:
+        _check_control(spec, table, where)
+        return
     if spec.source and spec.ratio == 0:
         raise ConfigError(f"{where('ratio', 'source')}: [{table}] has sources {spec.source} but ratio = 0; give a ratio in (0, 1)")
     if not spec.source and "ratio" in keys and spec.ratio > 0:
@@ -308,6 +316,24 @@ def check_recipe(spec: Recipe, table: str, keys: set[str], source: str, text: st
             f"source contains {earlier[0]!r} (rows of earlier generations); drop it, or set fresh_adapter = false"
         )
     check_controller(spec, table, keys, source, text)
+
+
+def _check_control(spec: Recipe, table: str, where: Any) -> None:
+    """A recipe with ``domain = false`` (the control arm): its rehearsal rows train alone, plainly."""
+    def refuse(key: str, why: str) -> None:
+        raise ConfigError(f"{where(key)}: [{table}] domain = false trains on the rehearsal rows alone; {why}")
+
+    if not spec.source:
+        refuse("source", "give a source (corpus or self)")
+    bad = [s for s in spec.source if s in EARLIER_SOURCES or is_file_source(s)]
+    if bad:
+        refuse("source", f"source contains {bad[0]!r}, which is domain rows or no source of the main job; use corpus or self")
+    if spec.ratio != 0:
+        refuse("ratio", f"every row is rehearsal, so ratio = {spec.ratio:g} does not apply; drop it")
+    if spec.kl_to_base > 0 or not spec.rehearsal_ce:
+        refuse("kl_to_base", "they train with plain cross-entropy; drop kl_to_base and rehearsal_ce")
+    if spec.controller != "none" or spec.peer != "none" or spec.fresh_adapter:
+        refuse("controller", "no controller, peer method or fresh_adapter applies")
 
 
 def load_recipes(path: str | Path) -> dict[str, Recipe]:

@@ -150,6 +150,7 @@ def train_lora(
     mix_by: MixBy = "rows",
     kl: KLSpec | None = None,
     steer: Steering | None = None,
+    epoch_source: str = "domain",
 ) -> TrainLog:
     """Train the LoRA-wrapped ``model`` in place.
 
@@ -173,6 +174,8 @@ def train_lora(
             over ``sources`` by name; their ``share`` is then unused): measured before the first
             step, after every evaluation point and after the last step, each time setting the
             mixer's shares for the steps that follow. Its state goes into the checkpoint.
+        epoch_source: the name ``domain`` goes by in the log (the control arm trains its rehearsal rows
+            there, with no domain row).
 
     Returns:
         The :class:`TrainLog`; every step records rows and labelled tokens per source, so the
@@ -194,7 +197,7 @@ def train_lora(
     if total_share >= 1:
         raise ValueError(f"rehearsal shares sum to {total_share}; they must leave room for domain rows (< 1)")
     slice_size = cfg.rehearsal_rows_per_epoch
-    names = ["domain"] + [s.name for s in sources]
+    names = [epoch_source] + [s.name for s in sources]
     targets = [1.0 - total_share] + [s.share for s in sources]
     per_row = [_mean_label_tokens(domain)] + [_mean_label_tokens(s.rows) for s in sources]
     if steer is not None:
