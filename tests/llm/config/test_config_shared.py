@@ -61,10 +61,10 @@ def _recipe(spec: Recipe) -> dict[str, Any]:
     """Every value of a recipe; the replay controller's keys (added after the snapshot) only
     when it has one, and none of the shipped configs has; ``fresh_adapter`` (after the
     snapshot) only when set, and none of the shipped configs sets it; ``peer``, ``project`` and the
-    keys of forgetting-targeted sampling (after the snapshot) likewise."""
+    keys of forgetting-targeted sampling and ``domain`` (after the snapshot) likewise."""
     out = dataclasses.asdict(spec)
     assert out["controller"] == "none" and out.pop("fresh_adapter") is False and out.pop("peer") == "none"
-    assert out.pop("project") == "none" and out["sampling"] == "uniform"
+    assert out.pop("project") == "none" and out["sampling"] == "uniform" and out.pop("domain") is True
     return {k: v for k, v in out.items() if k not in CONTROLLER_KEYS and k not in TARGETED_KEYS}
 
 
@@ -73,7 +73,7 @@ ADDED_EXAMPLES = {"examples/peers.toml"}
 #: built-in recipes and arms added after the snapshot (the peer methods, the routed arm,
 #: forgetting-targeted rehearsal, A-GEM: docs/llm.md)
 ADDED_ARMS = {"peer-osf", "peer-corda", "peer-intruder", "peer-attn-lowrank", "peer-sdft", "routed",
-              "rehearsal-targeted", "rehearsal-agem"}
+              "rehearsal-targeted", "rehearsal-agem", "control"}
 
 
 def test_the_snapshot_covers_every_shipped_config():

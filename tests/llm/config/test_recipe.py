@@ -187,3 +187,18 @@ def test_the_docstring_examples_hold():
     for name in names:
         result = doctest.testmod(importlib.import_module(name))
         assert result.attempted > 0 and result.failed == 0, name
+
+
+def test_control_recipe_trains_rehearsal_rows_alone_and_refuses_what_does_not_apply():
+    from replaybank.llm.config import Config, ConfigError
+    from replaybank.llm.config.recipe import parse_recipes
+
+    plan = Config.from_dict({"evaluation": {"arms": ["base", "naive", "control"]}}).arm_plan("control")
+    assert plan.share == 1.0 and plan.recipe.source == ["self"] and not plan.recipe.domain
+    mine = parse_recipes({"mine": {"source": ["corpus"], "domain": False}}, "run.toml")["mine"]
+    assert mine.ratio == 0.0 and not mine.domain
+    for bad, match in (({"source": ["self"], "domain": False, "ratio": 0.3}, "ratio = 0.3 does not apply"),
+                       ({"source": ["replay"], "domain": False}, "domain rows"),
+                       ({"source": ["self"], "domain": False, "kl_to_base": 1.0}, "plain cross-entropy")):
+        with pytest.raises(ConfigError, match=match):
+            parse_recipes({"mine": bad}, "run.toml")

@@ -31,6 +31,7 @@ def test_interference_on_constructed_gradients():
     assert rep.pairs[0].alpha == pytest.approx(2 / 3)
     assert rep.pairs[0].cosine == pytest.approx(-2 / np.sqrt(5))
     assert rep.pairs[1].alpha == 0.0
-    assert rep.alpha_suggested == pytest.approx(2 / 3) and rep.rehearsal_needed
-    assert "rehearsal looks needed" in rep.summary()
-    assert not summarise([(gr, gr)]).rehearsal_needed
+    assert rep.alpha_suggested == pytest.approx(2 / 3) and rep.conflicting_pairs == 1
+    assert rep.dot_mean == pytest.approx((-2.0 + float(gr[0])) / 2)
+    assert "needed" not in rep.summary() and "needed" not in rep.measured()  # measured figures, no verdict
+    assert summarise([(gr, gr)]).conflicting_pairs == 0

@@ -136,3 +136,36 @@ def test_seeds_in_worker_processes_match_the_sequential_run(tiny_model_dir, tmp_
     for arm in ("base", "naive"):
         for key in ("general_loss", "domain_loss", "leakage"):
             assert par.arms[arm].summary[key].values == pytest.approx(seq.arms[arm].summary[key].values, rel=1e-5)
+
+
+def test_control_arm_learns_its_rehearsal_rows_alone_and_is_no_domain_target(tiny_model_dir, tmp_path, fake_self_answers):
+    from replaybank.llm.recipes.rehearsal import run_experiment
+
+    out = tmp_path / "run"
+    cfg = _cfg(tiny_model_dir, arms=["base", "naive", "rehearsal-self", "control"])
+    logs: list[str] = []
+    cfg = type(cfg).from_dict({**cfg.to_dict(), "orchestration": {"num_generations": 1},
+                               "data": {**cfg.to_dict()["data"], "domain_train": ["builtin:toolapi"],
+                                        "domain_eval": ["builtin:toolapi"]}})
+    run_experiment(cfg, out, log=logs.append, max_steps=2, seeds=1)
+    saved = json.loads((out / "metrics.json").read_text())
+    arms = saved["arms"]
+    control, naive = arms["control"], arms["naive"]
+    # every row it trained on is a self row (the base model's own answers); none is a domain row
+    assert control["loss_share"]["rows"] == {"self": 1.0} and control["share"] == 1.0
+    steps = [s for g in control["generations"] for s in g["train"]["steps"]]
+    assert steps and all(set(s["source_rows"]) == {"self"} for s in steps)
+    assert len(steps) == len([s for g in naive["generations"] for s in g["train"]["steps"]])  # same steps as naive
+    assert control["spec"]["domain"] is False and "domain" not in naive["spec"]
+    # measured and reported beside the others, but no rehearsal arm: no domain target, no probe comparison arm
+    assert any(k.startswith("retention_") for k in control["summary"])
+    assert "control" not in saved["targets"]["arms"] and "rehearsal-self" in saved["targets"]["arms"]
+    assert all(c.get("rehearsal_arm") != "control" for c in saved["probe"]["comparison"])
+    # the early warning: KL to the base on domain rows at every evaluation point, in the curve and the log
+    assert all(p["domain_kl"] >= 0 for a in ("naive", "control") for p in arms[a]["curve"])
+    assert any("KL(base||adapter) on domain" in line for line in logs)
+    assert not any("needed" in line for line in logs if line.startswith("probe "))  # measured figures, no verdict
+    warning = saved["early_warning"]
+    assert warning["n"] == 3 and {p["arm"] for p in warning["points"]} == {"naive", "rehearsal-self", "control"}
+    report = (out / "report.md").read_text()
+    assert "| control |" in report and "## Early warning" in report and "n = 3" in report

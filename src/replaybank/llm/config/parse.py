@@ -228,7 +228,8 @@ class Config:
         method's form, docs/llm.md) that share is
         instead ``rows / (rows + domain rows per epoch)`` for each generation's lineage
         (:meth:`.recipe.ArmPlan.share_for`), so every generation draws that many rehearsal rows
-        per virtual epoch, whatever the lineage's size. Every other arm keeps its recipe's ``ratio``.
+        per virtual epoch, whatever the lineage's size. A recipe with ``domain = false`` (``control``)
+        has the share 1: its rehearsal rows alone. Every other arm keeps its recipe's ``ratio``.
 
         Example:
             >>> cfg = Config.from_dict({"training": {"rehearsal_rows_per_epoch": 500}})
@@ -242,6 +243,8 @@ class Config:
             KeyError: ``name`` is no arm of :meth:`arm_specs`.
         """
         spec = self.arm_specs()[name]
+        if not spec.domain:  # the control arm: every row of every batch is rehearsal
+            return ArmPlan(name, spec, 1.0)
         if name not in TAKES_TRAINING_SHARE or name in self.recipes or not spec.source:
             return ArmPlan(name, spec, spec.ratio)
         return ArmPlan(name, spec, spec.ratio, self._rows_per_epoch(), from_training=True)

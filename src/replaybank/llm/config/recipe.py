@@ -82,6 +82,7 @@ class Recipe:
     outlier_mads: float = _f(3.5, "with sampling = forgetting: rows whose base-model loss is more than this many scaled MADs above the median are never drawn (inf = keep all)", gt=0)
     candidates: int = _f(512, "with sampling = forgetting: the most rows of each source whose losses are measured (a seeded choice)", min=1, max=10_000_000)
     project: Project = _f("none", "replaybank run: none, or agem: project the domain gradient so it does not oppose the rehearsal rows' gradient (docs/llm.md, A-GEM)")
+    domain: bool = _f(True, "replaybank run: train on the arm's domain rows; false = on its rehearsal rows alone, as many per epoch as the domain has, plain cross-entropy, no ratio (the control arm: what any LoRA update on those rows costs, the floor under the domain's interference)")
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,8 @@ BUILTIN_RECIPES: dict[str, Recipe] = {
     "peer-corda": Recipe(source=[], ratio=0.0, peer="corda"),
     "peer-intruder": Recipe(source=[], ratio=0.0, peer="intruder"),
     "peer-attn-lowrank": Recipe(source=[], ratio=0.0, peer="attn-lowrank"),
+    # the control arm: the base model's own answers alone, no domain row, same steps and optimizer (docs/llm.md)
+    "control": Recipe(source=["self"], ratio=0.0, domain=False),
 }
 """The built-in recipes. Every job and :func:`replaybank.hf.recipe` know these names."""
 
@@ -176,9 +179,9 @@ EARLIER_SOURCES = ("replay", "onpolicy")
 
 def recipe_dict(spec: Recipe) -> dict[str, Any]:
     """``spec``'s values as a dict, the controller keys left out when it has none (and
-    ``fresh_adapter`` when false, ``peer`` and ``project`` when none, the keys of
-    ``sampling = "forgetting"`` when uniform: configs and run folders written before them read
-    back the same).
+    ``fresh_adapter`` when false, ``peer`` and ``project`` when none, ``domain`` when true, the
+    keys of ``sampling = "forgetting"`` when uniform: configs and run folders written before them
+    read back the same).
 
     Example:
         >>> sorted(recipe_dict(Recipe(source=["self"])))
@@ -197,6 +200,8 @@ def recipe_dict(spec: Recipe) -> dict[str, Any]:
             out.pop(key)
     if spec.project == "none":
         out.pop("project")
+    if spec.domain:
+        out.pop("domain")
     return out
 
 
@@ -288,7 +293,7 @@ def parse_recipes(raw: Any, source: str, text: str | None = None) -> dict[str, R
                                   f"{LOOP_SPELLING[key]!r}? ([loop] {key} is its old spelling in the loop)")
         values = auto_ratio(values, at(source, text, table, "ratio"), table)
         spec, keys = read_section(source, table, Recipe, values, text=text)
-        if not spec.source and "ratio" not in keys:  # no sources: no share (the naive arm's 0, not the 0.1 default),
+        if (not spec.source or not spec.domain) and "ratio" not in keys:  # no sources, or no domain rows: no share (0, not the 0.1 default),
             spec = replace(spec, ratio=0.0)  # so the config written back (to_dict, to_toml) reads back
         check_recipe(spec, table, keys, source, text)
         out[name] = spec
@@ -310,6 +315,9 @@ def check_recipe(spec: Recipe, table: str, keys: set[str], source: str, text: st
             )
     if len(set(spec.source)) != len(spec.source):
         raise ConfigError(f"{where('source')}: [{table}] source lists a source twice: {spec.source}")
+    if not spec.domain:
+        _check_control(spec, table, where)
+        return
     if spec.source and spec.ratio == 0:
         raise ConfigError(f"{where('ratio', 'source')}: [{table}] has sources {spec.source} but ratio = 0; give a ratio in (0, 1)")
     if not spec.source and "ratio" in keys and spec.ratio > 0:
@@ -347,6 +355,24 @@ def check_targeted(spec: Recipe, table: str, keys: set[str], where: Any) -> None
     for key, value, off in (("sampling", spec.sampling, "uniform"), ("project", spec.project, "none")):
         if value != off and not spec.source:
             raise ConfigError(f"{where(key)}: [{table}] {key} = {value!r} needs rehearsal rows, but source = []")
+
+
+def _check_control(spec: Recipe, table: str, where: Any) -> None:
+    """A recipe with ``domain = false`` (the control arm): its rehearsal rows train alone, plainly."""
+    def refuse(key: str, why: str) -> None:
+        raise ConfigError(f"{where(key)}: [{table}] domain = false trains on the rehearsal rows alone; {why}")
+
+    if not spec.source:
+        refuse("source", "give a source (corpus or self)")
+    bad = [s for s in spec.source if s in EARLIER_SOURCES or is_file_source(s)]
+    if bad:
+        refuse("source", f"source contains {bad[0]!r}, which is domain rows or no source of the main job; use corpus or self")
+    if spec.ratio != 0:
+        refuse("ratio", f"every row is rehearsal, so ratio = {spec.ratio:g} does not apply; drop it")
+    if spec.kl_to_base > 0 or not spec.rehearsal_ce:
+        refuse("kl_to_base", "they train with plain cross-entropy; drop kl_to_base and rehearsal_ce")
+    if spec.controller != "none" or spec.peer != "none" or spec.fresh_adapter:
+        refuse("controller", "no controller, peer method or fresh_adapter applies")
 
 
 def load_recipes(path: str | Path) -> dict[str, Recipe]:

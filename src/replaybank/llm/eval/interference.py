@@ -8,6 +8,13 @@ smallest mixing ratio ``alpha`` for which the mixed step still descends on rehea
 
 (``alpha = 0`` when ``<g_d, g_r> >= 0``). Repeated over several batch pairs, the spread shows how
 stable the answer is.
+
+These are first-order facts about one step from the adapter's current state (a fresh LoRA: its B
+matrices at zero), not a forecast of forgetting after many steps: on the main job's Python-docs
+corpus every measured pair agrees (``<g_d, g_r> > 0``) while naive training loses every suite
+family. So the probe reports the measured inner products and cosines and how many pairs
+conflict, and gives no verdict on whether rehearsal is needed; ``replaybank run`` puts them next to
+the forgetting it measures (``metrics.json``: ``probe.comparison``).
 """
 
 from __future__ import annotations
@@ -60,7 +67,10 @@ class InterferenceReport:
         cosine_mean, cosine_std: spread of the cosine similarity.
         alpha_suggested: the largest per-pair minimum alpha (satisfies every pair measured).
         alpha_median: the median per-pair minimum alpha.
-        rehearsal_needed: whether any pair had ``<g_d, g_r> < 0``.
+        dot_mean: the mean inner product ``<g_d, g_r>``.
+        conflicting_pairs: how many pairs had ``<g_d, g_r> < 0`` (a step on the domain batch alone
+            raises that rehearsal batch's loss, to first order). A count of measured pairs, not a
+            prediction of forgetting (see the module docstring).
     """
 
     pairs: list[PairResult]
@@ -68,7 +78,8 @@ class InterferenceReport:
     cosine_std: float
     alpha_suggested: float
     alpha_median: float
-    rehearsal_needed: bool
+    dot_mean: float
+    conflicting_pairs: int
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,22 +88,25 @@ class InterferenceReport:
             "cosine_std": self.cosine_std,
             "alpha_suggested": self.alpha_suggested,
             "alpha_median": self.alpha_median,
-            "rehearsal_needed": self.rehearsal_needed,
+            "dot_mean": self.dot_mean,
+            "conflicting_pairs": self.conflicting_pairs,
         }
 
+    def measured(self) -> str:
+        """One line of what was measured, with no verdict (the run's log line)."""
+        return (f"cosine {self.cosine_mean:.4f} +/- {self.cosine_std:.4f}, <g_d, g_r> mean {self.dot_mean:.3g}, "
+                f"{self.conflicting_pairs}/{len(self.pairs)} pairs with <g_d, g_r> < 0, "
+                f"first-step alpha {self.alpha_suggested:.3f}")
+
     def summary(self) -> str:
-        verdict = (
-            f"rehearsal looks needed: domain gradients point against general text; use alpha >= {self.alpha_suggested:.3f}"
-            if self.rehearsal_needed
-            else "rehearsal does not look needed: no measured pair interferes (alpha = 0 suffices)"
-        )
-        lines = [f"{'pair':>4} {'cosine':>8} {'alpha':>7}"]
-        lines += [f"{i:>4} {p.cosine:>8.4f} {p.alpha:>7.4f}" for i, p in enumerate(self.pairs)]
+        lines = [f"{'pair':>4} {'cosine':>8} {'<g_d,g_r>':>10} {'alpha':>7}"]
+        lines += [f"{i:>4} {p.cosine:>8.4f} {p.dot:>10.3g} {p.alpha:>7.4f}" for i, p in enumerate(self.pairs)]
         lines.append(
-            f"cosine {self.cosine_mean:.4f} +/- {self.cosine_std:.4f}; "
-            f"alpha median {self.alpha_median:.4f}, max {self.alpha_suggested:.4f}"
+            f"cosine {self.cosine_mean:.4f} +/- {self.cosine_std:.4f}; <g_d, g_r> mean {self.dot_mean:.3g}; "
+            f"{self.conflicting_pairs} of {len(self.pairs)} pairs conflict (<g_d, g_r> < 0); "
+            f"first-step alpha median {self.alpha_median:.4f}, max {self.alpha_suggested:.4f}"
         )
-        lines.append(verdict)
+        lines.append("first-order, one step from this adapter: not a forecast of forgetting (docs/llm.md)")
         return "\n".join(lines)
 
 
@@ -104,8 +118,8 @@ def summarise(grads: Sequence[tuple[np.ndarray, np.ndarray]]) -> InterferenceRep
 
     Example:
         >>> r = summarise([(np.array([-1.0, 0.0]), np.array([1.0, 0.0]))])
-        >>> r.alpha_suggested, r.rehearsal_needed
-        (0.5, True)
+        >>> r.alpha_suggested, r.dot_mean, r.conflicting_pairs
+        (0.5, -1.0, 1)
     """
     if not grads:
         raise ValueError("need at least one gradient pair")
@@ -126,7 +140,8 @@ def summarise(grads: Sequence[tuple[np.ndarray, np.ndarray]]) -> InterferenceRep
         float(cos_arr.std()),
         float(alphas.max()),
         float(np.median(alphas)),
-        bool(any(p.dot < 0 for p in pairs)),
+        float(np.mean([p.dot for p in pairs])),
+        sum(p.dot < 0 for p in pairs),
     )
 
 

@@ -72,7 +72,7 @@ def token_loss_sum(model: Any, ids: Any, att: Any, labels: Any) -> tuple[Any, in
     return loss, int(mask.sum())
 
 
-def _length_batches(lengths: np.ndarray, max_tokens: int, max_rows: int) -> list[np.ndarray]:
+def length_batches(lengths: np.ndarray, max_tokens: int, max_rows: int) -> list[np.ndarray]:
     # Sorted by length, so each padded batch wastes little; at most max_tokens padded positions.
     order = np.argsort(lengths, kind="stable")
     batches: list[np.ndarray] = []
@@ -108,7 +108,7 @@ def mean_loss(
     model.eval()
     total, count = 0.0, 0
     with torch.no_grad(), FrozenBf16(model, precision):
-        for idx in _length_batches(rows.lengths(), max_tokens, max_rows):
+        for idx in length_batches(rows.lengths(), max_tokens, max_rows):
             ids, att, labels = collate(rows.rows(idx), pad_id)
             loss, n = token_loss_sum(model, ids, att, labels)
             total += float(loss)

@@ -1,7 +1,8 @@
 """Measuring one model state: losses, the general-capability suite, generated domain accuracy.
 
-Every measurement of an arm goes through :func:`measure_losses` (cheap, teacher-forced; also used
-at the evaluation points during training), :func:`domain_row` (a row of the accuracy matrix:
+Every measurement of an arm goes through :func:`measure_losses` (cheap, teacher-forced; at the
+evaluation points during training :func:`measure_point` adds the KL to the base model on the
+domain being trained, :mod:`.drift`), :func:`domain_row` (a row of the accuracy matrix:
 generated exact match on every domain's held-out requests) and :func:`measure_behaviour` (the
 suite and the probe, after the last generation). :func:`flatten` turns one arm's nested result into
 the flat scalars that seeds are aggregated over.
@@ -74,6 +75,16 @@ def measure_losses(model: Any, ctx: EvalContext) -> dict[str, float]:
         "domain_loss": float(np.mean(list(seen.values()))),
         "domain_losses": per_gen,  # type: ignore[dict-item]
     }
+
+
+def measure_point(model: Any, ctx: EvalContext, generation: int) -> dict[str, float]:
+    """One evaluation point of a trained arm: :func:`measure_losses` and ``domain_kl``, KL(base ||
+    adapter) in nats per token on the held-out rows of generation ``generation``'s domain
+    (:func:`.drift.domain_kl`; ``model`` is a PEFT model, its adapter disabled for the base)."""
+    from replaybank.llm.eval.drift import domain_kl
+
+    kl = domain_kl(model, ctx.data.domain_evals[generation], ctx.pad_id, precision=ctx.precision)
+    return {**measure_losses(model, ctx), "domain_kl": kl}
 
 
 def domain_row(model: Any, ctx: EvalContext, desc: str) -> list[DomainCell]:

@@ -52,7 +52,7 @@ from replaybank.llm.eval.measure import (
     matrix_metrics,
     measure_base,
     measure_behaviour,
-    measure_losses,
+    measure_point,
 )
 from replaybank.llm.eval.suite import general_text_rows, load_suite, prepare_suite, sample_suite
 from replaybank.llm.report.folder import (
@@ -91,6 +91,7 @@ from replaybank.llm.train.sources import (
     arm_steering,
     build_sources,
     concat_rows,
+    rehearsal_alone,
     rows_per_epoch,
     sampled_rows,
 )
@@ -310,11 +311,16 @@ def _train_arm(
         share_g = plan.share_for(len(domain))  # converted from rehearsal_rows_per_epoch: follows the lineage's size
         sources = build_sources(spec, share_g, g, lineage, ctx, model=model, max_seq_length=cfg.training.max_seq_length,
                                 seed=cfg.training.seed + g)
+        trained, epoch_source = sources, "domain"
+        if not spec.domain:  # the control arm: as many of its rehearsal rows in place of the domain's, no domain row
+            domain, epoch_source = rehearsal_alone(sources, len(domain), seed=cfg.training.seed + g)
+            trained = []
 
         def on_eval(step: int, _offset: int = offset, _g: int = g) -> dict[str, float]:
-            result = measure_losses(model, ctx)
+            result = measure_point(model, ctx, _g)  # the losses and KL(base || adapter) on this domain's held-out rows
             curve.append({"step": _offset + step, "generation": _g, **result})
-            log(f"{tag} gen {_g} step {step}: general {result['general_loss']:.4f}, domain {result['domain_loss']:.4f}")
+            log(f"{tag} gen {_g} step {step}: general {result['general_loss']:.4f}, domain {result['domain_loss']:.4f}, "
+                f"KL(base||adapter) on domain {result['domain_kl']:.4f}")
             return {k: v for k, v in result.items() if k != "domain_losses"}
 
         steer = arm_steering(controller, spec, sources, model, ctx, curve, offset, g, lineage)
@@ -328,7 +334,7 @@ def _train_arm(
                 model, ctx.pad_id, domain, cfg.training,
                 checkpoint_dir=partial / f"{name}-{seed_label}-gen{g}", on_eval=on_eval,
                 eval_points=cfg.evaluation.eval_points, desc=f"{tag} gen {g}", max_steps=max_steps,
-                sources=sources, mix_by=spec.mix_by, kl=kl, steer=steer, project=spec.project,
+                sources=trained, mix_by=spec.mix_by, kl=kl, steer=steer, project=spec.project, epoch_source=epoch_source,
             )
         if not train_log.evals or train_log.evals[-1]["step"] != len(train_log.steps):
             train_log.evals.append(dict(on_eval(len(train_log.steps)), step=len(train_log.steps)))
@@ -392,8 +398,7 @@ def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> 
             precision=cfg.training.precision,
         )
     for name, rep in reports.items():
-        log(f"probe {name}: cosine {rep.cosine_mean:.4f} +/- {rep.cosine_std:.4f}, alpha {rep.alpha_suggested:.3f}, "
-            f"needed {rep.rehearsal_needed}")
+        log(f"probe {name}: {rep.measured()}")
     return {name: rep.to_dict() for name, rep in reports.items()}
 
 

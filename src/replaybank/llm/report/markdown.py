@@ -104,15 +104,23 @@ def write_report(path: Path, metrics: RunResult) -> None:
                          f"forgetting {fmt(s.get('forgetting'))}")
     comparison = metrics.probe.comparison
     if comparison:
-        lines += ["", "## Interference probe (fresh LoRA, first seed) vs measured forgetting", "",
-                  "| source | cosine | suggested alpha | predicts forgetting | loss | naive rise | rise with this source |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["", "## Interference probe (fresh LoRA, first seed) next to measured forgetting", "",
+                  "The probe's first-order figures (one step from a fresh adapter) with no verdict: they have not "
+                  "predicted forgetting (docs/llm.md). Beside them, what the run measured.", "",
+                  "| source | cosine | mean <g_d, g_r> | pairs with <g_d, g_r> < 0 | first-step alpha | loss "
+                  "| naive rise | rise with this source | naive retention min / mean % |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r in comparison:
+            kept = ("n/a" if r.naive_retention_min is None or r.naive_retention_mean is None
+                    else f"{r.naive_retention_min * 100:.1f} / {r.naive_retention_mean * 100:.1f}")
             lines.append(
-                f"| {r.source} | {r.cosine_mean:.4f} ± {r.cosine_std or 0:.4f} | {r.alpha_suggested:.3f} "
-                f"| {'yes' if r.predicts_forgetting else 'no'} | {r.loss} | {_or(r.naive_loss_rise, 'n/a')} "
-                f"| {_or(r.rehearsal_loss_rise, 'n/a')} ({_or(r.rehearsal_arm, '-')}) |"
+                f"| {r.source} | {r.cosine_mean:.4f} ± {r.cosine_std or 0:.4f} "
+                f"| {'n/a' if r.dot_mean is None else f'{r.dot_mean:.3g}'} "
+                f"| {_or(r.conflicting_pairs, 'n/a')} of {_or(r.pairs, 'n/a')} | {r.alpha_suggested:.3f} "
+                f"| {r.loss} | {_or(r.naive_loss_rise, 'n/a')} "
+                f"| {_or(r.rehearsal_loss_rise, 'n/a')} ({_or(r.rehearsal_arm, '-')}) | {kept} |"
             )
+    lines += _early_warning(metrics)
     targets = metrics.targets
     lines += ["", "## Targets (on the seed means)", ""]
     if targets.naive_loses_behaviour is not None:
@@ -128,6 +136,22 @@ def write_report(path: Path, metrics: RunResult) -> None:
     lines += [f"- {k}: {v:.1f}" for k, v in metrics.timings.items()]
     lines += ["", f"![behaviour]({BEHAVIOUR_PLOT})", "", f"![losses]({PLOT_NAME})", ""]
     path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def _early_warning(metrics: RunResult) -> list[str]:
+    """The last logged KL(base || adapter) on domain rows against the final retention, and their rank correlation."""
+    w = metrics.early_warning
+    if w is None or not w.points:
+        return []
+    rho = (f"Spearman rank correlation of the KL with the minimum retention over families "
+           f"{_or(w.spearman_min, 'n/a')}, with the mean retention {_or(w.spearman_mean, 'n/a')} (n = {w.n} "
+           "arm-seed pairs; n/a below three pairs or when one side is constant). Negative: more drift, less kept.")
+    return ["", "## Early warning: KL(base || adapter) on held-out domain rows vs retention", "",
+            "KL in nats per token over the prompt and answer tokens of the trained domain's held-out rows, at the "
+            "last evaluation point; retention over the checker-scored families.", "", rho, "",
+            "| arm | seed | KL | min retention % | mean retention % |", "|---|---|---|---|---|",
+            *(f"| {p.arm} | {p.seed} | {p.kl:.4f} | {p.retention_min * 100:.1f} | {p.retention_mean * 100:.1f} |"
+              for p in w.points)]
 
 
 def _per_generation(arms: dict[str, ArmSummary], names: list[str]) -> list[str]:

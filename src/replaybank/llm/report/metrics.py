@@ -3,7 +3,7 @@
 :func:`effect` is the pure summary of three arms, base, naive and the corpus rehearsal arm (rise
 of the held-out general loss, its ratio between arms, the domain-loss gap); :func:`build_metrics` assembles every arm over
 seeds (means, spreads, measured loss shares, the accuracy matrix, the probe side by side with the
-measured forgetting, the targets); :mod:`replaybank.llm.report.markdown` only formats what it is given.
+measured forgetting, the targets, the early warning: KL to the base against retention, :mod:`..eval.drift`); :mod:`replaybank.llm.report.markdown` only formats what it is given.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 from replaybank.llm.config.floor import resolve_floors
 from replaybank.llm.config.names import refuse_links
 from replaybank.llm.config.recipe import recipe_dict
+from replaybank.llm.eval.drift import early_warning
 from replaybank.llm.report.families import family_summary, interval_method
 from replaybank.llm.report.gate import evaluate_gate
 from replaybank.llm.report.markdown import write_report
@@ -29,7 +30,7 @@ from replaybank.llm.report.plots import (
     plot_losses,
     plot_mixture,
 )
-from replaybank.llm.report.seeds import Aggregate
+from replaybank.llm.report.seeds import FAMILIES, Aggregate
 from replaybank.llm.results import (
     SCHEMA_VERSION,
     ArmMatrix,
@@ -129,10 +130,10 @@ def build_metrics(cfg: Any, seeds: Sequence[SeedResult], agg: Aggregate) -> RunR
                 mixture_per_seed=[t.mixture for t in trained] if steered else None,
             )
         arms[name] = entry
-    # an arm of one fresh adapter per skill carries nothing over, and a peer method without sources rehearses
-    # nothing: neither is a rehearsal arm
+    # an arm of one fresh adapter per skill carries nothing over, a peer method without sources rehearses
+    # nothing, and the control arm learns no domain: none is a rehearsal arm
     rehearsal_arms = [a for a in first if a not in ("base", "naive") and not (
-        a in specs and (specs[a].fresh_adapter or (specs[a].peer != "none" and not specs[a].source)))]
+        a in specs and (specs[a].fresh_adapter or (specs[a].peer != "none" and not specs[a].source) or not specs[a].domain))]
     corpus_arm = next((a for a in ("rehearsal-corpus", "rehearsal") if a in first), None)
     targets = check_targets(agg, rehearsal_arms)
     reh = next((a for a in ("rehearsal", "rehearsal-corpus") if a in arms), "")  # the corpus rehearsal arm
@@ -150,6 +151,7 @@ def build_metrics(cfg: Any, seeds: Sequence[SeedResult], agg: Aggregate) -> RunR
         suite=[seed.suite for seed in seeds],
         config=cfg.to_dict(),
         config_source=cfg.source,
+        early_warning=early_warning(per_seed, [m.seed for m in manifests]),
     )
 
 
@@ -182,36 +184,44 @@ def _mean_shares(shares: list[LossShare]) -> LossShare:
 
 
 def probe_vs_forgetting(probes: Mapping[str, JsonObject], agg: Aggregate, specs: Mapping[str, Any]) -> list[ProbeComparison]:
-    """Per rehearsal source: the probe's prediction next to the forgetting measured on that source's rows.
+    """Per rehearsal source: the probe's measured gradients next to the forgetting measured in the run.
 
-    The measured forgetting of a source is the rise of the naive arm's loss on that source's rows
-    over the base model's (held-out documents for ``corpus``, the self-synthesized rows for
-    ``self``), and what the arm rehearsing only that source left of it.
+    The probe gives no verdict (:mod:`..eval.interference`); beside its cosine, mean inner product
+    and count of conflicting pairs stand the naive arm's measured forgetting: the rise of its loss
+    on that source's rows over the base model's (held-out documents for ``corpus``, the
+    self-synthesized rows for ``self``), what the arm rehearsing only that source left of that
+    rise, and the naive arm's suite retention (smallest family, mean over the checker-scored ones).
 
     Example:
         >>> from replaybank.llm.results import Stat
-        >>> st = lambda m: {"docs_loss": Stat(m, None, 1, [m])}
-        >>> agg = {"base": st(1.7), "naive": st(2.9), "rc": st(1.6)}
-        >>> class S: source, kl_to_base = ["corpus"], 0.0
-        >>> out = probe_vs_forgetting({"corpus": {"cosine_mean": 0.09, "alpha_suggested": 0.0, "rehearsal_needed": False}},
-        ...                           agg, {"rc": S()})
-        >>> out[0].naive_loss_rise, out[0].rehearsal_arm, out[0].rehearsal_loss_rise
-        (1.2, 'rc', -0.1)
+        >>> st = lambda m, r: {"docs_loss": Stat(m, None, 1, [m]), "retention_code": Stat(r, None, 1, [r])}
+        >>> agg = {"base": st(1.7, 1.0), "naive": st(2.9, 0.25), "rc": st(1.6, 0.5)}
+        >>> class S: source, kl_to_base, domain = ["corpus"], 0.0, True
+        >>> rep = {"cosine_mean": 0.09, "alpha_suggested": 0.0, "dot_mean": 0.4, "conflicting_pairs": 0, "pairs": [{}, {}]}
+        >>> out = probe_vs_forgetting({"corpus": rep}, agg, {"rc": S()})
+        >>> out[0].naive_loss_rise, out[0].rehearsal_arm, out[0].rehearsal_loss_rise, out[0].naive_retention_min
+        (1.2, 'rc', -0.1, 0.25)
     """
     out = []
+    naive_kept = [s.mean for f in FAMILIES if (s := agg.get("naive", {}).get(f"retention_{f}")) is not None]
     for source, rep in probes.items():
         key = SOURCE_LOSS.get(source)
         base = agg["base"][key].mean if "base" in agg and key in agg["base"] else None
         naive = agg["naive"][key].mean if "naive" in agg and key in agg["naive"] else None
-        arm = next((a for a, s in specs.items() if a in agg and list(s.source) == [source] and not s.kl_to_base), None)
+        arm = next((a for a, s in specs.items()
+                    if a in agg and list(s.source) == [source] and not s.kl_to_base and s.domain), None)
         measured = arm is not None and base is not None and key in agg[arm]
+        pairs = rep.get("pairs")
         out.append(ProbeComparison(
             source=source, cosine_mean=rep["cosine_mean"], cosine_std=rep.get("cosine_std"),  # type: ignore[arg-type]
-            alpha_suggested=rep["alpha_suggested"], predicts_forgetting=rep["rehearsal_needed"],  # type: ignore[arg-type]
-            loss=key,
+            alpha_suggested=rep["alpha_suggested"], loss=key,  # type: ignore[arg-type]
+            dot_mean=rep.get("dot_mean"), conflicting_pairs=rep.get("conflicting_pairs"),  # type: ignore[arg-type]
+            pairs=len(pairs) if isinstance(pairs, list) else None,
             naive_loss_rise=round(naive - base, 4) if base is not None and naive is not None else None,
             rehearsal_arm=arm if measured else None,
             rehearsal_loss_rise=round(agg[arm][key].mean - base, 4) if measured else None,  # type: ignore[index, operator]
+            naive_retention_min=round(min(naive_kept), 4) if naive_kept else None,
+            naive_retention_mean=round(float(np.mean(naive_kept)), 4) if naive_kept else None,
         ))
     return out
 

@@ -32,6 +32,7 @@ from replaybank.llm.results.run import (
     SCHEMA_VERSION,
     ArmMatrix,
     ArmSummary,
+    EarlyWarning,
     Effect,
     FamilySeed,
     FamilyStats,
@@ -51,6 +52,7 @@ from replaybank.llm.results.run import (
     Stat,
     TargetArm,
     Targets,
+    WarningPoint,
 )
 from replaybank.llm.results.seed import (
     ArmResult,
@@ -71,9 +73,9 @@ from replaybank.llm.results.seed import (
 
 __all__ = [
     "SCHEMA_VERSION", "ArmMatrix", "ArmResult", "ArmSummary", "ArmTraining", "CurvePoint",
-    "DomainCell", "DomainScore", "Effect", "FamilySeed", "FamilyStats", "FlipCount", "Gate", "GateArm",
+    "DomainCell", "DomainScore", "EarlyWarning", "Effect", "FamilySeed", "FamilyStats", "FlipCount", "Gate", "GateArm",
     "GateFamily", "Generation", "Interval", "IntervalMethod", "JsonObject", "Losses", "LossShare",
     "MatrixResult", "Mixing", "MixingMeasured", "ProbeComparison", "ProbeSection", "Record", "ResultsError",
     "RiseRatio", "RunResult", "SeedFlips", "SeedManifest", "SeedResult", "SourceUse", "Stat", "SuiteScore",
-    "TargetArm", "Targets", "TrainTotal",
+    "TargetArm", "Targets", "TrainTotal", "WarningPoint",
 ]

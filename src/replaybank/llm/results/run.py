@@ -14,7 +14,7 @@ from replaybank.llm.results.seed import (
     TrainTotal,
 )
 
-__all__ = ["SCHEMA_VERSION", "ArmMatrix", "ArmSummary", "Effect", "FamilySeed", "FamilyStats", "FlipCount", "Gate", "GateArm", "GateFamily", "Interval", "IntervalMethod", "Mixing", "MixingMeasured", "ProbeComparison", "ProbeSection", "RiseRatio", "RunResult", "SeedFlips", "Stat", "TargetArm", "Targets"]
+__all__ = ["SCHEMA_VERSION", "ArmMatrix", "ArmSummary", "Effect", "FamilySeed", "FamilyStats", "FlipCount", "Gate", "GateArm", "GateFamily", "Interval", "IntervalMethod", "Mixing", "MixingMeasured", "EarlyWarning", "ProbeComparison", "ProbeSection", "RiseRatio", "RunResult", "SeedFlips", "Stat", "TargetArm", "Targets", "WarningPoint"]
 
 SCHEMA_VERSION = 4
 """Version of ``metrics.json`` this package writes and reads."""
@@ -199,17 +199,26 @@ class IntervalMethod(Record):
 
 @dataclass(frozen=True)
 class ProbeComparison(Record):
-    """Per rehearsal source: the probe's prediction next to the forgetting measured on its rows."""
+    """Per rehearsal source: the probe's measured gradients (no verdict) next to the forgetting measured in the run."""
 
     source: str
     cosine_mean: float
     cosine_std: float | None
     alpha_suggested: float
-    predicts_forgetting: bool
+    """The first-step mixing ratio that keeps every measured pair from ascending on the rehearsal batch."""
     loss: str | None
+    dot_mean: float | None = omitted()
+    """The mean ``<g_d, g_r>`` over the pairs."""
+    conflicting_pairs: int | None = omitted()
+    """Pairs with ``<g_d, g_r> < 0``, of :attr:`pairs`."""
+    pairs: int | None = omitted()
     naive_loss_rise: float | None = omitted()
     rehearsal_arm: str | None = omitted()
     rehearsal_loss_rise: float | None = omitted()
+    naive_retention_min: float | None = omitted()
+    """The naive arm's measured forgetting on the suite: its smallest family retention (seed mean)."""
+    naive_retention_mean: float | None = omitted()
+    """The same, the mean over the checker-scored families."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +226,33 @@ class ProbeSection(Record):
     fresh_lora: dict[str, JsonObject]
     """The interference probe's report per source (:meth:`..eval.interference.ProbeReport.to_dict`)."""
     comparison: list[ProbeComparison]
+
+
+@dataclass(frozen=True)
+class WarningPoint(Record):
+    """One trained arm in one seed: its last logged KL to the base on domain rows, its final retention."""
+
+    arm: str
+    seed: int
+    kl: float
+    """Nats per token (:attr:`.seed.CurvePoint.domain_kl` of the last evaluation point)."""
+    retention_min: float
+    """The smallest retention over the checker-scored suite families."""
+    retention_mean: float
+    """The mean retention over the checker-scored suite families."""
+
+
+@dataclass(frozen=True)
+class EarlyWarning(Record):
+    """Does KL(base || adapter) on domain rows rank the arms by what they forget? (:func:`..eval.drift.early_warning`)"""
+
+    points: list[WarningPoint]
+    n: int
+    spearman_min: float | None
+    """Spearman rank correlation of ``kl`` with ``retention_min`` over the points; None below three
+    points or with a constant side. Negative: more drift, less retained."""
+    spearman_mean: float | None
+    """The same with ``retention_mean``."""
 
 
 @dataclass(frozen=True)
@@ -261,6 +297,8 @@ class RunResult(Record):
     seeds: list[int] = field(default_factory=list)
     wall_seconds: float = 0.0
     schema_version: int = SCHEMA_VERSION
+    early_warning: EarlyWarning | None = omitted()
+    """KL to the base on domain rows against retention over arms and seeds (absent in older files)."""
 
     @classmethod
     def from_json(cls, data: object, where: str = "metrics.json") -> RunResult:

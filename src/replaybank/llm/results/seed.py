@@ -73,6 +73,9 @@ class CurvePoint(Record):
     step: int
     generation: int
     losses: Losses = field(metadata=FLAT)
+    domain_kl: float | None = omitted()
+    """KL(base || adapter), nats per token, over the prompt and answer tokens of the held-out rows of the
+    domain being trained (:func:`..eval.drift.domain_kl`): the early warning of forgetting."""
 
 
 @dataclass(frozen=True)

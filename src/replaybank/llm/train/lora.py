@@ -169,6 +169,7 @@ def train_lora(
     kl: KLSpec | None = None,
     steer: Steering | None = None,
     project: Project = "none",
+    epoch_source: str = "domain",
 ) -> TrainLog:
     """Train the LoRA-wrapped ``model`` in place.
 
@@ -194,6 +195,8 @@ def train_lora(
             mixer's shares for the steps that follow. Its state goes into the checkpoint.
         project: ``agem``: every step projects the domain rows' gradient so it does not oppose
             the rehearsal rows' (:mod:`replaybank.llm.train.agem`).
+        epoch_source: the name ``domain`` goes by in the log (the control arm trains its rehearsal rows
+            there, with no domain row).
 
     Returns:
         The :class:`TrainLog`; every step records rows and labelled tokens per source, so the
@@ -215,7 +218,7 @@ def train_lora(
     if total_share >= 1:
         raise ValueError(f"rehearsal shares sum to {total_share}; they must leave room for domain rows (< 1)")
     slice_size = cfg.rehearsal_rows_per_epoch
-    names = ["domain"] + [s.name for s in sources]
+    names = [epoch_source] + [s.name for s in sources]
     targets = [1.0 - total_share] + [s.share for s in sources]
     per_row = [_mean_label_tokens(domain)] + [_mean_label_tokens(s.rows) for s in sources]
     if steer is not None:

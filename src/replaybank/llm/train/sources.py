@@ -4,7 +4,8 @@ An arm (a rehearsal recipe, :class:`replaybank.llm.config.Recipe`) names its sou
 sliced per virtual epoch), ``self`` (the base model's own answers, synthesized per seed) and
 ``replay`` (the stored training rows of earlier generations not in the lineage; absent in the first
 generation, where its share goes to the arm's other sources or, alone, leaves the generation naive).
-The arm's share is split evenly over the sources that have rows.
+The arm's share is split evenly over the sources that have rows. The control arm (a recipe with
+``domain = false``) trains its sources' rows alone, in place of the domain's (:func:`rehearsal_alone`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,31 @@ def build_sources(
         sources = target_sources(sources, model, ctx.pad_id, refresh_every=spec.refresh_every, cap=spec.priority_cap,
                                  outlier_mads=spec.outlier_mads, candidates=spec.candidates, seed=seed)
     return sources
+
+
+def rehearsal_alone(sources: list[Source], rows: int, seed: int) -> tuple[TokenRows, str]:
+    """The control arm's training rows: ``rows`` rows (the domain's count, so the arm takes the same
+    steps) of its sources alone, split evenly over them (largest share to the first), each source's
+    rows in a seeded order, cycled when it has fewer; and the name they train under.
+
+    Raises:
+        ValueError: without sources, or ``rows < 1``.
+
+    Example:
+        >>> src = Source("self", token_rows([(np.array([1, k]), np.array([-100, k])) for k in range(3)]), 1.0)
+        >>> drawn, name = rehearsal_alone([src], 5, seed=0)
+        >>> name, len(drawn), sorted(int(ids[1]) for ids, _ in drawn.rows(np.arange(5)))
+        ('self', 5, [0, 1, 1, 2, 2])
+    """
+    if not sources or rows < 1:
+        raise ValueError(f"the control arm needs rehearsal sources with rows and rows >= 1 (got {len(sources)} sources, rows = {rows})")
+    rng = np.random.default_rng(seed)
+    counts = [rows // len(sources) + (i < rows % len(sources)) for i in range(len(sources))]
+    picked = []
+    for src, n in zip(sources, counts, strict=True):
+        order = np.concatenate([rng.permutation(len(src.rows)) for _ in range(-(-n // len(src.rows)))])[:n]
+        picked += src.rows.rows(order)
+    return token_rows(picked), "+".join(s.name for s in sources)
 
 
 def _onpolicy(model: Any, ctx: EvalContext, earlier: list[int], max_seq_length: int) -> TokenRows | None:
