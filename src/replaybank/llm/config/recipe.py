@@ -11,7 +11,9 @@ turns each arm's recipe into an :class:`ArmPlan` once, which fixes the arm's sha
 
 Sources: ``corpus`` (the main job's rehearsal corpus), ``self`` (the base model's own answers to
 general prompts), ``replay`` (the main job's stored rows of earlier generations), ``onpolicy`` (the
-current model's checker-accepted answers to earlier generations' prompts), or a ``.jsonl``
+current model's checker-accepted answers to earlier generations' prompts), ``selfgen`` (the
+current adapter's own answers to the self rows' general prompts, rewritten every ``refresh_every``
+optimizer steps: on-policy self-distillation), or a ``.jsonl``
 file of ``{prompt, response}`` rows (the loop). Each job says which it can run.
 
 Example:
@@ -45,11 +47,12 @@ from replaybank.llm.config.values import (
 )
 
 __all__ = [
-    "BUILTIN_RECIPES", "CONTROLLER_KEYS", "JOB_ARMS", "NONE", "SOURCES", "TAKES_TRAINING_SHARE", "ArmPlan", "Recipe", "builtin",
+    "BUILTIN_RECIPES", "CONTROLLER_KEYS", "JOB_ARMS", "NONE", "SELFGEN", "SOURCES", "TAKES_TRAINING_SHARE", "ArmPlan", "Recipe", "builtin",
     "is_file_source", "load_recipes", "parse_recipes", "recipe_dict", "refuse_arms_tables", "resolve",
 ]  # fmt: skip
 
-SOURCES = ARM_SOURCES  # corpus, self, replay, onpolicy
+SOURCES = ARM_SOURCES  # corpus, self, replay, onpolicy, selfgen
+SELFGEN = "selfgen"  # the source whose rows the adapter rewrites while it trains
 NONE = "none"  # a recipe name: no rehearsal at all
 
 
@@ -57,7 +60,7 @@ NONE = "none"  # a recipe name: no rehearsal at all
 class Recipe:
     """How rehearsal rows enter training: sources, share, cross-entropy on/off, the KL term."""
 
-    source: list[str] = _f([], "rehearsal sources: corpus, self, replay, onpolicy (the main job), self or a .jsonl file of {prompt, response} (the loop); empty = none (naive)")
+    source: list[str] = _f([], "rehearsal sources: corpus, self, replay, onpolicy, selfgen (the main job), self or a .jsonl file of {prompt, response} (the loop); empty = none (naive)")
     ratio: float = _f(0.1, "total rehearsal share of every batch, split evenly over the sources, in [0, 1)", min=0, lt=1)
     mix_by: MixBy = _f("rows", "rows: share of the rows; tokens: share of the labelled tokens (the loss)")
     kl_to_base: float = _f(0.0, "weight of the KL-to-base term KL(base || adapted) on the rehearsal rows' answer tokens (see kl_on), added to the loss; 0 = off", min=0, max=1000)
@@ -71,6 +74,7 @@ class Recipe:
     trend_window: int = _f(3, "with a controller: evaluations its loss trend is fitted over", min=2, max=1000)
     fresh_adapter: bool = _f(False, "replaybank run: train a fresh adapter on each generation's domain alone (one adapter per skill, adapters/ARM/seedN/genG/), instead of carrying one adapter over; the lineage keys do not apply")
     peer: PeerName = _f("none", "replaybank run: a peer method through PEFT instead of plain LoRA: osf, corda, intruder, attn-lowrank (docs/llm.md, Peer methods)")
+    refresh_every: int = _f(20, "selfgen rows: optimizer steps between two rewrites of the adapter's own answers (the first before step 1)", min=1, max=1_000_000)
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,8 @@ BUILTIN_RECIPES: dict[str, Recipe] = {
     "rehearsal-self-kl": Recipe(source=["self"], kl_to_base=1.0),
     # the loop's working recipe: half of every batch the base model's own answers, through the KL term only
     "self-distill": Recipe(source=["self"], ratio=0.5, kl_to_base=3.0, rehearsal_ce=False),
+    # the same, on-policy: the adapter's own greedy answers to the same prompts, rewritten every 20 steps
+    "self-distill-onpolicy": Recipe(source=[SELFGEN], ratio=0.5, kl_to_base=3.0, rehearsal_ce=False, refresh_every=20),
     # peer methods (docs/llm.md, Peer methods): no rehearsal, another way to train the adapter, through PEFT
     "peer-osf": Recipe(source=[], ratio=0.0, peer="osf"),
     "peer-corda": Recipe(source=[], ratio=0.0, peer="corda"),
@@ -156,8 +162,8 @@ EARLIER_SOURCES = ("replay", "onpolicy")
 
 def recipe_dict(spec: Recipe) -> dict[str, Any]:
     """``spec``'s values as a dict, the controller keys left out when it has none (and
-    ``fresh_adapter`` when false and ``peer`` when none: configs and run folders written before
-    them read back the same).
+    ``fresh_adapter`` when false, ``peer`` when none and ``refresh_every`` without ``selfgen``
+    rows: configs and run folders written before them read back the same).
 
     Example:
         >>> sorted(recipe_dict(Recipe(source=["self"])))
@@ -171,6 +177,8 @@ def recipe_dict(spec: Recipe) -> dict[str, Any]:
         out.pop("fresh_adapter")
     if spec.peer == "none":
         out.pop("peer")
+    if SELFGEN not in spec.source:
+        out.pop("refresh_every")
     return out
 
 
@@ -234,7 +242,8 @@ def parse_recipes(raw: Any, source: str, text: str | None = None) -> dict[str, R
             a name (:func:`.names.check_name`: it becomes a folder name), an empty table, an
             unknown key, source or value, a share of 0 with sources, a share > 0 with
             ``source = []``, a KL term on rehearsal rows without sources, ``rehearsal_ce = false``
-            without the KL term, ``fresh_adapter = true`` with ``replay`` or ``onpolicy`` rows.
+            without the KL term, ``fresh_adapter = true`` with ``replay`` or ``onpolicy`` rows,
+            ``selfgen`` rows with cross-entropy, ``refresh_every`` without ``selfgen`` rows.
     """
     section = "recipes"
     if not isinstance(raw, dict):
@@ -306,6 +315,17 @@ def check_recipe(spec: Recipe, table: str, keys: set[str], source: str, text: st
         raise ConfigError(
             f"{where('fresh_adapter')}: [{table}] fresh_adapter = true trains each generation's domain alone, but "
             f"source contains {earlier[0]!r} (rows of earlier generations); drop it, or set fresh_adapter = false"
+        )
+    if SELFGEN in spec.source and spec.rehearsal_ce:
+        raise ConfigError(
+            f"{where('rehearsal_ce', 'source')}: [{table}] source contains 'selfgen', the adapter's own answers, which "
+            "train through the KL term only (cross-entropy on them would reinforce its own drift); set rehearsal_ce = false "
+            "and kl_to_base > 0"
+        )
+    if "refresh_every" in keys and SELFGEN not in spec.source:
+        raise ConfigError(
+            f"{where('refresh_every')}: [{table}] refresh_every = {spec.refresh_every} rewrites selfgen rows, but source = "
+            f"{spec.source} has none; add \"selfgen\" to source, or drop refresh_every"
         )
     check_controller(spec, table, keys, source, text)
 
