@@ -45,7 +45,7 @@ def test_declared_arm_is_parsed_run_and_round_trips(tmp_path):
 @pytest.mark.parametrize(
     "data,match",
     [
-        ({"recipes": {"x": {"source": "selff"}}}, r"\[recipes.x\] source contains 'selff'; expected some of corpus, self, replay, onpolicy; did you mean 'self'\?"),
+        ({"recipes": {"x": {"source": "selff"}}}, r"\[recipes.x\] source contains 'selff'; expected some of corpus, self, replay, onpolicy, selfgen; did you mean 'self'\?"),
         ({"recipes": {"x": {"sources": "self"}}}, r"unknown key \[recipes.x\] sources; did you mean 'source'\?"),
         ({"recipes": {"x": {"source": "self", "ratio": 1.0}}}, r"\[recipes.x\] ratio = 1.0: expected a value in \[0, 1\)"),
         ({"recipes": {"x": {"source": "self", "ratio": 0}}}, r"ratio = 0; give a ratio in \(0, 1\)"),

@@ -73,7 +73,7 @@ ADDED_EXAMPLES = {"examples/peers.toml"}
 #: built-in recipes and arms added after the snapshot (the peer methods, the routed arm,
 #: forgetting-targeted rehearsal, A-GEM: docs/llm.md)
 ADDED_ARMS = {"peer-osf", "peer-corda", "peer-intruder", "peer-attn-lowrank", "peer-sdft", "routed",
-              "rehearsal-targeted", "rehearsal-agem", "control"}
+              "rehearsal-targeted", "rehearsal-agem", "control", "self-distill-onpolicy"}
 
 
 def test_the_snapshot_covers_every_shipped_config():

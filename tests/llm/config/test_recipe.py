@@ -122,7 +122,7 @@ def _fails(tmp_path, name: str, text: str, match: str, job: type = Config) -> No
     "text,match",
     [
         ('[recipes.x]\nratio = 0.2\nsource = ["self", "selff"]\n',
-         r"c\.toml:3: \[recipes\.x\] source contains 'selff'; expected some of corpus, self, replay, onpolicy; did you mean 'self'\?"),
+         r"c\.toml:3: \[recipes\.x\] source contains 'selff'; expected some of corpus, self, replay, onpolicy, selfgen; did you mean 'self'\?"),
         ('[recipes.x]\nsource = "self"\n\nrehearsal_ce = false\n',
          r"c\.toml:4: \[recipes\.x\] rehearsal_ce = false trains the rehearsal rows through the KL term only.*kl_to_base = 0\)"),
         ('[recipes.x]\nsource = "self"\nkl_to_base = 0\nrehearsal_ce = false\n', r"c\.toml:4: \[recipes\.x\] rehearsal_ce = false"),

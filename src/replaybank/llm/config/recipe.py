@@ -11,7 +11,9 @@ turns each arm's recipe into an :class:`ArmPlan` once, which fixes the arm's sha
 
 Sources: ``corpus`` (the main job's rehearsal corpus), ``self`` (the base model's own answers to
 general prompts), ``replay`` (the main job's stored rows of earlier generations), ``onpolicy`` (the
-current model's checker-accepted answers to earlier generations' prompts), or a ``.jsonl``
+current model's checker-accepted answers to earlier generations' prompts), ``selfgen`` (the
+current adapter's own answers to the self rows' general prompts, rewritten every ``refresh_every``
+optimizer steps: on-policy self-distillation), or a ``.jsonl``
 file of ``{prompt, response}`` rows (the loop). Each job says which it can run.
 
 Example:
@@ -45,12 +47,13 @@ from replaybank.llm.config.values import (
 )
 
 __all__ = [
-    "BUILTIN_RECIPES", "CONTROLLER_KEYS", "JOB_ARMS", "NONE", "SOURCES", "TAKES_TRAINING_SHARE", "TARGETED_KEYS", "ArmPlan",
-    "Project", "Recipe", "Sampling", "builtin", "is_file_source", "load_recipes", "parse_recipes", "recipe_dict",
-    "refuse_arms_tables", "resolve",
+    "BUILTIN_RECIPES", "CONTROLLER_KEYS", "JOB_ARMS", "NONE", "SELFGEN", "SOURCES", "TAKES_TRAINING_SHARE", "TARGETED_KEYS",
+    "ArmPlan", "Project", "Recipe", "Sampling", "builtin", "is_file_source", "load_recipes", "parse_recipes",
+    "recipe_dict", "refuse_arms_tables", "resolve",
 ]  # fmt: skip
 
-SOURCES = ARM_SOURCES  # corpus, self, replay, onpolicy
+SOURCES = ARM_SOURCES  # corpus, self, replay, onpolicy, selfgen
+SELFGEN = "selfgen"  # the source whose rows the adapter rewrites while it trains
 #: how a source's rows are drawn: in order (each row in turn, or the corpus's seeded slices), or by forgetting
 Sampling = Literal["uniform", "forgetting"]
 #: what happens to the domain gradient: nothing, or A-GEM's projection against the rehearsal rows' gradient
@@ -62,7 +65,7 @@ NONE = "none"  # a recipe name: no rehearsal at all
 class Recipe:
     """How rehearsal rows enter training: sources, share, cross-entropy on/off, the KL term."""
 
-    source: list[str] = _f([], "rehearsal sources: corpus, self, replay, onpolicy (the main job), self or a .jsonl file of {prompt, response} (the loop); empty = none (naive)")
+    source: list[str] = _f([], "rehearsal sources: corpus, self, replay, onpolicy, selfgen (the main job), self or a .jsonl file of {prompt, response} (the loop); empty = none (naive)")
     ratio: float = _f(0.1, "total rehearsal share of every batch, split evenly over the sources, in [0, 1)", min=0, lt=1)
     mix_by: MixBy = _f("rows", "rows: share of the rows; tokens: share of the labelled tokens (the loss)")
     kl_to_base: float = _f(0.0, "weight of the KL-to-base term KL(base || adapted) on the rehearsal rows' answer tokens (see kl_on), added to the loss; 0 = off", min=0, max=1000)
@@ -77,7 +80,7 @@ class Recipe:
     fresh_adapter: bool = _f(False, "replaybank run: train a fresh adapter on each generation's domain alone (one adapter per skill, adapters/ARM/seedN/genG/), instead of carrying one adapter over; the lineage keys do not apply")
     peer: PeerName = _f("none", "replaybank run: a peer method through PEFT instead of plain LoRA: osf, corda, intruder, attn-lowrank (docs/llm.md, Peer methods)")
     sampling: Sampling = _f("uniform", "replaybank run: how each source's rows are drawn: uniform (in order; the corpus's seeded slices), or forgetting (by the rise of each row's loss over the base model's, docs/llm.md, Forgetting-targeted rehearsal)")
-    refresh_every: int = _f(20, "with sampling = forgetting: optimizer steps between measurements of the rows' losses", min=1, max=1_000_000)
+    refresh_every: int = _f(20, "optimizer steps between refreshes of a source's rows: selfgen answers rewritten, or (sampling = forgetting) the rows' losses measured again", min=1, max=1_000_000)
     priority_cap: float = _f(0.9, "with sampling = forgetting: priorities above this quantile of the rows' rises are clipped to it; 1 = no cap", gt=0, max=1)
     outlier_mads: float = _f(3.5, "with sampling = forgetting: rows whose base-model loss is more than this many scaled MADs above the median are never drawn (inf = keep all)", gt=0)
     candidates: int = _f(512, "with sampling = forgetting: the most rows of each source whose losses are measured (a seeded choice)", min=1, max=10_000_000)
@@ -142,6 +145,8 @@ BUILTIN_RECIPES: dict[str, Recipe] = {
     "rehearsal-agem": Recipe(source=["self"], project="agem"),
     # the loop's working recipe: half of every batch the base model's own answers, through the KL term only
     "self-distill": Recipe(source=["self"], ratio=0.5, kl_to_base=3.0, rehearsal_ce=False),
+    # the same, on-policy: the adapter's own greedy answers to the same prompts, rewritten every 20 steps
+    "self-distill-onpolicy": Recipe(source=[SELFGEN], ratio=0.5, kl_to_base=3.0, rehearsal_ce=False, refresh_every=20),
     # peer methods (docs/llm.md, Peer methods): no rehearsal, another way to train the adapter, through PEFT
     "peer-osf": Recipe(source=[], ratio=0.0, peer="osf"),
     "peer-corda": Recipe(source=[], ratio=0.0, peer="corda"),
@@ -180,8 +185,8 @@ EARLIER_SOURCES = ("replay", "onpolicy")
 def recipe_dict(spec: Recipe) -> dict[str, Any]:
     """``spec``'s values as a dict, the controller keys left out when it has none (and
     ``fresh_adapter`` when false, ``peer`` and ``project`` when none, ``domain`` when true, the
-    keys of ``sampling = "forgetting"`` when uniform: configs and run folders written before them
-    read back the same).
+    keys of ``sampling = "forgetting"`` when uniform (``refresh_every`` kept with ``selfgen`` rows):
+    configs and run folders written before them read back the same).
 
     Example:
         >>> sorted(recipe_dict(Recipe(source=["self"])))
@@ -197,7 +202,8 @@ def recipe_dict(spec: Recipe) -> dict[str, Any]:
         out.pop("peer")
     if spec.sampling == "uniform":
         for key in TARGETED_KEYS:
-            out.pop(key)
+            if key != "refresh_every" or SELFGEN not in spec.source:
+                out.pop(key)
     if spec.project == "none":
         out.pop("project")
     if spec.domain:
@@ -265,7 +271,8 @@ def parse_recipes(raw: Any, source: str, text: str | None = None) -> dict[str, R
             a name (:func:`.names.check_name`: it becomes a folder name), an empty table, an
             unknown key, source or value, a share of 0 with sources, a share > 0 with
             ``source = []``, a KL term on rehearsal rows without sources, ``rehearsal_ce = false``
-            without the KL term, ``fresh_adapter = true`` with ``replay`` or ``onpolicy`` rows.
+            without the KL term, ``fresh_adapter = true`` with ``replay`` or ``onpolicy`` rows,
+            ``selfgen`` rows with cross-entropy, ``refresh_every`` without ``selfgen`` rows.
     """
     section = "recipes"
     if not isinstance(raw, dict):
@@ -342,16 +349,30 @@ def check_recipe(spec: Recipe, table: str, keys: set[str], source: str, text: st
             f"source contains {earlier[0]!r} (rows of earlier generations); drop it, or set fresh_adapter = false"
         )
     check_targeted(spec, table, keys, where)
+    if SELFGEN in spec.source and spec.rehearsal_ce:
+        raise ConfigError(
+            f"{where('rehearsal_ce', 'source')}: [{table}] source contains 'selfgen', the adapter's own answers, which "
+            "train through the KL term only (cross-entropy on them would reinforce its own drift); set rehearsal_ce = false "
+            "and kl_to_base > 0"
+        )
+    if "refresh_every" in keys and SELFGEN not in spec.source and spec.sampling == "uniform":
+        raise ConfigError(
+            f"{where('refresh_every')}: [{table}] refresh_every = {spec.refresh_every} rewrites selfgen rows, but source = "
+            f"{spec.source} has none; add \"selfgen\" to source, set sampling = \"forgetting\", or drop refresh_every"
+        )
     check_controller(spec, table, keys, source, text)
 
 
 def check_targeted(spec: Recipe, table: str, keys: set[str], where: Any) -> None:
     """The keys of forgetting-targeted sampling and of A-GEM against the rest of a recipe."""
     if spec.sampling == "uniform":
-        stray = [k for k in TARGETED_KEYS[1:] if k in keys]
+        stray = [k for k in TARGETED_KEYS[1:] if k in keys and k != "refresh_every"]  # refresh_every: selfgen's too, checked below
         if stray:
             raise ConfigError(f"{where(stray[0])}: [{table}] {stray[0]} applies to sampling = \"forgetting\"; "
                               "set sampling = \"forgetting\" or drop it")
+    if spec.sampling == "forgetting" and SELFGEN in spec.source:
+        raise ConfigError(f"{where('sampling', 'source')}: [{table}] sampling = \"forgetting\" draws stored rows by their "
+                          "loss rise, but selfgen rows are rewritten as the adapter trains; drop one of them")
     for key, value, off in (("sampling", spec.sampling, "uniform"), ("project", spec.project, "none")):
         if value != off and not spec.source:
             raise ConfigError(f"{where(key)}: [{table}] {key} = {value!r} needs rehearsal rows, but source = []")
@@ -364,7 +385,7 @@ def _check_control(spec: Recipe, table: str, where: Any) -> None:
 
     if not spec.source:
         refuse("source", "give a source (corpus or self)")
-    bad = [s for s in spec.source if s in EARLIER_SOURCES or is_file_source(s)]
+    bad = [s for s in spec.source if s in EARLIER_SOURCES or s == SELFGEN or is_file_source(s)]
     if bad:
         refuse("source", f"source contains {bad[0]!r}, which is domain rows or no source of the main job; use corpus or self")
     if spec.ratio != 0:

@@ -46,7 +46,7 @@ KLOn = Literal["rehearsal", "all"]
 ControllerName = Literal["none", "fixed", "bandit", "proxy"]
 #: a recipe's peer method (:mod:`replaybank.llm.train.peers`, run through PEFT); ``none``: plain LoRA
 PeerName = Literal["none", "osf", "corda", "intruder", "attn-lowrank"]
-ARM_SOURCES = ("corpus", "self", "replay", "onpolicy")
+ARM_SOURCES = ("corpus", "self", "replay", "onpolicy", "selfgen")
 BUILTIN_AGENDA = "builtin:agenda"
 BUILTIN_LEDGER = "builtin:ledger"
 DEFAULT_ARMS = ["base", "naive", "rehearsal-corpus", "self-distill"]

@@ -65,6 +65,7 @@ BUILTIN = "builtin"
 MAGPIE = "magpie"
 CACHE_SCHEMA = 2  # 2: the "wrong" filter (rows cached by schema 1 may rehearse wrong sums)
 FILTERS = ("overlap", "truncated", "empty", "repetition", "tool_call", "wrong")
+ANSWER_TOKENS = 96  # the token budget of a self row's answer (and of the adapter's own, selfgen)
 
 GenerateFn = Callable[..., list[Generation]]
 
@@ -185,7 +186,7 @@ def synthesize(
     prompts: str = BUILTIN,
     exclude: Iterable[str] = (),
     batch_size: int = 16,
-    max_new_tokens: int = 96,
+    max_new_tokens: int = ANSWER_TOKENS,
     keep_truncated: bool = False,
     model_id: str | None = None,
     generate_fn: GenerateFn | None = None,
@@ -353,6 +354,20 @@ def row_texts(rows: Sequence[dict[str, str]]) -> list[str]:
 
 def synthesize_rows(model: Any, tokenizer: Any, cfg: Config, suite: list[Any], log: Callable[[str], None]) -> tuple[TokenRows, dict[str, Any]]:
     """Self-synthesized rehearsal rows of ``cfg.training.seed`` (cached), checked against the suite."""
+    records, manifest = synthesize_records(model, tokenizer, cfg, suite, log)
+    return encode_records(tokenizer, records, cfg.training.max_seq_length), manifest
+
+
+def encode_records(tokenizer: Any, records: Sequence[dict[str, Any]], max_seq_length: int) -> TokenRows:
+    """``{prompt, response, open}`` rows of :func:`synthesize` as token rows (open ones without an end of turn)."""
+    return token_rows([encode_pair(tokenizer, r["prompt"], r["response"], max_seq_length, open_end=bool(r.get("open")))
+                       for r in records])
+
+
+def synthesize_records(
+    model: Any, tokenizer: Any, cfg: Config, suite: list[Any], log: Callable[[str], None],
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The rows of :func:`synthesize_rows` as ``{prompt, response, open}`` records, and the manifest."""
     from replaybank.llm.eval.suite import check_no_overlap
     from replaybank.llm.model import cache_dir
 
@@ -370,5 +385,4 @@ def synthesize_rows(model: Any, tokenizer: Any, cfg: Config, suite: list[Any], l
         )
     check_no_overlap(suite, [r["prompt"] + "\n" + r["response"] for r in rows], f"self-synthesized rows ({d.self_prompts})")
     log(f"self rows: {len(rows)} ({manifest.get('cache', 'generated')})")
-    return token_rows([encode_pair(tokenizer, r["prompt"], r["response"], t.max_seq_length, open_end=bool(r.get("open")))
-                       for r in rows]), manifest
+    return rows, manifest

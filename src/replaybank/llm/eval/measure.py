@@ -47,6 +47,8 @@ class EvalContext:
     batch_size: int
     self_rows: TokenRows | None = None
     """Self-synthesized rehearsal rows of this seed (None when no arm uses them)."""
+    self_records: list[dict[str, Any]] | None = None
+    """The same rows as ``{prompt, response, open}`` (the ``selfgen`` source answers their prompts)."""
     baseline: list[DomainCell] | None = None
     """The base model's domain accuracy row (forward-transfer baseline of the matrix)."""
     precision: Precision = "fp32"

@@ -40,7 +40,7 @@ from replaybank.llm.config.parse import with_seed
 from replaybank.llm.config.recipe import recipe_dict
 from replaybank.llm.data.prepare import check_overlaps, prepare
 from replaybank.llm.data.rows import TokenRows
-from replaybank.llm.data.selfsynth import synthesize_rows
+from replaybank.llm.data.selfsynth import encode_records, synthesize_records
 from replaybank.llm.eval.interference import probe_sources
 from replaybank.llm.eval.losses import mean_loss
 from replaybank.llm.eval.measure import (
@@ -91,6 +91,7 @@ from replaybank.llm.train.sources import (
     arm_steering,
     build_sources,
     concat_rows,
+    refresh_cost,
     rehearsal_alone,
     rows_per_epoch,
     sampled_rows,
@@ -214,8 +215,9 @@ def run_seed(
     check_overlaps(items, data, sampled_rows(len(data.rehearsal_pool), scfg.training))  # drops pool rows
     if data.manifest["rehearsal_pool"]["dropped"]:
         log(f"{label}: rehearsal rows dropped so far: {data.manifest['rehearsal_pool']['dropped']}")
-    uses_self = any("self" in plan.recipe.source for plan in plans.values())
-    self_rows, self_manifest = synthesize_rows(base_model, tokenizer, scfg, items, log) if uses_self else (None, None)
+    uses_self = any(s in plan.recipe.source for plan in plans.values() for s in ("self", "selfgen"))  # selfgen: its prompts
+    self_records, self_manifest = synthesize_records(base_model, tokenizer, scfg, items, log) if uses_self else (None, None)
+    self_rows = encode_records(tokenizer, self_records, t.max_seq_length) if self_records is not None else None
     timings[f"data_{label}"] = time.perf_counter() - t0
     log(
         f"{label}: {len(data.rehearsal_pool)} corpus passages, {len(self_rows) if self_rows else 0} self rows, "
@@ -223,7 +225,7 @@ def run_seed(
         f"corpus share {share:.4f} ({how})"
     )
     ctx = EvalContext(tokenizer, pad_id, data, suite, general_text, ev.max_new_tokens, ev.generation_batch_size, self_rows,
-                      precision=ev.generation_precision)
+                      self_records=self_records, precision=ev.generation_precision)
     t0 = time.perf_counter()
     arms: dict[str, ArmResult] = {"base": measure_base(base_model, ctx, label)}
     ctx.baseline = arms["base"].matrix_row
@@ -367,6 +369,8 @@ def _train_arm(
             f"rehearsal share {generations[-1].rehearsal_share:.4f}; "
             + (f"A-GEM projected {projected:.1%} of steps; " if projected is not None else "") +
             f"domain exact match {[round(c.exact_match, 3) for c in matrix_rows[-1]]}")
+        if train_log.refreshes:
+            log(f"{tag} gen {g}: {refresh_cost(train_log)}")
     suite, probe_score, probe_logprob = measure_behaviour(model, ctx, tag)
     self_loss = mean_loss(model, ctx.self_rows, ctx.pad_id, precision=ctx.precision) if ctx.self_rows is not None else None
     return ArmResult(

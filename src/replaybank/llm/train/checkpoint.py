@@ -16,7 +16,9 @@ scalar or of its parameter's shape; the step and the second moments >= 0); the m
 (plain JSON values, then :func:`replaybank.mixing.check_mixer_state`); the torch generator states
 (``uint8`` tensors of the right size); the log's steps, evaluations, tokens and seconds; the
 steering (a replay controller's state, :meth:`replaybank.llm.train.steer.Steering.check_state`),
-present exactly when the run is steered. Each failure is a
+present exactly when the run is steered; the rows of every source the model rewrites between
+steps (``selfgen``: :meth:`replaybank.llm.train.selfgen.RefreshedRows.check_state`), present exactly
+when the run has such sources. Each failure is a
 :class:`~replaybank.errors.ReplayBankError` naming the file and the field.
 
 Example:
@@ -38,7 +40,10 @@ from typing import TYPE_CHECKING, Any
 from replaybank.errors import ReplayBankError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from replaybank.llm.train.log import TrainLog
+    from replaybank.llm.train.selfgen import RefreshedRows
     from replaybank.llm.train.steer import Steering
     from replaybank.mixing import Mixer
 
@@ -54,9 +59,11 @@ _FIELDS = {"schema_version", "step", "adapter", "optimizer", "mixer", "torch_rng
 
 def save_checkpoint(
     path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLog, step: int, steer: Steering | None = None,
+    refreshed: Mapping[str, RefreshedRows] | None = None,
 ) -> None:
     """Write the state after optimizer step ``step`` to ``path``, atomically (read it with
-    :func:`load_checkpoint`); with ``steer``, the replay controller's steering too."""
+    :func:`load_checkpoint`); with ``steer``, the replay controller's steering too, and with
+    ``refreshed``, the rows in force of every source the model rewrites (by source name)."""
     import json
 
     import torch
@@ -76,6 +83,8 @@ def save_checkpoint(
     }
     if steer is not None:
         state["steer"] = json.loads(json.dumps(steer.state_dict()))
+    if refreshed:
+        state["refreshed"] = json.loads(json.dumps({name: r.state_dict() for name, r in refreshed.items()}))
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.parent.is_symlink():  # OUT.partial/<arm>-seedN-genG must be the run's own folder
         raise ReplayBankError(f"{path.parent}: is a symbolic link; a run folder holds its own checkpoints (remove the link)")
@@ -85,7 +94,10 @@ def save_checkpoint(
     os.replace(tmp, path)  # atomic: a crash never leaves a half-written checkpoint in place
 
 
-def load_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLog, steer: Steering | None = None) -> int:
+def load_checkpoint(
+    path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLog, steer: Steering | None = None,
+    refreshed: Mapping[str, RefreshedRows] | None = None,
+) -> int:
     """Restore a checkpoint written by :func:`save_checkpoint`; returns its optimizer step.
 
     The file is read with ``torch.load(weights_only=True)``: tensors and plain containers
@@ -117,10 +129,12 @@ def load_checkpoint(path: Path, model: Any, opt: Any, mixer: Mixer, log: TrainLo
         raise ReplayBankError(f"{path}: not a readable checkpoint ({exc}); delete it to restart the arm") from None
     except RecursionError:
         raise ReplayBankError(f"{path}: not a readable checkpoint (nested too deep); delete it to restart the arm") from None
-    check_checkpoint(path, state, model, opt, mixer, steer)
+    check_checkpoint(path, state, model, opt, mixer, steer, refreshed)
     _restore(path, state, model, opt, mixer, log)
     if steer is not None:
         steer.load_state_dict(state["steer"])  # checked above, with the rest
+    for name, r in (refreshed or {}).items():
+        r.load_state_dict(state["refreshed"][name])  # checked above, with the rest
     return int(state["step"])
 
 
@@ -155,9 +169,12 @@ def _restore(path: Path, state: dict[str, Any], model: Any, opt: Any, mixer: Mix
         raise ReplayBankError(f"{path}: checkpoint field {field!r} could not be restored ({exc}); delete it to restart the arm") from None
     log.steps, log.evals = list(saved["steps"]), list(saved["evals"])
     log.tokens, log.seconds = int(saved["tokens"]), float(saved["seconds"])
+    log.refreshes = list(saved.get("refreshes", []))
 
 
-def check_checkpoint(path: Path, state: Any, model: Any, opt: Any, mixer: Any, steer: Any = None) -> None:
+def check_checkpoint(
+    path: Path, state: Any, model: Any, opt: Any, mixer: Any, steer: Any = None, refreshed: Mapping[str, Any] | None = None,
+) -> None:
     """Check a loaded checkpoint ``state`` against ``model``, ``opt`` and ``mixer`` before any of
     them is changed (the fields and their bounds: the module doc); a saved CUDA generator state is
     sized against the GPU the model is on.
@@ -177,11 +194,11 @@ def check_checkpoint(path: Path, state: Any, model: Any, opt: Any, mixer: Any, s
     for key, kind in expected.items():
         if not isinstance(state.get(key), kind) or (kind is int and isinstance(state[key], bool)):
             raise ReplayBankError(f"{path}: checkpoint field {key!r} is {type(state.get(key)).__name__}, expected {kind.__name__}")
-    unknown = sorted(str(k) for k in set(state) - _FIELDS - {"cuda_rng", "steer"})
+    unknown = sorted(str(k) for k in set(state) - _FIELDS - {"cuda_rng", "steer", "refreshed"})
     if unknown:
         raise ReplayBankError(f"{path}: checkpoint has unknown field {unknown[0]!r}")
     _check_log(path, state["log"])
-    for key in ("mixer", "log", "steer"):  # written through JSON: plain values only
+    for key in ("mixer", "log", "steer", "refreshed"):  # written through JSON: plain values only
         if key in state and not _plain(state[key]):
             raise ReplayBankError(f"{path}: checkpoint field {key!r} holds values that are not plain JSON (numbers, strings, lists)")
     step = state["step"]
@@ -205,6 +222,23 @@ def check_checkpoint(path: Path, state: Any, model: Any, opt: Any, mixer: Any, s
     except ReplayBankError as exc:
         raise ReplayBankError(f"{path}: checkpoint field 'mixer': {exc}") from None
     _check_steer(path, state.get("steer"), steer)
+    _check_refreshed(path, state.get("refreshed"), refreshed or {})
+
+
+def _check_refreshed(path: Path, saved: Any, refreshed: Mapping[str, Any]) -> None:
+    if saved is None and not refreshed:
+        return
+    mine = sorted(refreshed)
+    theirs = sorted(map(str, saved)) if isinstance(saved, dict) else None
+    if theirs != mine:
+        held = "no rewritten rows" if saved is None else f"rewritten rows of {theirs}"
+        raise ReplayBankError(f"{path}: checkpoint holds {held}, but this run rewrites {mine or 'none'} (a checkpoint "
+                              "of another recipe); delete it to restart the arm")
+    for name in mine:
+        try:
+            refreshed[name].check_state(saved[name])
+        except ReplayBankError as exc:
+            raise ReplayBankError(f"{path}: checkpoint field 'refreshed.{name}': {exc}") from None
 
 
 def _check_steer(path: Path, saved: Any, steer: Any) -> None:
@@ -239,6 +273,15 @@ def _check_log(path: Path, saved: dict[str, Any]) -> None:
         at = entry.get("step") if isinstance(entry, dict) else None
         if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= len(saved["steps"]):
             raise ReplayBankError(f"{path}: checkpoint field 'log.evals[{k}]' is not an evaluation at a logged step")
+    refreshes = saved.get("refreshes", [])
+    if not isinstance(refreshes, list):
+        raise ReplayBankError(f"{path}: checkpoint field 'log.refreshes' is {type(refreshes).__name__}, expected list")
+    for k, entry in enumerate(refreshes):
+        at = entry.get("step") if isinstance(entry, dict) else None
+        if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= len(saved["steps"]) or not isinstance(entry.get("source"), str) or not all(
+            isinstance(entry.get(key), (int, float)) and not isinstance(entry.get(key), bool) for key in ("seconds", "train_seconds")
+        ):
+            raise ReplayBankError(f"{path}: checkpoint field 'log.refreshes[{k}]' is not a rewrite after a logged step")
 
 
 def _check_rng(path: Path, key: str, got: Any, reference: Any) -> None:

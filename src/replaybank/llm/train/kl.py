@@ -31,8 +31,11 @@ Example (a two-token vocabulary: base ``(1/2, 1/2)``, adapted ``(3/4, 1/4)``;
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
 
 from replaybank.llm.data.rows import IGNORE_INDEX
 
@@ -205,6 +208,20 @@ class BaseCache:
     def __len__(self) -> int:
         return len(self._hidden)
 
+    def forget(self, rows: Sequence[tuple[np.ndarray, np.ndarray]], keep: Sequence[tuple[np.ndarray, np.ndarray]] = ()) -> int:
+        """Drop what is kept for the rehearsal rows ``rows`` (KL on their labelled positions) that
+        are not among ``keep``: rows a refresh replaced (:mod:`.selfgen`) are never seen again.
+
+        Returns:
+            How many entries were dropped.
+        """
+        kept = {_rehearsal_key(ids, labels) for ids, labels in keep}
+        gone = {_rehearsal_key(ids, labels) for ids, labels in rows} - kept
+        before = len(self._hidden)
+        for key in gone:
+            self._hidden.pop(key, None)
+        return before - len(self._hidden)
+
     def logits_at(self, model: Any, ids: Any, att: Any, mask: Any) -> Any:
         """The same logits as :func:`base_logits_at` (row-major over ``mask``), from kept hidden states.
 
@@ -227,7 +244,7 @@ class BaseCache:
                 if not bool(mask[r].any()):
                     continue
                 n = int(att[r].sum())
-                key = ids[r, :n].cpu().numpy().tobytes() + mask[r, : n - 1].cpu().numpy().tobytes()
+                key = _row_key(ids[r, :n].cpu().numpy(), mask[r, : n - 1].cpu().numpy())
                 kept = self._hidden.get(key)
                 if kept is None:
                     self.misses += 1
@@ -240,3 +257,13 @@ class BaseCache:
             if not hidden:
                 return base_logits_at(model, ids, att, mask)
             return head(torch.cat(hidden)).float()
+
+
+def _row_key(ids: np.ndarray, positions: np.ndarray) -> bytes:
+    # one unpadded row's tokens and its KL positions over ids[1:]
+    return np.asarray(ids, dtype=np.int64).tobytes() + np.asarray(positions, dtype=bool).tobytes()
+
+
+def _rehearsal_key(ids: np.ndarray, labels: np.ndarray) -> bytes:
+    # a rehearsal row's KL positions are its labelled ones (kl_mask)
+    return _row_key(ids, np.asarray(labels)[1:] != IGNORE_INDEX)

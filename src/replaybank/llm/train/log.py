@@ -15,6 +15,10 @@ class TrainLog:
     tokens: int = 0
     seconds: float = 0.0
     resumed_from_step: int = 0
+    refreshes: list[dict[str, Any]] = field(default_factory=list)
+    """One entry per rewrite of a source's rows (``selfgen``): ``source``, ``step`` (after which),
+    ``seconds`` (generating them), ``train_seconds`` (training since the source's previous
+    rewrite) and the source's own counts."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -25,6 +29,7 @@ class TrainLog:
             "tokens_per_second": round(self.tokens / self.seconds, 1) if self.seconds else None,
             "resumed_from_step": self.resumed_from_step,
             **({"projected_share": self.projected_share()} if any("projected" in s for s in self.steps) else {}),
+            **({"refreshes": self.refreshes} if self.refreshes else {}),  # logs without them read as before
         }
 
     def projected_share(self) -> float | None:

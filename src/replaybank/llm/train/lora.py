@@ -35,6 +35,7 @@ from replaybank.llm.train.checkpoint import (
 )
 from replaybank.llm.train.kl import BaseCache, KLSpec
 from replaybank.llm.train.log import TrainLog
+from replaybank.llm.train.selfgen import RefreshedRows
 from replaybank.llm.train.steer import Steering
 from replaybank.llm.train.step import DOMAIN, train_step
 from replaybank.mixing import MixBy, Mixer, row_shares
@@ -140,6 +141,9 @@ class Source:
             otherwise cycle over every row.
         picker: draws the source's rows instead (its ``sliced`` is then ignored); the loop calls
             its ``after_step`` after every optimizer step.
+        refresh: rows the model being trained rewrites between steps (``selfgen``,
+            :class:`~replaybank.llm.train.selfgen.RefreshedRows`); its ``rows`` are drawn, and
+            ``rows`` above is only their number and mean length at the start.
     """
 
     name: str
@@ -147,6 +151,7 @@ class Source:
     share: float
     sliced: bool = False
     picker: RowPicker | None = None
+    refresh: RefreshedRows | None = None
 
 
 def _mean_label_tokens(rows: TokenRows) -> float:
@@ -198,12 +203,18 @@ def train_lora(
         epoch_source: the name ``domain`` goes by in the log (the control arm trains its rehearsal rows
             there, with no domain row).
 
+    A source with ``refresh`` has its rows rewritten by ``model`` before the first step (unless
+    resumed) and after every step its ``due`` names but the last, after that step's evaluation; the time spent
+    is recorded per rewrite in ``TrainLog.refreshes`` and left out of ``TrainLog.seconds`` (like
+    evaluations), and the rows in force go into the checkpoint.
+
     Returns:
         The :class:`TrainLog`; every step records rows and labelled tokens per source, so the
         effective loss share of each source is measured, not assumed.
 
     Raises:
-        ValueError: a source with a share but no rows, or shares summing to 1 or more.
+        ValueError: a source with a share but no rows, shares summing to 1 or more, a refreshed
+            source that is sliced, or a refresh that changes the number of rows.
     """
     import torch
     from tqdm.auto import tqdm
@@ -214,6 +225,9 @@ def train_lora(
     for s in sources:
         if len(s.rows) == 0:
             raise ValueError(f"rehearsal source {s.name!r} has a share of {s.share} but no rows")
+        if s.refresh is not None and s.sliced:
+            raise ValueError(f"rehearsal source {s.name!r} is refreshed and sliced; a refreshed source cycles over its rows")
+    refreshed = {s.name: s.refresh for s in sources if s.refresh is not None}
     total_share = sum(s.share for s in sources) if steer is None else 0.0
     if total_share >= 1:
         raise ValueError(f"rehearsal shares sum to {total_share}; they must leave room for domain rows (< 1)")
@@ -236,16 +250,18 @@ def train_lora(
     step = 0
     ckpt = checkpoint_dir / "checkpoint.pt" if checkpoint_dir else None
     if ckpt is not None and os.path.lexists(ckpt):  # anything there is loaded or refused, never skipped
-        step = load_checkpoint(ckpt, model, opt, mixer, log, steer)
+        step = load_checkpoint(ckpt, model, opt, mixer, log, steer, refreshed)
         log.resumed_from_step = step
     if steer is not None:
         steer.begin()  # the losses where this run starts (a resumed run has them already)
+    base_cache = BaseCache() if kl is not None and kl.weight > 0 else None
+    if step == 0:  # the rows the first steps train on (a resumed run has them from its checkpoint)
+        _refresh(0, model, sources, log, base_cache)
     device = next(model.parameters()).device
     model.train()
     bar = tqdm(total=total_steps, initial=step, desc=desc, unit="step", dynamic_ncols=True, leave=False)
     start = time.perf_counter() - log.seconds
     slices: dict[tuple[int, int], np.ndarray] = {}
-    base_cache = BaseCache() if kl is not None and kl.weight > 0 else None
     casts = FrozenBf16(model, cfg.precision)  # [training] precision; the base's bf16 copies made once
 
     def rows_of(source: int, idx: np.ndarray, epoch: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -254,6 +270,8 @@ def train_lora(
         src = sources[source - 1]
         if src.picker is not None:
             return src.rows.rows(src.picker.pick(idx.size))
+        if src.refresh is not None:
+            return src.refresh.rows.rows(idx)
         if not src.sliced:
             return src.rows.rows(idx)
         if (source, epoch) not in slices:
@@ -283,9 +301,9 @@ def train_lora(
                 np.concatenate([m.source for m in pending]), np.concatenate([m.index for m in pending])
             )
             entry = {"step": step, "epoch": epoch, **stats, "batch": digest}
-            refreshed = {s.name: seen for s in sources if s.picker is not None and (seen := s.picker.after_step(step))}
-            if refreshed:
-                entry["refresh"] = refreshed
+            remeasured = {s.name: seen for s in sources if s.picker is not None and (seen := s.picker.after_step(step))}
+            if remeasured:
+                entry["refresh"] = remeasured
             log.steps.append(entry)
             pending = []
             bar.set_postfix(loss=f"{total_loss:.3f}", tok_s=f"{log.tokens / max(log.seconds, 1e-9):.0f}", refresh=False)
@@ -293,8 +311,10 @@ def train_lora(
             if step in eval_at:
                 _evaluate(step, on_eval, steer, mixer, log)
                 start = time.perf_counter() - log.seconds  # evaluation time is not training time
+            if step < total_steps and _refresh(step, model, sources, log, base_cache):  # none after the last step
+                start = time.perf_counter() - log.seconds  # nor is generating rows
             if ckpt is not None and cfg.save_every and step % cfg.save_every == 0:
-                save_checkpoint(ckpt, model, opt, mixer, log, step, steer)
+                save_checkpoint(ckpt, model, opt, mixer, log, step, steer, refreshed)
             if max_steps is not None and step >= max_steps:
                 stop = True
                 break
@@ -302,6 +322,28 @@ def train_lora(
     if steer is not None and steer.trajectory[-1]["step"] != step:
         _evaluate(step, on_eval, steer, mixer, log)  # the last update reads where this run ended
     return log
+
+
+def _refresh(step: int, model: Any, sources: Sequence[Source], log: TrainLog, base_cache: BaseCache | None) -> bool:
+    """Rewrite the rows of every source whose refresh is due after ``step``; whether any was."""
+    done = False
+    for s in sources:
+        if s.refresh is None or not s.refresh.due(step):
+            continue
+        before = s.refresh.rows
+        t0 = time.perf_counter()
+        counts = s.refresh.refresh(model, step)
+        seconds = time.perf_counter() - t0
+        after = s.refresh.rows
+        if len(after) != len(before):
+            raise ValueError(f"refreshing source {s.name!r} after step {step} gave {len(after)} rows, not {len(before)}")
+        if base_cache is not None:  # replaced rows never come back: their kept base states go
+            base_cache.forget(before.rows(np.arange(len(before))), keep=after.rows(np.arange(len(after))))
+        trained = sum(r["train_seconds"] for r in log.refreshes if r["source"] == s.name)
+        log.refreshes.append({"source": s.name, "step": step, "seconds": round(seconds, 3),
+                              "train_seconds": round(max(log.seconds - trained, 0.0), 3), **counts})
+        done = True
+    return done
 
 
 def _evaluate(

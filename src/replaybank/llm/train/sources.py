@@ -4,6 +4,8 @@ An arm (a rehearsal recipe, :class:`replaybank.llm.config.Recipe`) names its sou
 sliced per virtual epoch), ``self`` (the base model's own answers, synthesized per seed) and
 ``replay`` (the stored training rows of earlier generations not in the lineage; absent in the first
 generation, where its share goes to the arm's other sources or, alone, leaves the generation naive).
+``selfgen`` (the arm's own greedy answers to the self rows' prompts, rewritten every
+``refresh_every`` steps by the LoRA loop, :mod:`.selfgen`) joins them.
 The arm's share is split evenly over the sources that have rows. The control arm (a recipe with
 ``domain = false``) trains its sources' rows alone, in place of the domain's (:func:`rehearsal_alone`).
 """
@@ -11,6 +13,7 @@ The arm's share is split evenly over the sources that have rows. The control arm
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,7 +22,9 @@ from replaybank.controllers import Controller
 from replaybank.llm.config import Recipe, Training
 from replaybank.llm.data.rows import TokenRows, token_rows
 from replaybank.llm.eval.measure import EvalContext
+from replaybank.llm.train.log import TrainLog
 from replaybank.llm.train.lora import Source, epoch_slice
+from replaybank.llm.train.selfgen import SelfGenRows
 from replaybank.llm.train.steer import Steering
 
 
@@ -43,28 +48,36 @@ def build_sources(
     A recipe with ``sampling = "forgetting"`` draws each source's rows by the forgetting of
     ``model`` (:mod:`.targeted`, seeded by ``seed``).
 
+    ``selfgen`` starts from the self rows (the base model's answers) and is rewritten by the
+    model being trained before its first step and every ``spec.refresh_every`` steps after.
+
     Raises:
-        ValueError: when the arm asks for ``self`` rows and none were synthesized.
+        ValueError: when the arm asks for ``self`` or ``selfgen`` rows and none were synthesized.
     """
-    available: list[tuple[str, TokenRows, bool]] = []
+    available: list[Source] = []  # each with share 0 until the number of sources with rows is known
     for name in spec.source:
         if name == "corpus":
-            available.append(("corpus", ctx.data.rehearsal_pool, True))
+            available.append(Source("corpus", ctx.data.rehearsal_pool, 0.0, sliced=True))
         elif name == "self":
             if ctx.self_rows is None or len(ctx.self_rows) == 0:
                 raise ValueError("arm needs self-synthesized rehearsal rows, but none were generated")
-            available.append(("self", ctx.self_rows, False))
+            available.append(Source("self", ctx.self_rows, 0.0))
         elif name == "replay":
             earlier = [g for g in range(generation) if g not in lineage]
             if earlier:
-                available.append(("replay", concat_rows([ctx.data.domain_generations[g] for g in earlier]), False))
+                available.append(Source("replay", concat_rows([ctx.data.domain_generations[g] for g in earlier]), 0.0))
+        elif name == "selfgen":
+            if not ctx.self_records:
+                raise ValueError("arm needs selfgen rows (the prompts of the self rows), but no self rows were generated")
+            own = _selfgen(spec, ctx, max_seq_length)
+            available.append(Source("selfgen", own.rows, 0.0, refresh=own))
         elif name == "onpolicy":
             rows = _onpolicy(model, ctx, [g for g in range(generation) if g not in lineage], max_seq_length)
             if rows is not None:
-                available.append(("onpolicy", rows, False))
+                available.append(Source("onpolicy", rows, 0.0))
     if not available or share <= 0:
         return []
-    sources = [Source(name, rows, share / len(available), sliced) for name, rows, sliced in available]
+    sources = [replace(s, share=share / len(available)) for s in available]
     if spec.sampling == "forgetting":
         from replaybank.llm.train.targeted import target_sources
 
@@ -96,6 +109,34 @@ def rehearsal_alone(sources: list[Source], rows: int, seed: int) -> tuple[TokenR
         order = np.concatenate([rng.permutation(len(src.rows)) for _ in range(-(-n // len(src.rows)))])[:n]
         picked += src.rows.rows(order)
     return token_rows(picked), "+".join(s.name for s in sources)
+
+
+def _selfgen(spec: Recipe, ctx: EvalContext, max_seq_length: int) -> SelfGenRows:
+    from replaybank.llm.data.selfsynth import ANSWER_TOKENS
+
+    records = [(r["prompt"], r["response"], bool(r.get("open"))) for r in ctx.self_records or []]
+    return SelfGenRows(ctx.tokenizer, records, every=spec.refresh_every, max_new_tokens=ANSWER_TOKENS,
+                       batch_size=ctx.batch_size, max_seq_length=max_seq_length, precision=ctx.precision,
+                       exclude=[item.prompt for item in ctx.suite.items])
+
+
+def refresh_cost(log: TrainLog) -> str:
+    """One line on the rows a run rewrote: rewrites, time generating against the run's training
+    time (which leaves generation out), per rewrite.
+
+    Example:
+        >>> log = TrainLog(steps=[{}] * 4, seconds=8.0, refreshes=[{"source": "selfgen", "step": 0, "seconds": 1.5, "train_seconds": 0.0},
+        ...                                           {"source": "selfgen", "step": 2, "seconds": 2.5, "train_seconds": 3.0}])
+        >>> refresh_cost(log)
+        'selfgen rewritten 2 times: 4.0 s generating vs 8.0 s training (1.00 s of generation per step); per rewrite [1.5, 2.5] s'
+    """
+    parts = []
+    for name in dict.fromkeys(r["source"] for r in log.refreshes):
+        mine = [r for r in log.refreshes if r["source"] == name]
+        gen = sum(r["seconds"] for r in mine)
+        parts.append(f"{name} rewritten {len(mine)} times: {gen:.1f} s generating vs {log.seconds:.1f} s training "
+                     f"({gen / max(len(log.steps), 1):.2f} s of generation per step); per rewrite {[r['seconds'] for r in mine]} s")
+    return "; ".join(parts)
 
 
 def _onpolicy(model: Any, ctx: EvalContext, earlier: list[int], max_seq_length: int) -> TokenRows | None:
@@ -133,6 +174,7 @@ def held_out_losses(result: dict[str, Any], names: list[str], generation: int, l
     guards = {"corpus": result["docs_loss"], "self": result["general_loss"],
               "replay": float(np.mean(earlier)) if earlier else float("nan")}
     guards["onpolicy"] = guards["replay"]
+    guards["selfgen"] = guards["self"]  # the adapter's own answers to the same general prompts
     return [float(per_gen[generation]), *(float(guards.get(n, float("nan"))) for n in names)]
 
 
