@@ -79,7 +79,7 @@ def test_recipe_keys_builtin_and_errors_name_the_file_line():
         parse_recipes({"t": {"source": "self", "sampling": "forgetting", "priority_cap": 1.5}}, "run.toml", text=text)
     assert "1.5" in str(err.value)
     text = '[recipes.t]\nsource = "self"\nrefresh_every = 5\n'
-    with pytest.raises(ConfigError, match=r"run.toml:3: \[recipes.t\] refresh_every applies to sampling"):
+    with pytest.raises(ConfigError, match=r"run.toml:3: \[recipes.t\] refresh_every = 5 .*set sampling = \"forgetting\""):
         parse_recipes({"t": {"source": "self", "refresh_every": 5}}, "run.toml", text=text)
     with pytest.raises(ConfigError, match="sampling = 'forgetting' needs rehearsal rows"):
         parse_recipes({"t": {"source": [], "sampling": "forgetting"}}, "run.toml")
