@@ -68,7 +68,7 @@ def _recipe(spec: Recipe) -> dict[str, Any]:
 
 
 #: examples written after the snapshot: they had no values to keep
-ADDED_EXAMPLES = {"examples/peers.toml"}
+ADDED_EXAMPLES = {"examples/peers.toml", "examples/choose.toml"}
 #: built-in recipes added after the snapshot (the peer methods, docs/llm.md)
 PEER_ARMS = {"peer-osf", "peer-corda", "peer-intruder", "peer-attn-lowrank"}
 
