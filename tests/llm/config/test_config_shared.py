@@ -69,7 +69,7 @@ def _recipe(spec: Recipe) -> dict[str, Any]:
 
 
 #: examples written after the snapshot: they had no values to keep
-ADDED_EXAMPLES = {"examples/peers.toml"}
+ADDED_EXAMPLES = {"examples/peers.toml", "examples/choose.toml"}
 #: built-in recipes and arms added after the snapshot (the peer methods, the routed arm,
 #: forgetting-targeted rehearsal, A-GEM: docs/llm.md)
 ADDED_ARMS = {"peer-osf", "peer-corda", "peer-intruder", "peer-attn-lowrank", "peer-sdft", "routed",

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from replaybank.llm.config.choose import check_choose_keys
 from replaybank.llm.config.floor import check_gate_keys
 from replaybank.llm.config.recipe import (
     BUILTIN_RECIPES,
@@ -43,6 +44,7 @@ from replaybank.llm.config.recipe import (
 from replaybank.llm.config.schema import (
     ARM_SOURCES,
     BUILTIN_TOOLAPI,
+    CHOOSE_KEYS,
     SECTIONS,
     Data,
     Evaluation,
@@ -129,6 +131,11 @@ class Config:
         cfg.check_arms()
         ev = cfg.evaluation
         check_gate_keys(ev.retention_floor, ev.gate_arm, ev.arms, source, text)
+        check_choose_keys(ev.choose, ev.scales, ev.scale_profiles, cfg.data.validation_suite, cfg.explicit, source, text)
+        peers = [a for a in ev.arms if a != "base" and cfg.arm_plan(a).recipe.peer != "none"] if ev.choose == "floor" else []
+        if peers:
+            raise ConfigError(f"{at(source, text, 'evaluation', 'choose')}: [evaluation] choose = \"floor\" scales LoRA "
+                              f"adapters, but {peers[0]!r} is a peer method's adapter; drop it from [evaluation] arms or choose = \"last\"")
         return cfg
 
     def cross_check(self) -> None:
@@ -270,9 +277,13 @@ class Config:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """``{section: {key: value}}`` for every key, defaults included; declared recipe tables too
+        """``{section: {key: value}}`` for every key, defaults included (the operating-point keys,
+        :data:`.schema.CHOOSE_KEYS`, only with ``choose = "floor"``); declared recipe tables too
         (as ``recipes``)."""
         out = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        if self.evaluation.choose == "last":  # the adapter as trained: a run's config reads as before these keys
+            for key in CHOOSE_KEYS:
+                del out["evaluation"][key]
         if self.recipes:
             out["recipes"] = {name: recipe_dict(spec) for name, spec in self.recipes.items()}
         return out
@@ -284,6 +295,8 @@ class Config:
             lines.append(f"\n[{name}]")
             section = getattr(self, name)
             for f in fields(klass):
+                if name == "evaluation" and f.name in CHOOSE_KEYS and self.evaluation.choose == "last":
+                    continue  # as to_dict: the adapter as trained reads no scale
                 value = toml_value(getattr(section, f.name))
                 comment = f"  # {f.metadata['help']}" if with_help else ""
                 lines.append(f"{f.name} = {value}{comment}")

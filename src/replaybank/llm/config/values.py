@@ -245,6 +245,10 @@ def check_value(source: str, section: str, key: str, value: Any, hint: Any, meta
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             raise ConfigError(f"{where}: expected a list of integers")
         return list(value)
+    elif hint == list[float]:
+        if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            raise ConfigError(f"{where}: expected a list of numbers")
+        return [float(v) for v in value]
     elif hint == list[str]:
         if isinstance(value, str):
             value = [value]

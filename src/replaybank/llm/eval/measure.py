@@ -35,6 +35,17 @@ from replaybank.metrics import average_accuracy, backward_transfer, forgetting
 
 
 @dataclass
+class ValidationSet:
+    """Where an operating point is chosen (``[evaluation] choose = "floor"``): the validation suite
+    with the base model's answers, and validation domain requests per distinct domain
+    (:mod:`replaybank.llm.data.validation`), never the test ones."""
+
+    suite: Any
+    requests: list[list[dict[str, Any]]]
+    manifest: dict[str, Any]
+
+
+@dataclass
 class EvalContext:
     """What every measurement of a seed needs: tokenizer, data, suite, general text, settings."""
 
@@ -54,6 +65,8 @@ class EvalContext:
     precision: Precision = "fp32"
     """Evaluation arithmetic (``[evaluation] generation_precision``): generated answers and
     teacher-forced losses."""
+    validation: ValidationSet | None = None
+    """The validation data an operating point is chosen on (``choose = "floor"`` only)."""
 
 
 def measure_losses(model: Any, ctx: EvalContext) -> dict[str, float]:

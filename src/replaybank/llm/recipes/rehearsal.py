@@ -14,7 +14,9 @@ Read top to bottom; each step names the component that does the work.
       per rehearsal source (:mod:`..eval.interference`);
    e. trains and measures every other arm (:func:`train_arm`): per generation the lineage
       (:mod:`..train.lineage`), the rehearsal sources (:mod:`..train.sources`), the LoRA loop
-      (:mod:`..train`), one row of the accuracy matrix; after the last, the suite;
+      (:mod:`..train`), one row of the accuracy matrix; after the last, the suite; with
+      ``[evaluation] choose = "floor"``, the operating point chosen on the validation data and
+      applied (:mod:`..eval.operating`);
 3. aggregates the arms over seeds (:mod:`..report.seeds`), checks the targets, and writes
    ``metrics.json``, ``report.md``, ``behaviour.png`` and ``losses.png`` (:mod:`..report.metrics`).
 
@@ -54,6 +56,7 @@ from replaybank.llm.eval.measure import (
     measure_behaviour,
     measure_point,
 )
+from replaybank.llm.eval.operating import at_operating_point, validation_set
 from replaybank.llm.eval.suite import general_text_rows, load_suite, prepare_suite, sample_suite
 from replaybank.llm.report.folder import (
     OutputError,
@@ -229,6 +232,8 @@ def run_seed(
     t0 = time.perf_counter()
     arms: dict[str, ArmResult] = {"base": measure_base(base_model, ctx, label)}
     ctx.baseline = arms["base"].matrix_row
+    if ev.choose == "floor" and plans:  # where each trained arm's operating point is chosen
+        ctx.validation = validation_set(base_model, ctx, scfg, seed, label)
     timings[f"base_{label}"] = time.perf_counter() - t0
     probes: dict[str, JsonObject] = {}
     if k == 0 and ev.probe_sources and plans:
@@ -275,7 +280,11 @@ def train_arm(
     cfg = replace(cfg, training=peer_training(peer, cfg.training))
     prompts = peer_calibration(peer, ctx.tokenizer, cfg.data.self_prompts, seed=cfg.training.seed, exclude=[i.prompt for i in ctx.suite.items])
     with fresh_adapter(base_model, cfg.training, peer, prompts) as model:
-        result = _train_arm(plan, model, ctx, cfg, partial=partial, log=log, max_steps=max_steps, seed_label=seed_label)
+        def train() -> ArmResult:
+            return _train_arm(plan, model, ctx, cfg, partial=partial, log=log, max_steps=max_steps, seed_label=seed_label)
+
+        result = train() if cfg.evaluation.choose == "last" else at_operating_point(  # scaled on validation data
+            model, ctx, cfg, train, partial=partial, arm=plan.name, seed_label=seed_label, log=log)
         if plan.name == ROUTED_ARM:  # served behind the adapter library's router, the base model as fallback
             routed = measure_routed(model, ctx, cfg.evaluation)
             return replace(

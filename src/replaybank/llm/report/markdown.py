@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from replaybank.llm.report.plots import BEHAVIOUR_PLOT, PLOT_NAME, arm_names
-from replaybank.llm.report.sections import flips_section, gate_section
+from replaybank.llm.report.plots import BEHAVIOUR_PLOT, FRONTIER_PLOT, PLOT_NAME, arm_names
+from replaybank.llm.report.sections import flips_section, frontier_section, gate_section
 from replaybank.llm.results import (
     ArmSummary,
     GateArm,
@@ -80,6 +80,7 @@ def write_report(path: Path, metrics: RunResult) -> None:
     base = arms.get("base")
     lines.append(", ".join(f"{fam} {_score_cell(base, fam)}" for fam in families))
     lines += gate_section(metrics)
+    lines += frontier_section(metrics, FRONTIER_PLOT)
     lines += ["", "## Effective share of each source (measured over every step)", "",
               "| arm | target | mix_by | rows | labelled tokens (= loss) | KL to base |", "|---|---|---|---|---|---|"]
     for name in names:

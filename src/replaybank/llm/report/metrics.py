@@ -24,9 +24,11 @@ from replaybank.llm.report.gate import evaluate_gate
 from replaybank.llm.report.markdown import write_report
 from replaybank.llm.report.plots import (
     BEHAVIOUR_PLOT,
+    FRONTIER_PLOT,
     MIXTURE_PLOT,
     PLOT_NAME,
     plot_behaviour,
+    plot_frontier,
     plot_losses,
     plot_mixture,
 )
@@ -37,6 +39,7 @@ from replaybank.llm.results import (
     ArmResult,
     ArmSummary,
     Effect,
+    Frontier,
     Gate,
     JsonObject,
     LossShare,
@@ -128,6 +131,7 @@ def build_metrics(cfg: Any, seeds: Sequence[SeedResult], agg: Aggregate) -> RunR
                 controller=t0.controller if steered else None,
                 mixture=t0.mixture if steered else None,
                 mixture_per_seed=[t.mixture for t in trained] if steered else None,
+                frontier=_frontiers([seed[name] for seed in per_seed]),
             )
         arms[name] = entry
     # an arm of one fresh adapter per skill carries nothing over, a peer method without sources rehearses
@@ -153,6 +157,12 @@ def build_metrics(cfg: Any, seeds: Sequence[SeedResult], agg: Aggregate) -> RunR
         config_source=cfg.source,
         early_warning=early_warning(per_seed, [m.seed for m in manifests]),
     )
+
+
+def _frontiers(results: Sequence[ArmResult]) -> list[Frontier] | None:
+    """Each seed's frontier of an arm that chose its operating point (None for one that did not)."""
+    found = [r.frontier for r in results if r.frontier is not None]
+    return found or None
 
 
 def _means(arms: Mapping[str, ArmSummary], key: str) -> dict[str, float]:
@@ -249,17 +259,19 @@ def _compat_mixing(arm: ArmResult | None, manifest: SeedManifest, cfg: Any) -> M
 
 
 def write_outputs(folder: Path, metrics: RunResult) -> None:
-    """``losses.png``, ``behaviour.png``, ``mixture.png`` (arms with a replay controller), ``report.md``,
+    """``losses.png``, ``behaviour.png``, ``mixture.png`` (arms with a replay controller),
+    ``frontier.png`` (arms that chose an operating point), ``report.md``,
     then ``metrics.json`` (last).
 
     Raises:
         UnsafePathError: a link (or anything but a regular file) at one of these names in
             ``folder``: refused before the first is written, never written through.
     """
-    refuse_links(folder, PLOT_NAME, BEHAVIOUR_PLOT, MIXTURE_PLOT, "report.md", "metrics.json")
+    refuse_links(folder, PLOT_NAME, BEHAVIOUR_PLOT, MIXTURE_PLOT, FRONTIER_PLOT, "report.md", "metrics.json")
     plot_losses(folder / PLOT_NAME, metrics)
     plot_behaviour(folder / BEHAVIOUR_PLOT, metrics)
     plot_mixture(folder / MIXTURE_PLOT, metrics)
+    plot_frontier(folder / FRONTIER_PLOT, metrics)
     write_report(folder / "report.md", metrics)
     write_metrics(folder / "metrics.json", metrics)
 

@@ -1,5 +1,6 @@
-"""The run's plots: behaviour per arm (``behaviour.png``), losses (``losses.png``) and, for arms
-steered by a replay controller, their mixture over time (``mixture.png``).
+"""The run's plots: behaviour per arm (``behaviour.png``), losses (``losses.png``), for arms
+steered by a replay controller their mixture over time (``mixture.png``), and for arms that chose
+an operating point their frontier (``frontier.png``).
 
 matplotlib with the Agg backend, imported inside the functions; only draws what
 :func:`replaybank.llm.report.metrics.build_metrics` assembled.
@@ -15,6 +16,7 @@ from replaybank.llm.results import RunResult
 PLOT_NAME = "losses.png"
 BEHAVIOUR_PLOT = "behaviour.png"
 MIXTURE_PLOT = "mixture.png"
+FRONTIER_PLOT = "frontier.png"
 
 BARS = [
     ("retention_conversation", "conversation\nretention"),
@@ -135,6 +137,48 @@ def plot_mixture(path: Path, metrics: RunResult) -> bool:
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.suptitle("rehearsal mixture over time, per steered arm (first seed)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_frontier(path: Path, metrics: RunResult) -> bool:
+    """Validation domain exact match against min validation retention, one panel per arm that chose
+    an operating point (every seed's points; the chosen ones ringed, the floor dashed). Nothing is
+    written (False) when no arm chose one."""
+    arms = [a for a, v in metrics.arms.items() if v.frontier]
+    if not arms:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(arms), figsize=(5.2 * len(arms), 4.0), squeeze=False)
+    for ax, arm in zip(axes[0], arms, strict=True):
+        for k, fr in enumerate(metrics.arms[arm].frontier or []):
+            color = COLORS[k % len(COLORS)]
+            for profile, marker in (("uniform", "o"), ("depth", "s")):
+                pts = [p for p in fr.points if p.profile == profile and p.min_retention is not None]
+                ax.plot([p.min_retention for p in pts], [p.domain_exact_match for p in pts], marker=marker, ls="-",
+                        lw=0.8, color=color, label=f"seed {metrics.seeds[k] if k < len(metrics.seeds) else k} {profile}" if pts else None)
+                for p in pts:
+                    ax.annotate(f"{p.lo:g}" if p.lo == p.hi else f"{p.lo:g}-{p.hi:g}", (p.min_retention, p.domain_exact_match),
+                                fontsize=6, xytext=(3, 3), textcoords="offset points")
+            if fr.chosen is not None and fr.points[fr.chosen].min_retention is not None:
+                c = fr.points[fr.chosen]
+                ax.scatter([c.min_retention], [c.domain_exact_match], s=160, facecolors="none", edgecolors="red", lw=1.5,
+                           label="chosen" if k == 0 else None, zorder=3)
+            floor = min(fr.floor.values()) if fr.floor else None
+            if floor is not None and k == 0:
+                ax.axvline(floor, color="gray", ls="--", lw=1, label=f"floor {floor:g}")
+        ax.set_title(arm)
+        ax.set_xlabel("min validation retention over families")
+        ax.set_ylabel("validation domain exact match")
+        ax.legend(fontsize=6)
+        ax.grid(alpha=0.3)
+    fig.suptitle("operating points per arm (validation data); ringed: the chosen point", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

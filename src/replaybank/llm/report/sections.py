@@ -1,4 +1,5 @@
-"""Two sections of ``report.md``: the retention gate, and the items each arm lost and gained.
+"""Three sections of ``report.md``: the retention gate, the operating points chosen, and the items
+each arm lost and gained.
 
 Only formats what :func:`replaybank.llm.report.metrics.build_metrics` assembled. In the item
 tables prompts and answers are cut to :data:`PROMPT_CHARS` / :data:`ANSWER_CHARS` characters on one
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from replaybank.llm.results import RunResult
 
-__all__ = ["ANSWER_CHARS", "PROMPT_CHARS", "cell", "flips_section", "gate_section"]
+__all__ = ["ANSWER_CHARS", "PROMPT_CHARS", "cell", "flips_section", "frontier_section", "gate_section"]
 
 PROMPT_CHARS = 60
 ANSWER_CHARS = 80
@@ -49,6 +50,38 @@ def gate_section(metrics: RunResult) -> list[str]:
     how = "`[evaluation] gate_arm`" if gate.chosen_by == "gate_arm" else "the targets' best rehearsal arm"
     verdict = "no arm to gate" if chosen is None else f"`{chosen}` ({how}): {'passes' if gate.passed else 'fails'}"
     lines += ["", f"Gated arm (`replaybank run --require-floor` exits 3 when it fails): {verdict}."]
+    return lines
+
+
+def frontier_section(metrics: RunResult, plot: str) -> list[str]:
+    """``## Operating point``: per arm that chose one (``[evaluation] choose = "floor"``) and seed,
+    the points measured on the validation data, the chosen one and why; the plot ``plot``."""
+    arms = {a: v.frontier for a, v in metrics.arms.items() if v.frontier}
+    if not arms:
+        return []
+    lines = ["", "## Operating point (chosen on the validation data)", "",
+             "Each trained adapter run at post-hoc scales (`[evaluation] scales`, `scale_profiles`), measured on the "
+             "validation suite and validation domain requests; chosen: the best validation domain exact match whose "
+             "validation retention keeps `retention_floor`. The arm's figures above are the chosen point's, on the test "
+             "data; the gate judges it.", "",
+             "| arm | seed | profile | scale (first-last layer) | validation domain % | min validation retention % | "
+             "chosen |", "|---|---|---|---|---|---|---|"]
+    for arm, frontiers in arms.items():
+        for k, fr in enumerate(frontiers or []):
+            seed = metrics.seeds[k] if k < len(metrics.seeds) else k
+            for i, p in enumerate(fr.points):
+                ret = "n/a" if p.min_retention is None else f"{p.min_retention * 100:.1f}"
+                scale = f"{p.lo:g}" if p.lo == p.hi else f"{p.lo:g}-{p.hi:g}"
+                lines.append(f"| {arm} | {seed} | {p.profile} | {scale} | {p.domain_exact_match * 100:.1f} | {ret} | "
+                             f"{'**yes**' if i == fr.chosen else ''} |")
+    lines.append("")
+    for arm, frontiers in arms.items():
+        for k, fr in enumerate(frontiers or []):
+            seed = metrics.seeds[k] if k < len(metrics.seeds) else k
+            trade = "n/a" if fr.tradeoff is None else f"{fr.tradeoff:.2f}"
+            lines.append(f"- {arm}, seed {seed}: {fr.reason}; as trained, test domain exact match "
+                         f"{fr.trained_exact_match * 100:.1f}%; Spearman (domain, min retention) over the points {trade}")
+    lines += ["", f"![frontier]({plot})"]
     return lines
 
 

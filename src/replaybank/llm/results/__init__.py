@@ -13,7 +13,7 @@ other modules own and this package passes through unread (the config, the data m
 training log, a recipe, a suite item's outcome) are :data:`JsonObject`.
 
 :mod:`.codec` holds :class:`Record` and its JSON reading and writing, :mod:`.seed` one arm in one
-seed and one seed, :mod:`.run` the run over seeds; every name is importable from here.
+seed and one seed, :mod:`.frontier` an arm's operating points, :mod:`.run` the run over seeds; every name is importable from here.
 
 Example:
     >>> s = Stat.from_json({"mean": 0.5, "std": None, "n": 1, "values": [0.5]}, where="x")
@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 from replaybank.llm.results.codec import JsonObject, Record, ResultsError
+from replaybank.llm.results.frontier import Frontier, FrontierPoint
 from replaybank.llm.results.run import (
     SCHEMA_VERSION,
     ArmMatrix,
@@ -73,7 +74,8 @@ from replaybank.llm.results.seed import (
 
 __all__ = [
     "SCHEMA_VERSION", "ArmMatrix", "ArmResult", "ArmSummary", "ArmTraining", "CurvePoint",
-    "DomainCell", "DomainScore", "EarlyWarning", "Effect", "FamilySeed", "FamilyStats", "FlipCount", "Gate", "GateArm",
+    "DomainCell", "DomainScore", "EarlyWarning", "Effect", "FamilySeed", "FamilyStats", "FlipCount", "Frontier", "FrontierPoint",
+    "Gate", "GateArm",
     "GateFamily", "Generation", "Interval", "IntervalMethod", "JsonObject", "Losses", "LossShare",
     "MatrixResult", "Mixing", "MixingMeasured", "ProbeComparison", "ProbeSection", "Record", "ResultsError",
     "RiseRatio", "RunResult", "SeedFlips", "SeedManifest", "SeedResult", "SourceUse", "Stat", "SuiteScore",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from replaybank.llm.results.codec import JsonObject, Record, ResultsError, flat_optional, omitted
+from replaybank.llm.results.frontier import Frontier
 from replaybank.llm.results.seed import (
     CurvePoint,
     Generation,
@@ -111,6 +112,8 @@ class ArmSummary(Record):
     mixture_per_seed: list[list[JsonObject]] | None = omitted()
     families: dict[str, FamilyStats] | None = omitted()
     flips: list[SeedFlips] | None = omitted()
+    frontier: list[Frontier] | None = omitted()
+    """``[evaluation] choose = "floor"`` only: the arm's operating points and the chosen one, per seed."""
 
     def mean(self, key: str) -> float | None:
         stat = self.summary.get(key)

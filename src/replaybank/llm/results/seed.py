@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from replaybank.llm.results.codec import FLAT, JsonObject, Record, flat_optional, omitted
+from replaybank.llm.results.frontier import Frontier
 
 __all__ = ["ArmResult", "ArmTraining", "CurvePoint", "DomainCell", "DomainScore", "Generation", "LossShare", "Losses", "MatrixResult", "SeedManifest", "SeedResult", "SourceUse", "SuiteScore", "TrainTotal"]
 
@@ -156,6 +157,9 @@ class ArmResult(Record):
     """``routed`` only: the calibrated ``top_k``, ``threshold`` and left-one-out shares."""
     accuracy: list[float] | None = omitted()
     """``routed`` only: routed exact match per generation."""
+    frontier: Frontier | None = omitted()
+    """``[evaluation] choose = "floor"`` only: the operating points measured on the validation data
+    and the one chosen; the arm's other figures are the chosen point's."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,100 @@
+"""``[evaluation] choose = "floor"`` end to end on a tiny random Llama: the frontier recorded, the
+chosen point applied and saved, the report's plot, and a run killed while choosing resumes
+without training again."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from replaybank.llm.config import Config
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(isolated_cache):
+    """Suite answers of the tiny model go to a per-test cache, never the user's."""
+
+
+def _cfg(model_dir, out, **evaluation):
+    return Config.from_dict({
+        "training": {"base_model": str(model_dir), "batch_size": 5, "learning_rate": 5e-3, "lora_rank": 4,
+                     "num_threads": 1},
+        "data": {"domain_train_rows": 10, "domain_eval_rows": 4, "general_eval_rows": 4},
+        "evaluation": {"eval_points": 1, "arms": ["base", "naive"], "suite_per_family": 1,
+                       "max_new_tokens": 4, "probe_sources": False, "choose": "floor", "scales": [0.5, 1.0],
+                       "scale_profiles": ["uniform", "depth"], "retention_floor": 0.0, **evaluation},
+        "output": {"out_dir": str(out)},
+    })
+
+
+def test_a_floor_run_records_the_frontier_applies_the_choice_and_plots_it(tiny_model_dir, tmp_path):
+    from replaybank.llm.data.prepare import prepare
+    from replaybank.llm.data.validation import validation_requests
+    from replaybank.llm.recipes.rehearsal import run_experiment
+    from replaybank.llm.results import RunResult
+
+    out = tmp_path / "run"
+    cfg = _cfg(tiny_model_dir, out)
+    metrics = run_experiment(cfg, log=lambda m: None, max_steps=2)
+    saved = RunResult.from_json(json.loads((out / "metrics.json").read_text()))
+    assert saved == metrics
+    (fr,) = saved.arms["naive"].frontier
+    # uniform 0.5, 1 and depth 0.5-1 (depth 1-1 is uniform 1: measured once)
+    assert [(p.profile, p.lo, p.hi) for p in fr.points] == [("uniform", 0.5, 0.5), ("uniform", 1.0, 1.0), ("depth", 0.5, 1.0)]
+    assert fr.chosen is not None and fr.floor and set(fr.floor.values()) == {0.0}
+    best = max(p.domain_exact_match for p in fr.points)
+    assert fr.points[fr.chosen].domain_exact_match == best
+    assert fr.validation["suite"] == "builtin:validation" and all(i.startswith("val-") for i in fr.validation["ids"])
+    assert saved.arms["base"].frontier is None
+    manifest = json.loads((out / "adapters" / "naive" / "seed0" / "gen0" / "replaybank.json").read_text())
+    if fr.points[fr.chosen].lo != 1.0 or fr.points[fr.chosen].hi != 1.0:
+        assert manifest["operating_point"]["lo"] == fr.points[fr.chosen].lo
+    assert (out / "frontier.png").is_file()
+    report = (out / "report.md").read_text()
+    assert "## Operating point" in report and "![frontier](frontier.png)" in report
+    assert not (out / "arms").exists()
+
+    data = prepare(cfg, __import__("transformers").AutoTokenizer.from_pretrained(tiny_model_dir))
+    (val,), _ = validation_requests(cfg, data)
+    test = {r["prompt"] for r in data.domain_eval_records[0]}
+    train = {r["prompt"] for r in data.domain_train_records[0]}
+    assert len(val) == 4 and not {r["prompt"] for r in val} & (test | train)
+
+
+def test_an_unreachable_floor_keeps_the_trained_adapter_and_says_why(tiny_model_dir, tmp_path):
+    from replaybank.llm.recipes.rehearsal import run_experiment
+
+    metrics = run_experiment(_cfg(tiny_model_dir, tmp_path / "run", retention_floor=1.0, scales=[1.0],
+                                  scale_profiles=["uniform"], suite_per_family=2), log=lambda m: None, max_steps=1)
+    (fr,) = metrics.arms["naive"].frontier
+    if fr.chosen is None:  # a random model keeps some family below 100%
+        assert "runs as trained" in fr.reason
+        assert metrics.arms["naive"].mean("domain_exact_match") == fr.trained_exact_match
+
+
+class _Stop(Exception):
+    """Stands for a kill while choosing."""
+
+
+def test_a_run_killed_while_choosing_resumes_without_training_again(tiny_model_dir, tmp_path):
+    from replaybank.llm.recipes.rehearsal import run_experiment
+
+    def stop_while_choosing(message: str) -> None:
+        if "operating point" in message:
+            raise _Stop
+
+    out = tmp_path / "run"
+    with pytest.raises(_Stop):
+        run_experiment(_cfg(tiny_model_dir, out), log=stop_while_choosing, max_steps=2)
+    partial = tmp_path / "run.partial"
+    assert (partial / "arms" / "seed0-naive.trained.json").is_file()
+    assert (partial / "arms" / "seed0-naive.trained" / "adapter_model.safetensors").is_file()
+    lines: list[str] = []
+    resumed = run_experiment(_cfg(tiny_model_dir, out), log=lines.append, max_steps=2)
+    assert "naive seed0: trained in an earlier, interrupted run; its adapter read back, choosing again" in lines
+    assert not [m for m in lines if m.startswith("naive seed0 gen")]  # not trained again
+    reference = run_experiment(_cfg(tiny_model_dir, tmp_path / "ref"), log=lambda m: None, max_steps=2)
+    assert resumed.arms["naive"].frontier[0].points == reference.arms["naive"].frontier[0].points
+    got = {k: s.values for k, s in resumed.arms["naive"].summary.items()}
+    assert got == {k: s.values for k, s in reference.arms["naive"].summary.items()}
