@@ -171,12 +171,18 @@ def test_interference_probe_at_the_training_precision_agrees_with_fp32() -> None
     assert all(p.dtype == torch.float32 for p in model.parameters())
 
 
-@pytest.mark.parametrize("with_kl", [False, True])
-def test_a_step_cut_by_length_takes_the_same_step(monkeypatch: Any, with_kl: bool) -> None:
+KL_CASES = {"no kl": None, "kl only": ("rehearsal", False), "kl and ce": ("rehearsal", True), "kl on all": ("all", True)}
+
+
+@pytest.mark.parametrize("case", list(KL_CASES))
+def test_sources_sharing_passes_take_the_same_step_as_one_row_a_pass(case: str) -> None:
+    """Rows of every source in shared, length-cut passes (the loop's path) against each row run
+    alone (no padding, no neighbour): the same loss, log fields, KL and adapter after one step,
+    up to float order."""
     import numpy as np
 
     from replaybank.llm.train import step as step_mod
-    from replaybank.llm.train.kl import KLSpec
+    from replaybank.llm.train.kl import BaseCache, KLSpec
 
     rng = np.random.default_rng(5)
 
@@ -188,25 +194,48 @@ def test_a_step_cut_by_length_takes_the_same_step(monkeypatch: Any, with_kl: boo
         return out
 
     groups = [(0, rows([12, 14, 60, 64])), (1, rows([10, 48, 11, 50]))]
-    assert len(step_mod.by_length(groups)) == 4  # both sources cut in two
-    kl = KLSpec(2.0, rehearsal_ce=False) if with_kl else None
+    tagged = [(s, r) for s, rs in groups for r in rs]
+    parts = step_mod.by_length(tagged, rows_per_pass=8)
+    assert len(parts) == 2 and {s for s, _ in parts[0]} == {0, 1}  # the sources share both passes
+    spec = KL_CASES[case]
+    kl = None if spec is None else KLSpec(2.0, on=spec[0], rehearsal_ce=spec[1])  # type: ignore[arg-type]
     after = []
-    for cut in (True, False):
+    for per_pass, cache in ((8, BaseCache()), (8, None), (1, None)):
         model = _lora_model()
-        if not cut:
-            monkeypatch.setattr(step_mod, "by_length", lambda g: g)
         params = [p for p in model.parameters() if p.requires_grad]
         opt = torch.optim.SGD(params, lr=1.0)
-        stats, loss = step_mod.train_step(model, opt, params, groups, ["domain", "self"], 0, torch.device("cpu"), kl, 0.0)
+        stats, loss = step_mod.train_step(model, opt, params, groups, ["domain", "self"], 0, torch.device("cpu"), kl, 0.0,
+                                          cache, rows_per_pass=per_pass)  # fmt: skip
         after.append((stats, loss, [p.detach().clone() for p in params]))
-        monkeypatch.undo()
-    (s1, l1, p1), (s2, l2, p2) = after
-    assert l1 == pytest.approx(l2, rel=1e-5)
-    assert s1["rows"] == s2["rows"] == 8 and s1["tokens"] == s2["tokens"] and s1["label_tokens"] == s2["label_tokens"]
-    if with_kl:
-        assert s1["kl"] == pytest.approx(s2["kl"], rel=1e-4, abs=1e-7)
-    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(p1, p2, strict=True))
+    (s1, l1, p1) = after[-1]
+    for s2, l2, p2 in after[:-1]:
+        assert l2 == pytest.approx(l1, rel=1e-5)
+        assert s2["rows"] == 8 and s2["tokens"] == s1["tokens"] and s2["label_tokens"] == s1["label_tokens"]
+        assert s2["domain_loss"] == pytest.approx(s1["domain_loss"], rel=1e-4)
+        assert s2["rehearsal_loss"] == pytest.approx(s1["rehearsal_loss"], rel=1e-4)
+        if kl is not None:
+            assert s2["kl"] == pytest.approx(s1["kl"], rel=1e-4, abs=1e-7) and s1["kl"] > 0
+        assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(p1, p2, strict=True))
     assert not all(torch.equal(a, b) for a, b in zip(p1, _lora_params(), strict=True))  # the step moved the adapter
+
+
+def test_a_rehearsal_row_learnt_through_kl_only_gives_no_ce_gradient() -> None:
+    import numpy as np
+
+    from replaybank.llm.train import step as step_mod
+    from replaybank.llm.train.kl import KLSpec
+
+    ids = np.arange(3, 23)
+    row = (ids, np.where(np.arange(20) < 4, -100, ids))
+    model = _lora_model()
+    params = [p for p in model.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in params]
+    opt = torch.optim.SGD(params, lr=1.0)
+    # the KL term scaled to nothing: the row's cross-entropy is measured but moves nothing
+    stats, _ = step_mod.train_step(model, opt, params, [(1, [row])], ["domain", "self"], 0, torch.device("cpu"),
+                                   KLSpec(1e-30, rehearsal_ce=False), 0.0)  # fmt: skip
+    assert stats["rehearsal_loss"] > 0 and stats["kl"] > 0
+    assert all(torch.allclose(a, b, atol=1e-12) for a, b in zip(params, before, strict=True))
 
 
 def _lora_params() -> list[Any]:
@@ -218,7 +247,7 @@ def test_rows_of_like_length_stay_in_one_pass() -> None:
 
     from replaybank.llm.train.step import by_length
 
-    rows = [(np.zeros(n), np.zeros(n)) for n in (60, 64, 58, 62)]
-    assert by_length([(0, rows)]) == [(0, rows)]
-    single = [(1, rows[:1])]
-    assert by_length(single) == single
+    rows = [(0, (np.zeros(n), np.zeros(n))) for n in (58, 60, 62, 64)]
+    assert by_length(rows) == [rows]
+    assert by_length(rows[:1]) == [rows[:1]]
+    assert [len(p) for p in by_length(rows, rows_per_pass=3)] == [3, 1]

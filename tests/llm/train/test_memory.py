@@ -107,7 +107,7 @@ def test_one_base_model_with_an_adapter_per_arm_measures_what_copies_did(
     bases: list[Any] = []
 
     @contextlib.contextmanager
-    def copied(base_model: Any, cfg: Training) -> Any:
+    def copied(base_model: Any, cfg: Training, *_peer: Any) -> Any:  # no peer arm in this run
         bases.append(base_model)
         yield add_lora(copy.deepcopy(base_model), cfg)
 

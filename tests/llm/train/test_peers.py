@@ -173,7 +173,7 @@ def test_every_peer_arm_trains_is_scored_and_saves_a_loadable_adapter(tiny_model
     cfg = _cfg(tiny_model_dir, ["base", "naive", *PEER_ARMS])
     out = tmp_path / "run"
     lines: list[str] = []
-    metrics = run_experiment(cfg, out, log=lines.append, max_steps=2, seeds=1)
+    metrics = run_experiment(cfg, out, log=lines.append, max_steps=2, seeds=1).to_json()
     for arm in ["naive", *PEER_ARMS]:
         entry = metrics["arms"][arm]
         assert entry["general_loss"] > 0 and "families" in entry and "domain_exact_match" in entry, arm

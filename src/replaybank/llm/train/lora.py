@@ -293,7 +293,7 @@ def train_lora(
             width = max(len(ids) for _, rows in groups for ids, _ in rows)
             with casts, short_row_attention(model, width):  # bf16 matmuls on AMX CPUs; LoRA weights stay fp32
                 stats, total_loss = train_step(model, opt, params, groups, names, pad_id, device, kl, cfg.max_grad_norm, base_cache,
-                                               agem=project == "agem")
+                                               rows_per_pass=cfg.batch_size, agem=project == "agem")
             step += 1
             log.tokens += stats["tokens"]
             log.seconds = time.perf_counter() - start
