@@ -172,3 +172,17 @@ def test_folder_that_is_neither_data_files_nor_a_saved_dataset_says_what_it_foun
     (tmp_path / "odd" / "data.arrow").write_bytes(b"x")
     with pytest.raises(CorpusError, match=r"odd: folder holds no .* and is not a save_to_disk dataset .*found: \.arrow"):
         load_corpus(tmp_path / "odd")
+
+
+def test_the_embedded_corpus_does_not_depend_on_what_this_process_patched(monkeypatch):
+    # a library that replaces a stdlib function (as one of the test suite's imports does) used to
+    # drop that function's docstring from the corpus of whichever process built it
+    import textwrap
+
+    from replaybank.llm.data.corpus import python_docs_corpus
+
+    before = python_docs_corpus()
+    monkeypatch.setattr(textwrap, "dedent", lambda text: text)
+    after = python_docs_corpus()
+    assert after.manifest == before.manifest and after.texts == before.texts
+    assert any(t.startswith("textwrap.dedent ") for t in after.texts)

@@ -11,10 +11,10 @@ Bad input raises :class:`CorpusError` naming the file (and line, for JSONL) and 
 from __future__ import annotations
 
 import hashlib
-import importlib
-import inspect
+import json
 import re
-import warnings
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +25,7 @@ from replaybank import jsonl
 from replaybank.errors import ReplayBankError
 from replaybank.files import check_regular
 from replaybank.jsonl import read_utf8
+from replaybank.llm.data.pydocs import normalise
 from replaybank.llm.data.saved import is_saved_dataset, iter_saved_dataset, open_hf_dataset
 
 PYTHON_DOCS = "python-docs"
@@ -34,20 +35,6 @@ TEXT_SUFFIXES = (".txt", ".md")
 JSONL_SUFFIXES = (".jsonl", ".json")
 PARQUET_SUFFIXES = (".parquet",)
 SUPPORTED_SUFFIXES = TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES
-
-# Stdlib modules whose docstrings join the embedded corpus. A fixed list keeps the corpus the same
-# from run to run on one Python version (the manifest records a digest of it).
-_DOC_MODULES = (
-    "json", "os", "pathlib", "re", "collections", "itertools", "functools", "textwrap", "string",
-    "datetime", "random", "statistics", "math", "csv", "argparse", "logging", "shutil",
-    "subprocess", "typing", "dataclasses", "heapq", "bisect", "enum", "contextlib", "io",
-    "tempfile", "glob", "fnmatch", "hashlib", "base64", "urllib.parse", "html", "uuid", "copy",
-    "pprint", "operator", "decimal", "fractions", "zipfile", "tarfile", "gzip", "sqlite3",
-    "threading", "queue", "calendar", "abc", "configparser", "difflib", "pickle", "struct",
-    "weakref", "inspect", "ast", "tokenize", "traceback", "warnings", "codecs", "ipaddress",
-    "graphlib", "numbers", "zoneinfo", "sched", "shlex", "secrets",
-)
-
 
 class CorpusError(ReplayBankError):
     """A corpus or data file could not be used; the message names the file and what was wrong."""
@@ -79,16 +66,6 @@ class Corpus:
             [self.texts[i] for i in idx], [self.doc_ids[i] for i in idx],
             Counter(self.dropped), list(self.manifest),
         )
-
-
-def normalise(text: str) -> str:
-    """Collapse every run of whitespace to one space and strip the ends.
-
-    Example:
-        >>> normalise("  a\\n\\n b\\tc ")
-        'a b c'
-    """
-    return " ".join(text.split())
 
 
 def _read_utf8(path: Path) -> str:
@@ -262,53 +239,40 @@ def _load_hf_dataset(name: str, split: str, text_field: str) -> Corpus:
     return corpus
 
 
-def _chunks(text: str, target_chars: int) -> list[str]:
-    # Join paragraphs until a chunk is about target_chars long; short lines (headings) ride along.
-    out, buf = [], ""
-    for para in re.split(r"\n\s*\n", text):
-        para = normalise(para)
-        if not para:
-            continue
-        buf = f"{buf} {para}".strip()
-        if len(buf) >= target_chars:
-            out.append(buf)
-            buf = ""
-    if len(buf) >= target_chars // 4:
-        out.append(buf)
-    return out
-
-
 def python_docs_corpus(target_chars: int = 480) -> Corpus:
     """The embedded general corpus: Python's reference topics and stdlib docstrings.
 
     ``pydoc_data.topics.topics`` (the language reference behind ``help()``) is cut into chunks of
     about ``target_chars`` characters; docstrings of a fixed list of stdlib modules, their public
-    classes and functions are added, one document each. The text depends on the Python version; the
-    manifest records a digest.
+    classes and functions are added, one document each. The text depends on the Python version only:
+    it is read in a fresh interpreter (:mod:`.pydocs`), so what this process imported or patched
+    before cannot change it. The manifest records a digest.
 
     Returns:
         A :class:`Corpus` whose doc ids are ``topic:<name>`` and ``doc:<module>``.
-    """
-    from pydoc_data.topics import topics
 
+    Raises:
+        CorpusError: the fresh interpreter failed or printed something other than the corpus.
+    """
+    from replaybank.llm.data import pydocs
+
+    cmd = [sys.executable, "-I", "-S", pydocs.__file__, str(target_chars)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", timeout=300, check=False)
+        pieces = json.loads(done.stdout) if done.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        raise CorpusError(f"{PYTHON_DOCS}: reading Python's documentation in a fresh interpreter failed: {exc}") from exc
+    if not isinstance(pieces, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pieces
+    ):
+        raise CorpusError(f"{PYTHON_DOCS}: reading Python's documentation in a fresh interpreter failed "
+                          f"(exit {done.returncode}): {done.stderr.strip()[-500:]}")
     corpus = Corpus()
     digest = hashlib.sha256()
-    for name in sorted(topics):
-        for chunk in _chunks(topics[name], target_chars):
-            _add(corpus, chunk, f"topic:{name}")
-            digest.update(chunk.encode())
-    n_topics = len(corpus)
-    for mod_name in _DOC_MODULES:
-        try:
-            module = importlib.import_module(mod_name)
-        except ImportError:  # e.g. a Python built without sqlite3
-            continue
-        with warnings.catch_warnings():  # typing's deprecated aliases warn when touched
-            warnings.simplefilter("ignore", DeprecationWarning)
-            chunks = _module_docs(module, target_chars)
-        for chunk in chunks:
-            _add(corpus, chunk, f"doc:{mod_name}")
-            digest.update(chunk.encode())
+    for doc_id, chunk in pieces:
+        _add(corpus, chunk, doc_id)
+        digest.update(chunk.encode())
+    n_topics = sum(1 for doc_id in corpus.doc_ids if doc_id.startswith("topic:"))
     corpus.manifest.append(
         {
             "source": "pydoc_data.topics + stdlib docstrings",
@@ -319,22 +283,6 @@ def python_docs_corpus(target_chars: int = 480) -> Corpus:
         }
     )
     return corpus
-
-
-def _module_docs(module: Any, target_chars: int) -> list[str]:
-    out: list[str] = []
-    members: list[tuple[str, Any]] = [(module.__name__, module)]
-    members += [
-        (f"{module.__name__}.{k}", v)
-        for k, v in sorted(vars(module).items())
-        if not k.startswith("_") and getattr(v, "__module__", None) == module.__name__
-        and (inspect.isclass(v) or inspect.isfunction(v))
-    ]
-    for qualname, obj in members:
-        doc = inspect.getdoc(obj)
-        if doc and len(doc) >= 200:
-            out.extend(_chunks(f"{qualname}\n\n{doc}", target_chars))
-    return out
 
 
 def split_heldout(corpus: Corpus, n_heldout: int, seed: int) -> tuple[Corpus, Corpus]:
