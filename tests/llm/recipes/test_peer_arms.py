@@ -48,6 +48,7 @@ def test_a_trl_without_sdft_is_refused_when_the_config_is_checked(tiny_model_dir
 def test_peer_sdft_and_routed_train_and_are_scored_in_a_tiny_run(tiny_model_dir, tmp_path):
     pytest.importorskip("trl.experimental.sdft", reason="TRL without SDFTTrainer: peer-sdft needs trl >= 1.16")
     from replaybank.llm.eval.measure import flatten
+    from replaybank.llm.results import ArmResult
     from replaybank.llm.recipes.rehearsal import run_experiment
 
     cfg = Config.from_dict({
@@ -59,14 +60,14 @@ def test_peer_sdft_and_routed_train_and_are_scored_in_a_tiny_run(tiny_model_dir,
         "output": {"save_adapters": True},
     })
     out = tmp_path / "run"
-    metrics = run_experiment(cfg, out, log=lambda m: None, max_steps=2, seeds=1)
+    metrics = run_experiment(cfg, out, log=lambda m: None, max_steps=2, seeds=1).to_json()
     (seed_file,) = (out / "seeds").glob("seed*.json")
     per_seed = json.loads(seed_file.read_text())["arms"]
     (gen,) = metrics["arms"]["peer-sdft"]["generations"]
     assert [s["step"] for s in gen["train"]["steps"]] == [1, 2]  # the naive arm's budget, capped at 2
     assert all(s["distillation_loss"] is not None for s in gen["train"]["steps"])
     for arm in ("peer-sdft", "routed"):  # scored like every arm
-        assert {"domain_exact_match", "leakage", "general_loss"} <= set(flatten(per_seed[arm]))
+        assert {"domain_exact_match", "leakage", "general_loss"} <= set(flatten(ArmResult.from_json(per_seed[arm], arm)))
         assert {"domain_exact_match", "leakage"} <= set(metrics["arms"][arm]["summary"])
     sdft_weights = _tensors(out / "adapters" / "peer-sdft" / "seed0" / "gen0")
     naive_weights = _tensors(out / "adapters" / "naive" / "seed0" / "gen0")

@@ -148,7 +148,7 @@ def test_metrics_and_report_carry_intervals_flips_and_the_gate(tmp_path):
     cfg = Config.from_dict({"evaluation": {"arms": ["base", "naive", "rehearsal-self"]}})
     seeds, agg = constructed_run([1, 1, 1, 1, 1, 1, 1, 1, 0, 0])  # conversation kept 80%
     metrics = build_metrics(cfg, seeds, agg)
-    assert METRICS_SCHEMA_VERSION == 3
+    assert METRICS_SCHEMA_VERSION == 4
     saved = json.loads(json.dumps(metrics.to_json()))  # metrics.json can hold it
     reh = saved["arms"]["rehearsal-self"]
     # the scalars tests and documents read are still there, with the same values
