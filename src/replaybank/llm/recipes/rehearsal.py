@@ -77,11 +77,13 @@ from replaybank.llm.results import (
     Generation,
     JsonObject,
     Losses,
+    MixtureEntry,
     RunResult,
     SeedManifest,
     SeedResult,
     SourceUse,
     SuiteScore,
+    TrainLogRecord,
     TrainTotal,
 )
 from replaybank.llm.runtime import environment, loadavg, pick_device, pick_threads, use_device
@@ -308,7 +310,7 @@ def _train_arm(
     scores: list[float] = []
     curve: list[dict[str, Any]] = []
     matrix_rows: list[list[DomainCell]] = []
-    mixture: list[dict[str, Any]] = []
+    mixture: list[MixtureEntry] = []
     offset, tag = 0, f"{name} {seed_label}"
     total_tokens, total_seconds = 0, 0.0  # over the generations, as their training logs round them
     controller = plan.controller(cfg.training.seed)  # one per arm, over all its generations
@@ -360,13 +362,14 @@ def _train_arm(
         total_seconds += round(train_log.seconds, 3)
         matrix_rows.append(domain_row(model, ctx, f"{tag} gen {g}"))
         scores.append(-float(final["domain_losses"][g]))
-        mixture += [{**e, "step": offset - len(train_log.steps) + e["step"], "generation": g} for e in (steer.trajectory if steer else [])]
+        mixture += [MixtureEntry.from_json({**e, "step": offset - len(train_log.steps) + e["step"], "generation": g}, "the mixture")
+                    for e in (steer.trajectory if steer else [])]
         generations.append(Generation(
             generation=g, lineage=lineage, domain_rows=len(domain),
             rehearsal_share=share_g if sources else 0.0,
             sources={s.name: SourceUse(rows=len(s.rows), share=s.share, rows_per_epoch=rows_per_epoch(train_log.steps, s.name))
                      for s in sources},
-            train=train_log.to_dict(), general_loss=final["general_loss"], domain_loss=final["domain_loss"],
+            train=TrainLogRecord.from_json(train_log.to_dict(), f"{tag} gen {g}: the training log"), general_loss=final["general_loss"], domain_loss=final["domain_loss"],
             domain_accuracy=[DomainScore(c.exact_match, c.call_score, c.n) for c in matrix_rows[-1]],
         ))
         if cfg.output.save_adapters:  # a checked folder inside OUT.partial; the same PEFT folder the loop writes

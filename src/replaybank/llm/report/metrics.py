@@ -52,6 +52,7 @@ from replaybank.llm.results import (
     SeedManifest,
     SeedResult,
     Targets,
+    TrainStep,
 )
 
 METRICS_SCHEMA_VERSION = SCHEMA_VERSION
@@ -239,13 +240,13 @@ def probe_vs_forgetting(probes: Mapping[str, JsonObject], agg: Aggregate, specs:
 def _compat_mixing(arm: ArmResult | None, manifest: SeedManifest, cfg: Any) -> Mixing:
     measured = None
     if arm and arm.training is not None:
-        steps: list[Any] = [s for gen in arm.training.generations for s in gen.train["steps"]]  # type: ignore[attr-defined]
-        rows = sum(s["rows"] for s in steps)
-        tokens = sum(s["tokens"] for s in steps)
-        rehearsal_tokens = sum(s["rehearsal_tokens"] for s in steps)
+        steps = [s for gen in arm.training.generations for s in gen.train.steps if isinstance(s, TrainStep)]
+        rows = sum(s.rows for s in steps)
+        tokens = sum(s.tokens for s in steps)
+        rehearsal_tokens = sum(s.rehearsal_tokens for s in steps)
         measured = MixingMeasured(
-            rows_per_batch=sorted({s["rehearsal_rows"] for s in steps}),
-            measured_row_share=sum(s["rehearsal_rows"] for s in steps) / rows if rows else None,
+            rows_per_batch=sorted({s.rehearsal_rows for s in steps}),
+            measured_row_share=sum(s.rehearsal_rows for s in steps) / rows if rows else None,
             rehearsal_tokens=rehearsal_tokens,
             measured_token_share=rehearsal_tokens / tokens if tokens else None,
             measured_label_token_share=arm.training.loss_share.label_tokens,

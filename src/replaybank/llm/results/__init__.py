@@ -10,10 +10,10 @@ Three files use them: ``metrics.json`` (:class:`RunResult`, which carries
 :data:`SCHEMA_VERSION`), and in the run folder ``seeds/seed<N>.json`` (:class:`SeedResult`) and
 ``arms/seed<N>-<arm>.json`` (:class:`ArmResult`), which resume an interrupted run. Records that
 other modules own and this package passes through unread (the config, the data manifests, a
-training log, a recipe, a suite item's outcome) are :data:`JsonObject`.
+recipe, a suite item's outcome) are :data:`JsonObject`.
 
 :mod:`.codec` holds :class:`Record` and its JSON reading and writing, :mod:`.seed` one arm in one
-seed and one seed, :mod:`.frontier` an arm's operating points, :mod:`.run` the run over seeds; every name is importable from here.
+seed and one seed, :mod:`.training` a generation's training log and a controller's mixture, :mod:`.frontier` an arm's operating points, :mod:`.run` the run over seeds; every name is importable from here.
 
 Example:
     >>> s = Stat.from_json({"mean": 0.5, "std": None, "n": 1, "values": [0.5]}, where="x")
@@ -71,6 +71,14 @@ from replaybank.llm.results.seed import (
     SuiteScore,
     TrainTotal,
 )
+from replaybank.llm.results.training import (
+    DistillStep,
+    EvalPoint,
+    MixtureEntry,
+    Refresh,
+    TrainLogRecord,
+    TrainStep,
+)
 
 __all__ = [
     "SCHEMA_VERSION", "ArmMatrix", "ArmResult", "ArmSummary", "ArmTraining", "CurvePoint",
@@ -80,4 +88,5 @@ __all__ = [
     "MatrixResult", "Mixing", "MixingMeasured", "ProbeComparison", "ProbeSection", "Record", "ResultsError",
     "RiseRatio", "RunResult", "SeedFlips", "SeedManifest", "SeedResult", "SourceUse", "Stat", "SuiteScore",
     "TargetArm", "Targets", "TrainTotal", "WarningPoint",
+    "DistillStep", "EvalPoint", "MixtureEntry", "Refresh", "TrainLogRecord", "TrainStep",
 ]

@@ -14,6 +14,7 @@ from replaybank.llm.results.seed import (
     SeedManifest,
     TrainTotal,
 )
+from replaybank.llm.results.training import MixtureEntry
 
 __all__ = ["SCHEMA_VERSION", "ArmMatrix", "ArmSummary", "Effect", "FamilySeed", "FamilyStats", "FlipCount", "Gate", "GateArm", "GateFamily", "Interval", "IntervalMethod", "Mixing", "MixingMeasured", "EarlyWarning", "ProbeComparison", "ProbeSection", "RiseRatio", "RunResult", "SeedFlips", "Stat", "TargetArm", "Targets", "WarningPoint"]
 
@@ -108,8 +109,8 @@ class ArmSummary(Record):
     """The first seed's."""
     train_total: TrainTotal | None = omitted()
     controller: str | None = omitted()
-    mixture: list[JsonObject] | None = omitted()
-    mixture_per_seed: list[list[JsonObject]] | None = omitted()
+    mixture: list[MixtureEntry] | None = omitted()
+    mixture_per_seed: list[list[MixtureEntry]] | None = omitted()
     families: dict[str, FamilyStats] | None = omitted()
     flips: list[SeedFlips] | None = omitted()
     frontier: list[Frontier] | None = omitted()

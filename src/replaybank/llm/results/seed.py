@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from replaybank.llm.results.codec import FLAT, JsonObject, Record, flat_optional, omitted
 from replaybank.llm.results.frontier import Frontier
+from replaybank.llm.results.training import MixtureEntry, TrainLogRecord
 
 __all__ = ["ArmResult", "ArmTraining", "CurvePoint", "DomainCell", "DomainScore", "Generation", "LossShare", "Losses", "MatrixResult", "SeedManifest", "SeedResult", "SourceUse", "SuiteScore", "TrainTotal"]
 
@@ -97,8 +98,7 @@ class Generation(Record):
     domain_rows: int
     rehearsal_share: float
     sources: dict[str, SourceUse]
-    train: JsonObject
-    """The training log (:meth:`..train.log.TrainLog.to_dict`: ``steps``, ``evals``, ``tokens``, ...)."""
+    train: TrainLogRecord
     general_loss: float
     domain_loss: float
     domain_accuracy: list[DomainScore]
@@ -126,7 +126,7 @@ class ArmTraining(Record):
     share: float
     loss_share: LossShare
     controller: str | None
-    mixture: list[JsonObject]
+    mixture: list[MixtureEntry]
     """A replay controller's mixture after every evaluation (empty without one)."""
     curve: list[CurvePoint]
     generations: list[Generation]
