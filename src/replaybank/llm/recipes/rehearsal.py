@@ -75,9 +75,9 @@ from replaybank.llm.results import (
     DomainCell,
     DomainScore,
     Generation,
-    JsonObject,
     Losses,
     MixtureEntry,
+    ProbeResult,
     RunResult,
     SeedManifest,
     SeedResult,
@@ -237,7 +237,7 @@ def run_seed(
     if ev.choose == "floor" and plans:  # where each trained arm's operating point is chosen
         ctx.validation = validation_set(base_model, ctx, scfg, seed, label)
     timings[f"base_{label}"] = time.perf_counter() - t0
-    probes: dict[str, JsonObject] = {}
+    probes: dict[str, ProbeResult] = {}
     if k == 0 and ev.probe_sources and plans:
         t0 = time.perf_counter()
         probes = _probe_sources(base_model, ctx, scfg, log)
@@ -402,7 +402,7 @@ def _train_arm(
     )
 
 
-def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> dict[str, JsonObject]:
+def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> dict[str, ProbeResult]:
     """Gradient interference of the domain against each rehearsal source, on a fresh LoRA."""
     sources = {"corpus": ctx.data.rehearsal_pool}
     if ctx.self_rows is not None:
@@ -415,7 +415,7 @@ def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> 
         )
     for name, rep in reports.items():
         log(f"probe {name}: {rep.measured()}")
-    return {name: rep.to_dict() for name, rep in reports.items()}
+    return {name: ProbeResult.from_json(rep.to_dict(), f"probe {name}") for name, rep in reports.items()}
 
 
 def _parallel_seeds(cfg: Config, n_seeds: int, jobs: int, partial: Path, log: Log, max_steps: int | None) -> list[SeedResult]:

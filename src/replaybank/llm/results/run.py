@@ -11,6 +11,7 @@ from replaybank.llm.results.seed import (
     Generation,
     LossShare,
     MatrixResult,
+    ProbeResult,
     SeedManifest,
     TrainTotal,
 )
@@ -227,7 +228,7 @@ class ProbeComparison(Record):
 
 @dataclass(frozen=True)
 class ProbeSection(Record):
-    fresh_lora: dict[str, JsonObject]
+    fresh_lora: dict[str, ProbeResult]
     """The interference probe's report per source (:meth:`..eval.interference.ProbeReport.to_dict`)."""
     comparison: list[ProbeComparison]
 
