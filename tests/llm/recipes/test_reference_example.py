@@ -46,6 +46,6 @@ def test_reference_example_runs_on_cpu_with_local_parts(tiny_model_dir: Path, tm
     assert len(gens) == 13 and [g.lineage for g in gens][-1] == [10, 11, 12]
     assert [g.domain_rows for g in gens][:4] == [8, 16, 24, 24]
     assert gens[0].rehearsal_share == pytest.approx(500 / 508) and gens[3].rehearsal_share == pytest.approx(500 / 524)
-    assert all(len(g.train["steps"]) == 1 for g in gens)  # the tiny budget
+    assert all(len(g.train.steps) == 1 for g in gens)  # the tiny budget
     assert metrics.environment["device"] == "cpu"
     assert "## Rehearsal per generation" in (tmp_path / "out" / "report.md").read_text()

@@ -30,6 +30,7 @@ from replaybank.llm.results import (
     LossShare,
     MatrixResult,
     SuiteScore,
+    TrainStep,
 )
 from replaybank.metrics import average_accuracy, backward_transfer, forgetting
 
@@ -225,17 +226,19 @@ def loss_shares(generations: list[Generation]) -> LossShare:
     """Measured share of each source in the rows and in the labelled tokens (= the loss), over all steps.
 
     Example:
-        >>> steps = [{"source_rows": {"domain": 9, "self": 1}, "label_tokens": {"domain": 90, "self": 30}}]
-        >>> loss_shares([Generation(0, [0], 9, 0.1, {}, {"steps": steps}, 1.0, 1.0, [])]).to_json()
+        >>> from replaybank.llm.results import TrainLogRecord, TrainStep
+        >>> step = TrainStep(1, 0, 2.0, 2.0, 1.5, 10, 1, 120, 30, {"domain": 9, "self": 1}, {"domain": 90, "self": 30}, None)
+        >>> log = TrainLogRecord([step], [], 120, 1.0, 120.0, 0)
+        >>> loss_shares([Generation(0, [0], 9, 0.1, {}, log, 1.0, 1.0, [])]).to_json()
         {'rows': {'domain': 0.9, 'self': 0.1}, 'label_tokens': {'domain': 0.75, 'self': 0.25}}
     """
     rows: dict[str, int] = {}
     tokens: dict[str, int] = {}
     for gen in generations:
-        for s in gen.train["steps"]:  # type: ignore[attr-defined]
-            for k, v in s.get("source_rows", {}).items():
+        for s in gen.train.steps:
+            for k, v in s.source_rows.items():
                 rows[k] = rows.get(k, 0) + int(v)
-            for k, v in s.get("label_tokens", {}).items():
+            for k, v in (s.label_tokens if isinstance(s, TrainStep) else {}).items():
                 tokens[k] = tokens.get(k, 0) + int(v)
     n_rows, n_tok = sum(rows.values()), sum(tokens.values())
     return LossShare(

@@ -75,13 +75,15 @@ from replaybank.llm.results import (
     DomainCell,
     DomainScore,
     Generation,
-    JsonObject,
     Losses,
+    MixtureEntry,
+    ProbeResult,
     RunResult,
     SeedManifest,
     SeedResult,
     SourceUse,
     SuiteScore,
+    TrainLogRecord,
     TrainTotal,
 )
 from replaybank.llm.runtime import environment, loadavg, pick_device, pick_threads, use_device
@@ -235,7 +237,7 @@ def run_seed(
     if ev.choose == "floor" and plans:  # where each trained arm's operating point is chosen
         ctx.validation = validation_set(base_model, ctx, scfg, seed, label)
     timings[f"base_{label}"] = time.perf_counter() - t0
-    probes: dict[str, JsonObject] = {}
+    probes: dict[str, ProbeResult] = {}
     if k == 0 and ev.probe_sources and plans:
         t0 = time.perf_counter()
         probes = _probe_sources(base_model, ctx, scfg, log)
@@ -308,7 +310,7 @@ def _train_arm(
     scores: list[float] = []
     curve: list[dict[str, Any]] = []
     matrix_rows: list[list[DomainCell]] = []
-    mixture: list[dict[str, Any]] = []
+    mixture: list[MixtureEntry] = []
     offset, tag = 0, f"{name} {seed_label}"
     total_tokens, total_seconds = 0, 0.0  # over the generations, as their training logs round them
     controller = plan.controller(cfg.training.seed)  # one per arm, over all its generations
@@ -360,13 +362,14 @@ def _train_arm(
         total_seconds += round(train_log.seconds, 3)
         matrix_rows.append(domain_row(model, ctx, f"{tag} gen {g}"))
         scores.append(-float(final["domain_losses"][g]))
-        mixture += [{**e, "step": offset - len(train_log.steps) + e["step"], "generation": g} for e in (steer.trajectory if steer else [])]
+        mixture += [MixtureEntry.from_json({**e, "step": offset - len(train_log.steps) + e["step"], "generation": g}, "the mixture")
+                    for e in (steer.trajectory if steer else [])]
         generations.append(Generation(
             generation=g, lineage=lineage, domain_rows=len(domain),
             rehearsal_share=share_g if sources else 0.0,
             sources={s.name: SourceUse(rows=len(s.rows), share=s.share, rows_per_epoch=rows_per_epoch(train_log.steps, s.name))
                      for s in sources},
-            train=train_log.to_dict(), general_loss=final["general_loss"], domain_loss=final["domain_loss"],
+            train=TrainLogRecord.from_json(train_log.to_dict(), f"{tag} gen {g}: the training log"), general_loss=final["general_loss"], domain_loss=final["domain_loss"],
             domain_accuracy=[DomainScore(c.exact_match, c.call_score, c.n) for c in matrix_rows[-1]],
         ))
         if cfg.output.save_adapters:  # a checked folder inside OUT.partial; the same PEFT folder the loop writes
@@ -399,7 +402,7 @@ def _train_arm(
     )
 
 
-def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> dict[str, JsonObject]:
+def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> dict[str, ProbeResult]:
     """Gradient interference of the domain against each rehearsal source, on a fresh LoRA."""
     sources = {"corpus": ctx.data.rehearsal_pool}
     if ctx.self_rows is not None:
@@ -412,7 +415,7 @@ def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> 
         )
     for name, rep in reports.items():
         log(f"probe {name}: {rep.measured()}")
-    return {name: rep.to_dict() for name, rep in reports.items()}
+    return {name: ProbeResult.from_json(rep.to_dict(), f"probe {name}") for name, rep in reports.items()}
 
 
 def _parallel_seeds(cfg: Config, n_seeds: int, jobs: int, partial: Path, log: Log, max_steps: int | None) -> list[SeedResult]:

@@ -41,17 +41,18 @@ from replaybank.llm.results import (
     Effect,
     Frontier,
     Gate,
-    JsonObject,
     LossShare,
     Mixing,
     MixingMeasured,
     ProbeComparison,
+    ProbeResult,
     ProbeSection,
     RiseRatio,
     RunResult,
     SeedManifest,
     SeedResult,
     Targets,
+    TrainStep,
 )
 
 METRICS_SCHEMA_VERSION = SCHEMA_VERSION
@@ -193,7 +194,7 @@ def _mean_shares(shares: list[LossShare]) -> LossShare:
     return LossShare(rows=mean("rows"), label_tokens=mean("label_tokens"))
 
 
-def probe_vs_forgetting(probes: Mapping[str, JsonObject], agg: Aggregate, specs: Mapping[str, Any]) -> list[ProbeComparison]:
+def probe_vs_forgetting(probes: Mapping[str, ProbeResult], agg: Aggregate, specs: Mapping[str, Any]) -> list[ProbeComparison]:
     """Per rehearsal source: the probe's measured gradients next to the forgetting measured in the run.
 
     The probe gives no verdict (:mod:`..eval.interference`); beside its cosine, mean inner product
@@ -207,7 +208,10 @@ def probe_vs_forgetting(probes: Mapping[str, JsonObject], agg: Aggregate, specs:
         >>> st = lambda m, r: {"docs_loss": Stat(m, None, 1, [m]), "retention_code": Stat(r, None, 1, [r])}
         >>> agg = {"base": st(1.7, 1.0), "naive": st(2.9, 0.25), "rc": st(1.6, 0.5)}
         >>> class S: source, kl_to_base, domain = ["corpus"], 0.0, True
-        >>> rep = {"cosine_mean": 0.09, "alpha_suggested": 0.0, "dot_mean": 0.4, "conflicting_pairs": 0, "pairs": [{}, {}]}
+        >>> from replaybank.llm.results import ProbePair, ProbeResult
+        >>> pair = ProbePair(cosine=0.09, dot=0.4, domain_norm=1.0, rehearsal_norm=1.0, alpha=0.0)
+        >>> rep = ProbeResult([pair, pair], cosine_mean=0.09, cosine_std=0.0, alpha_suggested=0.0, alpha_median=0.0,
+        ...                   dot_mean=0.4, conflicting_pairs=0)
         >>> out = probe_vs_forgetting({"corpus": rep}, agg, {"rc": S()})
         >>> out[0].naive_loss_rise, out[0].rehearsal_arm, out[0].rehearsal_loss_rise, out[0].naive_retention_min
         (1.2, 'rc', -0.1, 0.25)
@@ -221,12 +225,10 @@ def probe_vs_forgetting(probes: Mapping[str, JsonObject], agg: Aggregate, specs:
         arm = next((a for a, s in specs.items()
                     if a in agg and list(s.source) == [source] and not s.kl_to_base and s.domain), None)
         measured = arm is not None and base is not None and key in agg[arm]
-        pairs = rep.get("pairs")
         out.append(ProbeComparison(
-            source=source, cosine_mean=rep["cosine_mean"], cosine_std=rep.get("cosine_std"),  # type: ignore[arg-type]
-            alpha_suggested=rep["alpha_suggested"], loss=key,  # type: ignore[arg-type]
-            dot_mean=rep.get("dot_mean"), conflicting_pairs=rep.get("conflicting_pairs"),  # type: ignore[arg-type]
-            pairs=len(pairs) if isinstance(pairs, list) else None,
+            source=source, cosine_mean=rep.cosine_mean, cosine_std=rep.cosine_std,
+            alpha_suggested=rep.alpha_suggested, loss=key,
+            dot_mean=rep.dot_mean, conflicting_pairs=rep.conflicting_pairs, pairs=len(rep.pairs),
             naive_loss_rise=round(naive - base, 4) if base is not None and naive is not None else None,
             rehearsal_arm=arm if measured else None,
             rehearsal_loss_rise=round(agg[arm][key].mean - base, 4) if measured else None,  # type: ignore[index, operator]
@@ -239,13 +241,13 @@ def probe_vs_forgetting(probes: Mapping[str, JsonObject], agg: Aggregate, specs:
 def _compat_mixing(arm: ArmResult | None, manifest: SeedManifest, cfg: Any) -> Mixing:
     measured = None
     if arm and arm.training is not None:
-        steps: list[Any] = [s for gen in arm.training.generations for s in gen.train["steps"]]  # type: ignore[attr-defined]
-        rows = sum(s["rows"] for s in steps)
-        tokens = sum(s["tokens"] for s in steps)
-        rehearsal_tokens = sum(s["rehearsal_tokens"] for s in steps)
+        steps = [s for gen in arm.training.generations for s in gen.train.steps if isinstance(s, TrainStep)]
+        rows = sum(s.rows for s in steps)
+        tokens = sum(s.tokens for s in steps)
+        rehearsal_tokens = sum(s.rehearsal_tokens for s in steps)
         measured = MixingMeasured(
-            rows_per_batch=sorted({s["rehearsal_rows"] for s in steps}),
-            measured_row_share=sum(s["rehearsal_rows"] for s in steps) / rows if rows else None,
+            rows_per_batch=sorted({s.rehearsal_rows for s in steps}),
+            measured_row_share=sum(s.rehearsal_rows for s in steps) / rows if rows else None,
             rehearsal_tokens=rehearsal_tokens,
             measured_token_share=rehearsal_tokens / tokens if tokens else None,
             measured_label_token_share=arm.training.loss_share.label_tokens,

@@ -9,7 +9,6 @@ matplotlib with the Agg backend, imported inside the functions; only draws what
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from replaybank.llm.results import RunResult
 
@@ -81,10 +80,10 @@ def plot_losses(path: Path, metrics: RunResult) -> None:
         if arm == "base":
             continue
         color = COLORS[i % len(COLORS)]
-        steps: list[Any] = [s for gen in arms[arm].generations or [] for s in gen.train["steps"]]  # type: ignore[attr-defined]
+        steps = [s for gen in arms[arm].generations or [] for s in gen.train.steps]
         x = list(range(1, len(steps) + 1))
-        axes[0].plot(x, [s["domain_loss"] for s in steps], color=color, label=f"{arm}: domain rows")
-        pts = [(k, s["rehearsal_loss"]) for k, s in zip(x, steps, strict=True) if s["rehearsal_loss"] is not None]
+        axes[0].plot(x, [s.domain_loss for s in steps], color=color, label=f"{arm}: domain rows")
+        pts = [(k, s.rehearsal_loss) for k, s in zip(x, steps, strict=True) if s.rehearsal_loss is not None]
         if pts:
             axes[0].plot(*zip(*pts, strict=True), color=color, ls="--", marker=".", label=f"{arm}: rehearsal rows")
         curve = arms[arm].curve or []
@@ -121,19 +120,20 @@ def plot_mixture(path: Path, metrics: RunResult) -> bool:
 
     fig, axes = plt.subplots(1, len(steered), figsize=(5.2 * len(steered), 3.8), squeeze=False)
     for ax, arm in zip(axes[0], steered, strict=True):
-        traj: list[Any] = metrics.arms[arm].mixture or []
-        names = list(dict.fromkeys(n for e in traj for n in e["shares"] if n != "domain"))
-        xs = [e["step"] for e in traj]
+        traj = metrics.arms[arm].mixture or []
+        names = list(dict.fromkeys(n for e in traj for n in e.shares if n != "domain"))
+        xs = [e.step for e in traj]
         for k, n in enumerate(names):
-            ax.step(xs, [e["shares"].get(n, 0.0) for e in traj], where="post", marker=".", color=COLORS[(k + 1) % len(COLORS)], label=n)
-        ax.step(xs, [1.0 - e["shares"]["domain"] for e in traj], where="post", color="black", lw=1.2, label="all rehearsal")
+            ax.step(xs, [e.shares.get(n, 0.0) for e in traj], where="post", marker=".", color=COLORS[(k + 1) % len(COLORS)], label=n)
+        rehearsal = [1.0 - e.shares["domain"] for e in traj]
+        ax.step(xs, rehearsal, where="post", color="black", lw=1.2, label="all rehearsal")
         for prev, e in zip(traj, traj[1:], strict=False):
-            if e["generation"] != prev["generation"]:
-                ax.axvline(e["step"], color="gray", ls=":", lw=0.8)
+            if e.generation != prev.generation:
+                ax.axvline(e.step, color="gray", ls=":", lw=0.8)
         ax.set_title(f"{arm} ({metrics.arms[arm].controller or ''})")
         ax.set_xlabel("optimizer step")
         ax.set_ylabel("share of every batch")
-        ax.set_ylim(0, max(0.55, max(1.0 - e["shares"]["domain"] for e in traj) + 0.05))
+        ax.set_ylim(0, max(0.55, max(rehearsal) + 0.05))
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.suptitle("rehearsal mixture over time, per steered arm (first seed)", fontsize=10)

@@ -10,10 +10,10 @@ Three files use them: ``metrics.json`` (:class:`RunResult`, which carries
 :data:`SCHEMA_VERSION`), and in the run folder ``seeds/seed<N>.json`` (:class:`SeedResult`) and
 ``arms/seed<N>-<arm>.json`` (:class:`ArmResult`), which resume an interrupted run. Records that
 other modules own and this package passes through unread (the config, the data manifests, a
-training log, a recipe, a suite item's outcome) are :data:`JsonObject`.
+recipe, a suite item's outcome) are :data:`JsonObject`.
 
 :mod:`.codec` holds :class:`Record` and its JSON reading and writing, :mod:`.seed` one arm in one
-seed and one seed, :mod:`.frontier` an arm's operating points, :mod:`.run` the run over seeds; every name is importable from here.
+seed and one seed, :mod:`.training` a generation's training log and a controller's mixture, :mod:`.frontier` an arm's operating points, :mod:`.run` the run over seeds; every name is importable from here.
 
 Example:
     >>> s = Stat.from_json({"mean": 0.5, "std": None, "n": 1, "values": [0.5]}, where="x")
@@ -65,11 +65,21 @@ from replaybank.llm.results.seed import (
     Losses,
     LossShare,
     MatrixResult,
+    ProbePair,
+    ProbeResult,
     SeedManifest,
     SeedResult,
     SourceUse,
     SuiteScore,
     TrainTotal,
+)
+from replaybank.llm.results.training import (
+    DistillStep,
+    EvalPoint,
+    MixtureEntry,
+    Refresh,
+    TrainLogRecord,
+    TrainStep,
 )
 
 __all__ = [
@@ -77,7 +87,8 @@ __all__ = [
     "DomainCell", "DomainScore", "EarlyWarning", "Effect", "FamilySeed", "FamilyStats", "FlipCount", "Frontier", "FrontierPoint",
     "Gate", "GateArm",
     "GateFamily", "Generation", "Interval", "IntervalMethod", "JsonObject", "Losses", "LossShare",
-    "MatrixResult", "Mixing", "MixingMeasured", "ProbeComparison", "ProbeSection", "Record", "ResultsError",
+    "MatrixResult", "Mixing", "MixingMeasured", "ProbeComparison", "ProbePair", "ProbeResult", "ProbeSection", "Record", "ResultsError",
     "RiseRatio", "RunResult", "SeedFlips", "SeedManifest", "SeedResult", "SourceUse", "Stat", "SuiteScore",
     "TargetArm", "Targets", "TrainTotal", "WarningPoint",
+    "DistillStep", "EvalPoint", "MixtureEntry", "Refresh", "TrainLogRecord", "TrainStep",
 ]

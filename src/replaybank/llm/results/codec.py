@@ -1,14 +1,16 @@
 """How a results record is written to JSON and read back: :class:`Record`, :class:`ResultsError`.
 
 A record's fields are its JSON object: :meth:`Record.to_json` writes a field under its own name
-(``None`` fields marked :func:`omitted` are left out; a field with :data:`FLAT` metadata is written
-into its parent's object), and :meth:`Record.from_json` reads the same object back, checking every
+(``None`` fields marked :func:`omitted` are left out, and so are fields holding :data:`ABSENT`,
+for keys whose null is a value of its own; a field with :data:`FLAT` metadata is written into its
+parent's object), and :meth:`Record.from_json` reads the same object back, checking every
 key it needs and raising :class:`ResultsError` with the path of the first bad key.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import types
 import typing
 from dataclasses import field
@@ -16,7 +18,7 @@ from typing import Any, TypeVar, Union
 
 from replaybank.errors import ReplayBankError
 
-__all__ = ["FLAT", "JsonObject", "Record", "ResultsError", "flat_optional", "omitted"]
+__all__ = ["ABSENT", "FLAT", "Absent", "JsonObject", "Record", "ResultsError", "absent", "flat_optional", "omitted"]
 
 JsonObject = dict[str, object]
 """A JSON object another module owns (config, data manifest, training log, ...), passed through as is."""
@@ -31,6 +33,21 @@ class ResultsError(ReplayBankError):
 def omitted() -> Any:
     """A field left out of the JSON object when it is None (and None when the key is missing)."""
     return field(default=None, metadata={"omit": True})
+
+
+class Absent(enum.Enum):
+    """The value of a field whose key the object does not hold, where null is a value of its own."""
+
+    ABSENT = "absent"
+
+
+ABSENT = Absent.ABSENT
+
+
+def absent() -> Any:
+    """A field left out of the JSON object when it holds :data:`ABSENT` (and :data:`ABSENT` when the
+    key is missing); unlike :func:`omitted`, None is written as null."""
+    return field(default=ABSENT)
 
 
 FLAT = {"flat": True}
@@ -53,6 +70,8 @@ class Record:
             if f.metadata.get("flat"):
                 if value is not None:
                     out.update(value.to_json())
+            elif value is ABSENT:
+                continue
             elif value is not None or not f.metadata.get("omit"):
                 out[f.name] = _encode(value)
         return out
@@ -78,6 +97,8 @@ class Record:
                 values[f.name] = _decode(tp, data[f.name], _child(where, f.name))
             elif f.metadata.get("omit"):
                 values[f.name] = None
+            elif f.default is ABSENT:
+                values[f.name] = ABSENT
             else:
                 raise ResultsError(f"{where}: missing key {f.name!r}")
         return cls(**values)
@@ -118,8 +139,8 @@ def _record_type(tp: object) -> type[Record]:
 def _decode(tp: object, value: object, where: str) -> object:
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None and len(args) < len(typing.get_args(tp)):
+        args = [a for a in typing.get_args(tp) if a is not type(None) and a is not Absent]
+        if value is None and type(None) in typing.get_args(tp):
             return None
         if len(args) == 1:
             return _decode(args[0], value, where)

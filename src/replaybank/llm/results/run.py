@@ -11,9 +11,11 @@ from replaybank.llm.results.seed import (
     Generation,
     LossShare,
     MatrixResult,
+    ProbeResult,
     SeedManifest,
     TrainTotal,
 )
+from replaybank.llm.results.training import MixtureEntry
 
 __all__ = ["SCHEMA_VERSION", "ArmMatrix", "ArmSummary", "Effect", "FamilySeed", "FamilyStats", "FlipCount", "Gate", "GateArm", "GateFamily", "Interval", "IntervalMethod", "Mixing", "MixingMeasured", "EarlyWarning", "ProbeComparison", "ProbeSection", "RiseRatio", "RunResult", "SeedFlips", "Stat", "TargetArm", "Targets", "WarningPoint"]
 
@@ -108,8 +110,8 @@ class ArmSummary(Record):
     """The first seed's."""
     train_total: TrainTotal | None = omitted()
     controller: str | None = omitted()
-    mixture: list[JsonObject] | None = omitted()
-    mixture_per_seed: list[list[JsonObject]] | None = omitted()
+    mixture: list[MixtureEntry] | None = omitted()
+    mixture_per_seed: list[list[MixtureEntry]] | None = omitted()
     families: dict[str, FamilyStats] | None = omitted()
     flips: list[SeedFlips] | None = omitted()
     frontier: list[Frontier] | None = omitted()
@@ -226,7 +228,7 @@ class ProbeComparison(Record):
 
 @dataclass(frozen=True)
 class ProbeSection(Record):
-    fresh_lora: dict[str, JsonObject]
+    fresh_lora: dict[str, ProbeResult]
     """The interference probe's report per source (:meth:`..eval.interference.ProbeReport.to_dict`)."""
     comparison: list[ProbeComparison]
 

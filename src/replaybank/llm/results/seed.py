@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 from replaybank.llm.results.codec import FLAT, JsonObject, Record, flat_optional, omitted
 from replaybank.llm.results.frontier import Frontier
+from replaybank.llm.results.training import MixtureEntry, TrainLogRecord
 
-__all__ = ["ArmResult", "ArmTraining", "CurvePoint", "DomainCell", "DomainScore", "Generation", "LossShare", "Losses", "MatrixResult", "SeedManifest", "SeedResult", "SourceUse", "SuiteScore", "TrainTotal"]
+__all__ = ["ArmResult", "ArmTraining", "CurvePoint", "DomainCell", "DomainScore", "Generation", "LossShare", "Losses", "MatrixResult", "ProbePair", "ProbeResult", "SeedManifest", "SeedResult", "SourceUse", "SuiteScore", "TrainTotal"]
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,7 @@ class Generation(Record):
     domain_rows: int
     rehearsal_share: float
     sources: dict[str, SourceUse]
-    train: JsonObject
-    """The training log (:meth:`..train.log.TrainLog.to_dict`: ``steps``, ``evals``, ``tokens``, ...)."""
+    train: TrainLogRecord
     general_loss: float
     domain_loss: float
     domain_accuracy: list[DomainScore]
@@ -126,7 +126,7 @@ class ArmTraining(Record):
     share: float
     loss_share: LossShare
     controller: str | None
-    mixture: list[JsonObject]
+    mixture: list[MixtureEntry]
     """A replay controller's mixture after every evaluation (empty without one)."""
     curve: list[CurvePoint]
     generations: list[Generation]
@@ -163,6 +163,30 @@ class ArmResult(Record):
 
 
 @dataclass(frozen=True)
+class ProbePair(Record):
+    """One batch pair of the interference probe (:class:`..eval.interference.PairResult`)."""
+
+    cosine: float
+    dot: float
+    domain_norm: float
+    rehearsal_norm: float
+    alpha: float
+
+
+@dataclass(frozen=True)
+class ProbeResult(Record):
+    """The interference probe against one rehearsal source (:meth:`..eval.interference.InterferenceReport.to_dict`)."""
+
+    pairs: list[ProbePair]
+    cosine_mean: float
+    cosine_std: float
+    alpha_suggested: float
+    alpha_median: float
+    dot_mean: float
+    conflicting_pairs: int
+
+
+@dataclass(frozen=True)
 class SeedManifest(Record):
     """The data of one seed: the rehearsal share and how it was decided, the data manifests."""
 
@@ -180,5 +204,5 @@ class SeedResult(Record):
     arms: dict[str, ArmResult]
     manifest: SeedManifest
     suite: JsonObject
-    probes: dict[str, JsonObject]
+    probes: dict[str, ProbeResult]
     timings: dict[str, float]
