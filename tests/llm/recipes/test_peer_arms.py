@@ -48,8 +48,8 @@ def test_a_trl_without_sdft_is_refused_when_the_config_is_checked(tiny_model_dir
 def test_peer_sdft_and_routed_train_and_are_scored_in_a_tiny_run(tiny_model_dir, tmp_path):
     pytest.importorskip("trl.experimental.sdft", reason="TRL without SDFTTrainer: peer-sdft needs trl >= 1.16")
     from replaybank.llm.eval.measure import flatten
-    from replaybank.llm.results import ArmResult
     from replaybank.llm.recipes.rehearsal import run_experiment
+    from replaybank.llm.results import ArmResult
 
     cfg = Config.from_dict({
         "training": {"base_model": str(tiny_model_dir), "batch_size": 4, "learning_rate": 5e-3, "lora_rank": 2,
