@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "replaybank"
 LAYOUT = Path(__file__).resolve().parents[1] / "docs" / "layout.md"
 #: the standard library's underscore names that its own documentation tells callers to use
-ALLOWED_PRIVATE = {"os._exit", "argparse._SubParsersAction"}
+ALLOWED_PRIVATE = {"os._exit"}
 #: modules allowed to import a recipe: the command-line entry points, and the recipes package
 ENTRY_POINTS = {"replaybank.cli", "replaybank.llm.cli"}
 

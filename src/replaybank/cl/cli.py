@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 from replaybank.cl.config import PROTOCOLS, STRATEGY_NAMES, check_strategies, protocol_config
 from replaybank.cl.streams import SCENARIOS, STREAMS
@@ -14,7 +15,7 @@ from replaybank.errors import ReplayBankError
 __all__ = ["add_subcommands", "run_cl"]
 
 
-def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_subcommands(subparsers: Any) -> None:  # what ArgumentParser.add_subparsers returned
     """Add ``cl``: run strategies over a stream and write report.md, metrics.json and plots."""
     p = subparsers.add_parser(
         "cl",

@@ -38,7 +38,7 @@ class QuotaSchedule:
         self.token = uuid.uuid4().hex
         self.changes: list[tuple[int, float]] = []
         self.drawn = 0  # global batches the stream has drawn (the furthest any iteration got)
-        QuotaSchedule._live[self.token] = self
+        self._live[self.token] = self  # the class's registry, shared by every schedule
 
     @classmethod
     def find(cls, token: str) -> QuotaSchedule:

@@ -209,7 +209,7 @@ def cmd_loop(args: argparse.Namespace) -> int:
     if args.generations is not None:
         cfg = cfg.with_(generations=args.generations)
     if not (args.print_config and args.schema_only):
-        check_loop_sources(cfg, Path(args.out))  # the same checks before printing as before a run
+        check_loop_sources(cfg, Path(args.out))  # a printed config is checked like a run's
     if args.print_config:
         sys.stdout.write(cfg.to_toml())
         return 0

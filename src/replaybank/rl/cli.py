@@ -40,7 +40,7 @@ def args_from_namespace(cls: type, ns: argparse.Namespace) -> Any:
     return cls(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(cls)})
 
 
-def add_subcommands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_subcommands(subparsers: Any) -> None:  # what ArgumentParser.add_subparsers returned
     """Add ``rl`` with its subcommands to the top-level ``replaybank`` parser."""
     from replaybank.rl import compare, dqn, grpo_demo, grpo_trainer, offline
 

@@ -281,7 +281,7 @@ class Config:
         :data:`.schema.CHOOSE_KEYS`, only with ``choose = "floor"``); declared recipe tables too
         (as ``recipes``)."""
         out = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
-        if self.evaluation.choose == "last":  # the adapter as trained: a run's config reads as before these keys
+        if self.evaluation.choose == "last":  # the adapter as trained: the choosing keys are left out
             for key in CHOOSE_KEYS:
                 del out["evaluation"][key]
         if self.recipes:

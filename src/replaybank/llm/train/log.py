@@ -29,7 +29,7 @@ class TrainLog:
             "tokens_per_second": round(self.tokens / self.seconds, 1) if self.seconds else None,
             "resumed_from_step": self.resumed_from_step,
             **({"projected_share": self.projected_share()} if any("projected" in s for s in self.steps) else {}),
-            **({"refreshes": self.refreshes} if self.refreshes else {}),  # logs without them read as before
+            **({"refreshes": self.refreshes} if self.refreshes else {}),  # left out when nothing was rewritten
         }
 
     def projected_share(self) -> float | None:
