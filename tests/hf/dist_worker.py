@@ -8,6 +8,7 @@ which writes them as JSON to argv[1].
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import torch
@@ -68,6 +69,10 @@ def main(out: str) -> None:
         with open(out, "w") as f:
             json.dump(gathered, f)
     dist.destroy_process_group()
+    # Skip interpreter finalization, where gloo's still-joinable threads can abort the process.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

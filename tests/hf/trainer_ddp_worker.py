@@ -39,10 +39,16 @@ def main(out_dir: str, argv: list[str]) -> None:
               "kl_positions": kl.get("kl_positions"), "kl": kl.get("kl")}  # fmt: skip
     Path(out_dir, f"rank{os.environ['RANK']}.json").write_text(json.dumps(result))
     # Leave the group together: a rank that exits while its peer still holds the gloo group open
-    # can make the peer's gloo threads abort on "connection closed" (rank 1 once exited -6 here).
+    # can make the peer's gloo threads abort on "connection closed".
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+    # Skip interpreter finalization: gloo's worker threads can still be joinable when Python tears
+    # down its modules, and libstdc++ then aborts the rank ("terminate called without an active
+    # exception", exit -6) after the result above is already written.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
