@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> Any:
         use_cpu=not __import__("torch").cuda.is_available(),
         remove_unused_columns=False,  # keep the rows' `source` column for the KL term
         accelerator_config={"dispatch_batches": False},  # under torchrun: each rank pads its own batch
+        activation_checkpointing=True,  # TRL's default, under the name transformers 5 uses
     )
     lora = LoraConfig(r=args.lora_rank, lora_alpha=args.lora_rank, target_modules="all-linear",
                       task_type="CAUSAL_LM")  # fmt: skip

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.llm.config import Training
+from replaybank.llm.model import peft_wrapping
 from replaybank.llm.train.log import TrainLog
 
 __all__ = ["SDFT_ARM", "TRL_REQUIRED", "lora_steps", "sdft_missing", "sdft_rows", "train_sdft"]
@@ -187,7 +188,7 @@ def train_sdft(
         gradient_accumulation_steps=cfg.gradient_accumulation_steps, learning_rate=cfg.learning_rate,
         lr_scheduler_type="constant", warmup_steps=0, weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm,
         optim="adamw_torch", seed=cfg.seed, use_cpu=device.type == "cpu", save_strategy="no", report_to="none",
-        logging_steps=1, disable_tqdm=True, dataloader_num_workers=0, gradient_checkpointing=cfg.gradient_checkpointing,
+        logging_steps=1, disable_tqdm=True, dataloader_num_workers=0, activation_checkpointing=cfg.gradient_checkpointing,
         disable_dropout=False,  # the base model is shared with the other arms: its modules are left as they are
         teacher_model_kind="base", num_generations=1, max_completion_length=max_completion_length,
         max_prompt_length=cfg.max_seq_length, distillation_topk=min(topk, int(model.config.vocab_size)),
@@ -196,6 +197,7 @@ def train_sdft(
                           processing_class=tokenizer, callbacks=[_Record()])
     trainer.remove_callback(PrinterCallback)  # the job logs its own lines; TRL's per-step dicts stay in the TrainLog
     t0 = time.perf_counter()
-    trainer.train()
+    with peft_wrapping():  # TRL's generation unwraps the PEFT model, which reads the deprecated name
+        trainer.train()
     log.seconds = time.perf_counter() - t0 - evaluated[0]
     return log
