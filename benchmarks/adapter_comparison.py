@@ -1,4 +1,4 @@
-"""Issue 26's comparison: one adapter carried over vs one adapter per skill, merged or routed.
+"""One adapter carried over vs one adapter per skill, merged or routed.
 
     python benchmarks/adapter_comparison.py RUN [--carried naive,rehearsal-replay] [--suite-per-family N]
 

@@ -1,4 +1,4 @@
-"""Issue 26, "aggregate learners": one skill's adapters from different seeds merged into one, against each seed's own.
+"""One skill's adapters from different seeds merged into one, against each seed's own.
 
     python benchmarks/aggregate_learners.py RUN [--types linear,ties] [--out benchmarks/results/adapter_comparison/aggregate.json]
 

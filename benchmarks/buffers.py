@@ -7,7 +7,7 @@ just that part). Every figure is measured in this run, on this
 machine, with one thread (OMP/MKL/torch), so the ratios compare like with like. cpprb and TorchRL
 columns appear when they are installed (they are not dependencies of replaybank).
 
-Workload (issue #2): capacity 1,000,000; item = obs float32[64], action int64, reward float32,
+Workload: capacity 1,000,000; item = obs float32[64], action int64, reward float32,
 done bool; batch 256; alpha 0.6, beta 0.4.
 
 The prioritized split times, in the same loop and so with the caches as a real step leaves them,
@@ -159,7 +159,7 @@ def fill_buffer(buf: rb.ReplayBuffer, fill: dict[str, np.ndarray], priorities: n
     return buf
 
 
-# -- the prioritized step, split (issue 30) -------------------------------------------------------
+# -- the prioritized step, split -------------------------------------------------------
 # The split's clock. "cpu" (default): this thread's CPU time, so that on a shared machine the
 # time other processes hold the core is not counted (their cache pollution still is); "wall":
 # perf_counter. Set from --clock.
@@ -193,7 +193,7 @@ def replaybank_parts(buf: rb.ReplayBuffer, prios: np.ndarray, rng: np.random.Gen
     t3 = clock()
     if hasattr(trees, "update_powered"):
         trees.update_powered(slots, prios, s.eps, s.alpha)  # type: ignore[attr-defined]
-    else:  # replaybank before issue 30 (for a before/after run of this script)
+    else:  # replaybank without its prioritized fast paths (for a before/after run of this script)
         trees.update(slots, (prios + s.eps) ** s.alpha)
     t4 = clock()
     return {"walk": (t1 - t0) - (t2 - t1), "weights": t2 - t1, "gather": t3 - t2, "update": t4 - t3}
@@ -365,7 +365,7 @@ def main() -> None:
 
 
 def classic(args: argparse.Namespace, use_cpprb: bool, use_trl: bool) -> None:
-    """The table of issue 2: add, extend, uniform / reshuffled / prioritized sampling at one size."""
+    """The table of add, extend, uniform / reshuffled / prioritized sampling at one size."""
     cap = args.capacity
     rng = np.random.default_rng(0)
     fill = data(cap, rng)

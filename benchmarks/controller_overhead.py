@@ -7,7 +7,7 @@ and number of rehearsal sources, next to the mixer's own per-batch cost measured
 and as a share of two step times: the recorded CPU LoRA step of ``benchmarks/llm_step.py``
 (``benchmarks/results/llm_step.json``) and 30 ms, a stand-in for a fast GPU step of a small model
 (no GPU step is measured here). The shares assume the worst case, an update after every step;
-an update every ``k`` steps costs ``1/k`` of that. Target (issue 25): <= 2% of step time.
+an update every ``k`` steps costs ``1/k`` of that. Target: <= 2% of step time.
 
 Writes ``benchmarks/results/controller_overhead.json``.
 """

@@ -1,5 +1,5 @@
 """What ``replaybank.hf.KLToBase`` adds to a LoRA step: the base pass on the rehearsal rows only,
-against the base pass on the whole batch (what it did before issue 28) and against no KL term.
+against the base pass on the whole batch (the plain way) and against no KL term.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/kl_step.py [--tiny] [--steps 4] [--batch-size 8]
 

@@ -1,4 +1,4 @@
-"""Fit the ``proxy`` replay controller's weights on a cheap proxy run, then freeze them (issue 25).
+"""Fit the ``proxy`` replay controller's weights on a cheap proxy run, then freeze them.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/proxy_fit.py [--population 6] [--rounds 1] [--steps 20]
 

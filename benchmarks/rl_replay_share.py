@@ -8,7 +8,7 @@ then one gradient step per env step) and reads its timers: ``replay`` = ``buffer
 the training loop's wall time, evaluation excluded. Numba kernels are compiled before timing. The
 reference row is the least any replay can cost: a plain numpy ring buffer sampled uniformly (no
 ids, no weights, no locking), timed in this run. Prints a table, writes
-``benchmarks/results/rl_replay_share.json``. Target (issue 5): replay <= 10% of step time.
+``benchmarks/results/rl_replay_share.json``. Target: replay <= 10% of step time.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ interleaved so that load from other processes hits all alike. Rows:
 * ``per env step``: one write + 1/10 of a sample (CleanRL trains every 10 steps).
 
 SB3 columns are left out when stable-baselines3 is not installed. Prints a table and writes
-``benchmarks/results/rl_step.json``. Targets (issue 28): ``extend`` of one row <= 2x ``add``;
+``benchmarks/results/rl_step.json``. Targets: ``extend`` of one row <= 2x ``add``;
 replaybank's write + sample per env step <= SB3's.
 """
 

@@ -1,7 +1,7 @@
 """How exactly RR-M (PrioritizedReshuffled) keeps P under skewed priorities, against plain PER.
 
 Run ``python benchmarks/rrm_exactness.py`` (add ``REPLAYBANK_KERNELS=numpy`` for the numpy
-kernels). Setting of issue 13: lognormal(sigma=2) priorities (seed 42), N=1000, batch 64,
+kernels). Setting: lognormal(sigma=2) priorities (seed 42), N=1000, batch 64,
 eps=0, 3000 sample calls, alpha 1.0 and 0.6. Per sampler it prints and writes to
 ``benchmarks/results/rrm_exactness[_numpy].json``:
 

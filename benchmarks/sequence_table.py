@@ -1,4 +1,4 @@
-"""Issue 25's table from a finished domain-sequence run: per arm, over seeds, with paired differences.
+"""The domain-sequence table from a finished domain-sequence run: per arm, over seeds, with paired differences.
 
     python benchmarks/sequence_table.py RUN [RUN ...] [--against fixed10,fixed30] [--out FILE.json]
 

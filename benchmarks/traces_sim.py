@@ -10,7 +10,7 @@ requests at a time), then times, best of ``--rounds``:
 * ``reference.lru_from_trace``, a plain-Python replay (sets and an ``OrderedDict``), once,
 
 checks that the simulator's LRU counts equal the reference's, prints a table and writes JSON to
-``benchmarks/results/traces_sim.json``. The target (issue 27) is LRU over 1,000,000 events in
+``benchmarks/results/traces_sim.json``. The target is LRU over 1,000,000 events in
 <= 5 s. The first call compiles the numba kernel (or loads it from numba's cache); it is timed
 apart as ``warm-up``.
 """

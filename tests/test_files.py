@@ -1,4 +1,4 @@
-"""Regular files only (issue 29): the shared readers refuse a FIFO, a device, a socket or a folder at
+"""Regular files only: the shared readers refuse a FIFO, a device, a socket or a folder at
 once, with a ReplayBankError naming the file (a FIFO once blocked the JSONL reader forever)."""
 
 from __future__ import annotations

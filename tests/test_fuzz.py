@@ -1,4 +1,4 @@
-"""Hypothesis fuzz of the public API (issue 13).
+"""Hypothesis fuzz of the public API.
 
 Random constructor parameters, then random sequences of ``extend`` / ``add`` / ``sample`` /
 ``update_priorities`` with valid and invalid inputs. Every call either succeeds with the buffer's

@@ -1,4 +1,4 @@
-"""Mixer(carry_credit=True) (issue 28): the quota credit carries from epoch to epoch, so the
+"""Mixer(carry_credit=True): the quota credit carries from epoch to epoch, so the
 long-run share is the shares; its state resumes exactly and is checked like the rest."""
 
 from __future__ import annotations

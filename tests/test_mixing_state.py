@@ -1,4 +1,4 @@
-"""Issue 29: a mixer / mix-plan state is checked whole before any of it is restored."""
+"""A mixer / mix-plan state is checked whole before any of it is restored."""
 
 from __future__ import annotations
 

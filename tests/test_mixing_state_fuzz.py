@@ -1,4 +1,4 @@
-"""Hypothesis fuzz of the mixer and mix-plan state (issue 29).
+"""Hypothesis fuzz of the mixer and mix-plan state.
 
 A valid state of a ``Mixer`` (or a ``MixPlan``, which wraps one) has random entries replaced with
 random values (negative, huge, fractional, NaN, wrong lengths, strings, missing keys, extra keys).

@@ -1,4 +1,4 @@
-"""Issue 25: ``Mixer.set_shares`` changes the quotas between batches, exactly, and resumes exactly."""
+"""``Mixer.set_shares`` changes the quotas between batches, exactly, and resumes exactly."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The prioritized fast paths of issue 30 against the numpy fallback and against the distribution.
+"""The prioritized fast paths against the numpy fallback and against the distribution.
 
 The compiled walk (branch-free child scan, prefetch of the next level), the compiled value check
 of priorities, numpy's pow in the compiled tree, the cold-update prefetch and the default

@@ -138,7 +138,7 @@ def test_threads_hold_the_ratio_within_the_error_buffer(spi, batch, eb):
     assert abs(limiter.samples - (spi * limiter.inserts - offset)) <= eb + batch
 
 
-# -- issue 29: parameters that would make a call wait forever are refused at construction ---------
+# -- parameters that would make a call wait forever are refused at construction ---------
 @pytest.mark.parametrize(
     ("make", "match"),
     [

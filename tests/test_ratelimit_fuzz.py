@@ -1,4 +1,4 @@
-"""Hypothesis fuzz of the rate limiters' parameters and state (issue 29).
+"""Hypothesis fuzz of the rate limiters' parameters and state.
 
 Random constructor arguments (mostly sensible, often not: NaN, infinities, 1e300, strings, bools),
 then a liveness walk and random ``load_state_dict`` calls. Every call either succeeds or raises a

@@ -1,4 +1,4 @@
-"""RL loop ergonomics (issue 28): torch batches, sample dtypes, the env-axis check on add(),
+"""RL loop ergonomics: torch batches, sample dtypes, the env-axis check on add(),
 clear(), Reshuffled(drop_last=True) and the single-row extend path."""
 
 from __future__ import annotations

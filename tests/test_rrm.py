@@ -1,5 +1,5 @@
 """RR-M (PrioritizedReshuffled) under skewed priorities: exact long-run frequencies and a hard
-bound on how far any item's draw count runs ahead of its expected count (issue 13).
+bound on how far any item's draw count runs ahead of its expected count.
 
 Setting of the issue: lognormal(sigma=2) priorities, N=1000, batch 64, alpha=1, eps=0. Before the
 fix the low-priority half was over-sampled by ~13% (both kernels) because high-priority items were

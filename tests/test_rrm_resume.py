@@ -1,4 +1,4 @@
-"""RR-M saves written before the one-tree layout (issue 30) load and draw as they did.
+"""RR-M saves written before the one-tree layout load and draw as they did.
 
 ``fixtures/rrm_save_267a97b`` is a ``PrioritizedReshuffled`` buffer (64 slots, 120 items written
 over 30 sample/update steps, lognormal(0, 2) priorities, alpha 0.7, beta 0.5, eps 0) saved by

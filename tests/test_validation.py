@@ -1,4 +1,4 @@
-"""Bad inputs are refused with a named error before anything changes (issue 13)."""
+"""Bad inputs are refused with a named error before anything changes."""
 
 import subprocess
 import sys

@@ -85,7 +85,7 @@ def test_out_naming_a_file_is_refused_before_any_training(tmp_path: Path, capsys
 
     target = tmp_path / "results.txt"
     target.write_text("keep me")
-    # issue 29: a file as --out trained fully, then crashed while writing the report
+    # a file as --out trained fully, then crashed while writing the report
     assert main(["cl", "--strategies", "naive", "--seeds", "1", "--tasks", "2", "--out", str(target)]) == 2
     assert "exists and is not a folder" in capsys.readouterr().err
     assert target.read_text() == "keep me"

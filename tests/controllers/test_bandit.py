@@ -1,4 +1,4 @@
-"""Issue 25: the bandit controller's arithmetic on constructed statistics."""
+"""The bandit controller's arithmetic on constructed statistics."""
 
 from __future__ import annotations
 

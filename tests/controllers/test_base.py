@@ -1,4 +1,4 @@
-"""Issue 25: the limits, statistics and constraint every controller shares."""
+"""The limits, statistics and constraint every controller shares."""
 
 from __future__ import annotations
 

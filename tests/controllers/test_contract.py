@@ -1,4 +1,4 @@
-"""Issue 25: every controller keeps the same contract.
+"""Every controller keeps the same contract.
 
 Hypothesis draws limits (1-4 sources, floors, a maximum share), a controller of each kind, and a
 run of updates with random statistics and availability masks; every mixture returned must be a

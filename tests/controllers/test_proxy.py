@@ -1,4 +1,4 @@
-"""Issue 25: the proxy policy (frozen weights) and its cross-entropy fit."""
+"""The proxy policy (frozen weights) and its cross-entropy fit."""
 
 from __future__ import annotations
 

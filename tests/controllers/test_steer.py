@@ -1,4 +1,4 @@
-"""Issue 25: a controller steering the exact-quota mixer, on a toy model of forgetting.
+"""A controller steering the exact-quota mixer, on a toy model of forgetting.
 
 The toy: the current domain's held-out loss falls with every domain row; each rehearsal source's
 held-out loss rises with every domain row by its own forgetting rate and falls with each of its

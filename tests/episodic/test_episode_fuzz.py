@@ -1,4 +1,4 @@
-"""Hypothesis fuzz of the episodic store's records (issue 29).
+"""Hypothesis fuzz of the episodic store's records.
 
 Episodes with random fields (mostly valid, often not: NaN, bools, strings for numbers, lone
 surrogates, huge integers, numpy scalars) go through ``add``: each is either recorded, and then

@@ -1,4 +1,4 @@
-"""Issue 29: the store refuses what would hang, poison or be misread, naming the field or the id."""
+"""The store refuses what would hang, poison or be misread, naming the field or the id."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ControllerCallback (issue 25 step 2): Trainer's per-source eval losses steer a ``mix`` stream's
+"""ControllerCallback: Trainer's per-source eval losses steer a ``mix`` stream's
 rehearsal share through a replay controller; the batches follow the new quota from the next one
 drawn, and a resumed Trainer draws the batches of an uninterrupted one."""
 

@@ -116,7 +116,7 @@ def test_kl_only_on_rehearsal_rows(tiny_lm):
 
 
 def test_the_base_pass_runs_on_the_rehearsal_rows_only(tiny_lm):
-    """Issue 28: the base pass ran on all 8 rows of a batch though 1 was rehearsal."""
+    """The base pass ran on all 8 rows of a batch though 1 was rehearsal."""
     model = _peft(tiny_lm[0])
     _perturb(model)
     kl = KLToBase(model, weight=1.0).install()
@@ -212,7 +212,7 @@ def test_trainer_trains_with_kl_on_a_mixed_stream(tiny_lm, tmp_path):
 
 
 def test_a_trainer_batch_size_other_than_the_mix_is_refused_at_attach(tiny_lm, tmp_path):
-    """Issue 28: mix(batch_size=8) under a trainer batch of 4 halved the first batch's rehearsal
+    """``mix(batch_size=8)`` under a trainer batch of 4 halved the first batch's rehearsal
     silently; now attach (and replaybank.hf.check_trainer) names both sizes."""
     from replaybank.hf import check_trainer
 

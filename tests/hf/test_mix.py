@@ -55,7 +55,7 @@ def test_every_batch_holds_the_exact_quota(ratio, batch, world):
 
 @pytest.mark.parametrize("n_domain, ratio, batch", [(64, 0.1, 8), (50, 0.1, 4), (37, 0.3, 5)])
 def test_the_share_over_many_epochs_is_the_ratio(n_domain, ratio, batch):
-    """Issue 28: 20 epochs of a 64-row domain at 0.1 (batch 8) gave 9.375% when every epoch
+    """20 epochs of a 64-row domain at 0.1 (batch 8) gave 9.375% when every epoch
     restarted the credit; carried, the rehearsal rows are ratio x rows within one row."""
     plan = MixPlan(n_domain, 5, ratio, batch_size=batch, seed=0, epochs=20)
     n = reh = 0

@@ -1,4 +1,4 @@
-"""Issue 29: a ``mix()`` stream state is checked before datasets resumes from it (bounded)."""
+"""A ``mix()`` stream state is checked before datasets resumes from it (bounded)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_the_torch_dataset_refuses_a_bool_for_consumed():
     ds.load_state_dict(state)
 
 
-# -- hypothesis: random edits of a saved stream state (issue 29) -----------------------------------
+# -- hypothesis: random edits of a saved stream state -----------------------------------
 import os  # noqa: E402
 
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402

@@ -1,5 +1,5 @@
 """SourceTap: a mix stream's `source` column through a Trainer's collator to each forward call,
-without the KL term (issue 28: with KL off the column never reached the batch), and the
+without the KL term (with KL off the column never reached the batch), and the
 rehearsal share logged with each loss."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Regular files only (issue 29): every reader of a file a user or a run folder names refuses a FIFO
+"""Regular files only: every reader of a file a user or a run folder names refuses a FIFO
 at once with its own ReplayBankError (before: blocked forever, or silently skipped), and a link or
 FIFO where a run folder holds its own file is refused, not followed."""
 

@@ -1,4 +1,4 @@
-"""Hypothesis fuzz of RolloutBuffer's inputs and state (issue 29).
+"""Hypothesis fuzz of RolloutBuffer's inputs and state.
 
 Random ``add_group`` / ``set_policy_version`` / ``sample`` calls with values that are mostly
 valid and often not (NaN, inf, float tokens, negative ids, huge ints, bools, strings), then a

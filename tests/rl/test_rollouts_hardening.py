@@ -1,4 +1,4 @@
-"""Issue 29: RolloutBuffer refuses non-finite rewards, float or negative ids, and bad state whole."""
+"""RolloutBuffer refuses non-finite rewards, float or negative ids, and bad state whole."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 26, "aggregate learners": the adapters of one skill trained by different learners merged
+"""The adapters of one skill trained by different learners merged
 with equal weights (replaybank.llm.adapters.merge.aggregate), against hand computations of PEFT's
 merges, the manifest it registers, and the errors."""
 

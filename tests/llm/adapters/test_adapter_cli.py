@@ -1,4 +1,4 @@
-"""Issue 26: ``replaybank adapters add | list | show | remove | merge | route`` end to end, on
+"""``replaybank adapters add | list | show | remove | merge | route`` end to end, on
 adapters of the tiny random Llama written as the loop writes them."""
 
 from __future__ import annotations

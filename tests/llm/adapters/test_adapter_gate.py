@@ -1,4 +1,4 @@
-"""Issue 26: the registration gate: measured figures against a retention floor, into the manifest."""
+"""The registration gate: measured figures against a retention floor, into the manifest."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 26: the adapter library: registration (atomic, two processes at once), loading with its
+"""The adapter library: registration (atomic, two processes at once), loading with its
 checks (base model fingerprint, weights hash, config as data), list / show / remove."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 26: merging library adapters (PEFT add_weighted_adapter) against a hand computation of
+"""Merging library adapters (PEFT add_weighted_adapter) against a hand computation of
 delta W = s * B @ A, and the errors for what cannot be merged."""
 
 from __future__ import annotations

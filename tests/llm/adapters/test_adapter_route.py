@@ -1,4 +1,4 @@
-"""Issue 26: routing each request to an adapter (BM25 over registered example prompts) with a
+"""Routing each request to an adapter (BM25 over registered example prompts) with a
 fallback to the bare base model; the routed adapter really answers; PEFT Arrow from the library."""
 
 from __future__ import annotations

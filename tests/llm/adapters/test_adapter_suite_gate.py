@@ -1,4 +1,4 @@
-"""Issue 26: the gate's shipped measurement (the general-capability suite) on the tiny random Llama:
+"""The gate's shipped measurement (the general-capability suite) on the tiny random Llama:
 an adapter that changes nothing keeps 100%, one that changes the answers is refused at a floor."""
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ def test_printed_config_round_trips():
     assert again.to_dict() == cfg.to_dict()
 
 
-# --- issue 13: every bad value refused by `replaybank config` ------------------------------------
+# --- every bad value refused by `replaybank config` ------------------------------------
 
 
 @pytest.mark.parametrize(

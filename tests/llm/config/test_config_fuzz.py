@@ -1,4 +1,4 @@
-"""Hypothesis fuzz of the configs (issue 29): the main job's TOML (``Config``), the loop's
+"""Hypothesis fuzz of the configs: the main job's TOML (``Config``), the loop's
 (``LoopConfig``) and the recipe tables (``load_recipes``).
 
 A valid file gets 1 to 4 random edits: a real key (or a misspelt one, or an unknown section) set

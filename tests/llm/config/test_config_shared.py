@@ -84,13 +84,13 @@ def test_the_snapshot_covers_every_shipped_config():
 
 #: keys added after the snapshot, per job, at the default that keeps a config's behaviour as it was
 ADDED_SINCE = {
-    "loop": {"loop.library": ""},  # issue 26: register each loop generation in an adapter library (off)
+    "loop": {"loop.library": ""},  # register each loop generation in an adapter library (off)
     # the suite's validation split, declared for choosers; no job reads it yet, so no run changes
     "run": {"data.validation_suite": "builtin:validation"},
 }
 #: values changed on purpose after the snapshot, per config, each with its reason
 CHANGED_SINCE = {
-    # issue 23: rehearsal-self leaves the default arms (the 15-minute budget); still runnable by name
+    # rehearsal-self is not a default arm (the 15-minute budget); still runnable by name
     "<run defaults>": {"evaluation.arms": ["base", "naive", "rehearsal-corpus", "self-distill"]},
 }
 

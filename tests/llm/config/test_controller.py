@@ -1,4 +1,4 @@
-"""A recipe's replay controller keys (issue 25 step 2): read from [recipes.NAME] by every job, bad
+"""A recipe's replay controller keys: read from [recipes.NAME] by every job, bad
 values refused with the file's line, and one controller built from a recipe."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ``onpolicy`` rehearsal source (issue 25 step 3): the current model's answers to earlier
+"""The ``onpolicy`` rehearsal source: the current model's answers to earlier
 domains' prompts, kept only where the domain checker accepts them (a fake generate stands in)."""
 
 from __future__ import annotations

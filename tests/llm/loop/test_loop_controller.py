@@ -1,4 +1,4 @@
-"""``replaybank loop`` with a steered recipe (issue 25 step 2): the consolidation's rehearsal share is
+"""``replaybank loop`` with a steered recipe: the consolidation's rehearsal share is
 set by the recipe's replay controller, measured on held-out rows, recorded per generation, and the
 controller's state survives between generations, so a resumed run steers as an uninterrupted one."""
 

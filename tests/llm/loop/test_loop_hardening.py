@@ -1,4 +1,4 @@
-"""Issue 29, the loop's run folder: a resume checks what it recorded (the adapter's hash per
+"""A resume checks what it recorded (the adapter's hash per
 generation, the rehearsal rows, the base model), ``state.json`` is schema-checked whole, adapters
 that do not fit are refused before the model is touched, and nothing is written through a link."""
 
@@ -199,7 +199,7 @@ def test_safe_folder_and_refuse_links(tmp_path):
 
 
 def test_a_loop_adapter_is_a_peft_folder_that_from_pretrained_loads(finished, tiny_model_dir):
-    """Issue 26: PeftModel.from_pretrained loads a loop-written adapter and gives the loop's logits."""
+    """PeftModel.from_pretrained loads a loop-written adapter and gives the loop's logits."""
     from transformers import LlamaForCausalLM
 
     from replaybank.llm.train import add_lora

@@ -1,4 +1,4 @@
-"""Issue 26: ``[loop] library`` registers every finished generation in an adapter library, also
+"""``[loop] library`` registers every finished generation in an adapter library, also
 the generations of a run that finished before the key was set, and nothing twice."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``fresh_adapter = true``: one adapter per skill inside the main job (issue 26's comparison).
+"""``fresh_adapter = true``: one adapter per skill inside the main job (the adapter library's comparison).
 
 The config checks on constructed tables; end to end on the tiny random Llama over two domains: the
 per-skill arm's adapter of generation 0 is naive's (same init, same rows), and its adapter of

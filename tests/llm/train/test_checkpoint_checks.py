@@ -1,4 +1,4 @@
-"""Issue 29, the LoRA loop's checkpoint: all or nothing. Every field is checked against the model,
+"""The LoRA loop's checkpoint: all or nothing. Every field is checked against the model,
 optimizer and mixer it is restored into before any of them changes: a bad optimizer, mixer, RNG,
 step or adapter tensor is a ReplayBankError naming the file and the field, and the LoRA weights,
 optimizer, mixer, generator and log are left exactly as they were."""

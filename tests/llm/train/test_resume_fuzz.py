@@ -1,4 +1,4 @@
-"""Hypothesis fuzz of what a resume reads (issue 29): the loop's ``state.json`` and the LoRA loop's
+"""Hypothesis fuzz of what a resume reads: the loop's ``state.json`` and the LoRA loop's
 ``checkpoint.pt``.
 
 A valid state has 1 to 3 random edits: a field set to a random value (negative, huge, fractional,

@@ -1,4 +1,4 @@
-"""A replay controller steering the LoRA loop (issue 25 step 2): the shares move between steps, every
+"""A replay controller steering the LoRA loop: the shares move between steps, every
 batch keeps the exact quota of the shares in force, and a resumed run equals an uninterrupted one
 (tiny random Llama, fake held-out losses that depend only on the step)."""
 
