@@ -184,7 +184,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
                            log=lambda m: print(m, file=sys.stderr, flush=True))
     except ReplayBankError as exc:
         return _fail(exc)
-    print(json.dumps(report.to_dict(), indent=2) if args.json else report.summary())
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.summary())
     return 0
 
 

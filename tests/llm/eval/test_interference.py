@@ -35,3 +35,24 @@ def test_interference_on_constructed_gradients():
     assert rep.dot_mean == pytest.approx((-2.0 + float(gr[0])) / 2)
     assert "needed" not in rep.summary() and "needed" not in rep.measured()  # measured figures, no verdict
     assert summarise([(gr, gr)]).conflicting_pairs == 0
+
+
+def test_probe_cli_prints_the_report_as_json_and_it_reads_back(tiny_model_dir, tmp_path, capsys):
+    """``replaybank probe --json`` on a tiny random Llama: the printed object is the report's own
+    record (the same one metrics.json carries), read back whole by ``InterferenceReport.from_json``."""
+    import json
+
+    from replaybank.cli import main
+    from replaybank.llm.eval.interference import InterferenceReport
+
+    cfg = tmp_path / "probe.toml"
+    cfg.write_text(
+        f'[training]\nbase_model = "{tiny_model_dir}"\nbatch_size = 4\nlora_rank = 2\nnum_threads = 1\n'
+        "[data]\ndomain_train_rows = 8\ndomain_eval_rows = 2\ngeneral_eval_rows = 2\n"
+    )
+    assert main(["probe", str(cfg), "--pairs", "2", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    report = InterferenceReport.from_json(printed, "replaybank probe --json")
+    assert len(report.pairs) == 2 and report.conflicting_pairs == sum(p.dot < 0 for p in report.pairs)
+    assert all(-1.0 <= p.cosine <= 1.0 and p.domain_norm > 0 for p in report.pairs)
+    assert report.to_json() == printed

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from replaybank.llm.data.rows import TokenRows
+from replaybank.llm.records import Record
 from replaybank.llm.runtime import FrozenBf16, short_row_attention
 
 
@@ -50,7 +51,9 @@ def min_alpha(dot: float, rehearsal_sq_norm: float) -> float:
 
 
 @dataclass(frozen=True)
-class PairResult:
+class PairResult(Record):
+    """One batch pair: the gradients' cosine and inner product, their norms, the pair's minimum alpha."""
+
     cosine: float
     dot: float
     domain_norm: float
@@ -59,8 +62,8 @@ class PairResult:
 
 
 @dataclass(frozen=True)
-class InterferenceReport:
-    """Probe result over several batch pairs.
+class InterferenceReport(Record):
+    """Probe result over several batch pairs; written into ``metrics.json`` as it is (a :class:`Record`).
 
     Attributes:
         pairs: one :class:`PairResult` per batch pair.
@@ -80,17 +83,6 @@ class InterferenceReport:
     alpha_median: float
     dot_mean: float
     conflicting_pairs: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pairs": [p.__dict__ for p in self.pairs],
-            "cosine_mean": self.cosine_mean,
-            "cosine_std": self.cosine_std,
-            "alpha_suggested": self.alpha_suggested,
-            "alpha_median": self.alpha_median,
-            "dot_mean": self.dot_mean,
-            "conflicting_pairs": self.conflicting_pairs,
-        }
 
     def measured(self) -> str:
         """One line of what was measured, with no verdict (the run's log line)."""
@@ -141,7 +133,7 @@ def summarise(grads: Sequence[tuple[np.ndarray, np.ndarray]]) -> InterferenceRep
         float(alphas.max()),
         float(np.median(alphas)),
         float(np.mean([p.dot for p in pairs])),
-        sum(p.dot < 0 for p in pairs),
+        int(sum(p.dot < 0 for p in pairs)),
     )
 
 

@@ -43,7 +43,7 @@ from replaybank.llm.config.recipe import recipe_dict
 from replaybank.llm.data.prepare import check_overlaps, prepare
 from replaybank.llm.data.rows import TokenRows
 from replaybank.llm.data.selfsynth import encode_records, synthesize_records
-from replaybank.llm.eval.interference import probe_sources
+from replaybank.llm.eval.interference import InterferenceReport, probe_sources
 from replaybank.llm.eval.losses import mean_loss
 from replaybank.llm.eval.measure import (
     EvalContext,
@@ -77,7 +77,6 @@ from replaybank.llm.results import (
     Generation,
     Losses,
     MixtureEntry,
-    ProbeResult,
     RunResult,
     SeedManifest,
     SeedResult,
@@ -237,7 +236,7 @@ def run_seed(
     if ev.choose == "floor" and plans:  # where each trained arm's operating point is chosen
         ctx.validation = validation_set(base_model, ctx, scfg, seed, label)
     timings[f"base_{label}"] = time.perf_counter() - t0
-    probes: dict[str, ProbeResult] = {}
+    probes: dict[str, InterferenceReport] = {}
     if k == 0 and ev.probe_sources and plans:
         t0 = time.perf_counter()
         probes = _probe_sources(base_model, ctx, scfg, log)
@@ -402,7 +401,7 @@ def _train_arm(
     )
 
 
-def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> dict[str, ProbeResult]:
+def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> dict[str, InterferenceReport]:
     """Gradient interference of the domain against each rehearsal source, on a fresh LoRA."""
     sources = {"corpus": ctx.data.rehearsal_pool}
     if ctx.self_rows is not None:
@@ -415,7 +414,7 @@ def _probe_sources(base_model: Any, ctx: EvalContext, cfg: Config, log: Log) -> 
         )
     for name, rep in reports.items():
         log(f"probe {name}: {rep.measured()}")
-    return {name: ProbeResult.from_json(rep.to_dict(), f"probe {name}") for name, rep in reports.items()}
+    return reports
 
 
 def _parallel_seeds(cfg: Config, n_seeds: int, jobs: int, partial: Path, log: Log, max_steps: int | None) -> list[SeedResult]:

@@ -19,6 +19,7 @@ from replaybank.llm.config.floor import resolve_floors
 from replaybank.llm.config.names import refuse_links
 from replaybank.llm.config.recipe import recipe_dict
 from replaybank.llm.eval.drift import early_warning
+from replaybank.llm.eval.interference import InterferenceReport
 from replaybank.llm.report.families import family_summary, interval_method
 from replaybank.llm.report.gate import evaluate_gate
 from replaybank.llm.report.markdown import write_report
@@ -45,7 +46,6 @@ from replaybank.llm.results import (
     Mixing,
     MixingMeasured,
     ProbeComparison,
-    ProbeResult,
     ProbeSection,
     RiseRatio,
     RunResult,
@@ -194,7 +194,7 @@ def _mean_shares(shares: list[LossShare]) -> LossShare:
     return LossShare(rows=mean("rows"), label_tokens=mean("label_tokens"))
 
 
-def probe_vs_forgetting(probes: Mapping[str, ProbeResult], agg: Aggregate, specs: Mapping[str, Any]) -> list[ProbeComparison]:
+def probe_vs_forgetting(probes: Mapping[str, InterferenceReport], agg: Aggregate, specs: Mapping[str, Any]) -> list[ProbeComparison]:
     """Per rehearsal source: the probe's measured gradients next to the forgetting measured in the run.
 
     The probe gives no verdict (:mod:`..eval.interference`); beside its cosine, mean inner product
@@ -208,10 +208,10 @@ def probe_vs_forgetting(probes: Mapping[str, ProbeResult], agg: Aggregate, specs
         >>> st = lambda m, r: {"docs_loss": Stat(m, None, 1, [m]), "retention_code": Stat(r, None, 1, [r])}
         >>> agg = {"base": st(1.7, 1.0), "naive": st(2.9, 0.25), "rc": st(1.6, 0.5)}
         >>> class S: source, kl_to_base, domain = ["corpus"], 0.0, True
-        >>> from replaybank.llm.results import ProbePair, ProbeResult
-        >>> pair = ProbePair(cosine=0.09, dot=0.4, domain_norm=1.0, rehearsal_norm=1.0, alpha=0.0)
-        >>> rep = ProbeResult([pair, pair], cosine_mean=0.09, cosine_std=0.0, alpha_suggested=0.0, alpha_median=0.0,
-        ...                   dot_mean=0.4, conflicting_pairs=0)
+        >>> from replaybank.llm.eval.interference import InterferenceReport, PairResult
+        >>> pair = PairResult(cosine=0.09, dot=0.4, domain_norm=1.0, rehearsal_norm=1.0, alpha=0.0)
+        >>> rep = InterferenceReport([pair, pair], cosine_mean=0.09, cosine_std=0.0, alpha_suggested=0.0, alpha_median=0.0,
+        ...                           dot_mean=0.4, conflicting_pairs=0)
         >>> out = probe_vs_forgetting({"corpus": rep}, agg, {"rc": S()})
         >>> out[0].naive_loss_rise, out[0].rehearsal_arm, out[0].rehearsal_loss_rise, out[0].naive_retention_min
         (1.2, 'rc', -0.1, 0.25)

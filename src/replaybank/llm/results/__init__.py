@@ -12,7 +12,7 @@ Three files use them: ``metrics.json`` (:class:`RunResult`, which carries
 other modules own and this package passes through unread (the config, the data manifests, a
 recipe, a suite item's outcome) are :data:`JsonObject`.
 
-:mod:`.codec` holds :class:`Record` and its JSON reading and writing, :mod:`.seed` one arm in one
+:mod:`replaybank.llm.records` holds :class:`Record` and its JSON reading and writing, :mod:`.seed` one arm in one
 seed and one seed, :mod:`.training` a generation's training log and a controller's mixture, :mod:`.frontier` an arm's operating points, :mod:`.run` the run over seeds; every name is importable from here.
 
 Example:
@@ -22,12 +22,12 @@ Example:
     >>> Stat.from_json({"mean": "high", "std": None, "n": 1, "values": []}, where="metrics.json: arms.naive")
     Traceback (most recent call last):
     ...
-    replaybank.llm.results.codec.ResultsError: metrics.json: arms.naive.mean: expected a number, got 'high'
+    replaybank.llm.records.ResultsError: metrics.json: arms.naive.mean: expected a number, got 'high'
 """
 
 from __future__ import annotations
 
-from replaybank.llm.results.codec import JsonObject, Record, ResultsError
+from replaybank.llm.records import JsonObject, Record, ResultsError
 from replaybank.llm.results.frontier import Frontier, FrontierPoint
 from replaybank.llm.results.run import (
     SCHEMA_VERSION,
@@ -65,8 +65,6 @@ from replaybank.llm.results.seed import (
     Losses,
     LossShare,
     MatrixResult,
-    ProbePair,
-    ProbeResult,
     SeedManifest,
     SeedResult,
     SourceUse,
@@ -87,7 +85,7 @@ __all__ = [
     "DomainCell", "DomainScore", "EarlyWarning", "Effect", "FamilySeed", "FamilyStats", "FlipCount", "Frontier", "FrontierPoint",
     "Gate", "GateArm",
     "GateFamily", "Generation", "Interval", "IntervalMethod", "JsonObject", "Losses", "LossShare",
-    "MatrixResult", "Mixing", "MixingMeasured", "ProbeComparison", "ProbePair", "ProbeResult", "ProbeSection", "Record", "ResultsError",
+    "MatrixResult", "Mixing", "MixingMeasured", "ProbeComparison", "ProbeSection", "Record", "ResultsError",
     "RiseRatio", "RunResult", "SeedFlips", "SeedManifest", "SeedResult", "SourceUse", "Stat", "SuiteScore",
     "TargetArm", "Targets", "TrainTotal", "WarningPoint",
     "DistillStep", "EvalPoint", "MixtureEntry", "Refresh", "TrainLogRecord", "TrainStep",

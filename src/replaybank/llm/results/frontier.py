@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from replaybank.llm.results.codec import JsonObject, Record, omitted
+from replaybank.llm.records import JsonObject, Record, omitted
 
 __all__ = ["Frontier", "FrontierPoint"]
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from replaybank.llm.results.codec import JsonObject, Record, ResultsError, flat_optional, omitted
+from replaybank.llm.eval.interference import InterferenceReport
+from replaybank.llm.records import JsonObject, Record, ResultsError, flat_optional, omitted
 from replaybank.llm.results.frontier import Frontier
 from replaybank.llm.results.seed import (
     CurvePoint,
     Generation,
     LossShare,
     MatrixResult,
-    ProbeResult,
     SeedManifest,
     TrainTotal,
 )
@@ -228,7 +228,7 @@ class ProbeComparison(Record):
 
 @dataclass(frozen=True)
 class ProbeSection(Record):
-    fresh_lora: dict[str, ProbeResult]
+    fresh_lora: dict[str, InterferenceReport]
     """The interference probe's report per source (:meth:`..eval.interference.ProbeReport.to_dict`)."""
     comparison: list[ProbeComparison]
 

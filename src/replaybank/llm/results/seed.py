@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from replaybank.llm.results.codec import FLAT, JsonObject, Record, flat_optional, omitted
+from replaybank.llm.eval.interference import InterferenceReport
+from replaybank.llm.records import FLAT, JsonObject, Record, flat_optional, omitted
 from replaybank.llm.results.frontier import Frontier
 from replaybank.llm.results.training import MixtureEntry, TrainLogRecord
 
-__all__ = ["ArmResult", "ArmTraining", "CurvePoint", "DomainCell", "DomainScore", "Generation", "LossShare", "Losses", "MatrixResult", "ProbePair", "ProbeResult", "SeedManifest", "SeedResult", "SourceUse", "SuiteScore", "TrainTotal"]
+__all__ = ["ArmResult", "ArmTraining", "CurvePoint", "DomainCell", "DomainScore", "Generation", "LossShare", "Losses", "MatrixResult", "SeedManifest", "SeedResult", "SourceUse", "SuiteScore", "TrainTotal"]
 
 
 @dataclass(frozen=True)
@@ -163,30 +164,6 @@ class ArmResult(Record):
 
 
 @dataclass(frozen=True)
-class ProbePair(Record):
-    """One batch pair of the interference probe (:class:`..eval.interference.PairResult`)."""
-
-    cosine: float
-    dot: float
-    domain_norm: float
-    rehearsal_norm: float
-    alpha: float
-
-
-@dataclass(frozen=True)
-class ProbeResult(Record):
-    """The interference probe against one rehearsal source (:meth:`..eval.interference.InterferenceReport.to_dict`)."""
-
-    pairs: list[ProbePair]
-    cosine_mean: float
-    cosine_std: float
-    alpha_suggested: float
-    alpha_median: float
-    dot_mean: float
-    conflicting_pairs: int
-
-
-@dataclass(frozen=True)
 class SeedManifest(Record):
     """The data of one seed: the rehearsal share and how it was decided, the data manifests."""
 
@@ -204,5 +181,5 @@ class SeedResult(Record):
     arms: dict[str, ArmResult]
     manifest: SeedManifest
     suite: JsonObject
-    probes: dict[str, ProbeResult]
+    probes: dict[str, InterferenceReport]
     timings: dict[str, float]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from replaybank.llm.results.codec import Absent, Record, ResultsError, absent, omitted
+from replaybank.llm.records import Absent, Record, ResultsError, absent, omitted
 
 __all__ = ["DistillStep", "EvalPoint", "MixtureEntry", "Refresh", "TrainLogRecord", "TrainStep"]
 
