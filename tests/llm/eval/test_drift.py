@@ -46,3 +46,26 @@ def test_domain_kl_is_zero_for_a_fresh_adapter_and_grows_with_the_update(tiny_mo
         kls.append(domain_kl(model, rows, pad_id=0))
     assert 0 < kls[0] < kls[1]
     assert model.training  # the mode it had is restored
+
+
+def test_domain_kl_with_kept_base_states_matches_and_runs_the_base_once(tiny_model_dir):
+    """The kept base states give the KL of the plain two passes (rows run alone instead of padded:
+    float noise only), and a second evaluation point projects them instead of a new base pass."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from replaybank.llm.data.rows import token_rows
+    from replaybank.llm.train.kl import BaseCache
+
+    rows = token_rows([(np.arange(5, 5 + n), np.r_[[-100] * 3, np.arange(8, 8 + n - 3)]) for n in (6, 9, 4)])
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                           LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
+    kept = BaseCache()
+    for scale in (0.05, 0.5):
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.copy_(torch.full_like(p, scale))
+        assert domain_kl(model, rows, pad_id=0, base=kept) == pytest.approx(domain_kl(model, rows, pad_id=0), rel=1e-4)
+    assert (kept.misses, kept.hits) == (3, 3)  # three rows: run once, projected at the second point

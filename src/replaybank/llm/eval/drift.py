@@ -12,7 +12,7 @@ its mean (``open`` alone when no checker-scored family has one). A working warni
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,11 +22,15 @@ from replaybank.llm.eval.suite import CHECKED_FAMILIES
 from replaybank.llm.results import ArmResult, EarlyWarning, WarningPoint
 from replaybank.llm.runtime import FrozenBf16, Precision
 
+if TYPE_CHECKING:
+    from replaybank.llm.train.kl import BaseCache
+
 __all__ = ["domain_kl", "early_warning", "spearman"]
 
 
 def domain_kl(
     model: Any, rows: TokenRows, pad_id: int, max_tokens: int = 2048, max_rows: int = 16, precision: Precision = "fp32",
+    base: BaseCache | None = None,
 ) -> float:
     """Mean ``KL(p_base || p_adapter)`` per token (nats) over every prompt and answer token of ``rows``.
 
@@ -34,6 +38,10 @@ def domain_kl(
     compared, the base's from the same PEFT model under ``model.disable_adapter()`` (no copy of
     the model). Temperature 1; the same direction as the KL-to-base training term
     (:func:`..train.kl.kl_to_base`). A fresh LoRA (B = 0) gives 0.
+
+    With ``base``, the base model's last hidden states on these rows are kept there
+    (:class:`..train.kl.BaseCache`): the base never changes, so every later evaluation point and
+    every later arm of the seed projects the kept states instead of running the base again.
 
     Raises:
         ValueError: when ``rows`` is empty.
@@ -53,9 +61,12 @@ def domain_kl(
             ids, att = ids.to(next(model.parameters()).device), att.to(next(model.parameters()).device)
             mask = att[:, 1:].bool()  # positions predicting a prompt or answer token
             adapted = logits_at(model, ids, att, mask)
-            with model.disable_adapter():
-                base = logits_at(model, ids, att, mask)
-            total += float(kl_to_base(adapted, base))
+            if base is not None:
+                reference = base.logits_at(model, ids, att, mask)
+            else:
+                with model.disable_adapter():
+                    reference = logits_at(model, ids, att, mask)
+            total += float(kl_to_base(adapted, reference))
             count += int(mask.sum())
     model.train(was_training)
     return total / max(count, 1)

@@ -10,7 +10,7 @@ the flat scalars that seeds are aggregated over.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,7 @@ from replaybank.llm.results import (
     SuiteScore,
     TrainStep,
 )
+from replaybank.llm.train.kl import BaseCache
 from replaybank.metrics import average_accuracy, backward_transfer, forgetting
 
 
@@ -68,6 +69,9 @@ class EvalContext:
     teacher-forced losses."""
     validation: ValidationSet | None = None
     """The validation data an operating point is chosen on (``choose = "floor"`` only)."""
+    base_states: BaseCache = field(default_factory=BaseCache)
+    """The base model's hidden states on the held-out domain rows, kept for the early warning's KL
+    across the seed's evaluation points and arms (the base never changes within a seed)."""
 
 
 def measure_losses(model: Any, ctx: EvalContext) -> dict[str, float]:
@@ -99,7 +103,7 @@ def measure_point(model: Any, ctx: EvalContext, generation: int) -> dict[str, fl
     (:func:`.drift.domain_kl`; ``model`` is a PEFT model, its adapter disabled for the base)."""
     from replaybank.llm.eval.drift import domain_kl
 
-    kl = domain_kl(model, ctx.data.domain_evals[generation], ctx.pad_id, precision=ctx.precision)
+    kl = domain_kl(model, ctx.data.domain_evals[generation], ctx.pad_id, precision=ctx.precision, base=ctx.base_states)
     return {**measure_losses(model, ctx), "domain_kl": kl}
 
 
