@@ -86,7 +86,10 @@ def test_the_snapshot_covers_every_shipped_config():
 ADDED_SINCE = {
     "loop": {"loop.library": ""},  # register each loop generation in an adapter library (off)
     # the suite's validation split, declared for choosers; no job reads it yet, so no run changes
-    "run": {"data.validation_suite": "builtin:validation"},
+    "run": {"data.validation_suite": "builtin:validation",
+            # not "off": auto trains a seed's arms in one-thread processes, one per thread chosen;
+            # each arm's figures are then those of one thread, whatever the machine's load
+            "evaluation.arm_processes": 0},
 }
 #: values changed on purpose after the snapshot, per config, each with its reason
 CHANGED_SINCE = {

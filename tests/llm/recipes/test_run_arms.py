@@ -138,6 +138,42 @@ def test_seeds_in_worker_processes_match_the_sequential_run(tiny_model_dir, tmp_
             assert par.arms[arm].summary[key].values == pytest.approx(seq.arms[arm].summary[key].values, rel=1e-5)
 
 
+def test_arms_in_worker_processes_match_the_sequential_run(tiny_model_dir, tmp_path):
+    """``arm_processes = 2``: the trained arms of each seed run side by side in two one-thread
+    workers and the figures are those of the one-process run, arm for arm."""
+    from replaybank.llm.recipes.rehearsal import run_experiment
+
+    raw = _cfg(tiny_model_dir, arms=["base", "naive", "rehearsal-corpus"], probe_sources=False).to_dict()
+    raw["orchestration"] = {"num_generations": 1}
+    raw["data"] = {**raw["data"], "domain_train": ["builtin:toolapi"], "domain_eval": ["builtin:toolapi"]}
+    seq = run_experiment(Config.from_dict(raw), tmp_path / "seq", log=lambda m: None, max_steps=2, seeds=1)
+    logs: list[str] = []
+    raw["evaluation"] = {**raw["evaluation"], "arm_processes": 2}
+    par = run_experiment(Config.from_dict(raw), tmp_path / "par", log=logs.append, max_steps=2, seeds=1)
+    assert "arm processes: 2 (arm_processes = 2 in the config)" in logs
+    assert sum("trained in a worker process; read back" in line for line in logs) == 2
+    for arm in ("naive", "rehearsal-corpus"):
+        assert par.arms[arm].summary == seq.arms[arm].summary
+    assert par.timings["rehearsal-corpus_seed0"] > 0 and par.timings["naive_seed0"] > 0  # the workers' own seconds
+
+
+def test_auto_arm_processes_take_one_per_thread_on_a_cpu_when_the_copies_fit(monkeypatch):
+    import torch
+
+    from replaybank.llm.recipes import rehearsal
+
+    model = torch.nn.Linear(1024, 1024)  # 4 MiB of parameters
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(rehearsal, "available_memory", lambda: 2**30)
+    assert rehearsal.arm_processes(0, 2, cpu, model, 3)[0] == 2
+    assert rehearsal.arm_processes(0, 1, cpu, model, 3) == (1, "auto: one process (one thread chosen)")
+    assert rehearsal.arm_processes(0, 2, cpu, model, 1)[0] == 1  # one trained arm: nothing to run beside it
+    assert rehearsal.arm_processes(0, 2, torch.device("cuda"), model, 3) == (1, "auto: one process (not on a CPU)")
+    monkeypatch.setattr(rehearsal, "available_memory", lambda: 12 * 2**20)  # 2 copies = 8 MiB > half of 12 MiB
+    assert "exceed half the free" in rehearsal.arm_processes(0, 2, cpu, model, 3)[1]
+    assert rehearsal.arm_processes(3, 1, cpu, model, 3) == (3, "arm_processes = 3 in the config")
+
+
 def test_control_arm_learns_its_rehearsal_rows_alone_and_is_no_domain_target(tiny_model_dir, tmp_path, fake_self_answers):
     from replaybank.llm.recipes.rehearsal import run_experiment
 

@@ -152,6 +152,7 @@ class Evaluation(SharedEvaluation):
     eval_points: int = _f(1, "held-out loss evaluations per trained arm and generation, evenly spaced, the last at the end", min=1, max=10_000)
     probe_pairs: int = _f(2, "batch pairs for the interference probe (`replaybank probe`, and per source inside `replaybank run`)", min=1, max=100_000)
     seeds: int = _f(1, "seeds per arm (training.seed, +1, ...); the report gives mean and std", min=1, max=1_000)
+    arm_processes: int = _f(0, "worker processes that train a seed's arms side by side, one torch thread each (each loads the model); 0 = auto: one per thread num_threads picks, on a CPU, when the copies fit in half the free memory", min=0, max=64)
     generation_precision: Precision = _f("auto", "arithmetic of generated answers and held-out losses: auto (bf16 autocast on a CPU with bfloat16 units, else fp32), fp32 or bf16; base and arms always match")
     probe_sources: bool = _f(True, "run the interference probe per rehearsal source inside `replaybank run`")
     retention_floor: float | dict[str, float] = _f(RETENTION_FLOOR, "least mean retention over seeds each family must keep, in [0, 1]: one number, or a table {family = number} (others keep 0.9); gates --require-floor")

@@ -12,7 +12,8 @@ Read top to bottom; each step names the component that does the work.
    c. synthesizes the ``self`` rehearsal rows when an arm uses them (:mod:`..data.selfsynth`);
    d. measures ``base`` (:mod:`..eval.measure`); on the first seed, probes gradient interference
       per rehearsal source (:mod:`..eval.interference`);
-   e. trains and measures every other arm (:func:`train_arm`): per generation the lineage
+   e. trains and measures every other arm (:func:`train_arm`; side by side in one-thread worker
+      processes with ``[evaluation] arm_processes``, :func:`train_arms_apart`): per generation the lineage
       (:mod:`..train.lineage`), the rehearsal sources (:mod:`..train.sources`), the LoRA loop
       (:mod:`..train`), one row of the accuracy matrix; after the last, the suite; with
       ``[evaluation] choose = "floor"``, the operating point chosen on the validation data and
@@ -31,7 +32,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,14 @@ from replaybank.llm.eval.measure import (
     measure_point,
 )
 from replaybank.llm.eval.operating import at_operating_point, validation_set
-from replaybank.llm.eval.suite import general_text_rows, load_suite, prepare_suite, sample_suite
+from replaybank.llm.eval.suite import (
+    Suite,
+    general_text_rows,
+    load_suite,
+    prepare_suite,
+    sample_suite,
+)
+from replaybank.llm.records import JsonObject
 from replaybank.llm.report.folder import (
     OutputError,
     check_out_dir,
@@ -101,8 +109,9 @@ from replaybank.llm.train.sources import (
     sampled_rows,
 )
 from replaybank.llm.train.trl_peer import SDFT_ARM, train_sdft
+from replaybank.storage import available_memory
 
-__all__ = ["OutputError", "run_experiment", "run_seed", "train_arm"]
+__all__ = ["OutputError", "SeedSetup", "arm_processes", "run_experiment", "run_seed", "seed_setup", "train_arm", "train_arms_apart"]
 
 Log = Callable[[str], None]
 
@@ -128,8 +137,6 @@ def run_experiment(
     """
     import torch
 
-    from replaybank.llm.model import check_target_modules, enable_gradient_checkpointing, load_model
-
     wall0 = time.perf_counter()
     load_start = loadavg()
     if load_start is not None and load_start > (os.cpu_count() or 1):
@@ -149,21 +156,22 @@ def run_experiment(
     timings: dict[str, float] = {}
 
     t0 = time.perf_counter()
-    base_model, tokenizer = load_model(t.base_model, device, log)
-    check_target_modules(base_model, list(t.lora_target_modules))
-    if t.gradient_checkpointing:
-        enable_gradient_checkpointing(base_model, f"{cfg.source}: [training] gradient_checkpointing")
+    base_model, tokenizer = _load(cfg, device, log)
     timings["model_load"] = time.perf_counter() - t0
 
     general_text = general_text_rows(tokenizer, t.max_seq_length)
     partial = partial_dir(out, cfg.to_dict(), n_seeds, force)
 
     n_jobs = min(max(1, jobs), n_seeds)
+    n_arms = sum(arm != "base" for arm in cfg.evaluation.arms)
+    processes, why = arm_processes(cfg.evaluation.arm_processes, threads.threads, device, base_model, n_arms)
     if n_jobs > 1:
         results = _parallel_seeds(cfg, n_seeds, n_jobs, partial, log, max_steps)
     else:
+        log(f"arm processes: {processes} ({why})")
         results = [
-            run_seed(cfg, k, base_model, tokenizer, items, general_text, partial=partial, log=log, max_steps=max_steps)
+            run_seed(cfg, k, base_model, tokenizer, items, general_text, partial=partial, log=log, max_steps=max_steps,
+                     arm_processes=processes)
             for k in range(n_seeds)
         ]
     timings.update({key: v for res in results for key, v in res.timings.items()})
@@ -183,28 +191,36 @@ def run_experiment(
     return metrics
 
 
-def run_seed(
-    cfg: Config, k: int, base_model: Any, tokenizer: Any, items: list[Any], general_text: TokenRows, *,
-    partial: Path, log: Log, max_steps: int | None,
-) -> SeedResult:
-    """Seed ``training.seed + k``: suite sample, data, self rows, base, (probe), every trained arm.
+@dataclass
+class SeedSetup:
+    """What every arm of one seed shares, built the same way by the run and by an arm's worker process."""
 
-    A seed already finished in ``partial`` (``seeds/seed<N>.json`` of an interrupted run with the
-    same config) is read back instead of rerun.
-    """
+    seed: int
+    label: str
+    cfg: Config
+    """The config with ``training.seed`` set to this seed."""
+    plans: dict[str, ArmPlan]
+    """Every trained arm of the config, in its order."""
+    ctx: EvalContext
+    share: float
+    how: str
+    self_manifest: JsonObject | None
+    suite: Suite
+
+
+def seed_setup(
+    cfg: Config, k: int, base_model: Any, tokenizer: Any, items: list[Any], general_text: TokenRows, *,
+    log: Log, timings: dict[str, float],
+) -> SeedSetup:
+    """Seed ``training.seed + k``'s suite sample (the base model's answers), data, self rows and, with
+    ``choose = "floor"``, validation data; each phase's seconds into ``timings``."""
     from replaybank.llm.model import cache_dir
 
     t, ev = cfg.training, cfg.evaluation
     seed = t.seed + k
     label = f"seed{seed}"
-    earlier = read_result(partial, f"seeds/{label}", SeedResult)
-    if earlier is not None:
-        log(f"{label}: finished in an earlier, interrupted run; read back from {partial / 'seeds' / label}.json")
-        return earlier
     plans = {arm: cfg.arm_plan(arm) for arm in ev.arms if arm != "base"}  # every trained arm
     scfg = with_seed(cfg, seed)
-    timings: dict[str, float] = {}
-    pad_id = int(tokenizer.pad_token_id)
     t0 = time.perf_counter()
     suite = prepare_suite(
         base_model, tokenizer, sample_suite(items, ev.suite_per_family, seed), cache_dir=cache_dir() / "suite",
@@ -228,35 +244,66 @@ def run_seed(
         f"domain train {data.manifest['domain_train_rows']}, eval {[len(r) for r in data.domain_eval_records]}; "
         f"corpus share {share:.4f} ({how})"
     )
-    ctx = EvalContext(tokenizer, pad_id, data, suite, general_text, ev.max_new_tokens, ev.generation_batch_size, self_rows,
-                      self_records=self_records, precision=ev.generation_precision)
+    ctx = EvalContext(tokenizer, int(tokenizer.pad_token_id), data, suite, general_text, ev.max_new_tokens,
+                      ev.generation_batch_size, self_rows, self_records=self_records, precision=ev.generation_precision)
+    if ev.choose == "floor" and plans:  # where each trained arm's operating point is chosen
+        t0 = time.perf_counter()
+        ctx.validation = validation_set(base_model, ctx, scfg, seed, label)
+        timings[f"validation_{label}"] = time.perf_counter() - t0
+    return SeedSetup(seed, label, scfg, plans, ctx, share, how, self_manifest, suite)
+
+
+def run_seed(
+    cfg: Config, k: int, base_model: Any, tokenizer: Any, items: list[Any], general_text: TokenRows, *,
+    partial: Path, log: Log, max_steps: int | None, arm_processes: int = 1,
+) -> SeedResult:
+    """Seed ``training.seed + k``: suite sample, data, self rows, base, (probe), every trained arm.
+
+    With ``arm_processes`` > 1 the trained arms run side by side in that many worker processes
+    (:func:`train_arms_apart`, one torch thread each) and are read back here. A seed already
+    finished in ``partial`` (``seeds/seed<N>.json`` of an interrupted run with the same config) is
+    read back instead of rerun.
+    """
+    label = f"seed{cfg.training.seed + k}"
+    earlier = read_result(partial, f"seeds/{label}", SeedResult)
+    if earlier is not None:
+        log(f"{label}: finished in an earlier, interrupted run; read back from {partial / 'seeds' / label}.json")
+        return earlier
+    timings: dict[str, float] = {}
+    setup = seed_setup(cfg, k, base_model, tokenizer, items, general_text, log=log, timings=timings)
+    ctx, scfg = setup.ctx, setup.cfg
     t0 = time.perf_counter()
     arms: dict[str, ArmResult] = {"base": measure_base(base_model, ctx, label)}
     ctx.baseline = arms["base"].matrix_row
-    if ev.choose == "floor" and plans:  # where each trained arm's operating point is chosen
-        ctx.validation = validation_set(base_model, ctx, scfg, seed, label)
     timings[f"base_{label}"] = time.perf_counter() - t0
     probes: dict[str, InterferenceReport] = {}
-    if k == 0 and ev.probe_sources and plans:
+    if k == 0 and cfg.evaluation.probe_sources and setup.plans:
         t0 = time.perf_counter()
         probes = _probe_sources(base_model, ctx, scfg, log)
         timings["probe"] = time.perf_counter() - t0
-    for arm, plan in plans.items():
+    todo = [arm for arm in setup.plans if read_result(partial, f"arms/{label}-{arm}", ArmResult) is None]
+    if arm_processes > 1 and len(todo) > 1:
+        timings.update(train_arms_apart(cfg, k, [setup.plans[a] for a in todo], ctx.baseline, partial=partial,
+                                        processes=arm_processes, log=log, max_steps=max_steps))
+    for arm, plan in setup.plans.items():
         t0 = time.perf_counter()
-        finished = read_result(partial, f"arms/{label}-{arm}", ArmResult)  # an interrupted run trained it already
+        finished = read_result(partial, f"arms/{label}-{arm}", ArmResult)  # trained by a worker, or an interrupted run
         if finished is not None:
-            log(f"{arm} {label}: finished in an earlier, interrupted run; read back")
+            log(f"{arm} {label}: " + ("trained in a worker process; read back" if f"{arm}_{label}" in timings
+                                      else "finished in an earlier, interrupted run; read back"))
             arms[arm] = finished
         else:
             arms[arm] = train_arm(plan, base_model, ctx, scfg, partial=partial, log=log, max_steps=max_steps,
                                   seed_label=label)
             write_result(partial, f"arms/{label}-{arm}", arms[arm])
-        timings[f"{arm}_{label}"] = time.perf_counter() - t0
+        timings.setdefault(f"{arm}_{label}", time.perf_counter() - t0)
         log(f"{arm} {label}: " + ", ".join(f"{key} {v:.3f}" for key, v in flatten(arms[arm]).items()))
     result = SeedResult(
         arms=arms,
-        manifest=SeedManifest(seed=seed, share=share, how=how, data=data.manifest, self=self_manifest),
-        suite={"seed": seed, **suite.manifest, "ids": [i.id for i in suite.items], "dropped_ids": suite.dropped},
+        manifest=SeedManifest(seed=setup.seed, share=setup.share, how=setup.how, data=ctx.data.manifest,
+                              self=setup.self_manifest),
+        suite={"seed": setup.seed, **setup.suite.manifest, "ids": [i.id for i in setup.suite.items],
+               "dropped_ids": setup.suite.dropped},
         probes=probes,
         timings=timings,
     )
@@ -430,19 +477,107 @@ def _parallel_seeds(cfg: Config, n_seeds: int, jobs: int, partial: Path, log: Lo
 def _seed_worker(cfg: Config, k: int, partial: Path, max_steps: int | None) -> SeedResult:
     import sys
 
-    import torch
-
-    from replaybank.llm.model import load_model
-
-    torch.set_num_threads(1)
-
     def log(message: str) -> None:
         print(f"[seed {cfg.training.seed + k}] {message}", file=sys.stderr, flush=True)
 
-    device = pick_device(cfg.training.device, worker=k, where=f"{cfg.source}: [training] device")
-    use_device(device)  # worker k on GPU k mod n_gpus: its CUDA RNG and new tensors live there
-    log(f"device {device}")
-    model, tokenizer = load_model(cfg.training.base_model, device, log)
+    model, tokenizer = _worker_model(cfg, k, log)
     items = load_suite(cfg.data.suite)
     general_text = general_text_rows(tokenizer, cfg.training.max_seq_length)
     return run_seed(cfg, k, model, tokenizer, items, general_text, partial=partial, log=log, max_steps=max_steps)
+
+
+def arm_processes(setting: int, threads: int, device: Any, model: Any, n_arms: int) -> tuple[int, str]:
+    """How many worker processes train a seed's arms side by side, and why (the run's log line).
+
+    ``setting`` is ``[evaluation] arm_processes``; 0 (auto) gives one process per thread the run
+    chose, on a CPU, when there are two arms or more and a copy of the model per process fits in
+    half the memory available now. On a CPU, two one-thread processes do more work than one
+    process with two threads (two small matrix products at once instead of one split in two), and
+    each arm trained on one thread gives the same figures whatever the load when it ran.
+    """
+    if setting >= 1:
+        return setting, f"arm_processes = {setting} in the config"
+    if n_arms < 2 or threads < 2 or getattr(device, "type", str(device)) != "cpu":
+        return 1, "auto: one process (" + ("fewer than two trained arms" if n_arms < 2 else
+                                           "one thread chosen" if threads < 2 else "not on a CPU") + ")"
+    need = sum(p.numel() * p.element_size() for p in model.parameters()) * threads
+    free = available_memory()
+    if free is not None and need > free / 2:
+        return 1, f"auto: one process ({threads} copies of the model, {need / 2**30:.1f} GiB, exceed half the free {free / 2**30:.1f} GiB)"
+    return threads, f"auto: {threads} processes of one thread, one per thread chosen"
+
+
+def train_arms_apart(
+    cfg: Config, k: int, plans: list[ArmPlan], baseline: list[DomainCell] | None, *,
+    partial: Path, processes: int, log: Log, max_steps: int | None,
+) -> dict[str, float]:
+    """Train ``plans`` of seed ``training.seed + k`` in ``processes`` spawned workers, one torch
+    thread each; each writes its ``arms/seed<N>-<arm>.json`` for :func:`run_seed` to read back.
+
+    Each worker loads the model and builds the seed's setup again (:func:`seed_setup`: the suite
+    answers and self rows come from the caches the run filled); the base model's accuracy row
+    (``baseline``) is passed in. The arms start in order of their expected cost, the costliest
+    first, so the last to finish is not a long one started late.
+
+    Returns:
+        Each arm's seconds in its worker (``<arm>_seed<N>``).
+    """
+    from replaybank.workers import worker_pool
+
+    order = sorted(plans, key=_expected_cost, reverse=True)
+    log(f"seed{cfg.training.seed + k}: training {', '.join(p.name for p in order)} in {processes} processes of one thread")
+    with worker_pool(min(processes, len(order))) as pool:
+        futures = {p.name: pool.submit(_arm_worker, cfg, k, p.name, baseline, partial, max_steps) for p in order}
+        return {f"{name}_seed{cfg.training.seed + k}": f.result() for name, f in futures.items()}
+
+
+def _expected_cost(plan: ArmPlan) -> float:
+    # Rough: rehearsal rows add steps (rows mixing keeps the domain's rows per epoch), the KL term a
+    # base projection, generated sources their generation. Orders the arms only.
+    r = plan.recipe
+    cost = 1.0 / (1.0 - min(plan.share, 0.9)) if r.mix_by == "rows" else 1.0
+    cost *= 1.3 if r.kl_to_base > 0 else 1.0
+    return cost * (1.6 if "selfgen" in r.source else 1.0)
+
+
+def _arm_worker(cfg: Config, k: int, arm: str, baseline: list[DomainCell] | None, partial: Path,
+                max_steps: int | None) -> float:
+    import sys
+
+    t0 = time.perf_counter()
+
+    def log(message: str) -> None:
+        print(f"[{arm}] {message}", file=sys.stderr, flush=True)
+
+    model, tokenizer = _worker_model(cfg, k, log)
+    items = load_suite(cfg.data.suite)
+    general_text = general_text_rows(tokenizer, cfg.training.max_seq_length)
+    setup = seed_setup(cfg, k, model, tokenizer, items, general_text, log=log, timings={})
+    setup.ctx.baseline = baseline
+    result = train_arm(setup.plans[arm], model, setup.ctx, setup.cfg, partial=partial, log=log, max_steps=max_steps,
+                       seed_label=setup.label)
+    write_result(partial, f"arms/{setup.label}-{arm}", result)
+    return time.perf_counter() - t0
+
+
+def _worker_model(cfg: Config, k: int, log: Log) -> tuple[Any, Any]:
+    """The base model in a worker process: one torch thread, worker ``k``'s device."""
+    import torch
+
+    torch.set_num_threads(1)
+    device = pick_device(cfg.training.device, worker=k, where=f"{cfg.source}: [training] device")
+    use_device(device)  # worker k on GPU k mod n_gpus: its CUDA RNG and new tensors live there
+    log(f"device {device}")
+    return _load(cfg, device, log)
+
+
+def _load(cfg: Config, device: Any, log: Log) -> tuple[Any, Any]:
+    """The base model and tokenizer, its target modules checked, checkpointing on when configured."""
+    from replaybank.llm.model import check_target_modules, enable_gradient_checkpointing, load_model
+
+    t = cfg.training
+    model, tokenizer = load_model(t.base_model, device, log)
+    check_target_modules(model, list(t.lora_target_modules))
+    if t.gradient_checkpointing:
+        enable_gradient_checkpointing(model, f"{cfg.source}: [training] gradient_checkpointing")
+    return model, tokenizer
