@@ -88,14 +88,21 @@ def open_regular(
 
 def read_regular(
     path: str | os.PathLike[str], *, error: type[ReplayBankError] = ReplayBankError, follow_links: bool = True,
-    what: str = "file",
+    what: str = "file", max_bytes: int | None = None,
 ) -> bytes:
-    """The bytes of ``path``, a regular file (see :func:`open_regular`, which raises the same)."""
+    """The bytes of ``path``, a regular file (see :func:`open_regular`, which raises the same).
+
+    ``max_bytes`` bounds what is read: a larger file is refused after reading one byte more than
+    the bound, so a file that grows while it is read cannot exhaust memory either.
+    """
     with open_regular(path, error=error, follow_links=follow_links, what=what) as f:
         try:
-            return f.read()
+            data = f.read() if max_bytes is None else f.read(max_bytes + 1)
         except OSError as exc:
             raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if max_bytes is not None and len(data) > max_bytes:
+        raise error(f"{path}: {what} is larger than {max_bytes} bytes; refused")
+    return data
 
 
 def check_regular(

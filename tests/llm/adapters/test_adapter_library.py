@@ -18,6 +18,7 @@ from replaybank.llm.adapters import (
     FingerprintError,
     HashMismatchError,
     LibraryError,
+    LibraryRepairWarning,
     ManifestError,
     Registration,
 )
@@ -145,11 +146,12 @@ def test_an_adapter_config_that_is_not_a_plain_lora_is_refused_at_registration(l
 
 
 def test_tensors_that_do_not_fit_the_config_leave_the_model_bare(lib, tmp_path):
-    lib.add(_folder(tmp_path, rank=2), Registration("gen1", skill="s"))
-    cfg_path = lib.root / "gen1" / "adapter_config.json"
+    src = _folder(tmp_path, rank=2)
+    cfg_path = src / "adapter_config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["r"] = 3  # the tensors are rank 2
     cfg_path.write_text(json.dumps(cfg))
+    lib.add(src, Registration("gen1", skill="s"))  # without a base model the tensors are not read
     base = make_base()
     with pytest.raises(AdapterError, match=r"has shape \(2, 6\), adapter 'gen1' as its config describes it has \(3, 6\)"):
         lib.load("gen1", base)
@@ -175,10 +177,14 @@ def test_failed_registrations_leave_the_library_unchanged(lib, tmp_path):
         lib.add(make_adapter(), Registration("gen2", skill="s"), base_model=make_base(), measure=broken)
     assert snapshot(lib.root) == before and lib.names() == ["gen1"]
     assert list((lib.root / ".staging").iterdir()) == []
-    (lib.root / "orphan").mkdir()  # a folder left by a crash between the rename and the index
-    with pytest.raises(AdapterExistsError, match=r"adapter 'orphan', field 'name': .*orphan: exists but is not registered"):
+    (lib.root / "orphan").mkdir()  # a folder outside the index that is no entry: moved aside, the name free again
+    with pytest.warns(LibraryRepairWarning, match=r"lib/orphan: a folder not in the library's index .* moved to .*\.orphaned/orphan-"):
         lib.add(_folder(tmp_path, name="src4"), Registration("orphan", skill="s"))
-    assert lib.names() == ["gen1"] and list((lib.root / "orphan").iterdir()) == []
+    assert lib.names() == ["gen1", "orphan"] and lib.verify("orphan").name == "orphan"
+    assert [[f.name for f in p.iterdir()] for p in (lib.root / ".orphaned").iterdir()] == [["orphan"]]
+    (lib.root / "stray").write_text("x")  # a file is no entry: left alone, its name refused
+    with pytest.raises(AdapterExistsError, match=r"adapter 'stray', field 'name': .*stray: exists and is not a folder"):
+        lib.add(_folder(tmp_path, name="src5"), Registration("stray", skill="s"))
 
 
 def test_list_show_remove(lib, tmp_path):

@@ -46,7 +46,7 @@ def test_constructed_prompts_go_where_they_belong(prompt, adapter):
 
 def test_the_threshold_decides_the_fallback():
     prompt = "Add a box of tea to my cart"
-    low, high = Router(EXAMPLES, threshold=0.05).route(prompt), Router(EXAMPLES, threshold=5.0).route(prompt)
+    low, high = Router(EXAMPLES, threshold=0.05).route(prompt), Router(EXAMPLES, threshold=1.0).route(prompt)
     assert low.adapter == "cart" and high.adapter is None and high.best == "cart"
     assert low.confidence == high.confidence and 0 < low.confidence < 1.5
     same = Router(EXAMPLES).route("Add 3 eggs to my cart.")  # an example itself: confidence 1
@@ -90,7 +90,7 @@ def test_calibration_picks_the_setting_that_routes_the_examples_best_left_one_ou
         for t in (0.05, 0.3, 0.9):
             o, b = Router(LIST_SHOP, top_k=k, threshold=t, background=GENERAL).leave_one_out()
             assert (o + b) / 2 <= (own + base) / 2 + 1e-12
-    assert Router(LIST_SHOP, threshold=5.0, background=GENERAL).leave_one_out() == (0.0, 1.0)
+    assert Router(LIST_SHOP, threshold=1.0, background=GENERAL).leave_one_out() == (0.0, 1.0)
     with pytest.raises(LibraryError, match=r"field 'top_k'"):
         Router(EXAMPLES, top_k=0)
     with pytest.raises(LibraryError, match=r"field 'adapters'.*background"):

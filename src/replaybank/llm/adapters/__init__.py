@@ -19,8 +19,10 @@ from replaybank.llm.adapters.errors import (
     GateError,
     HashMismatchError,
     LibraryError,
+    LibraryRepairWarning,
     ManifestError,
     MergeError,
+    SignatureError,
 )
 from replaybank.llm.adapters.gate import gate, suite_measure
 from replaybank.llm.adapters.library import AdapterLibrary, Registration
@@ -30,6 +32,7 @@ from replaybank.llm.adapters.route import Route, Router, arrow_model, load_all, 
 
 __all__ = [
     "AdapterExistsError", "AdapterLibrary", "AdapterNotFoundError", "EmptyLibraryError", "FingerprintError", "GateError",
-    "HashMismatchError", "LibraryError", "Manifest", "ManifestError", "MergeError", "Registration", "Route", "Router", "aggregate",
+    "HashMismatchError", "LibraryError", "LibraryRepairWarning", "Manifest", "ManifestError", "MergeError", "Registration",
+    "Route", "Router", "SignatureError", "aggregate",
     "arrow_model", "gate", "load_all", "merge", "routed", "suite_measure",
 ]

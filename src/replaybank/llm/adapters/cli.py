@@ -217,11 +217,20 @@ def cmd_route(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the largest ``--examples`` file read (prompts, one a line)
+MAX_EXAMPLES_BYTES = 16 << 20
+
+
 def _examples(path: Path) -> list[str]:
+    """The prompts of a regular text file, one a line (a FIFO or a device is refused, never read;
+    at most :data:`MAX_EXAMPLES_BYTES`)."""
+    from replaybank.files import read_regular
+
+    raw = read_regular(path, error=LibraryError, what="example prompts file", max_bytes=MAX_EXAMPLES_BYTES)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LibraryError(f"{path}: cannot read example prompts ({type(exc).__name__})", field="examples") from None
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise LibraryError(f"{path}: example prompts are not UTF-8 (byte {exc.start})", field="examples") from None
     return [line.strip() for line in lines if line.strip()]
 
 

@@ -11,7 +11,7 @@ from replaybank.errors import ReplayBankError
 
 __all__ = [
     "AdapterExistsError", "AdapterNotFoundError", "EmptyLibraryError", "FingerprintError", "GateError",
-    "HashMismatchError", "LibraryError", "ManifestError", "MergeError",
+    "HashMismatchError", "LibraryError", "LibraryRepairWarning", "ManifestError", "MergeError", "SignatureError",
 ]
 
 
@@ -39,7 +39,12 @@ class FingerprintError(LibraryError):
 
 
 class HashMismatchError(LibraryError):
-    """The weights file's SHA-256 is not the one the manifest recorded."""
+    """The weights' or the adapter config's SHA-256 is not the one the manifest recorded."""
+
+
+class SignatureError(HashMismatchError):
+    """The library has a key and the manifest's HMAC signature is missing or not that key's: the
+    entry was registered without the key, or edited (and re-hashed) since."""
 
 
 class GateError(LibraryError):
@@ -60,3 +65,8 @@ class AdapterExistsError(LibraryError):
 
 class AdapterNotFoundError(LibraryError):
     """A name the library does not hold."""
+
+
+class LibraryRepairWarning(UserWarning):
+    """The library found a folder left by a registration killed between its two steps and
+    re-indexed it (its files checked) or moved it aside to ``.orphaned/``."""

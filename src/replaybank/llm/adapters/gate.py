@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.llm.adapters.errors import GateError
+from replaybank.llm.adapters.manifest import MAX_FLOOR, MAX_RETENTION
 
 __all__ = ["Measure", "gate", "suite_measure"]
 
@@ -49,22 +50,35 @@ def gate(name: str, measured: Mapping[str, Any], *, floor: float | None = None, 
         GateError: retention below ``floor`` (or not measured while a floor is set) without
             ``force``; figures that are not finite numbers.
     """
+    if not isinstance(measured, Mapping):
+        raise GateError(f"the measurement returned {type(measured).__name__}, expected a mapping", adapter=name, field="figures")
+    per_family = measured.get("per_family") or {}
+    if not isinstance(per_family, Mapping) or not all(isinstance(f, str) and f for f in per_family):
+        raise GateError(f"the measurement returned per_family {per_family!r}, expected {{family: retention}}", adapter=name,
+                        field="figures.per_family")
     unknown = sorted(set(measured) - {"retention", "domain", "per_family", "n"})
     if unknown:
         raise GateError(f"the measurement returned unknown keys {unknown}", adapter=name, field=f"figures.{unknown[0]}")
     figures: dict[str, Any] = {"retention": measured.get("retention"), "domain": measured.get("domain"),
-                               "per_family": dict(measured.get("per_family") or {}), "n": measured.get("n"),
+                               "per_family": dict(per_family), "n": measured.get("n"),
                                "floor": floor, "passed": None, "forced": False}
     for key in ("retention", "domain"):
         value = figures[key]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+        if value is not None and not _finite(value):
             raise GateError(f"the measurement returned {value!r}, expected a finite number or None", adapter=name,
                             field=f"figures.{key}")
         figures[key] = None if value is None else float(value)
+    for key, value in (("retention", figures["retention"]), *((f"per_family.{f}", v) for f, v in figures["per_family"].items())):
+        if value is not None and not (_finite(value) and 0 <= value <= MAX_RETENTION):
+            raise GateError(f"the measurement returned retention {value!r}, expected a ratio in [0, {MAX_RETENTION:g}] "
+                            "or None", adapter=name, field=f"figures.{key}")
+    n = figures["n"]
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 2**53):
+        raise GateError(f"the measurement returned n {n!r}, expected a count or None", adapter=name, field="figures.n")
     if floor is None:
         return figures
-    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor <= 10:
-        raise GateError(f"floor {floor!r} is not a fraction (e.g. 0.9)", adapter=name, field="floor")
+    if not _finite(floor) or not 0 <= floor <= MAX_FLOOR:
+        raise GateError(f"floor {floor!r} is not a fraction in [0, {MAX_FLOOR:g}] (e.g. 0.9)", adapter=name, field="floor")
     retention = figures["retention"]
     figures["passed"] = retention is not None and retention >= floor
     if not figures["passed"]:
@@ -74,6 +88,10 @@ def gate(name: str, measured: Mapping[str, Any], *, floor: float | None = None, 
                             field="figures.retention")
         figures["forced"] = True
     return figures
+
+
+def _finite(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def suite_measure(

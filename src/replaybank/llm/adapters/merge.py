@@ -37,8 +37,8 @@ from typing import Any, Literal
 from replaybank.llm.adapters.attach import detach, rank_of
 from replaybank.llm.adapters.errors import AdapterNotFoundError, FingerprintError, MergeError
 from replaybank.llm.adapters.gate import Measure
-from replaybank.llm.adapters.library import AdapterLibrary, Registration
-from replaybank.llm.adapters.manifest import Manifest
+from replaybank.llm.adapters.library import AdapterLibrary, Registration, name_list
+from replaybank.llm.adapters.manifest import DENSITY_TYPES, MAX_RANK, Manifest
 
 __all__ = ["COMBINATIONS", "DENSITY", "EQUAL_RANKS", "Combination", "aggregate", "aggregate_weights", "check_ranks", "merge"]
 
@@ -48,8 +48,7 @@ COMBINATIONS: tuple[str, ...] = Combination.__args__  # type: ignore[attr-define
 #: types PEFT allows only on adapters of one rank
 EQUAL_RANKS = ("linear", "ties", "dare_ties", "dare_linear", "magnitude_prune")
 #: types that need ``density`` (the kept share)
-DENSITY = ("ties", "dare_ties", "dare_linear", "magnitude_prune", "ties_svd", "dare_ties_svd", "dare_linear_svd",
-           "magnitude_prune_svd")
+DENSITY = DENSITY_TYPES
 #: types whose merge is a disjoint mean (TIES: the mean over the adapters that agree in sign)
 _DISJOINT_MEAN = ("ties", "dare_ties", "ties_svd", "dare_ties_svd")
 
@@ -80,23 +79,38 @@ def merge(
     ``+``; ``domain`` and ``data`` (the training data's manifest) are recorded as given.
 
     Raises:
-        MergeError: unknown combination type, ranks it cannot combine, a missing ``density``,
-            weights that do not match the names or are not finite, fewer than one adapter, repeats.
+        MergeError: ``names``, ``weights`` or ``examples`` given as one string (a string is not a
+            list of names), unknown combination type, ranks it cannot combine, a missing or
+            out-of-range ``density``, an ``svd_rank`` that is not a rank, weights that do not match
+            the names or are not finite, fewer than one adapter, repeats.
         FingerprintError: adapters registered for different base models, or not for this one.
         GateError, AdapterExistsError, ...: as :meth:`AdapterLibrary.add`.
     """
-    names = list(names)
+    names = name_list(names, "adapters", MergeError)
     if not names or len(set(names)) != len(names):
         raise MergeError(f"expected distinct adapter names, got {names}", adapter=", ".join(names), field="adapters")
     if combination_type not in COMBINATIONS:
         raise MergeError(f"unknown combination type {combination_type!r}; one of {', '.join(COMBINATIONS)}",
                          adapter=", ".join(names), field="combination_type")
-    weights = [1.0 / len(names)] * len(names) if weights is None else [float(w) for w in weights]
+    if isinstance(weights, (str, bytes)):
+        raise MergeError(f"weights must be a list of numbers, got one string {weights!r}", adapter=", ".join(names),
+                         field="weights")
+    if isinstance(examples, (str, bytes)):
+        raise MergeError(f"examples must be a list of prompts, got one string {examples!r}", adapter=", ".join(names),
+                         field="examples")
+    try:
+        weights = [1.0 / len(names)] * len(names) if weights is None else [_weight(w) for w in weights]
+    except (TypeError, ValueError):
+        raise MergeError(f"weights must be numbers, got {weights!r}", adapter=", ".join(names), field="weights") from None
     if len(weights) != len(names) or not all(math.isfinite(w) for w in weights):
         raise MergeError(f"expected {len(names)} finite weights, got {weights}", adapter=", ".join(names), field="weights")
-    if combination_type in DENSITY and (density is None or not 0 < density <= 1):
-        raise MergeError(f"combination type {combination_type!r} needs density in (0, 1], got {density!r}",
+    if density is not None and (isinstance(density, bool) or not isinstance(density, (int, float)) or not 0 < density <= 1):
+        raise MergeError(f"density {density!r} is not a share in (0, 1]", adapter=", ".join(names), field="density")
+    if combination_type in DENSITY and density is None:
+        raise MergeError(f"combination type {combination_type!r} needs density in (0, 1], got None",
                          adapter=", ".join(names), field="density")
+    if svd_rank is not None and (isinstance(svd_rank, bool) or not isinstance(svd_rank, int) or not 1 <= svd_rank <= MAX_RANK):
+        raise MergeError(f"svd_rank {svd_rank!r} is not a rank in [1, {MAX_RANK}]", adapter=", ".join(names), field="svd_rank")
     manifests = {n: library.verify(n) for n in names}
     check_ranks({n: rank_of(library.adapter_config(n)) for n in names}, combination_type)
     prints = {m.fingerprint for m in manifests.values()}
@@ -134,6 +148,12 @@ def merge(
         detach(peft_model, names[0], wrapped=True)
 
 
+def _weight(value: Any) -> float:
+    if isinstance(value, (bool, str, bytes)):
+        raise TypeError(value)
+    return float(value)
+
+
 def aggregate_weights(n: int, combination_type: str) -> list[float]:
     """Equal weights for ``n`` learners of one skill under PEFT's convention for ``combination_type``.
 
@@ -168,6 +188,8 @@ def aggregate(
         FingerprintError: learners of different base models (:func:`merge`'s check).
     """
     index = library.index()
+    if names is not None:
+        names = name_list(names, "adapters", MergeError)
     if names is None:
         same = [n for n in sorted(index) if index[n].get("skill") == skill]
         if not same:

@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,10 +40,11 @@ from typing import Any
 import numpy as np
 
 from replaybank.episodic.retrieval import BM25, tokenize
+from replaybank.llm.adapters.attach import check_config_fits
 from replaybank.llm.adapters.errors import EmptyLibraryError, LibraryError
-from replaybank.llm.adapters.library import AdapterLibrary
+from replaybank.llm.adapters.library import AdapterLibrary, name_list
 
-__all__ = ["BACKGROUND", "STOPWORDS", "Route", "Router", "arrow_model", "load_all", "routed"]
+__all__ = ["BACKGROUND", "STOPWORDS", "Route", "Router", "arrow_model", "check_threshold", "load_all", "routed"]
 
 STOPWORDS = frozenset("""
 a an the and or but if then so of to in on at by for from with about into over under as is are was were be been
@@ -54,6 +56,18 @@ shall may might must please not no yes just up out there here some any all also 
 
 #: the name the background prompts (general requests that belong to the base model) go under
 BACKGROUND = "(base)"
+
+
+def check_threshold(value: Any, field: str) -> float:
+    """``value`` as a confidence threshold: a number in ``[0, 1]`` (a bool, NaN, 5 or inf refused).
+
+    Raises:
+        LibraryError: naming ``field``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise LibraryError(f"{field} {value!r} is not a confidence in [0, 1] (1: a request worded like an example)",
+                           field=field)
+    return float(value)
 
 
 def _content(text: str) -> str:
@@ -80,21 +94,34 @@ class Route:
 class Router:
     """BM25 over example prompts ``{adapter: [prompt, ...]}``; see the module doc.
 
+    ``threshold`` is a confidence, so in ``[0, 1]``: 1 asks for a request worded like an example,
+    and above 1 (or infinite) nearly every request would go to the base model.
+
     Raises:
         EmptyLibraryError: no adapter, or no adapter with an example prompt.
-        LibraryError: a threshold that is not a number >= 0.
+        LibraryError: a threshold that is not a number in [0, 1], a ``top_k`` that is not an
+            integer >= 1, example prompts or background given as one string (not a list), naming
+            the parameter.
     """
 
     def __init__(self, examples: Mapping[str, Sequence[str]], *, threshold: float = 0.3, top_k: int = 1,
                  background: Sequence[str] = ()) -> None:
+        if not isinstance(examples, Mapping):
+            raise LibraryError(f"examples must be a mapping {{adapter: [prompt, ...]}}, got {type(examples).__name__}",
+                               field="examples")
         if not examples:
             raise EmptyLibraryError("no adapter to route to (register adapters with example prompts)", field="adapters")
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold >= 0:
-            raise LibraryError(f"threshold {threshold!r} is not a number >= 0", field="threshold")
+        check_threshold(threshold, "threshold")
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise LibraryError(f"top_k {top_k!r} is not an integer >= 1", field="top_k")
         if BACKGROUND in examples:
             raise LibraryError(f"{BACKGROUND!r} names the background prompts; rename that adapter", field="adapters")
+        for name, texts in examples.items():
+            if isinstance(texts, (str, bytes)) or not all(isinstance(t, str) for t in texts):
+                raise LibraryError(f"the example prompts must be a list of strings, got {texts!r}", adapter=str(name),
+                                   field="examples")
+        if isinstance(background, (str, bytes)) or not all(isinstance(t, str) for t in background):
+            raise LibraryError("background must be a list of prompts, not one string", field="background")
         self.threshold, self.top_k = float(threshold), top_k
         self.adapters = sorted(examples)
         self._docs = [(name, text) for name in self.adapters for text in examples[name]]
@@ -115,8 +142,9 @@ class Router:
 
         Raises:
             EmptyLibraryError: the library holds no adapter (or none has example prompts).
+            LibraryError: ``names`` given as one string.
         """
-        names = list(names) if names is not None else library.names()
+        names = name_list(names, "names") if names is not None else library.names()
         if not names:
             raise EmptyLibraryError(f"{library.root}: the library holds no adapter to route to", field="adapters")
         return cls({n: library.manifest(n).examples for n in names}, threshold=threshold, top_k=top_k,
@@ -160,7 +188,16 @@ class Router:
                    top_ks: Sequence[int] = (1, 3, 5), thresholds: Sequence[float] = (0.1, 0.2, 0.3, 0.4)) -> Router:
         """The router whose ``top_k`` and ``threshold`` route the examples and the background best
         left-one-out (the mean of the two shares of :meth:`leave_one_out`; ties to the earlier
-        setting): chosen from the registered prompts alone, never from the requests it will serve."""
+        setting): chosen from the registered prompts alone, never from the requests it will serve.
+
+        Raises:
+            LibraryError: ``top_ks`` or ``thresholds`` given as one value or holding one out of range.
+        """
+        for field, values in (("top_ks", top_ks), ("thresholds", thresholds)):
+            if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+                raise LibraryError(f"{field} must be a list, got {values!r}", field=field)
+        for t in thresholds:
+            check_threshold(t, "thresholds")
         best: tuple[float, Router] | None = None
         for k in top_ks:
             for t in thresholds:
@@ -180,10 +217,10 @@ def load_all(library: AdapterLibrary, base_model: Any, names: Sequence[str] | No
     """Every adapter (or ``names``) onto ``base_model`` under its own name; returns the PEFT model.
 
     Raises:
-        EmptyLibraryError: nothing to load. FingerprintError, HashMismatchError, ...: see
-            :meth:`AdapterLibrary.load`.
+        EmptyLibraryError: nothing to load. LibraryError: ``names`` given as one string.
+        FingerprintError, HashMismatchError, ...: see :meth:`AdapterLibrary.load`.
     """
-    names = list(names) if names is not None else library.names()
+    names = name_list(names, "names") if names is not None else library.names()
     if not names:
         raise EmptyLibraryError(f"{library.root}: the library holds no adapter", field="adapters")
     model = library.load(names[0], base_model)
@@ -213,8 +250,15 @@ def arrow_model(library: AdapterLibrary, base_model: Any, names: Sequence[str] |
     (hash, config, base model fingerprint). Arrow needs adapters of one rank on linear layers.
 
     Raises:
-        EmptyLibraryError: nothing to route among. LibraryError: this PEFT has no Arrow.
+        EmptyLibraryError: nothing to route among. LibraryError: this PEFT has no Arrow, ``names``
+            given as one string, ``top_k`` not an integer >= 1, ``router_temperature`` not finite and > 0.
+        ManifestError: a config that does not fit ``base_model`` (:func:`~.attach.check_config_fits`).
     """
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise LibraryError(f"top_k {top_k!r} is not an integer >= 1", field="top_k")
+    if isinstance(router_temperature, bool) or not isinstance(router_temperature, (int, float)) \
+            or not 0 < router_temperature < math.inf:
+        raise LibraryError(f"router_temperature {router_temperature!r} is not a finite number > 0", field="router_temperature")
     try:
         from peft import ArrowConfig, create_arrow_model
     except ImportError:
@@ -222,7 +266,7 @@ def arrow_model(library: AdapterLibrary, base_model: Any, names: Sequence[str] |
     from replaybank.llm.adapters.errors import FingerprintError
     from replaybank.llm.eval.decode import model_fingerprint
 
-    names = list(names) if names is not None else library.names()
+    names = name_list(names, "names") if names is not None else library.names()
     if not names:
         raise EmptyLibraryError(f"{library.root}: the library holds no adapter to route among", field="adapters")
     fingerprint = model_fingerprint(base_model)
@@ -231,6 +275,7 @@ def arrow_model(library: AdapterLibrary, base_model: Any, names: Sequence[str] |
         if m.fingerprint != fingerprint:
             raise FingerprintError(f"registered for base model {m.fingerprint[:16]}, not this one ({fingerprint[:16]})",
                                    adapter=n, field="base_model.fingerprint")
+        check_config_fits(library.adapter_config(n), base_model, str(library.folder(n) / m.config), n)
     paths = [str(library.folder(n)) for n in names]
     return create_arrow_model(base_model, paths, ArrowConfig(top_k=min(top_k, len(names)), router_temperature=router_temperature),
                               use_safetensors=True)

@@ -31,8 +31,8 @@ from replaybank.files import open_regular, read_regular
 from replaybank.llm.config.names import refuse_links
 
 __all__ = [
-    "CONFIG", "FILES", "MANIFEST", "WEIGHTS", "AdapterError", "check_tensors", "peft_config_dict",
-    "read_json_object", "read_tensors", "sha256_file", "write_adapter_folder", "write_json_atomic",
+    "CONFIG", "FILES", "MANIFEST", "WEIGHTS", "AdapterError", "check_tensors", "parse_json_object", "peft_config_dict",
+    "read_json_object", "read_tensors", "sha256_file", "tensors_from_bytes", "write_adapter_folder", "write_json_atomic",
 ]
 
 WEIGHTS = "adapter_model.safetensors"
@@ -98,17 +98,46 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def read_json_object(path: Path, what: str, error: type[ReplayBankError] = AdapterError) -> dict[str, Any]:
-    """The JSON object in the regular file ``path`` (``what`` names it in errors).
+class _RepeatedKey(ValueError):
+    """A JSON object that names one key twice (json.loads would keep the last silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _RepeatedKey(key)
+        out[key] = value
+    return out
+
+
+def read_json_object(
+    path: Path, what: str, error: type[ReplayBankError] = AdapterError, *, max_bytes: int | None = None,
+) -> dict[str, Any]:
+    """The JSON object in the regular file ``path`` (``what`` names it in errors); at most
+    ``max_bytes`` long when given. A key repeated in any object of the file is refused (the
+    parser would keep the last one silently, so two readers could see two different files).
 
     Raises:
-        error: a link, a missing or unreadable file, bad JSON, or not an object.
+        error: a link, a missing, unreadable or too large file, bad JSON, a repeated key, or not an object.
     """
     if path.is_symlink() or not path.is_file():
         raise error(f"{path}: {what} is missing or not a regular file")
-    raw = read_regular(path, error=error, follow_links=False)  # swapped for a link or FIFO since: still refused
+    # swapped for a link or FIFO since: still refused
+    raw = read_regular(path, error=error, follow_links=False, what=what, max_bytes=max_bytes)
+    return parse_json_object(raw, path, what, error)
+
+
+def parse_json_object(raw: bytes, path: Path, what: str, error: type[ReplayBankError] = AdapterError) -> dict[str, Any]:
+    """The JSON object in ``raw``, the bytes of ``path`` (as :func:`read_json_object` reads them).
+
+    Raises:
+        error: bad UTF-8 or JSON, a key repeated in an object, or not an object.
+    """
     try:
-        obj = json.loads(raw.decode("utf-8"))
+        obj = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except _RepeatedKey as exc:
+        raise error(f"{path}: {what} names the key {exc.args[0]!r} more than once") from None
     except (ValueError, RecursionError) as exc:
         raise error(f"{path}: {what} is not readable JSON ({type(exc).__name__})") from None
     if not isinstance(obj, dict):
@@ -122,10 +151,19 @@ def read_tensors(path: Path) -> dict[str, Any]:
     Raises:
         AdapterError: not a readable safetensors file.
     """
+    data = read_regular(path, error=AdapterError, follow_links=False)  # never a FIFO or a link out of the folder
+    return tensors_from_bytes(data, path)
+
+
+def tensors_from_bytes(data: bytes, path: Path) -> dict[str, Any]:
+    """The tensors in ``data``, the bytes of the safetensors file ``path`` (never pickle).
+
+    Raises:
+        AdapterError: not a readable safetensors file.
+    """
     from safetensors import SafetensorError
     from safetensors.torch import load
 
-    data = read_regular(path, error=AdapterError, follow_links=False)  # never a FIFO or a link out of the folder
     try:
         return load(data)
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
