@@ -357,8 +357,9 @@ class AdapterLibrary:
             given = self._stage(name, staging, folder, model, adapter_name)
             fingerprint, base_name = self._fingerprint(name, base_model, reg.fingerprint, reg.base_name, given)
             shown = folder / CONFIG if folder is not None else Path(f"{name}/{CONFIG}")  # errors name the source
-            cfg = check_adapter_config(read_json_object(staging / CONFIG, "adapter_config.json", error=ManifestError,
-                                                        max_bytes=_MAX_CONFIG_BYTES), str(shown), name)
+            raw = read_regular(staging / CONFIG, error=ManifestError, follow_links=False, what="adapter_config.json",
+                               max_bytes=_MAX_CONFIG_BYTES)
+            cfg = check_adapter_config(_config_object(raw, shown, name), str(shown), name)
             if base_model is not None:
                 check_config_fits(cfg, base_model, str(shown), name)
             figures = self._measure(name, staging, base_model, measure) if measure is not None else reg.figures
@@ -434,7 +435,7 @@ class AdapterLibrary:
         if digest != m.config_sha256:
             raise HashMismatchError(f"{path}: sha256 {digest[:16]} is not the registered {m.config_sha256[:16]}; the "
                                     "adapter config changed since registration", adapter=name, field="config_sha256")
-        return check_adapter_config(parse_json_object(raw, path, "adapter_config.json", ManifestError), str(path), name)
+        return check_adapter_config(_config_object(raw, path, name), str(path), name)
 
     def _entry_files(self, name: str, m: Manifest, *, keep_weights: bool) -> tuple[bytes | None, dict[str, Any]]:
         """The weights' hash and the config checked; the weights' bytes (the ones hashed) when ``keep_weights``."""
@@ -612,6 +613,14 @@ def _library_key(key: str | bytes | None) -> bytes | None:
     if not isinstance(key, (bytes, bytearray)) or len(key) < _MIN_KEY:
         raise LibraryError(f"{where}: a signing key must be text or bytes of at least {_MIN_KEY} bytes", field="key")
     return bytes(key)
+
+
+def _config_object(raw: bytes, path: Path, name: str) -> dict[str, Any]:
+    """``adapter_config.json``'s bytes parsed (``path`` names it in errors, with the adapter)."""
+    try:
+        return parse_json_object(raw, path, "adapter_config.json", ManifestError)
+    except ManifestError as exc:
+        raise ManifestError(str(exc), adapter=name, field="adapter_config") from None
 
 
 def _row(m: Manifest) -> dict[str, Any]:
