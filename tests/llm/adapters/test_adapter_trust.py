@@ -192,6 +192,17 @@ def test_a_manifest_out_of_range_is_refused_by_show_verify_and_load(lib, tmp_pat
     assert f"field '{key}'" in err and "Traceback" not in err
 
 
+def test_a_manifest_of_the_schema_without_a_config_hash_is_refused_by_its_schema(lib, tmp_path):
+    lib.add(_folder(tmp_path), Registration("gen1", skill="s"))
+    path = lib.root / "gen1" / "replaybank.json"
+    manifest = json.loads(path.read_text())
+    del manifest["config_sha256"], manifest["signature"]
+    path.write_text(json.dumps({**manifest, "schema": "replaybank.adapter/1"}))
+    with pytest.raises(ManifestError, match=r"field 'schema': .*is 'replaybank.adapter/1', expected 'replaybank.adapter/2' "
+                                            r"\(written by another replaybank version\? register the adapter again\)"):
+        lib.verify("gen1")
+
+
 def test_figures_the_gate_writes_pass_the_manifest_check(lib, tmp_path):
     passed = lib.add(_folder(tmp_path), Registration("a", skill="s", figures={"retention": 0.95}), floor=0.9)
     forced = lib.add(_folder(tmp_path, name="src2"), Registration("b", skill="s", figures={"retention": 0.5}), floor=0.9,

@@ -145,14 +145,15 @@ def check_manifest(obj: Any, where: str, name: str) -> Manifest:
 
     if not isinstance(obj, dict):
         raise bad("", f"expected a JSON object, got {type(obj).__name__}")
+    if obj.get("schema") != SCHEMA:  # first: another version's manifest differs in its keys too
+        raise bad("schema", f"is {obj.get('schema')!r}, expected {SCHEMA!r} (written by another replaybank version? "
+                  "register the adapter again)")
     for key in obj:
         if key not in _KEYS:
             raise bad(str(key), f"unknown key; known: {', '.join(sorted(_KEYS))}")
     for key in _KEYS:
         if key not in obj:
             raise bad(key, "missing")
-    if obj["schema"] != SCHEMA:
-        raise bad("schema", f"is {obj['schema']!r}, expected {SCHEMA!r} (written by another replaybank version?)")
     if obj["name"] != name or not is_name(name):
         raise bad("name", f"is {obj['name']!r}, expected the folder's name {name!r}")
     skill = _text(obj["skill"], bad, "skill")
