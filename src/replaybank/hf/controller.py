@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from transformers import TrainerCallback
 
-from replaybank.controllers import Controller, MixLimits, make_controller, summarize
+from replaybank.controllers import Controller, MixLimits, check_params, make_controller, summarize
 from replaybank.hf.plan import MixError
 from replaybank.hf.schedule import QuotaSchedule
 
@@ -93,6 +93,7 @@ class ControllerCallback(TrainerCallback):
     def make(cls, name: str, *, seed: int, floor: float = 0.0, max_share: float = 0.5, **params: Any) -> ControllerCallback:
         """A callback around ``make_controller(name, MixLimits(("rehearsal",), floor, max_share), ...)``."""
         limits = MixLimits(("rehearsal",), floor=floor, max_share=max_share)
+        params = check_params(name, params)
         return cls(make_controller(name, limits, rng=np.random.default_rng(seed), **params))
 
     # -- Trainer events ---------------------------------------------------------------------------
