@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from replaybank import schema
 from replaybank.checks import check_real, state_array, state_number
 from replaybank.controllers.base import (
     CONTROLLER_SCHEMA_VERSION,
@@ -38,7 +39,6 @@ from replaybank.controllers.base import (
     check_stats,
     constrain,
 )
-from replaybank import schema
 from replaybank.errors import InvalidArgumentError, InvalidStateError, ReplayBankError
 
 Feedback = Literal["full", "sampled"]

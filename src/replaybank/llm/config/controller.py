@@ -21,7 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.controllers import Controller, ControllerError, MixLimits, check_params, make_controller
+from replaybank.controllers import (
+    Controller,
+    ControllerError,
+    MixLimits,
+    check_params,
+    make_controller,
+)
 from replaybank.llm.config.values import ConfigError, at, shown
 
 AUTO = "auto"
