@@ -53,3 +53,30 @@ def test_links_followed_or_refused_as_asked(tmp_path):
     with pytest.raises(ReplayBankError, match=r"nope.toml: config file not found"):
         read_regular(tmp_path / "nope.toml", what="config file")
     assert list(iter_jsonl(tmp_path / "l.jsonl")) == [(1, {"a": 1})]
+
+
+def test_a_nul_byte_in_a_path_is_named_not_a_bare_value_error(tmp_path):
+    from replaybank.files import check_path, check_writable, write_regular
+
+    bad = str(tmp_path / "a\0b.json")
+    for call in (read_regular, check_regular, open_regular, check_path, check_writable,
+                 lambda p, **k: write_regular(p, b"x", **k)):  # fmt: skip
+        with pytest.raises(ReplayBankError, match=r"config file = '.*a\\x00b.json': the path holds a NUL byte"):
+            call(bad, what="config file")
+    with pytest.raises(ReplayBankError, match="expected a path"):
+        check_path(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_write_regular_refuses_what_is_not_a_regular_file(tmp_path, alarm, kind):
+    from replaybank.files import check_writable, write_regular
+
+    path = _make(kind, tmp_path / "out.json")
+    for call in (check_writable, lambda p: write_regular(p, "{}")):
+        with pytest.raises(ReplayBankError, match=rf"out.json: is {KINDS[kind]}, not a regular file"):
+            call(path)
+    (tmp_path / "new.json").write_text("a much longer old text")
+    write_regular(tmp_path / "new.json", "{}")
+    assert (tmp_path / "new.json").read_text() == "{}"
+    write_regular(tmp_path / "fresh.json", b"1")
+    assert (tmp_path / "fresh.json").read_bytes() == b"1"

@@ -7,7 +7,10 @@ every reader of a named file opens it through :func:`open_regular`: the open its
 of the very file read, not of whatever was at the path a moment before), and only a regular file
 is handed back, blocking again. A symbolic link the user named is followed (it was their choice);
 ``follow_links=False`` refuses one (for files inside a folder the project wrote, where a link
-would lead outside it). Stdlib only.
+would lead outside it). A path with a NUL byte (which no file system accepts) is refused with the
+same error type, never the ``ValueError`` the OS layer raises. Writers go through
+:func:`write_regular`, which refuses a path that exists and is not a regular file (writing to a
+FIFO blocks until someone reads it). Stdlib only.
 
 Example:
     >>> import os, tempfile
@@ -28,7 +31,15 @@ from typing import BinaryIO
 
 from replaybank.errors import ReplayBankError
 
-__all__ = ["check_regular", "file_kind", "open_regular", "read_regular"]
+__all__ = [
+    "check_path",
+    "check_regular",
+    "check_writable",
+    "file_kind",
+    "open_regular",
+    "read_regular",
+    "write_regular",
+]
 
 _KINDS = (
     (stat.S_ISDIR, "a folder"),
@@ -49,6 +60,22 @@ def _refusal(path: Path, mode: int, error: type[ReplayBankError], what: str) -> 
     return error(f"{path}: is {file_kind(mode)}, not a regular file; name a {what}")
 
 
+def check_path(
+    path: str | os.PathLike[str], *, error: type[ReplayBankError] = ReplayBankError, what: str = "file"
+) -> Path:
+    """``Path(path)`` once it is known to hold no NUL byte (the OS layer would raise a bare
+    ``ValueError``); ``what`` names the argument in the error."""
+    try:
+        text = os.fsdecode(os.fspath(path))
+    except TypeError:
+        raise error(
+            f"{what} = {path!r}: expected a path (a str or os.PathLike), got {type(path).__name__}"
+        ) from None
+    if "\x00" in text:
+        raise error(f"{what} = {text!r}: the path holds a NUL byte (\\x00); name a path without one")
+    return Path(text)
+
+
 def open_regular(
     path: str | os.PathLike[str], *, error: type[ReplayBankError] = ReplayBankError, follow_links: bool = True,
     what: str = "file",
@@ -61,7 +88,7 @@ def open_regular(
         error: the file is missing or unreadable (``file not found``, ``cannot read``), or it is a
             FIFO, device, socket or folder (or, with ``follow_links=False``, a symbolic link).
     """
-    p = Path(path)
+    p = check_path(path, error=error, what=what)
     flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
     try:
         fd = os.open(p, flags)
@@ -112,3 +139,59 @@ def check_regular(
     themselves (pyarrow, ``datasets``); the error is :func:`open_regular`'s."""
     open_regular(path, error=error, what=what).close()
     return Path(path)
+
+
+def check_writable(
+    path: str | os.PathLike[str], *, error: type[ReplayBankError] = ReplayBankError, what: str = "file"
+) -> Path:
+    """``path`` when a file may be written there: it holds no NUL byte, and it is missing or (a
+    link to) a regular file. Call it before long work whose result goes to ``path``, so a bad
+    path fails at once; :func:`write_regular` checks again when it writes."""
+    p = check_path(path, error=error, what=what)
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        return p
+    except OSError as exc:
+        raise error(f"{p}: cannot write the {what} ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(mode):
+        raise _refusal(p, mode, error, what)
+    return p
+
+
+def write_regular(
+    path: str | os.PathLike[str], data: bytes | str, *, error: type[ReplayBankError] = ReplayBankError,
+    what: str = "file",
+) -> Path:
+    """Write ``data`` (a ``str`` as UTF-8) to ``path``, created or replaced, only when it is (or
+    will be) a regular file: opened without blocking (a FIFO with no reader fails at once, one with
+    a reader is refused), checked with ``fstat`` before it is truncated.
+
+    Raises:
+        error: the path holds a NUL byte, is a FIFO, device, socket or folder, or cannot be
+            written.
+    """
+    p = check_writable(path, error=error, what=what)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o666)
+    except OSError as exc:  # ENXIO: a FIFO with no reader; EISDIR; EACCES
+        try:
+            mode = os.stat(p).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        if not stat.S_ISREG(mode):
+            raise _refusal(p, mode, error, what) from None
+        raise error(f"{p}: cannot write the {what} ({exc.strerror or exc})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _refusal(p, mode, error, what)
+        os.set_blocking(fd, True)
+        os.ftruncate(fd, 0)
+        with os.fdopen(os.dup(fd), "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+    except OSError as exc:
+        raise error(f"{p}: cannot write the {what} ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    return p

@@ -78,3 +78,28 @@ def test_sampled_feedback_probes_uniformly_with_the_passed_generator_and_reads_o
     assert counts[0] == 0 and abs(counts[1] - 200) < 4 * np.sqrt(100)  # binomial(400, 1/2): 4 sd
     only = BanditController(LIM, np.random.default_rng(0), feedback="sampled")
     assert only.probe([False, False]) == 0  # nothing to measure
+
+
+def test_sampled_feedback_weights_the_probed_reward_by_the_number_of_available_sources():
+    # Exp3's importance weight: the probed source's reward times m (1 / its chance of being probed),
+    # so the expected gain equals full feedback's; without it, sampled feedback learns m times slower
+    lim = MixLimits(("a", "b", "c"), floor=0.0, max_share=0.9)
+    available = [True, True, True]
+    full = BanditController(lim, np.random.default_rng(0), lr=0.5, discount=0.9)
+    loss, trend = np.array([0.8, 1.3, 1.1, 1.2]), np.zeros(4)
+    full.update(SourceStats(loss, trend), available)
+    want = 0.5 * bandit_rewards(SourceStats(loss, trend), 0.05, 0.5, 1.0)
+    np.testing.assert_allclose(full.state_dict()["score"], want)
+    mean = np.zeros(4)
+    for seed in range(30):
+        c = BanditController(lim, np.random.default_rng(seed), lr=0.5, discount=0.9, feedback="sampled")
+        arm = c.probe(available)
+        seen = np.full(4, np.nan)
+        seen[0], seen[arm] = loss[0], loss[arm]
+        c.update(SourceStats(seen, np.where(np.isnan(seen), np.nan, 0.0)), available)
+        score = np.array(c.state_dict()["score"])
+        assert score[arm] == pytest.approx(3 * want[arm])  # m = 3 sources available
+        assert score[0] == pytest.approx(want[0])
+        mean += score / 30
+    # all three probed over 30 seeds; the average gain is near full feedback's (unbiased)
+    assert np.all(np.abs(mean[1:] - want[1:]) < 0.6 * want[1:] + 1e-9)

@@ -105,3 +105,39 @@ def test_bad_input_is_refused_naming_it(tmp_path):
     (tmp_path / "replaybank_controller.json").write_text(json.dumps(state))
     with pytest.raises(ValueError, match=r"config\['sources'\]"):
         cb.load(tmp_path)
+
+
+def test_each_eval_loss_is_read_as_its_own_source():
+    # the domain's loss falls while the rehearsal source's rises: the controller must read the
+    # rise on the rehearsal side (its share grows); read swapped it would see the domain forgotten
+    from types import SimpleNamespace
+
+    cb = _bandit()
+    evals = [(0, 2.0, 1.0), (2, 1.5, 1.4), (4, 1.2, 1.8)]
+    for step, domain, rehearsal in evals:
+        metrics = {"eval_rehearsal_loss": rehearsal, "eval_runtime": 0.1}
+        cb.on_evaluate(None, SimpleNamespace(global_step=step), None, metrics=metrics)
+        cb.on_evaluate(None, SimpleNamespace(global_step=step), None, metrics={"eval_domain_loss": domain})
+    assert cb.history == [[2.0, 1.0], [1.5, 1.4], [1.2, 1.8]]
+    shares = [e["shares"]["rehearsal"] for e in cb.trajectory]
+    assert shares[-1] > shares[0] + 0.1  # the forgotten rehearsal source gained share
+
+
+def test_a_fifo_state_file_is_refused_at_once(tmp_path, alarm):
+    import os
+    from types import SimpleNamespace
+
+    cb = _bandit()
+    folder = tmp_path / "checkpoint-4"
+    folder.mkdir()
+    os.mkfifo(folder / "replaybank_controller.json")
+    with pytest.raises(MixError, match=r"replaybank_controller.json: is a FIFO \(named pipe\), not a regular file; name a controller state file"):
+        cb.load(folder)
+    # resuming from that checkpoint reads it (a FIFO is refused, not skipped)
+    with pytest.raises(MixError, match="is a FIFO"):
+        cb.on_train_begin(SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(global_step=4), None)
+    # and a save does not write into it
+    with pytest.raises(MixError, match="is a FIFO"):
+        cb.on_save(SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(global_step=4), None)
+    with pytest.raises(MixError, match=r"checkpoint folder = .*: the path holds a NUL byte"):
+        cb.load(str(tmp_path) + "\0x")

@@ -238,3 +238,51 @@ def test_a_trainer_batch_size_other_than_the_mix_is_refused_at_attach(tiny_lm, t
     trainer.train_dataset = two_ranks
     with pytest.raises(MixError, match="world_size=2, but the trainer runs on 1 process"):
         check_trainer(trainer)
+
+
+@pytest.mark.parametrize(
+    "weight, temperature, message",
+    [
+        (1e308, 1.0, r"weight = 1e\+308: must lie in \[0, 1000\]; outside it the KL term's loss overflows"),
+        (1000.5, 1.0, r"weight = 1000.5: must lie in \[0, 1000\]"),
+        (0.1, 1e-300, r"temperature = 1e-300: must lie in \[0.01, 100\]"),
+        (0.1, 1e3, r"temperature = 1000.0: must lie in \[0.01, 100\]"),
+        (0.1, float("nan"), r"temperature must be a finite number"),
+        (True, 1.0, r"weight must be a finite number, got True"),
+    ],
+)
+def test_weights_and_temperatures_whose_loss_cannot_be_finite_are_refused(tiny_lm, weight, temperature, message):
+    model = _peft(tiny_lm[0])
+    with pytest.raises(MixError, match=message):
+        KLToBase(model, weight, temperature=temperature)
+
+
+@pytest.mark.parametrize("temperature", [0.01, 100.0])
+def test_the_bounds_themselves_give_a_finite_loss(tiny_lm, temperature):
+    model = _peft(tiny_lm[0])
+    _perturb(model, scale=3.0)
+    kl = KLToBase(model, weight=1000.0, temperature=temperature).install()
+    loss, _ = _loss(kl, model, *_batch())
+    assert torch.isfinite(loss) and kl.last["kl_positions"] > 0
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("value", ["1", None, 1.0, True, 2, -1, torch.tensor([1])])
+def test_a_source_column_of_strings_or_none_is_named(value):
+    from replaybank.hf import SourceTap
+
+    collate = SourceTap().collator(lambda rows: {"n": len(rows)})
+    with pytest.raises(MixError, match=r"row 1 of the batch has source = .*: expected the integer 0 \(domain\) or 1"):
+        collate([{"source": 0}, {"source": value}])
+    assert collate([{"source": 0}, {"source": torch.tensor(1)}])["source"].tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("trainer", [None, object(), "trainer"])
+def test_attach_to_what_is_not_a_trainer_is_named(tiny_lm, trainer):
+    from replaybank.hf import SourceTap
+
+    with pytest.raises(MixError, match=r"SourceTap.attach\(trainer=.*\): expected a transformers Trainer"):
+        SourceTap().attach(trainer)
+    with pytest.raises(MixError, match=r"KLToBase.attach\(trainer=.*\): expected a transformers Trainer"):
+        KLToBase(_peft(tiny_lm[0]), 0.1).attach(trainer)

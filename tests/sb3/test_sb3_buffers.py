@@ -117,7 +117,7 @@ def test_optimize_memory_usage_and_bad_per_parameters_are_refused() -> None:
 
 def test_priorities_steer_sampling_and_pickling_keeps_everything() -> None:
     box, disc = spaces.Box(-10, 10, (1,), np.float32), spaces.Discrete(2)
-    buf = PrioritizedReplayBuffer(8, box, disc, device="cpu", alpha=1.0, beta=0.5, eps=0.0, seed=0)
+    buf = PrioritizedReplayBuffer(8, box, disc, device="cpu", alpha=1.0, beta=0.5, eps=1e-12, seed=0)
     for i in range(4):
         obs = np.array([[i]], np.float32)
         buf.add(obs, obs, np.array([0]), np.array([0.0]), np.array([False]), [{}])
@@ -150,3 +150,142 @@ def test_without_sb3_the_error_names_the_extra(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "stable_baselines3.common.buffers", None)
     with pytest.raises(ImportError, match=r"replaybank\[sb3\]"):
         importlib.import_module("replaybank.sb3.buffers")
+
+
+@pytest.mark.parametrize("buffer", [ReplayBuffer, PrioritizedReplayBuffer])
+@pytest.mark.parametrize("n_envs", [1, 3])
+def test_samples_carry_each_transitions_own_next_obs_and_reward(buffer, n_envs) -> None:
+    # obs i leads to next_obs 100 + i with reward 0.5 * i - 3 and done i % 2: a buffer that gave
+    # next_obs = obs, zero rewards or another transition's done would not match
+    box, disc = spaces.Box(-1000, 1000, (2,), np.float32), spaces.Discrete(3)
+    buf = buffer(64, box, disc, device="cpu", n_envs=n_envs, seed=0)
+    for step in range(10):
+        i = np.arange(step * n_envs, (step + 1) * n_envs)
+        obs = np.stack([i, -i], axis=1).astype(np.float32)
+        buf.add(obs, obs + 100, i % 3, 0.5 * i - 3, i % 2 == 1, [{} for _ in range(n_envs)])
+    s = buf.sample(48)
+    i = s.observations[:, 0].numpy()
+    np.testing.assert_array_equal(s.next_observations[:, 0].numpy(), i + 100)
+    np.testing.assert_array_equal(s.next_observations[:, 1].numpy(), -i + 100)
+    np.testing.assert_array_equal(s.rewards[:, 0].numpy(), 0.5 * i - 3)
+    np.testing.assert_array_equal(s.dones[:, 0].numpy(), i % 2)
+    np.testing.assert_array_equal(s.actions[:, 0].numpy(), i % 3)
+    assert len(set(i.tolist())) > 5
+
+
+def _step(n_envs: int = 1, **change):
+    o = np.zeros((n_envs, 2), np.float32)
+    step = dict(obs=o, next_obs=o, action=np.ones(n_envs, np.int64), reward=np.ones(n_envs),
+                done=np.zeros(n_envs, bool), infos=[{} for _ in range(n_envs)])  # fmt: skip
+    step.update(change)
+    return step
+
+
+BOX2, DISC3 = spaces.Box(-1, 1, (2,), np.float32), spaces.Discrete(3)
+
+
+@pytest.mark.parametrize("n_envs", [1, 2])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(obs=np.zeros((1, 3), np.float32)), r"add\(obs\): shape \(1, 3\) holds 3 values, expected n_envs=\d x \(2,\)"),
+        (dict(next_obs=np.zeros(5, np.float32)), r"add\(next_obs\): shape \(5,\) holds 5 values"),
+        (dict(action=np.zeros((4, 2), np.int64)), r"add\(action\): shape \(4, 2\) holds 8 values"),
+        (dict(reward=np.zeros(7)), r"add\(reward\): shape \(7,\) holds 7 values"),
+        (dict(infos=[]), r"add\(infos\): expected a list of \d dicts, one per env .*got 0 entries"),
+        (dict(infos=None), r"add\(infos\): expected a list of \d dicts, one per env .*got None"),
+        (dict(done=None), r"add\(done=None\): expected an array"),
+        (dict(reward=np.array(["a"])), r"add\(reward\): expected numbers, got dtype <U1"),
+    ],
+)
+def test_wrong_shapes_and_infos_are_named(n_envs, change, message) -> None:
+    buf = ReplayBuffer(10, BOX2, DISC3, device="cpu", n_envs=n_envs, seed=0)
+    with pytest.raises(ReplayBankError, match=message):
+        buf.add(**_step(n_envs, **change))
+    with pytest.raises(ReplayBankError, match=r"add\(infos\[0\]\): expected a dict, got NoneType"):
+        buf.add(**_step(n_envs, infos=[None] * n_envs))
+    assert len(buf.bank) == 0
+
+
+def test_an_n_envs_mismatch_is_named() -> None:
+    buf = ReplayBuffer(10, BOX2, DISC3, device="cpu", n_envs=2, seed=0)
+    with pytest.raises(ReplayBankError, match=r"add\(obs\): shape \(1, 2\) holds 2 values, expected n_envs=2 x \(2,\) = 4"):
+        buf.add(**_step(1, infos=[{}, {}]))
+
+
+@pytest.mark.parametrize("n_envs", [1, 2])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(reward=np.nan), r"add\(reward\): expected (a )?finite numbers?"),
+        (dict(reward=np.inf), r"add\(reward\): expected (a )?finite numbers?"),
+        (dict(done=2.0), r"add\(done\): expected 0 or 1"),
+        (dict(done=np.nan), r"add\(done\): expected 0 or 1"),
+        (dict(action=3), r"add\(action\): outside Discrete\(3\): expected integers from 0 to 2"),
+        (dict(action=-1), r"add\(action\): outside Discrete\(3\)"),
+        (dict(action=1.0), r"add\(action\): Discrete\(3\) takes integer actions, got dtype float64"),
+        (dict(obs=np.nan), r"add\(obs\): a float observation is NaN or infinite"),
+        (dict(next_obs=-np.inf), r"add\(next_obs\): a float observation is NaN or infinite"),
+    ],
+)
+def test_values_that_would_corrupt_training_are_refused_unless_opted_out(n_envs, change, message) -> None:
+    key, value = next(iter(change.items()))
+    like = _step(n_envs)[key]
+    bad = np.full(like.shape, value, dtype=np.float64 if isinstance(value, float) else like.dtype)
+    if key == "obs" or key == "next_obs":
+        bad = bad.astype(np.float32)
+    for cls in (ReplayBuffer, PrioritizedReplayBuffer):
+        buf = cls(10, BOX2, DISC3, device="cpu", n_envs=n_envs, seed=0)
+        with pytest.raises(ReplayBankError, match=message + r".*check_values=False"):
+            buf.add(**_step(n_envs, **{key: bad}))
+        assert len(buf.bank) == 0
+        lenient = cls(10, BOX2, DISC3, device="cpu", n_envs=n_envs, seed=0, check_values=False)
+        lenient.add(**_step(n_envs, **{key: bad}))  # stored as SB3's own buffer would
+        assert len(lenient.bank) == n_envs
+
+
+def test_actions_of_other_discrete_spaces_and_box_are_checked() -> None:
+    multi = ReplayBuffer(10, BOX2, spaces.MultiDiscrete([2, 3]), device="cpu", seed=0)
+    multi.add(**_step(1, action=np.array([[1, 2]])))
+    with pytest.raises(ReplayBankError, match=r"add\(action\): outside MultiDiscrete\(\[2 3\]\): expected integers from \[0, 0\] to \[1, 2\]"):
+        multi.add(**_step(1, action=np.array([[1, 3]])))
+    binary = ReplayBuffer(10, BOX2, spaces.MultiBinary(2), device="cpu", seed=0)
+    with pytest.raises(ReplayBankError, match=r"add\(action\): outside MultiBinary\(2\)"):
+        binary.add(**_step(1, action=np.array([[0, 2]])))
+    box = ReplayBuffer(10, BOX2, spaces.Box(-2, 2, (1,), np.float32), device="cpu", seed=0)
+    box.add(**_step(1, action=np.array([[-1.0]], np.float32)))  # SB3 stores Box actions rescaled
+    with pytest.raises(ReplayBankError, match=r"add\(action\): expected finite numbers"):
+        box.add(**_step(1, action=np.array([[np.nan]], np.float32)))
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: ReplayBuffer(0, BOX2, DISC3, device="cpu"), r"ReplayBuffer\(buffer_size=0\): must be an integer >= 1"),
+        (lambda: ReplayBuffer(-5, BOX2, DISC3, device="cpu"), r"ReplayBuffer\(buffer_size=-5\): must be an integer >= 1"),
+        (lambda: ReplayBuffer(10.0, BOX2, DISC3, device="cpu"), r"ReplayBuffer\(buffer_size=10.0\): expected an integer"),
+        (lambda: ReplayBuffer(10, BOX2, DISC3, device="cpu", n_envs=0), r"ReplayBuffer\(n_envs=0\): must be an integer >= 1"),
+        (lambda: ReplayBuffer(10, BOX2, DISC3, device="cpu", alpha=0.5), r"ReplayBuffer: unknown keyword 'alpha'"),
+        (lambda: ReplayBuffer(10, BOX2, DISC3, device="cpu", check_values="no"), r"check_values='no'\): expected True or False"),
+        (lambda: PrioritizedReplayBuffer(10, BOX2, DISC3, device="cpu", eps=0.0), r"PrioritizedReplayBuffer\(eps=0.0\): must be a finite number > 0"),
+        (lambda: PrioritizedReplayBuffer(10, BOX2, DISC3, device="cpu", beta=1e300), r"PrioritizedReplayBuffer\(beta=1e\+300\): must be a finite number >= 0.0 and <= 1.0"),
+        (lambda: PrioritizedReplayBuffer(10, BOX2, DISC3, device="cpu", alpha="0.6"), r"alpha='0.6'\): expected a real number, got str"),
+        (lambda: PrioritizedReplayBuffer(10, BOX2, DISC3, device="cpu", epss=1.0), r"PrioritizedReplayBuffer: unknown keyword 'epss'"),
+    ],
+)
+def test_bad_construction_arguments_are_named(build, message) -> None:
+    with pytest.raises(ReplayBankError, match=message):
+        build()
+
+
+def test_a_buffer_pickled_without_the_value_checks_loads_with_them_on() -> None:
+    buf = ReplayBuffer(10, BOX2, DISC3, device="cpu", seed=0)
+    buf.add(**_step(1))
+    state = buf.__getstate__()
+    for key in ("check_values", "_obs_size", "_obs_float", "_zeros", "_action_kind", "_action_low", "_action_high"):
+        state.pop(key)
+    back = ReplayBuffer.__new__(ReplayBuffer)
+    back.__setstate__(state)
+    assert back.check_values and len(back.bank) == 1
+    with pytest.raises(ReplayBankError, match=r"add\(reward\)"):
+        back.add(**_step(1, reward=np.array([np.nan])))

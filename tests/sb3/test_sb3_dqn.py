@@ -102,3 +102,48 @@ def test_save_and_load_replay_buffer(tmp_path) -> None:
     np.testing.assert_array_equal(a.sample(16).ids, b.sample(16).ids)
     other.learn(80, reset_num_timesteps=False)
     assert len(other.replay_buffer.bank) >= stored + 80
+
+
+def test_perdqn_loss_is_the_importance_weighted_huber_loss() -> None:
+    from stable_baselines3.common.logger import configure
+    from torch.nn import functional as F
+
+    model = PERDQN("MlpPolicy", "CartPole-v1", seed=0, **TINY)
+    model.learn(100)
+    model.set_logger(configure(None, [""]))
+    buffer = model.replay_buffer
+    data = buffer.sample(32)
+    weights = th.linspace(0.05, 1.0, 32).reshape(-1, 1)  # far from uniform: the mean would differ
+    data = data._replace(weights=weights)
+    buffer.sample = lambda *_a, **_k: data  # type: ignore[method-assign]
+    with th.no_grad():
+        next_q = model.q_net_target(data.next_observations).max(dim=1)[0].reshape(-1, 1)
+        target = data.rewards + (1 - data.dones) * model.gamma * next_q
+        current = th.gather(model.q_net(data.observations), dim=1, index=data.actions.long())
+        per_item = F.smooth_l1_loss(current, target, reduction="none")
+    model.train(gradient_steps=1, batch_size=32)
+    logged = model.logger.name_to_value["train/loss"]
+    assert logged == pytest.approx(float((weights * per_item).mean()), rel=1e-5)
+    assert logged != pytest.approx(float(per_item.mean()), rel=1e-3)  # the unweighted loss differs
+    assert model.logger.name_to_value["train/mean_weight"] == pytest.approx(float(weights.mean()))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(per_beta_final=1e300), r"PERDQN\(per_beta_final=1e\+300\): must be a finite number >= 0.0 and <= 1.0"),
+        (dict(per_beta_final="1"), r"PERDQN\(per_beta_final='1'\): expected a real number, got str"),
+        (dict(learning_rat=1e-3), r"PERDQN: unknown keyword 'learning_rat'; did you mean 'learning_rate'\?"),
+        (dict(batch_size="32"), r"PERDQN\(batch_size='32'\): expected a number"),
+        (dict(gamma=True), r"PERDQN\(gamma=True\): expected a number"),
+        (dict(replay_buffer_kwargs={"alpah": 0.6}), r"PERDQN\(replay_buffer_kwargs\): unknown keyword 'alpah'; did you mean 'alpha'\?"),
+        (dict(replay_buffer_kwargs={"alpha": "0.6"}), r"alpha='0.6'\): expected a real number, got str"),
+        (dict(replay_buffer_kwargs={"eps": 0.0}), r"eps=0.0\): must be a finite number > 0"),
+        (dict(replay_buffer_kwargs=[1]), r"PERDQN\(replay_buffer_kwargs=\[1\]\): expected a dict"),
+        (dict(buffer_size=0), r"PrioritizedReplayBuffer\(buffer_size=0\): must be an integer >= 1"),
+    ],
+)
+def test_perdqn_arguments_are_named(kwargs, message) -> None:
+    args = {**{k: v for k, v in TINY.items() if k not in kwargs}, **kwargs}
+    with pytest.raises(ReplayBankError, match=message):
+        PERDQN("MlpPolicy", "CartPole-v1", **args)

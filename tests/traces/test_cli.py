@@ -99,3 +99,69 @@ def test_record_trains_caches_and_records(tmp_path: Path, capsys: pytest.Capture
     assert "wrote" in capsys.readouterr().out
     assert main(["traces", "inspect", str(tmp_path / "t")]) == 0
     assert "workload: code" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["synth", "OUT", "--seed", "-1"], "argument --seed: -1 is below 0"),
+        (["synth", "OUT", "--requests", "0"], "argument --requests: 0 is below 1"),
+        (["simulate", "TRACE", "--capacity", "8", "--seed", "-3"], "argument --seed: -3 is below 0"),
+        (["simulate", "TRACE", "--capacity", "8", "--half-life", "nan"], "argument --half-life: 'nan': expected a finite number > 0"),
+        (["compare", "TRACE", "--out", "R", "--requests", "nan"], "argument --requests: 'nan' is not an integer"),
+        (["compare", "TRACE", "--out", "R", "--requests", "inf"], "argument --requests: 'inf' is not an integer"),
+        (["compare", "TRACE", "--out", "R", "--requests", "-2"], "argument --requests: -2 is below 1"),
+    ],
+)
+def test_bad_numbers_are_refused_by_argparse(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    argv = [str(tmp_path / a) if a in ("OUT", "TRACE", "R") else a for a in argv]
+    with pytest.raises(SystemExit) as exit_:
+        main(["traces", *argv])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seeds", ["nan", "inf", "-1", "1.5", "0,-2", ""])
+def test_compare_refuses_seeds_that_are_not_integers_at_least_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str], seeds: str) -> None:
+    trace = tmp_path / "t"
+    assert main(["traces", "synth", str(trace), "--requests", "4", "--decode-tokens", "2"]) == 0
+    capsys.readouterr()
+    assert main(["traces", "compare", str(trace), "--out", str(tmp_path / "r"), "--seeds", seeds]) == 2
+    err = capsys.readouterr().err
+    assert f"--seeds = {seeds!r}: " in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_synth_overwrite_never_deletes_a_folder_that_is_not_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    user = tmp_path / "work"
+    user.mkdir()
+    for i in range(5):
+        (user / f"f{i}.py").write_text("mine")
+    assert main(["traces", "synth", str(user), "--overwrite"]) == 2
+    assert f"{user}: not a trace folder" in capsys.readouterr().err
+    assert sorted(p.name for p in user.iterdir()) == [f"f{i}.py" for i in range(5)]
+    trace = tmp_path / "t"
+    assert main(["traces", "synth", str(trace), "--requests", "2"]) == 0
+    assert main(["traces", "synth", str(trace), "--requests", "3", "--overwrite"]) == 0
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_simulate_json_refuses_a_fifo_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str], alarm: None) -> None:
+    import os
+
+    trace = tmp_path / "t"
+    assert main(["traces", "synth", str(trace), "--requests", "2"]) == 0
+    os.mkfifo(tmp_path / "pipe")
+    assert main(["traces", "simulate", str(trace), "--capacity", "32", "--json", str(tmp_path / "pipe")]) == 2
+    assert "pipe: is a FIFO (named pipe), not a regular file; name a --json file" in capsys.readouterr().err
+
+
+def test_compare_never_overwrites_a_report_md_it_did_not_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t"
+    assert main(["traces", "synth", str(trace), "--requests", "4", "--decode-tokens", "2"]) == 0
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "report.md").write_text("my notes")
+    assert main(["traces", "compare", str(trace), "--out", str(out), "--seeds", "0", "--requests", "2"]) == 2
+    assert "holds ['report.md'] but no earlier report" in capsys.readouterr().err
+    assert (out / "report.md").read_text() == "my notes"

@@ -94,3 +94,21 @@ def test_a_capacity_below_a_step_union_names_the_request_and_step() -> None:
     wide = synthetic_trace(requests=8, prompt_tokens=6, decode_tokens=4, layers=1, experts=12, top_k=2, seed=0)
     with pytest.raises(ReplayBankError, match=r"capacity 3 of layer 0 .* request \d+, step \d+: prefill"):
         run_study({"w": wide}, Design(seeds=(0,), requests=4, ratio=0.25))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(seeds=(-1,)), r"seeds = \(-1,\): expected a non-empty tuple of integers >= 0"),
+        (dict(seeds=()), "seeds = .*non-empty"),
+        (dict(seeds=(1.5,)), "seeds = .*integers >= 0"),
+        (dict(requests=0), "requests = 0: expected an integer >= 1"),
+        (dict(concurrent=True), "concurrent = True: expected an integer >= 1"),
+        (dict(prefetch=-1), "prefetch = -1: expected an integer >= 0"),
+        (dict(ratio=float("nan")), r"ratio = nan: expected a capacity ratio in \(0, 1\]"),
+        (dict(alt_ratio="0.5"), "alt_ratio = '0.5'"),
+    ],
+)
+def test_a_design_refuses_bad_values(change: dict, message: str) -> None:
+    with pytest.raises(ReplayBankError, match=message):
+        Design(**change)

@@ -135,3 +135,65 @@ def test_object_arrays_links_and_missing_files_are_refused(saved: Path, tmp_path
         load_trace(saved)
     with pytest.raises(ReplayBankError, match="is not a saved trace"):
         load_trace(tmp_path)
+
+
+@pytest.mark.parametrize("key", ["layers", "num_experts"])
+@pytest.mark.parametrize("value", [2, None, "2", [], [1.5, 2], [True, 1]])
+def test_manifest_layers_and_num_experts_must_be_lists_of_integers(saved: Path, key: str, value: object) -> None:
+    path = saved / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest[key] = value
+    manifest["manifest_sha256"] = _digest(manifest)
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(CorruptSaveError, match=rf"manifest.json: {key}(\[0\])? = .*expected"):
+        load_trace(saved)
+
+
+def test_a_resigned_overflowing_token_count_is_refused_at_load(saved: Path) -> None:
+    t = load_trace(saved)
+    tokens = t.tokens.copy()
+    tokens[0] = 2**63 - 1
+    resign(saved, "tokens", tokens)
+    with pytest.raises(CorruptSaveError, match=r"tokens\[0\] = 9223372036854775807: more than the 27 token rows"):
+        load_trace(saved)
+
+
+def test_overwrite_replaces_only_a_trace_folder(saved: Path, tmp_path: Path) -> None:
+    t = load_trace(saved)
+    user = tmp_path / "mine"
+    user.mkdir()
+    for i in range(5):
+        (user / f"notes{i}.txt").write_text("keep me")
+    with pytest.raises(ReplayBankError, match=r"mine: not a trace folder \(holds \['notes0.txt', .*overwrite replaces only"):
+        save_trace(t, user, overwrite=True)
+    assert sorted(p.name for p in user.iterdir()) == [f"notes{i}.txt" for i in range(5)]
+    # a trace folder with one extra file of the user's is not replaced either
+    (saved / "notes.txt").write_text("keep me")
+    with pytest.raises(ReplayBankError, match=r"holds \['notes.txt'\] besides trace files"):
+        save_trace(t, saved, overwrite=True)
+    (saved / "notes.txt").unlink()
+    # trace file names without a trace manifest, a plain file, a link: refused
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "manifest.json").write_text('{"format": "something else"}')
+    with pytest.raises(ReplayBankError, match="manifest.json is not a 'replaybank-moe-trace' manifest"):
+        save_trace(t, fake, overwrite=True)
+    (tmp_path / "file").write_text("keep me")
+    with pytest.raises(ReplayBankError, match="file: overwrite replaces only a trace folder, and this is not a folder"):
+        save_trace(t, tmp_path / "file", overwrite=True)
+    (tmp_path / "link").symlink_to(user)
+    with pytest.raises(ReplayBankError, match="link: overwrite replaces only a trace folder"):
+        save_trace(t, tmp_path / "link", overwrite=True)
+    assert (tmp_path / "file").read_text() == "keep me" and (user / "notes0.txt").exists()
+    save_trace(t, saved, overwrite=True)  # a trace folder is replaced
+    (tmp_path / "empty").mkdir()
+    save_trace(t, tmp_path / "empty", overwrite=True)  # so is an empty one
+    assert load_trace(tmp_path / "empty").num_steps == t.num_steps
+
+
+def test_paths_with_a_nul_byte_are_named(saved: Path) -> None:
+    t = load_trace(saved)
+    for call in (lambda: save_trace(t, str(saved) + "\0x"), lambda: load_trace(str(saved) + "\0x"),
+                 lambda: read_manifest(str(saved) + "\0x")):  # fmt: skip
+        with pytest.raises(ReplayBankError, match=r"trace folder = .*: the path holds a NUL byte"):
+            call()

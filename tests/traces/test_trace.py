@@ -106,3 +106,35 @@ def test_synthetic_trace_follows_its_parameters() -> None:
 def test_docstring_examples_hold(module: str) -> None:
     result = doctest.testmod(importlib.import_module(f"replaybank.traces.{module}"))
     assert result.attempted >= 1 and result.failed == 0
+
+
+def test_token_counts_that_would_overflow_int64_are_refused() -> None:
+    # two steps of 2**63 - 1 tokens and one of 3 wrap around int64 to a sum of 1 token row, which
+    # numpy later indexes far outside the arrays (a segfault in inspect and simulate)
+    big = 2**63 - 1
+    with pytest.raises(ReplayBankError, match=r"tokens\[0\] = 9223372036854775807: more than the 1 token rows"):
+        Trace.build(request=[0, 1, 2], kind=[0, 0, 0], start=[0, 0, 0], tokens=[big, big, 3],
+                    experts=[[[0, 1]]], num_experts=[4])  # fmt: skip
+    # each count fits in the token rows, but 17 x 2**60 wraps around int64 to exactly 2**60
+    n = 2**60
+    with pytest.raises(ReplayBankError, match="tokens sum to more than int64 can count"):
+        Trace(request=np.arange(17, dtype=np.int64), kind=np.zeros(17, np.uint8), start=np.zeros(17, np.int64),
+              tokens=np.full(17, n, np.int64), experts=np.broadcast_to(np.zeros((1, 1, 1), np.int16), (1, n, 1)),
+              gates=np.broadcast_to(np.ones((1, 1, 1), np.float32), (1, n, 1)), num_experts=(4,), layers=(0,))  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "0"])
+def test_seeds_are_integers_at_least_zero(seed: Any) -> None:
+    from replaybank.traces import simulate
+
+    with pytest.raises(ReplayBankError, match=r"seed = .*: expected an integer >= 0 or a numpy.random.Generator"):
+        synthetic_trace(requests=2, prompt_tokens=2, decode_tokens=1, layers=1, experts=4, top_k=2, seed=seed)
+    t = synthetic_trace(requests=2, prompt_tokens=2, decode_tokens=1, layers=1, experts=4, top_k=2)
+    with pytest.raises(ReplayBankError, match=r"seed = .*: expected an integer >= 0"):
+        simulate(t, "random", 4, seed=seed)
+
+
+@pytest.mark.parametrize("zipf", [float("inf"), float("nan"), -1.0])
+def test_zipf_must_be_finite(zipf: float) -> None:
+    with pytest.raises(ReplayBankError, match="zipf = .*finite, >= 0"):
+        synthetic_trace(requests=2, prompt_tokens=2, decode_tokens=1, layers=1, experts=4, top_k=2, zipf=zipf)

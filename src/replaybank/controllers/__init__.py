@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -55,15 +56,41 @@ from replaybank.controllers.proxy import (
 __all__ = [
     "CONTROLLERS", "CONTROLLER_SCHEMA_VERSION", "BanditController", "Controller", "ControllerError",
     "FixedController", "MixLimits", "PROXY_FEATURES", "ProxyController", "ProxyFit", "SourceStats",
-    "bandit_rewards", "constrain", "exp3_mixture", "fit_proxy", "make_controller", "proxy_mixture",
-    "summarize",
+    "RESERVED", "bandit_rewards", "check_params", "constrain", "exp3_mixture", "fit_proxy", "make_controller",
+    "proxy_mixture", "summarize",
 ]
 
 #: the controllers by the name a config gives
 CONTROLLERS: dict[str, type] = {"fixed": FixedController, "bandit": BanditController, "proxy": ProxyController}
 
 
-def make_controller(name: str, limits: MixLimits, *, rng: np.random.Generator | None = None, **params: Any) -> Controller:
+#: what make_controller passes itself; never a parameter from a config
+RESERVED = ("limits", "rng")
+
+
+def check_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` as a dict once none of them is one :func:`make_controller` passes itself
+    (``limits``, ``rng``): call it before ``make_controller(name, limits, rng=..., **params)``,
+    where such a key would otherwise collide with the argument (a ``TypeError``).
+
+    Raises:
+        ControllerError: naming the key and where its value comes from instead.
+    """
+    if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
+        raise ControllerError(f"controller {name!r} parameters: expected a mapping of names to values, got {params!r}")
+    for key in RESERVED:
+        if key in params:
+            source = "the seeded generator of the run (its seed)" if key == "rng" else "the sources, floor and max_share"
+            raise ControllerError(
+                f"controller {name!r}: parameter {key!r} is set by replaybank from {source}, not from the "
+                f"controller's parameters; remove {key!r} from them (e.g. controller_params.{key})"
+            )
+    return dict(params)
+
+
+def make_controller(
+    name: str, limits: MixLimits, /, *, rng: np.random.Generator | None = None, **params: Any
+) -> Controller:
     """The controller called ``name`` over ``limits``, with its parameters.
 
     Args:
@@ -74,7 +101,8 @@ def make_controller(name: str, limits: MixLimits, *, rng: np.random.Generator | 
             ``weights=`` for proxy).
 
     Raises:
-        ControllerError: on an unknown name or parameter (with a "did you mean"), or a bad value.
+        ControllerError: on an unknown name or parameter (with a "did you mean"), a parameter
+            named ``limits`` (see :func:`check_params` for ``rng``), or a bad value.
 
     Example:
         >>> make_controller("bandt", MixLimits(("a",)))
@@ -87,6 +115,7 @@ def make_controller(name: str, limits: MixLimits, *, rng: np.random.Generator | 
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise ControllerError(f"unknown controller {name!r}; expected one of {sorted(CONTROLLERS)}{hint}")
     cls = CONTROLLERS[name]
+    check_params(name, params)
     accepted = [p for p in inspect.signature(cls).parameters if p not in ("limits", "rng")]
     for key in params:
         if key not in accepted:

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from replaybank import schema
 from replaybank.checks import check_real, state_array, state_number
 from replaybank.controllers.base import (
     CONTROLLER_SCHEMA_VERSION,
@@ -38,7 +39,7 @@ from replaybank.controllers.base import (
     check_stats,
     constrain,
 )
-from replaybank.errors import InvalidArgumentError, InvalidStateError
+from replaybank.errors import InvalidArgumentError, InvalidStateError, ReplayBankError
 
 Feedback = Literal["full", "sampled"]
 _KEYS = ("schema_version", "name", "config", "t", "score", "prior", "seen", "probe", "rng")
@@ -233,11 +234,15 @@ class BanditController:
             probe = state_number(state, "probe", who, integer=True, low=0, high=n - 1)
             if probe > 0 and not seen[probe]:
                 raise InvalidStateError(f"{who} state['probe']={probe}: a source never available")
-        rng = np.random.Generator(type(self.rng.bit_generator)())
-        try:
-            rng.bit_generator.state = state["rng"]
-        except (TypeError, ValueError, KeyError) as err:
-            raise InvalidStateError(f"{who} state['rng']: not a {type(self.rng.bit_generator).__name__} state ({err})") from None
+        kind = type(self.rng.bit_generator).__name__
+        saved = state["rng"]
+        if not isinstance(saved, Mapping) or saved.get("bit_generator") != kind:
+            got = saved.get("bit_generator") if isinstance(saved, Mapping) else type(saved).__name__
+            raise InvalidStateError(f"{who} state['rng']: not a {kind} state (bit_generator {got!r})")
+        try:  # exactly numpy's keys, integer leaves in range (a 2**300 or 1.5 is refused, not cast)
+            rng = schema.rng(saved, f"{who} state['rng']")
+        except ReplayBankError as err:
+            raise InvalidStateError(str(err)) from None
         self._t, self._score, self._prior, self._seen = t, score, prior, seen
         self._probe = probe
         self.rng.bit_generator.state = rng.bit_generator.state

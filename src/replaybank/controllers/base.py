@@ -89,11 +89,45 @@ class MixLimits:
         return {"sources": list(self.sources), "floors": self.floors.tolist(), "max_share": float(self.max_share)}
 
 
-def _numbers(value: float | Sequence[float], key: str, n: int) -> np.ndarray:
+def number_array(value: Any, what: str) -> np.ndarray:
+    """``value`` as a float64 array when it holds only numbers: a string, a bool, ``None`` or a
+    ragged list anywhere in it is refused (numpy would read ``"0.1"`` as 0.1 and ``True`` as 1),
+    naming ``what``."""
+    if isinstance(value, (str, bytes)):
+        raise ControllerError(f"{what} = {value!r}: expected numbers, got a string")
+    stray = _not_number(value)
+    if stray is not None:  # inside a list numpy casts a bool or a numeric string silently
+        raise ControllerError(f"{what} = {value!r}: expected numbers, got {stray[1]} {stray[0]!r}")
     try:
-        arr = np.asarray(value, dtype=np.float64)
+        arr = np.asarray(value)
     except (TypeError, ValueError):
-        raise ControllerError(f"MixLimits({key}={value!r}): expected a number or {n} numbers") from None
+        raise ControllerError(f"{what} = {value!r}: expected numbers in a regular (not ragged) shape") from None
+    if arr.dtype.kind not in "iuf":
+        kind = {"b": "bools", "U": "strings", "S": "strings", "O": "values that are not numbers"}.get(
+            arr.dtype.kind, f"dtype {arr.dtype}"
+        )
+        raise ControllerError(f"{what} = {value!r}: expected numbers, got {kind}")
+    return arr.astype(np.float64)
+
+
+def _not_number(value: Any, depth: int = 0) -> tuple[Any, str] | None:
+    """The first string, bool or ``None`` inside nested lists and tuples, with its kind."""
+    if isinstance(value, (list, tuple)) and depth < 4:
+        for item in value:
+            if isinstance(item, (bool, np.bool_)):
+                return item, "a bool"
+            if isinstance(item, (str, bytes)):
+                return item, "a string"
+            if item is None:
+                return item, "None"
+            found = _not_number(item, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _numbers(value: float | Sequence[float], key: str, n: int) -> np.ndarray:
+    arr = number_array(value, f"MixLimits({key})")
     if arr.ndim == 0:
         arr = np.full(n, float(arr))
     if arr.shape != (n,) or not np.isfinite(arr).all():
@@ -135,10 +169,7 @@ def check_stats(stats: SourceStats, mask: np.ndarray, limits: MixLimits) -> Sour
     names = ("current domain", *limits.sources)
     out = {}
     for key in ("loss", "trend"):
-        try:
-            arr = np.asarray(getattr(stats, key), dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ControllerError(f"SourceStats.{key}: expected {len(names)} numbers") from None
+        arr = number_array(getattr(stats, key), f"SourceStats.{key}")
         if arr.shape != (len(names),):
             raise ControllerError(f"SourceStats.{key}: expected {len(names)} numbers ({names}), got shape {arr.shape}")
         bad = np.flatnonzero(mask & ~np.isfinite(arr))
@@ -160,7 +191,9 @@ def summarize(history: Sequence[Sequence[float]] | np.ndarray, k: int = 3) -> So
     fewer than two). NaN marks a source not measured yet.
 
     Raises:
-        ControllerError: on a negative or infinite loss, a first loss of 0, or ``k < 2``.
+        ControllerError: on a negative or infinite loss, a first loss of 0, ``k < 2``, or rows
+            that are ragged or hold strings, bools or ``None`` (NaN, not ``None``, marks a source
+            not measured).
 
     Example:
         >>> s = summarize([[2.0, 1.0], [1.5, 1.1], [1.0, 1.2]], k=3)
@@ -169,7 +202,7 @@ def summarize(history: Sequence[Sequence[float]] | np.ndarray, k: int = 3) -> So
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 2:
         raise ControllerError(f"summarize(k={k!r}): expected an int >= 2 (a trend needs two points)")
-    h = np.asarray(history, dtype=np.float64)
+    h = number_array(history, "summarize(history)")
     if h.ndim != 2 or h.shape[0] == 0:
         raise ControllerError(f"summarize(history): expected rows of losses (evaluations x sources), got shape {h.shape}")
     bad = np.argwhere(np.isinf(h) | (h < 0))

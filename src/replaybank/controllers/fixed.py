@@ -20,6 +20,7 @@ from replaybank.controllers.base import (
     check_header,
     check_stats,
     constrain,
+    number_array,
 )
 
 _KEYS = ("schema_version", "name", "config")
@@ -34,8 +35,8 @@ class FixedController:
             each at least its floor, together at most ``limits.max_share``.
 
     Raises:
-        ControllerError: on shares below a floor, above the maximum share together, negative or
-            not finite.
+        ControllerError: on shares below a floor, above the maximum share together, negative, not
+            finite, or not numbers (a string or a bool).
 
     Example:
         >>> c = FixedController(MixLimits(("tools", "agenda"), max_share=0.5), shares=0.1)
@@ -47,7 +48,7 @@ class FixedController:
 
     def __init__(self, limits: MixLimits, shares: float | Sequence[float] = 0.1) -> None:
         self.limits = limits
-        arr = np.asarray(shares, dtype=np.float64) if not isinstance(shares, bool) else np.array(np.nan)
+        arr = number_array(shares, "fixed(shares)")
         arr = np.full(limits.n, float(arr)) if arr.ndim == 0 else arr
         if arr.shape != (limits.n,) or not np.isfinite(arr).all() or (arr < 0).any():
             raise ControllerError(f"fixed(shares={shares!r}): expected finite numbers >= 0, one or {limits.n}")

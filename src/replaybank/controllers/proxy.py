@@ -33,6 +33,7 @@ from replaybank.controllers.base import (
     check_header,
     check_stats,
     constrain,
+    number_array,
 )
 from replaybank.errors import InvalidArgumentError
 
@@ -72,7 +73,7 @@ class ProxyController:
     """A frozen proxy-learnt policy (see the module; weights from :func:`fit_proxy`).
 
     Raises:
-        ControllerError: on weights that are not 7 finite numbers.
+        ControllerError: on weights that are not 7 finite numbers (strings and bools refused).
 
     Example:
         >>> c = ProxyController(MixLimits(("tools",), max_share=0.5), weights=[-2, 0, 0, 0, 0, 0, 0])
@@ -83,10 +84,7 @@ class ProxyController:
     name = "proxy"
 
     def __init__(self, limits: MixLimits, weights: Sequence[float]) -> None:
-        try:
-            w = np.asarray(weights, dtype=np.float64)
-        except (TypeError, ValueError):
-            w = np.array([])
+        w = number_array(weights, "proxy(weights)")
         if w.shape != (len(PROXY_FEATURES),) or not np.isfinite(w).all():
             raise ControllerError(
                 f"proxy(weights={weights!r}): expected {len(PROXY_FEATURES)} finite numbers ({', '.join(PROXY_FEATURES)})"

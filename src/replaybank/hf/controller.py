@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 from transformers import TrainerCallback
 
-from replaybank.controllers import Controller, MixLimits, make_controller, summarize
+from replaybank.controllers import Controller, MixLimits, check_params, make_controller, summarize
+from replaybank.files import check_path, read_regular, write_regular
 from replaybank.hf.plan import MixError
 from replaybank.hf.schedule import QuotaSchedule
 
@@ -93,13 +94,15 @@ class ControllerCallback(TrainerCallback):
     def make(cls, name: str, *, seed: int, floor: float = 0.0, max_share: float = 0.5, **params: Any) -> ControllerCallback:
         """A callback around ``make_controller(name, MixLimits(("rehearsal",), floor, max_share), ...)``."""
         limits = MixLimits(("rehearsal",), floor=floor, max_share=max_share)
+        params = check_params(name, params)
         return cls(make_controller(name, limits, rng=np.random.default_rng(seed), **params))
 
     # -- Trainer events ---------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.global_step > 0:  # resuming: this callback's state of that checkpoint
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            if (folder / STATE_FILE).is_file():
+            path = folder / STATE_FILE
+            if path.exists() or path.is_symlink():  # a FIFO or a link is refused by load, not skipped
                 self.load(folder)
 
     def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, float] | None = None, **kwargs: Any) -> None:
@@ -116,7 +119,8 @@ class ControllerCallback(TrainerCallback):
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if folder.is_dir():
-            (folder / STATE_FILE).write_text(json.dumps(self.state_dict()), encoding="utf-8")
+            write_regular(folder / STATE_FILE, json.dumps(self.state_dict()), error=MixError,
+                          what="controller state file")
 
     # -- the steering -----------------------------------------------------------------------------
     def observe(self, step: int, losses: list[float]) -> float:
@@ -159,10 +163,16 @@ class ControllerCallback(TrainerCallback):
         self.history, self.trajectory = [list(map(float, r)) for r in history], list(state["trajectory"])
 
     def load(self, folder: str | Path) -> None:
-        """Read ``folder/replaybank_controller.json`` (a checkpoint folder written by :meth:`on_save`)."""
-        path = Path(folder) / STATE_FILE
+        """Read ``folder/replaybank_controller.json`` (a checkpoint folder written by :meth:`on_save`).
+
+        Raises:
+            MixError: the file is missing, not a regular file (a FIFO is refused at once, never
+                waited on), not JSON, or not a state of this callback (see :meth:`load_state_dict`).
+        """
+        path = check_path(folder, error=MixError, what="checkpoint folder") / STATE_FILE
+        data = read_regular(path, error=MixError, what="controller state file")
         try:
-            state = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            state = json.loads(data.decode("utf-8"))
+        except (ValueError, RecursionError) as exc:
             raise MixError(f"{path}: not a readable controller state ({exc})") from None
         self.load_state_dict(state)

@@ -45,17 +45,28 @@ from collections.abc import Callable
 from typing import Any
 
 from replaybank.hf.plan import MixError
-from replaybank.hf.source import SourceTap, add_to_log
+from replaybank.hf.source import SourceTap, add_to_log, check_trainer_like
 from replaybank.llm.config.recipe import Recipe
 from replaybank.llm.data.rows import IGNORE_INDEX
 from replaybank.llm.train.kl import base_logits_at, kl_mask, kl_to_base
 
+#: the KL term's weight and temperature whose loss stays finite (the recipe's kl_to_base and
+#: kl_temperature bounds): a weight of 1e308 or a temperature of 1e-300 (0 in float32) gives a NaN
+#: loss on the first rehearsal row
+MAX_WEIGHT = 1000.0
+TEMPERATURE_RANGE = (0.01, 100.0)
 
-def _check_number(name: str, value: Any, *, positive: bool) -> float:
+
+def _check_number(name: str, value: Any, *, positive: bool, high: float, low: float = 0.0) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise MixError(f"{name} must be a finite number, got {value!r}")
     if value < 0 or (positive and value == 0):
         raise MixError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value!r}")
+    if not low <= value <= high:
+        raise MixError(
+            f"{name} = {value!r}: must lie in [{low:g}, {high:g}]; outside it the KL term's loss "
+            "overflows (float32) and training gets a NaN loss"
+        )
     return float(value)
 
 
@@ -64,8 +75,8 @@ class KLToBase:
 
     Args:
         model: the PEFT model being trained (its ``disable_adapter()`` gives the base model).
-        weight: weight of the KL term (``>= 0``; 0 leaves the plain token-mean cross-entropy).
-        temperature: softmax temperature of both distributions (``> 0``).
+        weight: weight of the KL term (in ``[0, 1000]``; 0 leaves the plain token-mean cross-entropy).
+        temperature: softmax temperature of both distributions (in ``[0.01, 100]``).
         source_column: the column marking rehearsal rows (1) and domain rows (0).
         on: ``"rehearsal"``: KL on the rehearsal rows' labelled positions; ``"all"``: also on the
             domain rows' prompt positions.
@@ -95,8 +106,9 @@ class KLToBase:
                 "from its disable_adapter(); wrap it with peft.get_peft_model first"
             )
         self.model = model
-        self.weight = _check_number("weight", weight, positive=False)
-        self.temperature = _check_number("temperature", temperature, positive=True)
+        self.weight = _check_number("weight", weight, positive=False, high=MAX_WEIGHT)
+        self.temperature = _check_number("temperature", temperature, positive=True, low=TEMPERATURE_RANGE[0],
+                                         high=TEMPERATURE_RANGE[1])
         if on not in ("rehearsal", "all"):
             raise MixError(f'on must be "rehearsal" or "all", got {on!r}')
         if not rehearsal_ce and self.weight == 0:
@@ -162,6 +174,7 @@ class KLToBase:
                 source column), the trainer does not train this loss's model, or its batch size
                 differs from its ``mix`` stream's (:func:`replaybank.hf.check_trainer`).
         """
+        check_trainer_like(trainer, "KLToBase.attach")
         if trainer.model is not self.model:
             raise MixError(
                 "the trainer trains another model than KLToBase(model, ...) was given: pass the "

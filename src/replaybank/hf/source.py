@@ -25,7 +25,31 @@ from typing import Any
 
 from replaybank.hf.plan import MixError
 
-__all__ = ["SourceTap", "add_to_log"]
+__all__ = ["SourceTap", "add_to_log", "check_trainer_like"]
+
+
+def check_trainer_like(trainer: Any, who: str) -> None:
+    """``trainer`` must look like a ``transformers.Trainer`` (``args``, ``model``,
+    ``data_collator``, ``log``), so that ``attach(None)`` or ``attach(model)`` fails naming the
+    argument instead of an ``AttributeError`` deep in the wiring."""
+    missing = [a for a in ("args", "model", "data_collator", "log") if not hasattr(trainer, a)]
+    if trainer is None or missing:
+        raise MixError(
+            f"{who}(trainer={type(trainer).__name__ if trainer is not None else None}): expected a "
+            f"transformers Trainer (or TRL SFTTrainer), built before attach; it has no {missing or ['args']}"
+        )
+
+
+def _source_value(value: Any, i: int, column: str) -> int:
+    """A row's source: the integer 0 (domain) or 1 (rehearsal); a string, ``None``, a float or a
+    bool is refused (``int("1")`` would pass a string column silently)."""
+    item = value.item() if hasattr(value, "item") and getattr(value, "ndim", 1) == 0 else value
+    if isinstance(item, bool) or not isinstance(item, int) or item not in (0, 1):
+        raise MixError(
+            f"row {i} of the batch has {column} = {value!r}: expected the integer 0 (domain) or 1 "
+            f"(rehearsal), as replaybank.hf.mix writes it; fix the {column!r} column of the dataset"
+        )
+    return item
 
 
 class _KeepSource:
@@ -47,7 +71,7 @@ class _KeepSource:
                     "TrainingArguments(remove_unused_columns=False), or name your column with "
                     "source_column=..."
                 )
-            sources.append(int(row[self.column]))
+            sources.append(_source_value(row[self.column], i, self.column))
         batch = self.inner([{k: v for k, v in row.items() if k != self.column} for row in features])
         batch[self.column] = torch.tensor(sources, dtype=torch.long)
         return batch
@@ -141,13 +165,14 @@ class SourceTap:
         model, log ``rehearsal_share`` with each loss; returns ``self``.
 
         Raises:
-            MixError: ``trainer.args.remove_unused_columns`` is true (Trainer would drop the
+            MixError: ``trainer`` is not a trainer (``None``, a model), ``trainer.args.remove_unused_columns`` is true (Trainer would drop the
                 column before the collator), ``trainer.args.packing`` is true (TRL would join
                 rows), or the trainer's batch size differs from its ``mix`` stream's
                 (:func:`replaybank.hf.check_trainer`).
         """
         from replaybank.hf.trainer_check import check_trainer
 
+        check_trainer_like(trainer, "SourceTap.attach")
         check_trainer(trainer)
         if getattr(trainer.args, "packing", False):
             raise MixError(

@@ -9,6 +9,14 @@ shapes and dtypes (``observations`` ``(B, *obs_shape)``, ``actions`` ``(B, actio
 one item (a step of ``n_envs`` envs is one ``extend`` of ``n_envs`` rows), so ``buffer_size`` is
 the number of transitions kept, as in SB3.
 
+Checks (every ``add``): the arrays hold ``n_envs`` transitions of the spaces' shapes and ``infos``
+is a list of ``n_envs`` dicts; with ``check_values=True`` (the default) also the values that would
+corrupt training: a reward or a float observation that is NaN or infinite, a ``done`` other than
+0 or 1, an action outside a ``Discrete`` / ``MultiDiscrete`` / ``MultiBinary`` space (or a float
+action for one), a NaN or infinite ``Box`` action. SB3's own buffer stores all of these;
+``check_values=False`` does too (shapes and infos are still checked). ``Box`` actions are not held
+to the space's bounds: SB3's off-policy algorithms store them rescaled to ``[-1, 1]``.
+
 Timeouts: with ``handle_timeout_termination=True`` (SB3's default) a transition whose info says
 ``TimeLimit.truncated`` is stored with ``done = 0``, so the TD target bootstraps through it: what
 SB3 computes at sample time as ``dones * (1 - timeouts)``.
@@ -16,13 +24,16 @@ SB3 computes at sample time as ``dones * (1 - timeouts)``.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from .. import Prioritized, Uniform
 from ..buffer import ReplayBuffer as Bank
-from ..errors import InvalidArgumentError
+from ..checks import check_int, check_real
+from ..errors import InvalidArgumentError, InvalidTypeError
 
 try:
     import torch as th
@@ -55,6 +66,31 @@ class PrioritizedReplayBufferSamples(NamedTuple):
     ids: np.ndarray
 
 
+def _bad(name: str, what: str, value: Any) -> InvalidArgumentError:
+    shown = np.asarray(value).ravel()[:8].tolist() if isinstance(value, np.ndarray) else value
+    return InvalidArgumentError(f"ReplayBuffer.add({name}): {what} (got {shown!r}); {_OPT_OUT}")
+
+
+_OPT_OUT = (
+    "fix the values the env or the algorithm passes, or build the buffer with check_values=False "
+    "(replay_buffer_kwargs={'check_values': False}) to store them unchecked, as SB3's buffer does"
+)
+
+
+def _action_check(space: Any) -> tuple[str, np.ndarray, np.ndarray]:
+    """``(kind, low, high)``: how ``add`` checks an action of ``space`` (integers in ``[low, high)``
+    for the discrete kinds, finite numbers for a Box)."""
+    if isinstance(space, spaces.Discrete):
+        first = int(space.start)
+        return "discrete", np.array([first]), np.array([first + int(space.n)])
+    if isinstance(space, spaces.MultiDiscrete):
+        starts = np.asarray(getattr(space, "start", np.zeros_like(space.nvec))).ravel()
+        return "discrete", starts, starts + np.asarray(space.nvec).ravel()
+    if isinstance(space, spaces.MultiBinary):
+        return "discrete", np.zeros(1, np.int64), np.full(1, 2, np.int64)
+    return "box", np.zeros(0), np.zeros(0)
+
+
 def _check_space(space: Any, what: str) -> None:
     if not isinstance(space, _SPACES) or (
         isinstance(space, spaces.MultiBinary) and what == "action" and not isinstance(space.n, int)
@@ -75,10 +111,14 @@ class ReplayBuffer(SB3ReplayBuffer):
         seed: seeds the buffer's sampling. None (default): drawn from numpy's global generator,
             which SB3 seeds with the algorithm's ``seed`` just before it builds the buffer, so a
             seeded run repeats.
+        check_values: refuse, in ``add``, the values that would corrupt training (see the module
+            doc); False stores them as SB3's buffer does. Shapes and infos are checked either way.
 
     Raises:
-        ReplayBankError: an observation or action space it cannot hold (named), or
-            ``optimize_memory_usage=True``.
+        ReplayBankError: an observation or action space it cannot hold (named),
+            ``optimize_memory_usage=True``, a ``buffer_size`` or ``n_envs`` below 1, an unknown
+            keyword (named); in ``add``, arrays of the wrong size, ``infos`` that are not
+            ``n_envs`` dicts, and (``check_values``) the values the module doc lists.
 
     >>> from stable_baselines3 import DQN
     >>> model = DQN("MlpPolicy", "CartPole-v1", replay_buffer_class=ReplayBuffer, buffer_size=10_000,
@@ -101,7 +141,21 @@ class ReplayBuffer(SB3ReplayBuffer):
         handle_timeout_termination: bool = True,
         *,
         seed: int | None = None,
+        check_values: bool = True,
+        **unknown: Any,
     ) -> None:
+        who = type(self).__name__
+        if unknown:
+            raise InvalidArgumentError(
+                f"{who}: unknown keyword {sorted(unknown)[0]!r} (replay_buffer_kwargs take seed, "
+                f"check_values{', alpha, beta, eps' if isinstance(self, PrioritizedReplayBuffer) else ''})"
+            )
+        check_int(buffer_size, who, "buffer_size", low=1)
+        check_int(n_envs, who, "n_envs", low=1)
+        if not isinstance(check_values, bool):
+            raise InvalidTypeError(f"{who}(check_values={check_values!r}): expected True or False")
+        if seed is not None:
+            check_int(seed, who, "seed", low=0)
         _check_space(observation_space, "observation")
         _check_space(action_space, "action")
         if optimize_memory_usage:
@@ -128,6 +182,11 @@ class ReplayBuffer(SB3ReplayBuffer):
         self.bank = Bank(
             self.buffer_size * n_envs, sampler=self._sampler(), seed=seed, spec=self.spec, cast="unsafe"
         )
+        self.check_values = check_values
+        self._obs_size = int(np.prod(self.obs_shape))
+        self._obs_float = np.dtype(obs_dtype).kind == "f"
+        self._zeros = np.zeros(self._obs_size, dtype=obs_dtype if self._obs_float else np.float32)
+        self._action_kind, self._action_low, self._action_high = _action_check(action_space)
 
     def _sampler(self) -> Any:
         return Uniform()
@@ -142,18 +201,46 @@ class ReplayBuffer(SB3ReplayBuffer):
         done: np.ndarray,
         infos: list[dict[str, Any]],
     ) -> None:
-        """Store one vector-env step: ``n_envs`` transitions."""
+        """Store one vector-env step: ``n_envs`` transitions.
+
+        Raises:
+            ReplayBankError: naming the argument: an array that does not hold ``n_envs``
+                transitions of the spaces' shapes, ``infos`` that are not ``n_envs`` dicts, and
+                with ``check_values`` a NaN / infinite reward or float observation, a ``done``
+                other than 0 or 1, an action outside a discrete space or a float one for it.
+        """
         n = self.n_envs
+        if type(infos) is not list or len(infos) != n or any(type(i) is not dict for i in infos):
+            infos = self._check_infos(infos)
+        # SB3 passes numpy arrays: no np.asarray call for those (the same values either way)
+        array = np.ndarray
+        obs = obs if type(obs) is array else self._array(obs, "obs")
+        next_obs = next_obs if type(next_obs) is array else self._array(next_obs, "next_obs")
+        action = action if type(action) is array else self._array(action, "action")
+        reward = reward if type(reward) is array else self._array(reward, "reward")
+        done = done if type(done) is array else self._array(done, "done")
+        k = "biuf"
+        if obs.dtype.kind not in k or next_obs.dtype.kind not in k or action.dtype.kind not in k or (
+            reward.dtype.kind not in k or done.dtype.kind not in k
+        ):
+            for name, arr in zip(("obs", "next_obs", "action", "reward", "done"), (obs, next_obs, action, reward, done)):
+                self._array(arr, name)
+        size = self._obs_size * n
+        if obs.size != size or next_obs.size != size or action.size != self.action_dim * n or (
+            reward.size != n or done.size != n
+        ):
+            self._wrong_size(obs, next_obs, action, reward, done)
+        if self.check_values:
+            self._check_values(obs, next_obs, action, reward, done)
         if n == 1:  # the per-step path: one item, no batch arrays (ReplayBuffer.add)
             timeout = self.handle_timeout_termination and infos[0].get("TimeLimit.truncated", False)
-            # SB3 passes numpy arrays: no np.asarray call for those (the same values either way)
-            array, shape = np.ndarray, self.obs_shape
+            shape = self.obs_shape
             self.bank.add(
-                obs=(obs if type(obs) is array else np.asarray(obs)).reshape(shape),
-                next_obs=(next_obs if type(next_obs) is array else np.asarray(next_obs)).reshape(shape),
-                action=(action if type(action) is array else np.asarray(action)).reshape(self.action_dim),
-                reward=(reward if type(reward) is array else np.asarray(reward)).item(),
-                done=0.0 if timeout else float((done if type(done) is array else np.asarray(done)).item()),
+                obs=obs.reshape(shape),
+                next_obs=next_obs.reshape(shape),
+                action=action.reshape(self.action_dim),
+                reward=reward.item(),
+                done=0.0 if timeout else float(done.item()),
             )
             self.pos += 1  # _advance, inline on the per-step path
             if self.pos == self.buffer_size:
@@ -173,6 +260,83 @@ class ReplayBuffer(SB3ReplayBuffer):
             }
         )
         self._advance()
+
+    def _array(self, value: Any, name: str) -> np.ndarray:
+        if value is None:
+            raise InvalidArgumentError(f"ReplayBuffer.add({name}=None): expected an array of {self.n_envs} env(s)")
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as err:
+            raise InvalidArgumentError(f"ReplayBuffer.add({name}): not an array ({err})") from None
+        if arr.dtype.kind not in "biuf":
+            raise InvalidTypeError(f"ReplayBuffer.add({name}): expected numbers, got dtype {arr.dtype}")
+        return arr
+
+    def _check_infos(self, infos: Any) -> list[dict[str, Any]]:
+        n = self.n_envs
+        if not isinstance(infos, (list, tuple)) or len(infos) != n:
+            got = f"{len(infos)} entries" if isinstance(infos, (list, tuple)) else repr(infos)
+            raise InvalidArgumentError(
+                f"ReplayBuffer.add(infos): expected a list of {n} dicts, one per env (n_envs={n}), got "
+                f"{got}; pass the infos the vector env returned ([{{}}] * n_envs when there are none)"
+            )
+        for i, info in enumerate(infos):
+            if not isinstance(info, Mapping):
+                raise InvalidArgumentError(
+                    f"ReplayBuffer.add(infos[{i}]): expected a dict, got {type(info).__name__}"
+                )
+        return list(infos)
+
+    def _wrong_size(self, *arrays: np.ndarray) -> None:
+        n, names = self.n_envs, ("obs", "next_obs", "action", "reward", "done")
+        per = (self._obs_size, self._obs_size, self.action_dim, 1, 1)
+        shapes = (self.obs_shape, self.obs_shape, (self.action_dim,), (), ())
+        for name, arr, k, shape in zip(names, arrays, per, shapes):
+            if arr.size != k * n:
+                raise InvalidArgumentError(
+                    f"ReplayBuffer.add({name}): shape {arr.shape} holds {arr.size} values, expected "
+                    f"n_envs={n} x {shape} = {k * n} (an array per step of all {n} envs, of the "
+                    "spaces the buffer was built with)"
+                )
+
+    def _check_values(
+        self, obs: np.ndarray, next_obs: np.ndarray, action: np.ndarray, reward: np.ndarray, done: np.ndarray
+    ) -> None:
+        one = self.n_envs == 1
+        if one:  # Python scalars: cheaper than numpy reductions on one value
+            r, d = reward.item(), done.item()
+            if reward.dtype.kind == "b" or not math.isfinite(r):
+                raise _bad("reward", "expected a finite number", reward)
+            if d != 0 and d != 1:  # NaN fails both
+                raise _bad("done", "expected 0 or 1 (False or True)", done)
+        else:
+            if reward.dtype.kind == "b" or not np.isfinite(reward).all():
+                raise _bad("reward", "expected finite numbers", reward)
+            if not ((done == 0) | (done == 1)).all():
+                raise _bad("done", "expected 0 or 1 (False or True) per env", done)
+        if self._obs_float:
+            for name, arr in (("obs", obs), ("next_obs", next_obs)):
+                # a dot with zeros is NaN exactly when a value is NaN or infinite (one pass, no copy)
+                finite = math.isfinite(arr.reshape(-1).dot(self._zeros)) if one else np.isfinite(arr).all()
+                if not finite:
+                    raise _bad(name, "a float observation is NaN or infinite", arr)
+        if one and self._action_kind == "discrete" and action.size == 1:
+            x = action.item()
+            if type(x) is int and self._action_low[0] <= x < self._action_high[0]:
+                return  # the common case (Discrete): checked without numpy reductions
+        if self._action_kind == "box":
+            if action.dtype.kind == "f" and not np.isfinite(action).all():
+                raise _bad("action", "expected finite numbers", action)
+            return
+        if action.dtype.kind not in "biu":
+            raise _bad(
+                "action", f"{self.action_space} takes integer actions, got dtype {action.dtype}", action
+            )
+        a = action.reshape(self.n_envs, -1)
+        low, high = self._action_low, self._action_high
+        if (a < low).any() or (a >= high).any():
+            lo, hi = (v.tolist()[0] if v.size == 1 else v.tolist() for v in (low, high - 1))
+            raise _bad("action", f"outside {self.action_space}: expected integers from {lo} to {hi}", action)
 
     def _advance(self) -> None:
         self.pos += 1
@@ -217,6 +381,11 @@ class ReplayBuffer(SB3ReplayBuffer):
     def __setstate__(self, state: dict[str, Any]) -> None:
         bank_state = state.pop("bank")
         self.__dict__.update(state)
+        self.__dict__.setdefault("check_values", True)  # a buffer pickled before the value checks
+        self._obs_size = int(np.prod(self.obs_shape))
+        self._obs_float = np.dtype(self.observation_space.dtype).kind == "f"
+        self._zeros = np.zeros(self._obs_size, dtype=self.observation_space.dtype if self._obs_float else np.float32)
+        self._action_kind, self._action_low, self._action_high = _action_check(self.action_space)
         self.bank = Bank(
             self.buffer_size * self.n_envs, sampler=self._sampler(), seed=0, spec=self.spec, cast="unsafe"
         )
@@ -231,9 +400,15 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     the loss nor update priorities); :class:`replaybank.sb3.PERDQN` does both.
 
     Args:
-        alpha, beta, eps: ``Prioritized``'s (priority exponent, importance-weight exponent, added
-            to every priority); ``beta`` may be changed later (``PERDQN`` anneals it).
+        alpha, beta, eps: ``Prioritized``'s (priority exponent, importance-weight exponent in
+            ``[0, 1]``, added to every priority: ``eps > 0``, so an item whose TD error is 0 is
+            still replayed); ``beta`` may be changed later (``PERDQN`` anneals it).
         the rest: :class:`ReplayBuffer`'s.
+
+    Raises:
+        ReplayBankError: ``eps`` not finite and > 0, ``beta`` outside ``[0, 1]`` (weights
+            ``(N * P)^-beta`` with a larger exponent underflow to 0 for all but the rarest items),
+            ``alpha`` out of ``Prioritized``'s range; :class:`ReplayBuffer`'s.
     """
 
     def __init__(
@@ -250,7 +425,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         beta: float = 0.4,
         eps: float = 1e-6,
         seed: int | None = None,
+        check_values: bool = True,
+        **unknown: Any,
     ) -> None:
+        check_real(eps, type(self).__name__, "eps", low=0.0, low_open=True)
+        check_real(beta, type(self).__name__, "beta", low=0.0, high=1.0)
         Prioritized(alpha=alpha, beta=beta, eps=eps)  # refuses bad values before anything is built
         self._per_args = {"alpha": alpha, "beta": beta, "eps": eps}
         super().__init__(
@@ -262,6 +441,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             optimize_memory_usage,
             handle_timeout_termination,
             seed=seed,
+            check_values=check_values,
+            **unknown,
         )
 
     def _sampler(self) -> Any:
@@ -275,6 +456,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     @beta.setter
     def beta(self, value: float) -> None:
+        check_real(value, type(self).__name__, "beta", low=0.0, high=1.0)
         self.bank.sampler.beta = value  # type: ignore[attr-defined]
         self._per_args["beta"] = self.bank.sampler.beta  # type: ignore[attr-defined]
 

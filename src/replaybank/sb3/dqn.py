@@ -10,11 +10,14 @@ after the forward pass, before the backward pass: nothing in between reads them)
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..checks import check_real
+from ..errors import InvalidArgumentError, InvalidTypeError
 from .buffers import PrioritizedReplayBuffer
 
 try:
@@ -27,18 +30,54 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 __all__ = ["PERDQN"]
 
 
+def _unknown(key: str, accepted: list[str], where: str) -> InvalidArgumentError:
+    close = difflib.get_close_matches(key, accepted, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return InvalidArgumentError(f"{where}: unknown keyword {key!r}{hint}")
+
+
+def _check_kwargs(kwargs: dict[str, Any], buffer_class: type) -> None:
+    """``DQN``'s keywords by name, numbers where its defaults are numbers, and the buffer's
+    ``replay_buffer_kwargs`` by name, before SB3 would fail on them with a ``TypeError``."""
+    params = inspect.signature(DQN.__init__).parameters
+    accepted = [p for p in params if p not in ("self", "policy", "env")]
+    for key, value in kwargs.items():
+        if key not in accepted:
+            raise _unknown(key, accepted + ["per_beta_final"], "PERDQN")
+        default = params[key].default
+        number = isinstance(default, (int, float)) and not isinstance(default, bool)
+        if number and (isinstance(value, (str, bytes, bool)) or value is None):
+            raise InvalidTypeError(
+                f"PERDQN({key}={value!r}): expected a number (DQN's default is {default!r})"
+            )
+    buffer_kwargs = kwargs.get("replay_buffer_kwargs")
+    if buffer_kwargs is None:
+        return
+    if not isinstance(buffer_kwargs, dict):
+        raise InvalidTypeError(f"PERDQN(replay_buffer_kwargs={buffer_kwargs!r}): expected a dict")
+    sig = inspect.signature(buffer_class).parameters
+    fixed = ("buffer_size", "observation_space", "action_space", "device", "n_envs",
+             "optimize_memory_usage", "unknown")  # fmt: skip
+    taken = [p for p in sig if p not in fixed]
+    for key in buffer_kwargs:
+        if key not in taken:
+            raise _unknown(str(key), taken, "PERDQN(replay_buffer_kwargs)")
+
+
 class PERDQN(DQN):
     """DQN with prioritized replay: ``replaybank.sb3.PrioritizedReplayBuffer`` by default.
 
     Args:
         policy, env: SB3's.
-        per_beta_final: ``beta`` at the end of training (1.0 removes the sampling bias fully);
-            None keeps the buffer's ``beta`` fixed.
+        per_beta_final: ``beta`` at the end of training, in ``[0, 1]`` (1.0 removes the sampling
+            bias fully); None keeps the buffer's ``beta`` fixed.
         **kwargs: every other ``DQN`` argument; ``replay_buffer_kwargs`` reaches the buffer
-            (``alpha``, ``beta``, ``eps``, ``seed``).
+            (``alpha``, ``beta``, ``eps``, ``seed``, ``check_values``).
 
     Raises:
-        ReplayBankError: a ``replay_buffer_class`` that is not a ``PrioritizedReplayBuffer``.
+        ReplayBankError: a ``replay_buffer_class`` that is not a ``PrioritizedReplayBuffer``, a
+            ``per_beta_final`` outside ``[0, 1]``, a keyword ``DQN`` or the buffer does not take
+            (named, with a "did you mean"), a string or bool where ``DQN`` takes a number.
 
     After each gradient step ``self.last_td_errors`` holds the batch's |TD errors| (numpy) and the
     logger records ``train/per_beta`` and ``train/mean_weight``.
@@ -55,8 +94,9 @@ class PERDQN(DQN):
                 f"PERDQN(replay_buffer_class={cls!r}): needs replaybank.sb3.PrioritizedReplayBuffer "
                 "(or a subclass); use SB3's DQN for uniform replay"
             )
-        if per_beta_final is not None and not (0.0 <= per_beta_final < float("inf")):
-            raise InvalidArgumentError(f"PERDQN(per_beta_final={per_beta_final!r}): expected a finite value >= 0 or None")
+        if per_beta_final is not None:
+            check_real(per_beta_final, "PERDQN", "per_beta_final", low=0.0, high=1.0)
+        _check_kwargs(kwargs, cls)
         self.per_beta_final = per_beta_final
         self._beta_start: float | None = None
         self.last_td_errors = np.zeros(0)
@@ -66,7 +106,8 @@ class PERDQN(DQN):
         if self._beta_start is None:
             self._beta_start = buffer.beta
         if self.per_beta_final is not None:
-            done = 1.0 - self._current_progress_remaining  # 0 -> 1 over learn()
+            # 0 -> 1 over learn(); held at 1 when training goes on past the planned total
+            done = min(max(1.0 - self._current_progress_remaining, 0.0), 1.0)
             buffer.beta = self._beta_start + (self.per_beta_final - self._beta_start) * done
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:

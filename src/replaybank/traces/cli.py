@@ -36,6 +36,33 @@ events before (0 = off); a prefetch is useful when the event then needs it.
 """
 
 
+def _at_least(low: int) -> Any:
+    """An argparse ``type``: an integer >= ``low`` (``nan``, ``inf``, ``1.5``, ``-1`` refused)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (expected >= {low})") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low} (expected an integer >= {low})")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def _positive_real(text: str) -> float:
+    """An argparse ``type``: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number > 0")
+    return value
+
+
 def add_subcommands(subparsers: Any) -> None:
     """Add ``traces`` (``simulate``, ``inspect``, ``synth``) to the top-level parser."""
     traces = subparsers.add_parser(
@@ -53,7 +80,7 @@ def add_subcommands(subparsers: Any) -> None:
     sim.add_argument("trace", help="trace folder (manifest.json + .npy columns)")
     size = sim.add_mutually_exclusive_group(required=True)
     size.add_argument(
-        "--capacity", type=int, help="experts cached per layer (same for every layer)"
+        "--capacity", type=_at_least(1), help="experts cached per layer (same for every layer)"
     )
     size.add_argument(
         "--ratio", type=float, help="capacity as a share of each layer's experts, in (0, 1]"
@@ -72,20 +99,20 @@ def add_subcommands(subparsers: Any) -> None:
     )
     sim.add_argument(
         "--expert-bytes",
-        type=int,
+        type=_at_least(0),
         default=0,
         help="bytes of one expert's weights (for bytes moved)",
     )
-    sim.add_argument("--seed", type=int, default=0, help="seed of the random policy")
-    sim.add_argument("--half-life", type=float, default=32.0, help="lfru's half-life, in events")
+    sim.add_argument("--seed", type=_at_least(0), default=0, help="seed of the random policy")
+    sim.add_argument("--half-life", type=_positive_real, default=32.0, help="lfru's half-life, in events")
     sim.add_argument(
-        "--prefetch", type=int, default=0, help="experts prefetched per event for layers >= 1"
+        "--prefetch", type=_at_least(0), default=0, help="experts prefetched per event for layers >= 1"
     )
     sim.add_argument("--per-layer", action="store_true", help="also print each layer's miss rates")
     sim.add_argument(
         "--json",
         type=Path,
-        help="also write the results, union statistics and capacity ratios here",
+        help="also write the results, union statistics and capacity ratios here (a regular file)",
     )
     sim.set_defaults(func=cmd_simulate)
 
@@ -100,14 +127,14 @@ def add_subcommands(subparsers: Any) -> None:
     )
     synth.add_argument("out", type=Path, help="folder to create")
     _int_options(synth, (
-        ("requests", 64, "requests"),
-        ("prompt-tokens", 16, "tokens per prefill"),
-        ("decode-tokens", 64, "decode steps per request"),
-        ("layers", 4, "traced layers"),
-        ("experts", 32, "experts per layer"),
-        ("top-k", 2, "experts per token"),
-        ("concurrent", 4, "requests interleaved at a time"),
-        ("seed", 0, "seed"),
+        ("requests", 64, "requests", 1),
+        ("prompt-tokens", 16, "tokens per prefill", 1),
+        ("decode-tokens", 64, "decode steps per request", 0),
+        ("layers", 4, "traced layers", 1),
+        ("experts", 32, "experts per layer", 1),
+        ("top-k", 2, "experts per token", 1),
+        ("concurrent", 4, "requests interleaved at a time", 1),
+        ("seed", 0, "seed", 0),
     ))
     synth.add_argument(
         "--zipf", type=float, default=1.0, help="Zipf exponent of popularity (0 = uniform)"
@@ -118,16 +145,23 @@ def add_subcommands(subparsers: Any) -> None:
         default=0.3,
         help="chance a token reuses the previous token's experts",
     )
-    synth.add_argument("--overwrite", action="store_true")
+    synth.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace OUT if it is a trace folder (one that holds only a trace's files); any other "
+        "folder is refused, never deleted",
+    )
     synth.set_defaults(func=cmd_synth)
     _add_record(sub)
     _add_compare(sub)
 
 
-def _int_options(parser: Any, options: tuple[tuple[str, int, str], ...]) -> None:
-    """``--NAME`` integer options from ``(name, default, help)`` rows."""
-    for name, default, helptext in options:
-        parser.add_argument(f"--{name}", type=int, default=default, help=f"{helptext} (default {default})")
+def _int_options(parser: Any, options: tuple[tuple[str, int, str, int], ...]) -> None:
+    """``--NAME`` integer options from ``(name, default, help, lowest allowed)`` rows."""
+    for name, default, helptext, low in options:
+        parser.add_argument(
+            f"--{name}", type=_at_least(low), default=default, help=f"{helptext} (default {default})"
+        )
 
 
 def _add_record(sub: Any) -> None:
@@ -141,20 +175,24 @@ def _add_record(sub: Any) -> None:
     rec.add_argument("out", type=Path, help="trace folder to create")
     rec.add_argument("--workload", choices=("prose", "code"), required=True)
     _int_options(rec, (
-        ("requests", 64, "requests (windows of text)"),
-        ("prompt-tokens", 32, "prompt bytes per request"),
-        ("decode-tokens", 64, "decode steps per request (fed the text's next bytes)"),
-        ("prefill-chunk", 4, "prompt bytes per prefill step (chunked prefill)"),
-        ("seed", 0, "which windows are drawn"),
+        ("requests", 64, "requests (windows of text)", 1),
+        ("prompt-tokens", 32, "prompt bytes per request", 1),
+        ("decode-tokens", 64, "decode steps per request (fed the text's next bytes)", 0),
+        ("prefill-chunk", 4, "prompt bytes per prefill step (chunked prefill)", 1),
+        ("seed", 0, "which windows are drawn", 0),
     ))
     rec.add_argument("--cache", type=Path, help="model cache (default ~/.cache/replaybank/moe)")
     rec.add_argument(
         "--train-seconds",
-        type=float,
+        type=_positive_real,
         default=420.0,
         help="training budget of the model (part of its cache key; default 420)",
     )
-    rec.add_argument("--overwrite", action="store_true")
+    rec.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace OUT if it is a trace folder; any other folder is refused, never deleted",
+    )
     rec.set_defaults(func=cmd_record)
 
 
@@ -171,12 +209,14 @@ def _add_compare(sub: Any) -> None:
     )
     cmp.add_argument("traces", nargs="+", type=Path, help="trace folders, one per workload")
     cmp.add_argument("--out", type=Path, required=True, help="report folder")
-    cmp.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds (default 0..4)")
-    cmp.add_argument("--requests", type=int, default=24, help="requests per unit (default 24)")
-    cmp.add_argument("--concurrent", type=int, default=4, help="requests in flight (default 4)")
+    cmp.add_argument(
+        "--seeds", default="0,1,2,3,4", help="comma-separated integer seeds >= 0 (default 0..4)"
+    )
+    cmp.add_argument("--requests", type=_at_least(1), default=24, help="requests per unit (default 24)")
+    cmp.add_argument("--concurrent", type=_at_least(1), default=4, help="requests in flight (default 4)")
     cmp.add_argument("--ratio", type=float, default=0.5, help="baseline capacity ratio")
     cmp.add_argument("--alt-ratio", type=float, default=0.625, help="the capacity intervention")
-    cmp.add_argument("--prefetch", type=int, default=2, help="the prefetch intervention")
+    cmp.add_argument("--prefetch", type=_at_least(0), default=2, help="the prefetch intervention")
     cmp.add_argument("--sweep", default="0.5,0.5625,0.625,0.6875,0.75,0.8125,0.875,0.9375",
                      help="capacity ratios of the miss-rate plot")  # fmt: skip
     cmp.set_defaults(func=cmd_compare)
@@ -200,10 +240,13 @@ def _print_unions(stats: list[dict[str, float]], caps: tuple[int, ...] | None = 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from ..errors import ReplayBankError
+    from ..files import check_writable, write_regular
     from .events import union_stats
     from .simulate import POLICIES, capacities, capacity_for_ratio, compare
     from .store import load_trace
 
+    if args.json is not None:  # before the replay, so a FIFO or a folder fails at once
+        check_writable(args.json, what="--json file")
     trace = load_trace(args.trace, mmap=True)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
@@ -257,7 +300,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             )
         out[semantics] = res.to_dict()
     if args.json:
-        args.json.write_text(json.dumps(out, indent=1))
+        write_regular(args.json, json.dumps(out, indent=1), what="--json file")
         print(f"\nwrote {args.json}")
     return 0
 
@@ -322,19 +365,39 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seeds(text: str) -> tuple[int, ...]:
+    from ..errors import ReplayBankError
+
+    seeds = []
+    for part in (p.strip() for p in text.split(",")):
+        if part and not (part.isascii() and part.isdigit()):
+            raise ReplayBankError(
+                f"--seeds = {text!r}: {part!r} is not an integer >= 0; expected comma-separated "
+                "seeds such as 0,1,2"
+            )
+        if part:
+            seeds.append(int(part))
+    if not seeds:
+        raise ReplayBankError(f"--seeds = {text!r}: expected at least one seed")
+    return tuple(seeds)
+
+
 def _floats(text: str, what: str) -> list[float]:
     from ..errors import ReplayBankError
 
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ReplayBankError(f"{what} = {text!r}: expected comma-separated numbers") from None
+        values = [math.nan]
+    if not values or not all(math.isfinite(v) for v in values):
+        raise ReplayBankError(f"{what} = {text!r}: expected comma-separated finite numbers")
+    return values
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..errors import ReplayBankError
     from .interventions import Design, run_study
-    from .report import sweep, write_report
+    from .report import check_report_folder, sweep, write_report
     from .schedule import interleave
     from .store import load_trace
 
@@ -345,14 +408,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if name in workloads:
             raise ReplayBankError(f"{folder}: a second trace of workload {name!r}")
         workloads[name] = trace
-    seeds = tuple(int(s) for s in _floats(args.seeds, "--seeds"))
-    if not seeds:
-        raise ReplayBankError(f"--seeds = {args.seeds!r}: expected at least one seed")
+    seeds = _seeds(args.seeds)
+    ratios = _floats(args.sweep, "--sweep")
+    check_report_folder(args.out)  # before the study, so a folder that is not ours fails at once
     design = Design(
         seeds, args.requests, args.concurrent, args.ratio, args.alt_ratio, args.prefetch
     )
     study = run_study(workloads, design)
-    ratios = _floats(args.sweep, "--sweep")
     sweeps = [sweep(interleave(t, args.concurrent, 0), ratios) for t in workloads.values()]
     path = write_report(args.out, study, sweeps, workloads)
     print(path.read_text())

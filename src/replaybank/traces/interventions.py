@@ -63,6 +63,24 @@ class Design:
     alt_ratio: float = 0.625
     prefetch: int = 2
 
+    def __post_init__(self) -> None:
+        seeds = tuple(self.seeds) if isinstance(self.seeds, (list, tuple)) else None
+        if not seeds or not all(
+            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 0 for s in seeds
+        ):
+            raise ReplayBankError(
+                f"seeds = {self.seeds!r}: expected a non-empty tuple of integers >= 0"
+            )
+        object.__setattr__(self, "seeds", tuple(int(s) for s in seeds))
+        for name, low in (("requests", 1), ("concurrent", 1), ("prefetch", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+                raise ReplayBankError(f"{name} = {v!r}: expected an integer >= {low}")
+        for name in ("ratio", "alt_ratio"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+                raise ReplayBankError(f"{name} = {v!r}: expected a capacity ratio in (0, 1]")
+
     def baseline(self) -> Setting:
         return Setting(ratio=self.ratio)
 

@@ -5,6 +5,9 @@
 (the study of ``interventions.run_study``, the sweeps, the per-step union statistics and per-layer
 capacity ratios of every workload: the figures the paper asks every evaluation to report),
 ``report.md`` (tables of the same) and ``miss_rate_vs_capacity.png`` / ``gap_recovered.png``.
+Other files in the folder are left alone; those four names are replaced only when the folder
+already holds a report (its ``metrics.json`` has a ``study``), so a user's own ``report.md`` is
+never overwritten (``check_report_folder``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ReplayBankError
+from ..files import check_path, check_writable, write_regular
 from .events import union_stats
 from .interventions import CAUSAL, FACTORS
 from .simulate import POLICIES, capacity_for_ratio, compare
@@ -219,6 +224,38 @@ def plot(out: Path, sweeps: Sequence[Mapping[str, Any]], study: Mapping[str, Any
     return ["miss_rate_vs_capacity.png", "gap_recovered.png"]
 
 
+REPORT_FILES = ("metrics.json", "report.md", "miss_rate_vs_capacity.png", "gap_recovered.png")
+
+
+def check_report_folder(out: Path) -> Path:
+    """``out`` when a report may be written there: missing, or a folder where none of
+    ``REPORT_FILES`` exists, or one holding an earlier report (its ``metrics.json`` is a JSON
+    object with a ``study``); each of those names that exists must be a regular file.
+
+    Raises:
+        ReplayBankError: naming the folder or file that is not the report's to replace.
+    """
+    out = check_path(out, what="--out report folder")
+    if not out.exists():
+        return out
+    if not out.is_dir():
+        raise ReplayBankError(f"--out {out}: exists and is not a folder; name a report folder")
+    present = [name for name in REPORT_FILES if (out / name).exists() or (out / name).is_symlink()]
+    for name in present:
+        check_writable(out / name, what="report file")
+    if present:
+        try:
+            old = json.loads((out / "metrics.json").read_bytes())
+        except (OSError, ValueError):
+            old = None
+        if not isinstance(old, dict) or "study" not in old:
+            raise ReplayBankError(
+                f"--out {out}: holds {present} but no earlier report (a metrics.json with a study); "
+                "a report replaces only its own files: name a new or empty folder"
+            )
+    return out
+
+
 def write_report(
     out: Path,
     study: Mapping[str, Any],
@@ -226,7 +263,13 @@ def write_report(
     workloads: Mapping[str, Trace],
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write metrics.json, report.md and the plots into ``out`` (created); return report.md."""
+    """Write metrics.json, report.md and the plots into ``out`` (created); return report.md.
+
+    Raises:
+        ReplayBankError: ``out`` holds files of those names that are not an earlier report's
+            (see ``check_report_folder``).
+    """
+    out = check_report_folder(out)
     out.mkdir(parents=True, exist_ok=True)
     design = study["design"]
     unions = {name: union_stats(t) for name, t in workloads.items()}
@@ -253,7 +296,7 @@ def write_report(
         },
         **(extra or {}),
     }
-    (out / "metrics.json").write_text(json.dumps(_clean(metrics), indent=1, allow_nan=False))
+    write_regular(out / "metrics.json", json.dumps(_clean(metrics), indent=1, allow_nan=False))
     plots = plot(out, sweeps, study)
     lines = [
         "# Expert-cache policies on MoE routing traces: matched-pair interventions",
@@ -296,6 +339,5 @@ def write_report(
         *[f"![{p}]({p})" for p in plots],
         "",
     ]
-    path = out / "report.md"
-    path.write_text("\n".join(lines))
+    path = write_regular(out / "report.md", "\n".join(lines))
     return path

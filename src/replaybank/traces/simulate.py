@@ -35,7 +35,7 @@ from ..errors import ReplayBankError
 from .events import Events, Semantics, Steps, layer_events
 from .kernel import COUNTERS, POLICY_CODES, get_kernel
 from .prefetch import predict_prefetch
-from .trace import Trace
+from .trace import Trace, seed_generator
 
 Policy = Literal["lru", "lfu", "lfru", "random", "pred", "opt"]
 POLICIES: tuple[Policy, ...] = ("lru", "lfu", "lfru", "random", "pred", "opt")
@@ -303,7 +303,7 @@ def simulate(
     """
     mode = Mode(semantics, steps, expert_bytes, half_life, prefetch)
     caps, events, plan = _setup(trace, capacity, mode)
-    return _replay(trace, events, plan, policy, caps, mode, np.random.default_rng(seed))
+    return _replay(trace, events, plan, policy, caps, mode, seed_generator(seed))
 
 
 def evictions(
@@ -322,7 +322,7 @@ def evictions(
     mode = Mode(semantics, steps, 0, half_life, prefetch)
     caps, events, plan = _setup(trace, capacity, mode)
     log: list[np.ndarray] = []
-    _replay(trace, events, plan, policy, caps, mode, np.random.default_rng(seed), log)
+    _replay(trace, events, plan, policy, caps, mode, seed_generator(seed), log)
     return log
 
 
@@ -343,5 +343,5 @@ def compare(
     the LRU-to-optimal gap."""
     mode = Mode(semantics, steps, expert_bytes, half_life, prefetch)
     caps, events, plan = _setup(trace, capacity, mode)
-    rng = np.random.default_rng(seed)
+    rng = seed_generator(seed)
     return Comparison({p: _replay(trace, events, plan, p, caps, mode, rng) for p in policies})

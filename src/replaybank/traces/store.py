@@ -31,6 +31,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -39,8 +40,9 @@ import numpy as np
 
 from .. import npyio
 from ..errors import CorruptSaveError, ReplayBankError
-from ..schema import fields, integer, mapping, text
-from .trace import COLUMNS, Trace
+from ..files import check_path, read_regular
+from ..schema import INT64_MAX, fields, integer, mapping, text
+from .trace import COLUMNS, MAX_EXPERTS, Trace
 
 FORMAT = "replaybank-moe-trace"
 SCHEMA_VERSION = 1
@@ -73,16 +75,69 @@ def _digest(manifest: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+FILES = frozenset({MANIFEST, *(f"{name}.npy" for name in COLUMNS)})
+
+
+def check_replaceable(root: Path) -> None:
+    """``root`` may be replaced by a new trace: it is a folder (not a link) holding only the files
+    a trace writes, its manifest among them, each a regular file; or an empty folder. Anything
+    else (a file, a link, a folder with other files) is the user's and is never removed.
+
+    Raises:
+        ReplayBankError: naming the folder and what in it is not a trace's.
+    """
+    how = "choose another folder, or move or delete it yourself"
+    try:
+        mode = os.lstat(root).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(mode):
+        raise ReplayBankError(
+            f"{root}: overwrite replaces only a trace folder, and this is not a folder; {how}"
+        )
+    names = sorted(os.listdir(root))
+    if not names:
+        return
+    others = [n for n in names if n not in FILES]
+    if others or MANIFEST not in names:
+        what = f"holds {others[:5]} besides trace files" if others else f"has no {MANIFEST}"
+        raise ReplayBankError(
+            f"{root}: not a trace folder ({what}); overwrite replaces only a folder written by "
+            f"save_trace / 'traces synth', so nothing else is deleted; {how}"
+        )
+    for n in names:
+        if not stat.S_ISREG(os.lstat(root / n).st_mode):
+            raise ReplayBankError(
+                f"{root}: not a trace folder ({n} is not a regular file); overwrite replaces "
+                f"only a folder written by save_trace / 'traces synth'; {how}"
+            )
+    try:
+        fmt = _strict_json(read_regular(root / MANIFEST, follow_links=False), str(root / MANIFEST))
+    except ReplayBankError:
+        fmt = None
+    if not isinstance(fmt, dict) or fmt.get("format") != FORMAT:
+        raise ReplayBankError(
+            f"{root}: not a trace folder ({MANIFEST} is not a {FORMAT!r} manifest); overwrite "
+            f"replaces only a folder written by save_trace / 'traces synth'; {how}"
+        )
+
+
 def save_trace(trace: Trace, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
     """Write ``trace`` to the folder ``path`` (see the module doc). The folder appears whole or
     not at all: it is written next to ``path`` and renamed into place.
 
+    ``overwrite=True`` replaces only a folder that :func:`check_replaceable` recognises as a
+    trace folder (or an empty one); a folder with anything else in it is never removed.
+
     Raises:
-        ReplayBankError: ``path`` exists and ``overwrite`` is False.
+        ReplayBankError: ``path`` exists and ``overwrite`` is False, or it exists and is not a
+            trace folder; ``path`` holds a NUL byte.
     """
-    root = Path(path)
-    if root.exists() and not overwrite:
-        raise ReplayBankError(f"{root} exists; pass overwrite=True to replace it")
+    root = check_path(path, what="trace folder")
+    if root.exists() or root.is_symlink():
+        if not overwrite:
+            raise ReplayBankError(f"{root} exists; pass overwrite=True to replace it")
+        check_replaceable(root)
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
     try:
@@ -113,6 +168,7 @@ def save_trace(trace: Trace, path: str | os.PathLike[str], *, overwrite: bool = 
             f.flush()
             os.fsync(f.fileno())
         if root.exists():
+            check_replaceable(root)  # again, right before: only a trace folder is ever removed
             shutil.rmtree(root)
         os.replace(tmp, root)
     except BaseException:
@@ -155,7 +211,7 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         ReplayBankError: ``path`` holds no trace manifest.
         CorruptSaveError: the manifest is malformed, altered or of another schema version.
     """
-    root = Path(path)
+    root = check_path(path, what="trace folder")
     where = str(root / MANIFEST)
     if not (root / MANIFEST).exists():
         raise ReplayBankError(f"{root} is not a saved trace: {MANIFEST} not found")
@@ -194,6 +250,14 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
             integer(col["bytes"], f"columns.{name}.bytes", 0, 1 << 56)
         for key in ("top_k", "steps", "tokens"):
             integer(raw[key], key)
+        for key in ("layers", "num_experts"):
+            if not isinstance(raw[key], list) or not raw[key]:
+                raise ReplayBankError(
+                    f"{key} = {raw[key]!r}: expected a non-empty list of integers (one per traced "
+                    "layer)"
+                )
+            for i, v in enumerate(raw[key]):
+                integer(v, f"{key}[{i}]", 0, MAX_EXPERTS if key == "num_experts" else INT64_MAX)
         meta = mapping(raw["meta"], "meta")
         for key, value in meta.items():
             text(value, f"meta.{key}")
@@ -214,7 +278,7 @@ def load_trace(path: str | os.PathLike[str], *, mmap: bool = False) -> Trace:
         CorruptSaveError: a file is missing, truncated, altered, or inconsistent with the rest;
             the message names the file or field, and for a bad row the request and the step.
     """
-    root = Path(path)
+    root = check_path(path, what="trace folder")
     raw = read_manifest(root)
     arrays: dict[str, np.ndarray] = {}
     for name in COLUMNS:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ReplayBankError
-from .trace import DECODE, PREFILL, Trace
+from .trace import DECODE, PREFILL, Trace, seed_generator
 
 
 def _schedule(
@@ -54,7 +54,7 @@ def synthetic_trace(
 
     Raises:
         ReplayBankError: a count below 1 (``decode_tokens`` may be 0), ``top_k > experts``,
-            ``zipf < 0`` or ``stickiness`` outside [0, 1].
+            ``zipf < 0`` or ``stickiness`` outside [0, 1], a negative or non-integer ``seed``.
     """
     for name, value, low in (
         ("requests", requests, 1),
@@ -69,9 +69,9 @@ def synthetic_trace(
             raise ReplayBankError(f"{name} = {value!r}: expected an integer >= {low}")
     if top_k > experts:
         raise ReplayBankError(f"top_k = {top_k}: more than experts = {experts}")
-    if not zipf >= 0 or not 0 <= stickiness <= 1:
-        raise ReplayBankError(f"zipf = {zipf!r} (>= 0), stickiness = {stickiness!r} (in [0, 1])")
-    rng = np.random.default_rng(seed)
+    if not (np.isfinite(zipf) and zipf >= 0) or not 0 <= stickiness <= 1:
+        raise ReplayBankError(f"zipf = {zipf!r} (finite, >= 0), stickiness = {stickiness!r} (in [0, 1])")
+    rng = seed_generator(seed)
     per_request = prompt_tokens + decode_tokens
     total = requests * per_request
     # routing in request-major order (token t of request r is row r * per_request + t)

@@ -48,6 +48,18 @@ COLUMNS = (*STEP_COLUMNS, "experts", "gates")
 MAX_EXPERTS = 1 << 15  # expert ids are stored as int16
 
 
+def seed_generator(seed: Any, where: str = "seed") -> np.random.Generator:
+    """``numpy.random.default_rng(seed)`` for an integer ``seed >= 0`` or a ``Generator`` (used as
+    is); anything else (a negative number, a float, a bool) is refused naming ``where``."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ReplayBankError(
+            f"{where} = {seed!r}: expected an integer >= 0 or a numpy.random.Generator"
+        )
+    return np.random.default_rng(int(seed))
+
+
 def _ints(value: Any, name: str, ndim: int) -> np.ndarray:
     arr = np.asarray(value)
     if arr.size == 0 and arr.dtype.kind == "f":  # np.asarray([]) is float64
@@ -214,9 +226,18 @@ def _check(t: Trace) -> None:
         raise ReplayBankError(
             f"tokens[{s}] = {t.tokens[s]}: a decode step has exactly 1 token {_where(t, s)}"
         )
-    if int(t.tokens.sum()) != total:
+    if (t.tokens > total).any():  # also keeps the running sums below from overflowing int64
+        s = int(np.argmax(t.tokens > total))
         raise ReplayBankError(
-            f"experts: {total} token rows, but the step table's tokens sum to {int(t.tokens.sum())} "
+            f"tokens[{s}] = {t.tokens[s]}: more than the {total} token rows of experts "
+            f"(a step cannot hold more tokens than the trace) {_where(t, s)}"
+        )
+    ends = np.cumsum(t.tokens)  # each term is in [1, total], so the first overflow shows as a drop
+    if len(ends) > 1 and (ends[1:] <= ends[:-1]).any() or int(ends[-1]) != total:
+        over = len(ends) > 1 and bool((ends[1:] <= ends[:-1]).any())
+        got = "more than int64 can count" if over else str(int(ends[-1]))
+        raise ReplayBankError(
+            f"experts: {total} token rows, but the step table's tokens sum to {got} "
             "(truncated or inconsistent trace)"
         )
     _check_positions(t)

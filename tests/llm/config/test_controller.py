@@ -81,3 +81,18 @@ def test_both_jobs_read_the_controller_from_the_shared_recipe():
     loop = LoopConfig.from_dict({"recipes": {"steered": {"source": "self", "ratio": "auto"}}, "loop": {"recipe": "steered"}})
     assert loop.recipe.controller == "bandit"
     assert Config.from_dict(run.to_dict()).arm_specs()["steered"] == run.arm_specs()["steered"]  # the written config reads back
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ("{rng = 1}", r"run.toml:4: .*controller 'bandit': parameter 'rng' is set by replaybank"),
+    ("{limits = 1}", r"run.toml:4: .*controller 'bandit': parameter 'limits' is set by replaybank"),
+    ('{lr = "1.0"}', r"run.toml:4: .*lr='1.0'"),
+])
+def test_controller_params_that_collide_or_are_strings_name_the_line(params, message):
+    with pytest.raises(ConfigError, match=message):
+        _parse(f'[recipes.a]\nsource = "corpus"\ncontroller = "bandit"\ncontroller_params = {params}\n')
+
+
+def test_proxy_weights_given_as_a_string_name_the_line():
+    with pytest.raises(ConfigError, match=r"run.toml:4: .*proxy\(weights\) = '1234567': expected numbers, got a string"):
+        _parse('[recipes.a]\nsource = "corpus"\ncontroller = "proxy"\ncontroller_params = {weights = "1234567"}\n')

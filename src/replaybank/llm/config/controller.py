@@ -21,7 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from replaybank.controllers import Controller, ControllerError, MixLimits, make_controller
+from replaybank.controllers import (
+    Controller,
+    ControllerError,
+    MixLimits,
+    check_params,
+    make_controller,
+)
 from replaybank.llm.config.values import ConfigError, at, shown
 
 AUTO = "auto"
@@ -66,6 +72,7 @@ def recipe_controller(spec: Any, seed: int) -> Controller | None:
         params["shares"] = spec.ratio / len(spec.source)
     elif spec.controller == "bandit":
         params["start_share"] = spec.ratio
+    params = check_params(spec.controller, params)
     return make_controller(spec.controller, limits, rng=np.random.default_rng(seed), **params)
 
 

@@ -69,7 +69,7 @@ class Recipe:
     ratio: float = _f(0.1, "total rehearsal share of every batch, split evenly over the sources, in [0, 1)", min=0, lt=1)
     mix_by: MixBy = _f("rows", "rows: share of the rows; tokens: share of the labelled tokens (the loss)")
     kl_to_base: float = _f(0.0, "weight of the KL-to-base term KL(base || adapted) on the rehearsal rows' answer tokens (see kl_on), added to the loss; 0 = off", min=0, max=1000)
-    kl_temperature: float = _f(1.0, "temperature of both distributions in the KL term", gt=0, max=100)
+    kl_temperature: float = _f(1.0, "temperature of both distributions in the KL term (below 0.01 the term overflows float32)", min=0.01, max=100)
     kl_on: KLOn = _f("rehearsal", "KL positions: rehearsal completions, or also the prompts of domain rows (all)")
     rehearsal_ce: bool = _f(True, "train on the rehearsal completions with cross-entropy as well as the KL term; false = the KL term only (self-distillation; needs kl_to_base > 0)")
     controller: ControllerName = _f("none", "steer the rehearsal share between steps from held-out losses (docs/controllers.md): none (ratio, fixed); fixed (ratio, measured and recorded); bandit (Exp3 on the rise of each source's held-out loss, starting at ratio; ratio = \"auto\" is bandit); proxy (a frozen policy, controller_params.weights)")
