@@ -28,13 +28,24 @@ def _cfg(model_dir, out, **training):
     })
 
 
-def test_tiny_run_writes_complete_report(tiny_model_dir, tmp_path):
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_model_dir, tmp_path_factory):
+    """One uninterrupted run of ``_cfg`` (its own cache), built once: its report is checked by
+    ``test_tiny_run_writes_complete_report``, and it is the reference a resumed run must equal."""
     from replaybank.llm.recipes.rehearsal import run_experiment
 
-    out = tmp_path / "run"
-    metrics = run_experiment(_cfg(tiny_model_dir, out), log=lambda m: None)
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    out = tmp / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("REPLAYBANK_CACHE", str(tmp / "cache"))
+        metrics = run_experiment(_cfg(model_dir=tiny_model_dir, out=out), log=lambda m: None)
+    return metrics, out
+
+
+def test_tiny_run_writes_complete_report(uninterrupted):
+    metrics, out = uninterrupted
     assert sorted(p.name for p in out.iterdir()) == ["adapters", "behaviour.png", "losses.png", "metrics.json", "report.md", "seeds"]
-    assert not (tmp_path / "run.partial").exists()
+    assert not out.with_name("run.partial").exists()
     saved = json.loads((out / "metrics.json").read_text())
     assert saved["arms"].keys() == {"base", "naive", "rehearsal"}
     for arm in saved["arms"].values():
@@ -187,7 +198,7 @@ class _Stop(Exception):
     """Stands for a kill: raised from the log once the naive arm of seed 0 has been trained."""
 
 
-def test_interrupted_run_resumes_from_partial_without_retraining(tiny_model_dir, tmp_path):
+def test_interrupted_run_resumes_from_partial_without_retraining(tiny_model_dir, tmp_path, uninterrupted):
     from replaybank.llm.recipes.rehearsal import run_experiment
 
     def cfg(out):
@@ -211,7 +222,7 @@ def test_interrupted_run_resumes_from_partial_without_retraining(tiny_model_dir,
     assert not [m for m in lines if m.startswith("naive seed0 gen")]  # not trained again
     assert [m for m in lines if m.startswith("rehearsal seed0 gen 0:")]  # the arm the kill cut off
 
-    reference = run_experiment(cfg(tmp_path / "ref"), log=lambda m: None)
+    reference, _ = uninterrupted  # the same config, run without interruption
     for arm in ("base", "naive", "rehearsal"):
         # every scalar the report aggregates (losses, probe, suite retention per family, leakage,
         # domain accuracy) is the uninterrupted run's, bit for bit
