@@ -28,15 +28,28 @@ def _cfg(model_dir, out, **evaluation):
     })
 
 
-def test_a_floor_run_records_the_frontier_applies_the_choice_and_plots_it(tiny_model_dir, tmp_path):
+@pytest.fixture(scope="module")
+def floor_run(tiny_model_dir, tmp_path_factory):
+    """One uninterrupted floor run of ``_cfg`` (2 steps, its own cache), built once: checked by
+    ``test_a_floor_run_records_the_frontier_applies_the_choice_and_plots_it``, and the reference a
+    run killed while choosing must equal once resumed. Returns ``(config, metrics, out folder)``."""
+    from replaybank.llm.recipes.rehearsal import run_experiment
+
+    tmp = tmp_path_factory.mktemp("floor-run")
+    out = tmp / "run"
+    cfg = _cfg(tiny_model_dir, out)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("REPLAYBANK_CACHE", str(tmp / "cache"))
+        metrics = run_experiment(cfg, log=lambda m: None, max_steps=2)
+    return cfg, metrics, out
+
+
+def test_a_floor_run_records_the_frontier_applies_the_choice_and_plots_it(tiny_model_dir, floor_run):
     from replaybank.llm.data.prepare import prepare
     from replaybank.llm.data.validation import validation_requests
-    from replaybank.llm.recipes.rehearsal import run_experiment
     from replaybank.llm.results import RunResult
 
-    out = tmp_path / "run"
-    cfg = _cfg(tiny_model_dir, out)
-    metrics = run_experiment(cfg, log=lambda m: None, max_steps=2)
+    cfg, metrics, out = floor_run
     saved = RunResult.from_json(json.loads((out / "metrics.json").read_text()))
     assert saved == metrics
     (fr,) = saved.arms["naive"].frontier
@@ -77,7 +90,7 @@ class _Stop(Exception):
     """Stands for a kill while choosing."""
 
 
-def test_a_run_killed_while_choosing_resumes_without_training_again(tiny_model_dir, tmp_path):
+def test_a_run_killed_while_choosing_resumes_without_training_again(tiny_model_dir, tmp_path, floor_run):
     from replaybank.llm.recipes.rehearsal import run_experiment
 
     def stop_while_choosing(message: str) -> None:
@@ -94,7 +107,7 @@ def test_a_run_killed_while_choosing_resumes_without_training_again(tiny_model_d
     resumed = run_experiment(_cfg(tiny_model_dir, out), log=lines.append, max_steps=2)
     assert "naive seed0: trained in an earlier, interrupted run; its adapter read back, choosing again" in lines
     assert not [m for m in lines if m.startswith("naive seed0 gen")]  # not trained again
-    reference = run_experiment(_cfg(tiny_model_dir, tmp_path / "ref"), log=lambda m: None, max_steps=2)
+    _, reference, _ = floor_run  # the same config, run without interruption
     assert resumed.arms["naive"].frontier[0].points == reference.arms["naive"].frontier[0].points
     got = {k: s.values for k, s in resumed.arms["naive"].summary.items()}
     assert got == {k: s.values for k, s in reference.arms["naive"].summary.items()}
