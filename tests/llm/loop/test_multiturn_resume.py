@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from replaybank.episodic import EpisodeStore
 
 from .conftest import kill_at, to_toml  # type: ignore[import-not-found]
+from .scripted import Scripted, seeded  # type: ignore[import-not-found]
 
 SCRIPT = Path(__file__).with_name("scripted.py")
 
@@ -29,7 +29,11 @@ def _record(run: Path) -> dict[str, Any]:
     return {"episodes": episodes, "attempts": sorted(map(tuple, attempts)), "evals": evals}
 
 
-def test_a_killed_multi_turn_loop_resumes_to_exactly_the_uninterrupted_run(tiny_cfg, tmp_path, isolated_cache):
+def test_a_killed_multi_turn_loop_resumes_to_exactly_the_uninterrupted_run(tiny_cfg, tmp_path, isolated_cache,
+                                                                           monkeypatch):
+    import replaybank.llm.eval.decode as decode
+    from replaybank.cli import main
+
     data = tiny_cfg(generations=3, levels=[3, 4], max_new_tokens=40)
     config = tmp_path / "loop.toml"
     config.write_text(to_toml(data), encoding="utf-8")
@@ -39,10 +43,15 @@ def test_a_killed_multi_turn_loop_resumes_to_exactly_the_uninterrupted_run(tiny_
     def cmd(out: Path) -> list[str]:
         return [sys.executable, str(SCRIPT), "loop", str(config), "--out", str(out)]
 
-    subprocess.run(cmd(tmp_path / "straight"), env=env, check=True, capture_output=True, timeout=600)
+    def in_process(out: Path) -> None:  # what ``cmd(out)`` runs, without starting an interpreter
+        assert main(["loop", str(config), "--out", str(out)]) == 0
+
+    # the kills need processes of their own; the uninterrupted run and the last resume run here
+    monkeypatch.setattr(decode, "generate_detailed", Scripted(seeded, fallback=decode.generate_detailed))
+    in_process(tmp_path / "straight")
     kill_at(cmd(tmp_path / "killed"), "gen 2: recording", env)
     kill_at(cmd(tmp_path / "killed"), "gen 2: consolidating", env)
-    subprocess.run(cmd(tmp_path / "killed"), env=env, check=True, capture_output=True, timeout=600)
+    in_process(tmp_path / "killed")
 
     straight = _record(tmp_path / "straight" / "window-rehearsal-s0")
     resumed = _record(tmp_path / "killed" / "window-rehearsal-s0")
