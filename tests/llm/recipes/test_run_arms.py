@@ -131,6 +131,9 @@ def test_seeds_in_worker_processes_match_the_sequential_run(tiny_model_dir, tmp_
     from replaybank.llm.recipes.rehearsal import run_experiment
 
     cfg = _cfg(tiny_model_dir, arms=["base", "naive"], probe_sources=False)
+    # one domain and generation: the seeds' figures, not the number of generations, are compared
+    data = {**cfg.to_dict()["data"], "domain_train": ["builtin:toolapi"], "domain_eval": ["builtin:toolapi"]}
+    cfg = type(cfg).from_dict({**cfg.to_dict(), "orchestration": {"num_generations": 1}, "data": data})
     seq = run_experiment(cfg, tmp_path / "seq", log=lambda m: None, max_steps=1, seeds=2)
     par = run_experiment(cfg, tmp_path / "par", log=lambda m: None, max_steps=1, seeds=2, jobs=2)
     for arm in ("base", "naive"):
