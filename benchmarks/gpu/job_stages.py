@@ -174,7 +174,8 @@ def stage_mainjob(device: str, tiny: bool, log: Any = print) -> dict[str, Any]:
         if tiny:
             raw["training"].update(batch_size=4, rehearsal_rows_per_epoch=8, num_threads=1, max_seq_length=64)
             raw["data"] = {"domain_train_rows": 8, "domain_eval_rows": 2, "general_eval_rows": 2, "self_rows": 4}
-            raw["evaluation"] = {"suite_per_family": 1, "max_new_tokens": 2, "probe_pairs": 1,
+            # generation_batch_size 8: self-synthesis answers 8 prompts for its 4 rows, not the default 64
+            raw["evaluation"] = {"suite_per_family": 1, "max_new_tokens": 2, "probe_pairs": 1, "generation_batch_size": 8,
                                  "arms": ["base", "naive", "rehearsal-self"]}
             raw["output"] = {"save_adapters": False}
         cfg = Config.from_dict(raw, source="benchmarks/gpu/check.py main job")
