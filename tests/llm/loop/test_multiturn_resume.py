@@ -43,11 +43,20 @@ def test_a_killed_multi_turn_loop_resumes_to_exactly_the_uninterrupted_run(tiny_
     def cmd(out: Path) -> list[str]:
         return [sys.executable, str(SCRIPT), "loop", str(config), "--out", str(out)]
 
+    real = decode.generate_detailed
+
     def in_process(out: Path) -> None:  # what ``cmd(out)`` runs, without starting an interpreter
-        assert main(["loop", str(config), "--out", str(out)]) == 0
+        scripted = Scripted(seeded, fallback=real)
+        monkeypatch.setattr(decode, "generate_detailed", scripted)
+        try:
+            assert main(["loop", str(config), "--out", str(out)]) == 0
+        finally:  # a module first imported during the run bound the scripted agent by name: unbind it
+            monkeypatch.setattr(decode, "generate_detailed", real)
+            for module in list(sys.modules.values()):
+                if getattr(module, "generate_detailed", None) is scripted:
+                    module.generate_detailed = real
 
     # the kills need processes of their own; the uninterrupted run and the last resume run here
-    monkeypatch.setattr(decode, "generate_detailed", Scripted(seeded, fallback=decode.generate_detailed))
     in_process(tmp_path / "straight")
     kill_at(cmd(tmp_path / "killed"), "gen 2: recording", env)
     kill_at(cmd(tmp_path / "killed"), "gen 2: consolidating", env)
