@@ -50,7 +50,7 @@ def test_declared_arm_is_parsed_run_and_round_trips(tmp_path):
         ({"recipes": {"x": {"source": "self", "ratio": 1.0}}}, r"\[recipes.x\] ratio = 1.0: expected a value in \[0, 1\)"),
         ({"recipes": {"x": {"source": "self", "ratio": 0}}}, r"ratio = 0; give a ratio in \(0, 1\)"),
         ({"recipes": {"x": {"source": "self", "mix_by": "bytes"}}}, r"mix_by = 'bytes': expected one of 'rows', 'tokens'"),
-        ({"recipes": {"x": {"source": "self", "kl_temperature": 0}}}, r"kl_temperature = 0: expected a value > 0"),
+        ({"recipes": {"x": {"source": "self", "kl_temperature": 0}}}, r"kl_temperature = 0: expected a value >= 0.01 and <= 100"),
         ({"recipes": {"x": {"kl_to_base": 1.0}}}, r"applies to rehearsal rows, but the arm has no source"),
         ({"recipes": {"base": {"source": "self"}}}, r"\[recipes.base\] cannot be declared"),
         ({"recipes": {"x": "self"}}, r"\[recipes.x\] must be a table"),
