@@ -108,6 +108,7 @@ result = {
         "loadavg_1min_run_start": env.get("loadavg_1min_start"),
         "torch_threads": env.get("threads"),
         "thread_choice": env.get("thread_choice"),
+        "arm_processes": env.get("arm_processes"),
     },
     "test": {
         "command": "bash scripts/test.sh",
@@ -131,6 +132,7 @@ print(f"{'  of which the bootstrap':<40} {'':>4} {m['bootstrap_seconds']!s:>8}")
 print(f"{'  of which replaybank run':<40} {'':>4} {m['run_seconds']!s:>8} {m['loadavg_1min_run_start']!s:>11}")
 print(f"{t['command']:<40} {t['exit_code']:>4} {t['seconds']:>8} {t['loadavg_1min_before']!s:>11} {t['loadavg_1min_after']!s:>10}")
 print(f"torch threads: {m['torch_threads']} ({choice.get('reason', 'no metrics.json')})")
+print(f"arm processes: {(m['arm_processes'] or {}).get('processes')} ({(m['arm_processes'] or {}).get('reason')})")
 print(f"wrote {out}")
 EOF
 [ "$main_rc" = 0 ] && [ "$test_rc" = 0 ]

@@ -154,6 +154,8 @@ def test_arms_in_worker_processes_match_the_sequential_run(tiny_model_dir, tmp_p
     raw["evaluation"] = {**raw["evaluation"], "arm_processes": 2}
     par = run_experiment(Config.from_dict(raw), tmp_path / "par", log=logs.append, max_steps=2, seeds=1)
     assert "arm processes: 2 (arm_processes = 2 in the config)" in logs
+    assert par.environment["arm_processes"] == {"processes": 2, "reason": "arm_processes = 2 in the config"}
+    assert "the trained arms in 2 processes of one thread" in (tmp_path / "par" / "report.md").read_text()
     assert sum("trained in a worker process; read back" in line for line in logs) == 2
     for arm in ("naive", "rehearsal-corpus"):
         assert par.arms[arm].summary == seq.arms[arm].summary

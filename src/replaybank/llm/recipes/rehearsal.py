@@ -180,7 +180,8 @@ def run_experiment(
     metrics = replace(  # the run's environment, timings and wall time: build_metrics leaves them to the caller
         build_metrics(cfg, results, agg),
         environment={**environment(device), "loadavg_1min_start": load_start, "loadavg_1min_end": loadavg(),
-                     "thread_choice": threads.to_dict()},
+                     "thread_choice": threads.to_dict(),
+                     "arm_processes": {"processes": processes if n_jobs == 1 else 1, "reason": why}},
         timings={key: round(v, 2) for key, v in timings.items()},
         seeds=[t.seed + k for k in range(n_seeds)],
         wall_seconds=round(time.perf_counter() - wall0, 2),

@@ -42,7 +42,11 @@ def fmt(entry: Stat | None, digits: int = 3, pct: bool = False) -> str:
 def _thread_reason(env: JsonObject) -> str:
     """``: <why>`` for the thread count (empty for a run recorded before the reason was)."""
     choice = env.get("thread_choice")
-    return f": {choice['reason']}" if isinstance(choice, dict) else ""
+    text = f": {choice['reason']}" if isinstance(choice, dict) else ""
+    apart = env.get("arm_processes")
+    if isinstance(apart, dict) and apart.get("processes", 1) > 1:
+        text += f"; the trained arms in {apart['processes']} processes of one thread ({apart['reason']})"
+    return text
 
 
 def write_report(path: Path, metrics: RunResult) -> None:
