@@ -225,3 +225,45 @@ def test_public_api_fuzz(data):
 def test_public_api_fuzz_numpy_kernels(kernels, monkeypatch):
     monkeypatch.setenv("REPLAYBANK_KERNELS", kernels)
     test_public_api_fuzz()
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    values=st.lists(st.integers(-5, 5), max_size=6),
+    offsets=st.one_of(
+        st.lists(st.integers(-2, 8), max_size=5),
+        st.lists(st.floats(-1, 8), min_size=1, max_size=3),
+        st.lists(st.booleans(), min_size=1, max_size=3),
+    ),
+)
+def test_ragged_extend_stores_exactly_its_rows_or_refuses_naming_the_offsets(values, offsets):
+    """A ``Ragged`` handed to ``extend`` is stored row for row as its offsets say, or refused with a
+    ``ReplayBankError`` naming ``columns['t'].offsets``; offsets past the values, decreasing,
+    negative, float or bool offsets were cut silently (or raised ``IndexError``)."""
+    from replaybank import Ragged, RaggedStorage
+
+    vals, offs = np.array(values, dtype=np.int64), np.array(offsets)
+    good = (offs.dtype.kind in "iu" and len(offs) >= 2 and offs[0] == 0 and offs[-1] == len(vals)
+            and bool((np.diff(offs) >= 0).all()))
+    buf = ReplayBuffer(16, storage=RaggedStorage(), spec={"t": ((), np.int64, True)})
+    if not good:
+        if len(offs) == 1 and offs.dtype.kind in "iu" and offs[0] == 0 == len(vals):
+            return  # no rows: nothing to store, nothing wrong
+        with pytest.raises(ReplayBankError, match=r"columns\['t'\]\.offsets"):
+            buf.extend({"t": Ragged(vals, offs)})
+        assert len(buf) == 0
+        return
+    ids = buf.extend({"t": Ragged(vals, offs)})
+    stored = buf.get(ids)["t"]
+    assert [r.tolist() for r in stored] == [vals[a:b].tolist() for a, b in zip(offs[:-1], offs[1:])]
+
+
+def test_memmap_storage_refuses_a_nul_byte_and_an_uncreatable_directory(tmp_path):
+    from replaybank import MemmapStorage
+
+    with pytest.raises(ReplayBankError, match=r"MemmapStorage\(directory=.*\): a path cannot hold a NUL byte"):
+        MemmapStorage(str(tmp_path / "a\0b"))
+    (tmp_path / "file").write_text("x")
+    buf = ReplayBuffer(4, storage=MemmapStorage(tmp_path / "file" / "sub"))
+    with pytest.raises(ReplayBankError, match=r"MemmapStorage\(directory=.*sub'\): cannot create it"):
+        buf.add(x=np.float32(1.0))

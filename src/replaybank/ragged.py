@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import InvalidArgumentError, InvalidTypeError
+
 
 @dataclass(frozen=True)
 class Ragged:
@@ -51,6 +53,32 @@ class Ragged:
         src = np.repeat(self.offsets[:-1], keep) + cols
         out[rows, cols] = self.values[src]
         return out
+
+    def checked(self, where: str) -> Ragged:
+        """``self`` when its parts make rows, else an error naming ``where``: ``values`` an array
+        with a leading axis, ``offsets`` a 1-D integer array running from 0 to ``len(values)``
+        without decreasing (a float or bool offset is refused, not truncated). Input that a buffer
+        stores (``extend``) is checked this way; a ``Ragged`` the buffer builds needs no check.
+
+        >>> Ragged(np.array([1, 2]), np.array([0, 3])).checked("columns['t']")
+        Traceback (most recent call last):
+        ...
+        replaybank.errors.InvalidArgumentError: columns['t'].offsets = [0, 3]: must run from 0 to 2 (the number of values) without decreasing
+        """
+        values, offsets = np.asarray(self.values), np.asarray(self.offsets)
+        if values.ndim < 1:
+            raise InvalidArgumentError(f"{where}.values: expected an array with a leading axis, got shape {values.shape}")
+        if offsets.ndim != 1 or offsets.dtype.kind not in "iu" or len(offsets) < 1:
+            raise InvalidTypeError(
+                f"{where}.offsets: expected a non-empty 1-D integer array, got dtype {offsets.dtype} shape {offsets.shape}"
+            )
+        if offsets[0] != 0 or offsets[-1] != len(values) or (np.diff(offsets) < 0).any():
+            shown = offsets[:8].tolist() + (["..."] if len(offsets) > 8 else [])
+            raise InvalidArgumentError(
+                f"{where}.offsets = {shown}: must run from 0 to {len(values)} (the number of values) "
+                "without decreasing"
+            )
+        return self
 
     @classmethod
     def from_rows(cls, rows: list[np.ndarray]) -> Ragged:

@@ -161,9 +161,15 @@ def infer_spec(columns: Mapping[str, Any], *, ragged: bool) -> Spec:
     With ``ragged=False`` every column must be array-like with a leading batch axis. With
     ``ragged=True`` (a ``RaggedStorage``) columns given as lists of 1-D+ arrays become ragged.
     """
+    from .ragged import Ragged
+
     spec: Spec = {}
     for name, value in columns.items():
         if ragged and is_ragged_input(value):
+            if isinstance(value, Ragged):
+                value = value.checked(f"columns[{name!r}]")
+                if len(value) == 0:
+                    raise InvalidArgumentError(f"ragged column {name!r}: no rows to infer its spec from")
             first = _as_array(value[0], f"ragged column {name!r}, row 0")
             if first.ndim == 0:
                 raise ReplayBankError(f"ragged column {name!r}: rows must be arrays, got a scalar")
@@ -222,7 +228,7 @@ def check_batch(
     for name, col in spec.items():
         value = columns[name]
         if col.ragged:
-            rows = value.to_list() if isinstance(value, Ragged) else list(value)
+            rows = value.checked(f"columns[{name!r}]").to_list() if isinstance(value, Ragged) else list(value)
             arrays = []
             for i, row in enumerate(rows):
                 arr = _as_array(row, f"ragged column {name!r}, row {i}")

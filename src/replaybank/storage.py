@@ -335,6 +335,10 @@ class MemmapStorage(ColumnarStorage):
             raise ReplayBankError(
                 f"MemmapStorage(directory={directory!r}): expected a directory path (str or Path)"
             )
+        if "\0" in os.fspath(directory):
+            raise ReplayBankError(
+                f"MemmapStorage(directory={os.fspath(directory)!r}): a path cannot hold a NUL byte"
+            )
         super().__init__(check_memory=False)
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
@@ -343,7 +347,13 @@ class MemmapStorage(ColumnarStorage):
             )
 
     def _check(self, sizes: dict[str, int]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # a file on the way, no permission, a read-only disk
+            raise ReplayBankError(
+                f"MemmapStorage(directory={str(self.directory)!r}): cannot create it ({err.strerror or err}); "
+                "choose a directory this process can write"
+            ) from None
         need = sum(sizes.values())
         free = shutil.disk_usage(self.directory).free
         if need > free:

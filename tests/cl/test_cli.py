@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,53 @@ def test_cl_writes_the_documented_files(tmp_path: Path) -> None:
 def test_bad_input_raises_clear_errors(argv: list[str], message: str, tmp_path: Path) -> None:
     with pytest.raises(ReplayBankError, match=message):
         _run("cl", "--strategies", "naive", "--seeds", "1", "--out", str(tmp_path), *argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--lr", "inf"], r"argument --lr: 'inf': expected a finite number > 0"),
+        (["--lr", "nan"], r"argument --lr: 'nan': expected a finite number > 0"),
+        (["--lr", "0"], r"argument --lr: '0': expected a finite number > 0"),
+        (["--lr", "-0.1"], r"argument --lr: '-0.1': expected a finite number > 0"),
+        (["--batch-size", "0"], r"argument --batch-size: 0 is below 1"),
+        (["--batch-size", "1.5"], r"argument --batch-size: '1.5' is not an integer"),
+        (["--replay-batch-size", "-1"], r"argument --replay-batch-size: -1 is below 1"),
+        (["--epochs", "0"], r"argument --epochs: 0 is below 1"),
+        (["--tasks", "0"], r"argument --tasks: 0 is below 1"),
+    ],
+)
+def test_bad_numbers_are_refused_at_argument_parsing_naming_the_option(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from replaybank.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["cl", "--protocol", "online", "--strategies", "naive", "--seeds", "1", "--out", str(tmp_path / "o"), *argv])
+    assert info.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_batch_larger_than_a_task_is_refused_before_training(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from replaybank.cli import main
+
+    argv = ["cl", "--protocol", "online", "--strategies", "naive", "--seeds", "1", "--tasks", "2",
+            "--batch-size", "100000", "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    assert re.search(r"--batch-size 100000 is larger than task \d of stream 'split-digits', which has \d+ training rows; "
+                     r"give a batch size of at most \d+", capsys.readouterr().err)
+    assert not (tmp_path / "o").exists()
+
+
+def test_train_config_refuses_a_non_finite_lr_and_bool_sizes() -> None:
+    from replaybank.cl.config import TrainConfig
+
+    for lr in (float("inf"), float("nan"), 0.0, True):
+        with pytest.raises(ReplayBankError, match=r"lr must be a finite number > 0"):
+            TrainConfig(lr=lr)
+    with pytest.raises(ReplayBankError, match=r"buffer size must be a positive integer, got True"):
+        TrainConfig(buffer_size=True)
 
 
 def test_cli_module_does_not_import_torch() -> None:

@@ -218,3 +218,63 @@ def test_verify_reports_columns_that_disagree_with_the_body(tmp_path):
     with EpisodeStore(path, readonly=True) as store:
         with pytest.raises(CorruptStoreError, match="1 bad records: episode 1: its columns disagree"):
             store.verify()
+
+
+def _bomb(depth: int, kind: str):
+    x: object = "leaf"
+    for _ in range(depth):
+        x = {"a": x} if kind == "dict" else [x]
+    return x
+
+
+@pytest.mark.parametrize("kind", ["dict", "list"])
+@pytest.mark.parametrize("where", ["message", "content", "context"])
+def test_a_nested_context_bomb_is_refused_naming_the_field_and_the_bound(tmp_path, kind, where):
+    from replaybank.episodic.fields import MAX_DEPTH
+
+    bomb = _bomb(100_000, kind)
+    context = {"message": (bomb,), "content": ({"role": "user", "content": bomb},), "context": bomb}[where]
+    with EpisodeStore(tmp_path / "ep.db") as store:
+        with pytest.raises(ReplayBankError, match=rf"episode 0\.context.*nested deeper than {MAX_DEPTH} levels"):
+            store.add(ep(context=context))
+        cyclic: list = []
+        cyclic.append(cyclic)
+        with pytest.raises(ReplayBankError, match="nested deeper than"):
+            store.add(ep(context=(cyclic,)))
+        assert len(store) == 0
+
+
+def test_a_stored_body_nested_past_the_bound_but_within_json_is_corrupt(tmp_path):
+    path = tmp_path / "ep.db"
+    with EpisodeStore(path) as store:
+        store.add(ep())
+    body = ep().to_dict()
+    body["context"] = [_bomb(50, "dict")]
+    _tamper(path, json.dumps(body))
+    with EpisodeStore(path, readonly=True) as store, pytest.raises(CorruptStoreError, match="nested deeper than"):
+        store.get(1)
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"limit": "1; DROP TABLE episodes"}, r"limit '1; DROP TABLE episodes' is not an integer \(str\)"),
+        ({"limit": "3"}, r"limit '3' is not an integer"),
+        ({"limit": 1.5}, r"limit 1.5 is not an integer \(float\)"),
+        ({"limit": True}, r"limit True is not an integer \(bool\)"),
+        ({"limit": -1}, r"limit -1 is not an integer in \[0, "),
+        ({"generation": "1; DROP TABLE episodes"}, r"generation .* is not an integer \(str\)"),
+        ({"generation": [1, "2"]}, r"generation\[1\] '2' is not an integer"),
+        ({"task_id": ["t1"]}, r"task_id \['t1'\] is not a string"),
+        ({"success": "yes"}, r"success 'yes' is not True or False"),
+    ],
+)
+def test_bad_query_arguments_are_refused_by_name_and_never_reach_the_sql(tmp_path, kw, match):
+    with EpisodeStore(tmp_path / "ep.db") as store:
+        store.add(ep())
+        with pytest.raises(ReplayBankError, match=r"EpisodeStore\.episodes " + match):
+            store.episodes(**kw)
+        assert len(store) == 1 and [r.id for r in store.episodes(limit=1)] == [1]
+        assert store.episodes(limit=0) == []
+        with pytest.raises(ReplayBankError, match=r"EpisodeStore\.get episode_id '1' is not an integer"):
+            store.get("1")  # type: ignore[arg-type]

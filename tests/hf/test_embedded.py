@@ -105,3 +105,18 @@ def test_embedded_model_is_the_cached_fp32_copy(capsys):
     assert replaybank.hf.embedded_model() == str(cached)
     assert main(["model", "path"]) == 0
     assert capsys.readouterr().out.strip() == str(cached)
+
+
+def test_row_format_of_tells_each_format_and_names_columns_it_cannot_pair():
+    from replaybank.hf import MixError, row_format_of
+
+    turn = [{"role": "user", "content": "Hi?"}]
+    assert row_format_of([{"messages": turn}]) == "messages"
+    assert row_format_of([{"prompt": "Hi?", "completion": "Hello."}]) == "prompt-completion"
+    assert row_format_of([{"prompt": turn, "completion": [{"role": "assistant", "content": "Hello."}]}]) == "conversational"
+    with pytest.raises(MixError, match=r"columns \['answer', 'question'\] are none of TRL's formats"):
+        row_format_of([{"question": "Hi?", "answer": "Hello."}])
+    with pytest.raises(MixError, match="has no rows"):
+        row_format_of([])
+    with pytest.raises(MixError, match="expected a dataset or a list of rows, got int"):
+        row_format_of(3)

@@ -38,6 +38,9 @@ def _buf() -> RolloutBuffer:
         ({"advantages": [float("nan"), 0.0]}, "advantages"),
         ({"logprobs": [np.array([-0.1, float("nan")]), np.array([-0.5])]}, "log-probs of rollout 0"),
         ({"tokens": 5}, "tokens must be a sequence"),
+        ({"logprobs": [np.array([-0.1, 0.5]), np.array([-0.5])]},
+         r"log-probs of rollout 0 holds 0.5 at token 1: a log-probability is <= 0 \(up to 1e-06 of float error\)"),
+        ({"logprobs": [np.array([-0.1, -0.2]), np.array([2e-6])]}, "log-probs of rollout 1 holds"),
     ],
 )
 def test_add_group_refuses_bad_values_and_stores_nothing(kw, match):
@@ -47,6 +50,13 @@ def test_add_group_refuses_bad_values_and_stores_nothing(kw, match):
     with pytest.raises(ReplayBankError, match=match):
         buf.add_group(**args)
     assert (len(buf), buf.next_group, len(buf.buffer)) == before
+
+
+def test_log_probs_at_zero_or_within_float_error_above_it_are_taken():
+    buf = _buf()
+    before = len(buf)
+    buf.add_group(9, TOKENS, [1.0, 0.0], [np.array([0.0, 1e-7], np.float32), np.array([-0.0])], version=0)
+    assert len(buf) == before + 2
 
 
 @pytest.mark.parametrize("version", [1.7, True, -1, "2", float("nan"), 2**70])
@@ -87,6 +97,7 @@ def _tampered(change):
         (lambda s: s.update(extra=1), "unknown key 'extra'"),
         (lambda s: s["buffer"]["columns"]["prompt_id"].fill(2**62 + 1), "stored prompt_id is outside"),
         (lambda s: s["buffer"]["columns"]["reward"].fill(np.nan), "stored reward is NaN"),
+        (lambda s: s["buffer"]["columns"]["logprobs"].values.fill(0.5), "stored log-prob is 0.5, above 0"),
         (lambda s: s["buffer"]["columns"]["tokens"].values.fill(-4), "stored tokens is outside"),
         (lambda s: s["buffer"]["columns"]["version"].fill(-5), "another group or version"),
     ],

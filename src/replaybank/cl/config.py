@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -44,12 +45,12 @@ class TrainConfig:
             raise ReplayBankError(f"unknown protocol {self.protocol!r}; valid: {', '.join(PROTOCOLS)}")
         for name in ("epochs", "batch_size", "replay_batch_size"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ReplayBankError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.buffer_size, int) or self.buffer_size <= 0:
+        if isinstance(self.buffer_size, bool) or not isinstance(self.buffer_size, int) or self.buffer_size <= 0:
             raise ReplayBankError(f"buffer size must be a positive integer, got {self.buffer_size!r}")
-        if not self.lr > 0:
-            raise ReplayBankError(f"lr must be > 0, got {self.lr!r}")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not (math.isfinite(self.lr) and self.lr > 0):
+            raise ReplayBankError(f"lr must be a finite number > 0 (e.g. 0.3), got {self.lr!r}")
         if not self.hidden or any(h < 1 for h in self.hidden):
             raise ReplayBankError(f"hidden widths must be positive integers, got {self.hidden!r}")
         if self.protocol == "der" and (self.epochs, self.batch_size, self.replay_batch_size) != (1, 10, 10):

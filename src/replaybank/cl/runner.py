@@ -74,6 +74,23 @@ def minibatches(order: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, ...
     return order[: n - n % batch_size].split(batch_size)
 
 
+def check_batch_fits(stream: Stream, config: TrainConfig, option: str = "batch_size") -> None:
+    """Refuse a ``batch_size`` larger than the training rows of the stream's smallest task: such a
+    task would be learnt in one short batch, not batches of the size asked for.
+
+    Raises:
+        ReplayBankError (a ValueError): naming ``option``, both sizes and the task.
+    """
+    if not stream.tasks:
+        return
+    small = min(stream.tasks, key=lambda t: len(t.y_train))
+    if config.batch_size > len(small.y_train):
+        raise ReplayBankError(
+            f"{option} {config.batch_size} is larger than task {small.index} of stream {stream.name!r}, "
+            f"which has {len(small.y_train)} training rows; give a batch size of at most {len(small.y_train)}"
+        )
+
+
 def _seeds(seed: int) -> tuple[torch.Generator, torch.Generator, np.random.Generator]:
     model_seq, order_seq, buffer_seq = np.random.SeedSequence(seed).spawn(3)
     model_gen = torch.Generator().manual_seed(int(model_seq.generate_state(1, np.uint64)[0] >> 1))
@@ -115,6 +132,7 @@ def run_many(
 ) -> dict[str, list[RunResult]]:
     """Every strategy under every seed; returns ``{strategy: [RunResult per seed]}``."""
     check_strategies(list(strategies))
+    check_batch_fits(stream, config)
     results: dict[str, list[RunResult]] = {}
     for name in strategies:
         for seed in seeds:

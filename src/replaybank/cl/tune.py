@@ -75,7 +75,7 @@ def tune_lr(
             ``select_by`` not among ``strategies``, or a bad split.
     """
     from replaybank import metrics
-    from replaybank.cl.runner import run
+    from replaybank.cl.runner import check_batch_fits, run
 
     names = check_strategies(list(strategies))
     if select_by not in names:
@@ -86,6 +86,7 @@ def tune_lr(
     if len(set(grid)) != len(grid):
         raise ReplayBankError(f"learning rate listed twice in {list(lrs)}")
     val = validation_stream(stream, fraction=fraction, seed=split_seed)
+    check_batch_fits(val, config)  # the training part of the split, before any run
     start = time.perf_counter()
     table: dict[float, dict[str, list[float]]] = {}
     for lr in sorted(grid):

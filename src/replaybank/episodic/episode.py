@@ -218,13 +218,15 @@ class Episode:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "episode") -> Episode:
-        """The episode of :meth:`to_dict`, every field checked: types, ranges (``generation``,
+        """The episode of :meth:`to_dict`, every field checked: nesting (at most
+        :data:`~replaybank.episodic.fields.MAX_DEPTH` levels), types, ranges (``generation``,
         ``difficulty``, ``replayed`` ids >= 0, ``reward`` in [0, 1], integers within SQLite's
         64 bits), finiteness, UTF-8 text, at least one step.
 
         Raises:
             InvalidTypeError, InvalidArgumentError: (``ReplayBankError``) naming the field.
         """
+        f.nesting(d, where)
         d = f.record(d, where)
         task = Task.from_dict(f.required(d, "task", where), f"{where}.task")
         where = f"{where} (task {task.id!r})"
@@ -234,7 +236,7 @@ class Episode:
             raise InvalidArgumentError(f"{where}: no steps; record at least one turn")
         source = d.get("source", "agent")
         if source not in ("agent", "demo"):
-            raise InvalidArgumentError(f"{where}: source {source!r} is not 'agent' or 'demo'")
+            raise InvalidArgumentError(f"{where}: source {f.show(source)} is not 'agent' or 'demo'")
         context = tuple(
             {f.text(k, f"{where}.context[{i}] key"): f.text(v, f"{where}.context[{i}][{k!r}]")
              for k, v in f.record(m, f"{where}.context[{i}]").items()}

@@ -46,7 +46,7 @@ from typing import Any
 from replaybank.errors import ReplayBankError
 
 from .episode import Episode, StoredEpisode, check_episode
-from .fields import items, real
+from .fields import flag, integer, items, real, text
 from .integrity import (
     CorruptStoreError,
     SchemaVersionError,
@@ -313,28 +313,38 @@ class EpisodeStore:
             generation: episodes attempted in this generation (or any of these generations).
             task_id, family, source: exact matches.
             success: True for successes, False for failures.
-            limit: at most this many (the lowest ids).
+            limit: at most this many (the lowest ids); an integer >= 0.
+
+        Raises:
+            InvalidTypeError, InvalidArgumentError: an argument of the wrong type or range, named
+                (a ``bool`` is not an integer; ``limit="5"`` is refused, not converted).
         """
         where: list[str] = []
         params: list[Any] = []
         if generation is not None:
-            gens = [generation] if isinstance(generation, int) else list(generation)
+            if isinstance(generation, Sequence) and not isinstance(generation, (str, bytes)):
+                gens: list[Any] = list(generation)
+            else:
+                gens = [integer(generation, "EpisodeStore.episodes generation (an integer or a list of them)", low=0)]
             marks = ",".join("?" * len(gens)) or "NULL"
             where.append(f"e.id IN (SELECT episode_id FROM attempts WHERE generation IN ({marks}))")
-            params += [int(g) for g in gens]
+            params += [integer(g, f"EpisodeStore.episodes generation[{k}]", low=0) for k, g in enumerate(gens)]
         for column, value in (("task_id", task_id), ("family", family), ("source", source)):
             if value is not None:
                 where.append(f"e.{column} = ?")
-                params.append(value)
+                params.append(text(value, f"EpisodeStore.episodes {column}"))
         if success is not None:
             where.append("e.success = ?")
-            params.append(int(success))
+            params.append(int(flag(success, "EpisodeStore.episodes success")))
+        if limit is not None:
+            params.append(integer(limit, "EpisodeStore.episodes limit", low=0))
+        # every value is a bound parameter: no text of an argument is ever part of the SQL
         sql = (
             "SELECT e.id, e.body, COUNT(a.id), GROUP_CONCAT(DISTINCT a.generation)"
             " FROM episodes e JOIN attempts a ON a.episode_id = e.id"
             + (" WHERE " + " AND ".join(where) if where else "")
             + " GROUP BY e.id ORDER BY e.id"
-            + (f" LIMIT {int(limit)}" if limit is not None else "")
+            + (" LIMIT ?" if limit is not None else "")
         )
         return [stored_episode(self.path, row) for row in self.query(sql, params)]
 
@@ -343,7 +353,7 @@ class EpisodeStore:
         rows = self.query(
             "SELECT e.id, e.body, COUNT(a.id), GROUP_CONCAT(DISTINCT a.generation)"
             " FROM episodes e JOIN attempts a ON a.episode_id = e.id WHERE e.id = ? GROUP BY e.id",
-            (int(episode_id),),
+            (integer(episode_id, "EpisodeStore.get episode_id", low=0),),
         )
         if not rows:
             raise StoreError(f"{self.path}: no episode with id {episode_id}")

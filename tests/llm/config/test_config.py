@@ -9,7 +9,7 @@ import tomllib
 
 from replaybank.cli import main
 from replaybank.llm.config import Config, ConfigError, load_recipes
-from replaybank.llm.config.check import check_sources
+from replaybank.llm.config.check import check_loop_sources, check_sources
 from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.config.names import check_name, is_name
 
@@ -202,6 +202,11 @@ def test_a_config_file_with_one_key_is_fine(tmp_path):
 # --- check_sources: the files and models a config names must be there --------------------------
 
 
+#: a model's config alone (no weights): all ``check_sources`` reads of a local model
+TINY_LLAMA = json.dumps({"model_type": "llama", "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
+                         "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1})
+
+
 def _write_sources(root):
     (root / "docs").mkdir()
     (root / "docs" / "a.txt").write_text("a passage\n\nanother one\n")
@@ -209,7 +214,7 @@ def _write_sources(root):
     (root / "eval.jsonl").write_text('{"prompt": "q", "response": "s"}\n')
     (root / "probe.jsonl").write_text('{"prompt": "2+2=", "answer": "4"}\n')
     (root / "model").mkdir()
-    (root / "model" / "config.json").write_text("{}")
+    (root / "model" / "config.json").write_text(TINY_LLAMA)
 
 
 def test_builtins_and_existing_paths_pass(tmp_path, monkeypatch):
@@ -229,7 +234,7 @@ def test_locally_cached_hf_model_id_passes(tmp_path, monkeypatch):
 
     snap = tmp_path / "models--owner--tiny" / "snapshots" / "abc"
     snap.mkdir(parents=True)
-    (snap / "config.json").write_text("{}")
+    (snap / "config.json").write_text(TINY_LLAMA)
     (tmp_path / "models--owner--tiny" / "refs").mkdir()
     (tmp_path / "models--owner--tiny" / "refs" / "main").write_text("abc")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
@@ -265,6 +270,31 @@ def test_missing_sources_are_named_with_file_key_and_path(tmp_path, monkeypatch,
     ))
     with pytest.raises(ConfigError, match=r"c.toml:\d+: " + match):
         check_sources(Config.from_toml(path))
+
+
+@pytest.mark.parametrize("loop", [False, True])
+def test_lora_targets_the_model_lacks_are_named_with_the_modules_it_has(tmp_path, monkeypatch, capsys, loop):
+    from replaybank.llm.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(TINY_LLAMA)
+    path = tmp_path / "c.toml"
+    path.write_text('[training]\nbase_model = "model"\nlora_target_modules = ["q_proj", "c_attn"]\n')
+    check = (lambda p: check_loop_sources(LoopConfig.from_toml(p))) if loop else (lambda p: check_sources(Config.from_toml(p)))
+    with pytest.raises(ConfigError, match=r"c.toml:3: \[training\] lora_target_modules = \['q_proj', 'c_attn'\]: "
+                                          r"c_attn not found in the model; its linear modules are: down_proj, gate_proj, "
+                                          r"k_proj, lm_head, o_proj, q_proj, up_proj, v_proj"):
+        check(path)
+    if not loop:
+        assert main(["config", str(path)]) == 2
+        assert "lora_target_modules = ['q_proj', 'c_attn']: c_attn not found" in capsys.readouterr().err
+        assert main(["config", "--schema-only", str(path)]) == 0  # the model is not read
+    path.write_text('[training]\nbase_model = "model"\nlora_target_modules = ["q_proj", "down_proj"]\n')
+    check(path)
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    with pytest.raises(ConfigError, match=r"lora_target_modules = .*: base model 'model': transformers cannot read its config"):
+        check(path)
 
 
 def test_every_missing_source_is_listed_at_once(tmp_path, monkeypatch):

@@ -106,6 +106,13 @@ def test_state_round_trip_and_refusals(tmp_path):
     state = read_state(tmp_path)
     assert state is not None and state["finished"] == 0
     check_same_config(tmp_path, state, LoopConfig().with_(generations=9).to_dict())  # more generations: fine
+    # a run that finished 3 generations resumes with 3 or more, and is refused with fewer
+    three = {**state, "finished": 3}
+    check_same_config(tmp_path, three, LoopConfig().with_(generations=3).to_dict())
+    check_same_run(tmp_path, three, LoopConfig().with_(generations=4))
+    with pytest.raises(StateError, match=r"finished 3 generations, but \[loop\] generations = 2; set generations "
+                                         r"to at least 3 to resume it"):
+        check_same_run(tmp_path, three, LoopConfig().with_(generations=2))
     with pytest.raises(StateError, match=r"\[loop\] seed = 0, not 1"):
         check_same_config(tmp_path, state, LoopConfig().with_(seed=1).to_dict())
     # A run written before a key existed resumes when the key is at the value it ran with then, else is refused.

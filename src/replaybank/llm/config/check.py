@@ -57,7 +57,7 @@ def check_sources(cfg: Config) -> None:
         _check_builtin_or_file(d.self_prompts, "a JSONL or text file of prompts"),
         _check_out_dir(cfg.output.out_dir),
     ]
-    keys = [
+    keys: list[tuple[str, str, Any]] = [
         ("training", "base_model", t.base_model),
         ("training", "rehearsal_dataset", t.rehearsal_dataset),
         *(("data", "domain_train", v) for v in d.domain_train),
@@ -69,6 +69,9 @@ def check_sources(cfg: Config) -> None:
         ("data", "self_prompts", d.self_prompts),
         ("output", "out_dir", cfg.output.out_dir),
     ]
+    if problems[0] is None:  # the base model is there: its modules must include every LoRA target
+        problems.append(_check_targets(t.base_model, list(t.lora_target_modules)))
+        keys.append(("training", "lora_target_modules", list(t.lora_target_modules)))
     lines = [
         f"{at(cfg.source, cfg.text, section, key)}: [{section}] {key} = {value!r}: {problem}"
         for (section, key, value), problem in zip(keys, problems, strict=True)
@@ -141,6 +144,8 @@ def check_loop_sources(cfg: LoopConfig, out: Path | None = None) -> None:
     model = _check_base_model(cfg.training.base_model)
     if model is not None:
         problems.append(("training", "base_model", cfg.training.base_model, model))
+    elif (targets := _check_targets(cfg.training.base_model, list(cfg.training.lora_target_modules))) is not None:
+        problems.append(("training", "lora_target_modules", list(cfg.training.lora_target_modules), targets))
     if out is not None and out.exists() and not out.is_dir():
         problems.append(("", "--out", str(out), "exists and is not a folder; expected a folder for the runs"))
     lines = [
@@ -325,6 +330,19 @@ def _check_base_model(value: str) -> str | None:
         return None
     except Exception:  # not cached (huggingface_hub raises several types)
         return f"no such local path, and not in the local Hugging Face cache (downloads are off); expected {expected}"
+
+
+def _check_targets(base_model: str, targets: list[str]) -> str | None:
+    """Why ``[training] lora_target_modules`` does not fit the base model (the run's own check,
+    :func:`replaybank.llm.model.check_target_modules`, on the model built from its config alone,
+    without weights), or None."""
+    from replaybank.llm.model import ModelError, check_target_modules, model_structure
+
+    try:
+        check_target_modules(model_structure(base_model), targets)
+    except ModelError as exc:
+        return str(exc).removeprefix("lora_target_modules: ")
+    return None
 
 
 def _check_out_dir(value: str) -> str | None:

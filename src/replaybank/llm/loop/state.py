@@ -237,10 +237,20 @@ def check_same_config(
     value in ``defaults``: the behaviour the run had before the key existed
     (:meth:`replaybank.llm.config.loop.LoopConfig.before_keys_existed`).
 
+    ``generations`` may not fall below the generations the run finished: a run is never cut
+    back silently to fewer generations than its state, store and adapters hold.
+
     Raises:
-        StateError: naming the first key that differs.
+        StateError: naming the first key that differs, or both numbers of generations.
     """
     old, new = state["config"], config
+    wanted, finished = new.get("loop", {}).get("generations"), state["finished"]
+    if isinstance(wanted, int) and wanted < finished:
+        raise StateError(
+            f"{folder}: holds a loop run that finished {finished} generations, but [loop] generations = "
+            f"{wanted}; set generations to at least {finished} to resume it ({finished} reports the "
+            "finished run, more extends it), or give another --out to start a new run"
+        )
     for section in sorted(set(old) | set(new)):
         a, b = old.get(section, {}), new.get(section, {})
         for key in sorted(set(a) | set(b)):
