@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from pathlib import Path
 from typing import Any
 
+from replaybank.argtypes import integer_at_least, positive_real
 from replaybank.cl.config import PROTOCOLS, STRATEGY_NAMES, check_strategies, protocol_config
 from replaybank.cl.streams import SCENARIOS, STREAMS
 from replaybank.cl.tune import DEFAULT_LRS
@@ -26,7 +26,7 @@ def add_subcommands(subparsers: Any) -> None:  # what ArgumentParser.add_subpars
     )
     p.add_argument("--stream", default="split-digits", help=f"one of: {', '.join(sorted(STREAMS))}")
     p.add_argument("--scenario", default=None, help=f"one of: {', '.join(SCENARIOS)} (default: the stream's)")
-    p.add_argument("--tasks", type=_at_least_one, default=5, help="number of tasks (default 5)")
+    p.add_argument("--tasks", type=integer_at_least(1), default=5, help="number of tasks (default 5)")
     p.add_argument(
         "--strategies", default=None,
         help=f"comma-separated, from: {','.join(STRATEGY_NAMES)} (default naive,joint,er,derpp; with --tune naive,joint,er)",
@@ -34,11 +34,11 @@ def add_subcommands(subparsers: Any) -> None:  # what ArgumentParser.add_subpars
     p.add_argument("--buffer", type=int, default=200, help="replay buffer capacity (default 200)")
     p.add_argument("--seeds", type=int, default=3, help="number of seeds, run as 0..N-1 (default 3)")
     p.add_argument("--protocol", default="der", help=f"one of: {', '.join(PROTOCOLS)} (default der)")
-    p.add_argument("--epochs", type=_at_least_one, default=None, help="epochs per task (multi-epoch protocol)")
-    p.add_argument("--batch-size", type=_at_least_one, default=None,
+    p.add_argument("--epochs", type=integer_at_least(1), default=None, help="epochs per task (multi-epoch protocol)")
+    p.add_argument("--batch-size", type=integer_at_least(1), default=None,
                    help="stream minibatch (online/multi-epoch); at most the training rows of the stream's smallest task")
-    p.add_argument("--replay-batch-size", type=_at_least_one, default=None, help="buffer minibatch (online/multi-epoch)")
-    p.add_argument("--lr", type=_positive_real, default=None, help="SGD learning rate, finite and > 0 (default 0.3; --tune lr chooses it per stream and protocol, see docs/cl.md)")
+    p.add_argument("--replay-batch-size", type=integer_at_least(1), default=None, help="buffer minibatch (online/multi-epoch)")
+    p.add_argument("--lr", type=positive_real, default=None, help="SGD learning rate, finite and > 0 (default 0.3; --tune lr chooses it per stream and protocol, see docs/cl.md)")
     p.add_argument(
         "--tune", choices=["lr"], default=None,
         help="instead of a comparison, choose the learning rate on a validation split of the training data: "
@@ -50,28 +50,6 @@ def add_subcommands(subparsers: Any) -> None:  # what ArgumentParser.add_subpars
     p.add_argument("--val-seed", type=int, default=1, help="--tune: seed of the validation split (default 1)")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(func=run_cl)
-
-
-def _at_least_one(text: str) -> int:
-    """An argparse ``type``: an integer >= 1 (``0``, ``-1``, ``1.5``, ``nan`` refused, naming the option)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer (expected an integer >= 1)") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is below 1 (expected an integer >= 1)")
-    return value
-
-
-def _positive_real(text: str) -> float:
-    """An argparse ``type``: a finite number > 0 (``inf``, ``nan``, ``0``, ``-0.1`` refused, naming the option)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number > 0 (e.g. 0.3)")
-    return value
 
 
 def _lrs(text: str) -> list[float]:

@@ -9,6 +9,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from replaybank.argtypes import integer_at_least, positive_real
+
 SIMULATE_HELP = """\
 Replay a routing trace (a folder written by save_trace or 'traces synth') against one expert
 cache per traced layer, for each policy, and print misses, loads, bytes moved, stalls, the
@@ -36,33 +38,6 @@ events before (0 = off); a prefetch is useful when the event then needs it.
 """
 
 
-def _at_least(low: int) -> Any:
-    """An argparse ``type``: an integer >= ``low`` (``nan``, ``inf``, ``1.5``, ``-1`` refused)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (expected >= {low})") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} is below {low} (expected an integer >= {low})")
-        return value
-
-    parse.__name__ = f"integer >= {low}"
-    return parse
-
-
-def _positive_real(text: str) -> float:
-    """An argparse ``type``: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number > 0")
-    return value
-
-
 def add_subcommands(subparsers: Any) -> None:
     """Add ``traces`` (``simulate``, ``inspect``, ``synth``) to the top-level parser."""
     traces = subparsers.add_parser(
@@ -80,7 +55,7 @@ def add_subcommands(subparsers: Any) -> None:
     sim.add_argument("trace", help="trace folder (manifest.json + .npy columns)")
     size = sim.add_mutually_exclusive_group(required=True)
     size.add_argument(
-        "--capacity", type=_at_least(1), help="experts cached per layer (same for every layer)"
+        "--capacity", type=integer_at_least(1), help="experts cached per layer (same for every layer)"
     )
     size.add_argument(
         "--ratio", type=float, help="capacity as a share of each layer's experts, in (0, 1]"
@@ -99,14 +74,14 @@ def add_subcommands(subparsers: Any) -> None:
     )
     sim.add_argument(
         "--expert-bytes",
-        type=_at_least(0),
+        type=integer_at_least(0),
         default=0,
         help="bytes of one expert's weights (for bytes moved)",
     )
-    sim.add_argument("--seed", type=_at_least(0), default=0, help="seed of the random policy")
-    sim.add_argument("--half-life", type=_positive_real, default=32.0, help="lfru's half-life, in events")
+    sim.add_argument("--seed", type=integer_at_least(0), default=0, help="seed of the random policy")
+    sim.add_argument("--half-life", type=positive_real, default=32.0, help="lfru's half-life, in events")
     sim.add_argument(
-        "--prefetch", type=_at_least(0), default=0, help="experts prefetched per event for layers >= 1"
+        "--prefetch", type=integer_at_least(0), default=0, help="experts prefetched per event for layers >= 1"
     )
     sim.add_argument("--per-layer", action="store_true", help="also print each layer's miss rates")
     sim.add_argument(
@@ -160,7 +135,7 @@ def _int_options(parser: Any, options: tuple[tuple[str, int, str, int], ...]) ->
     """``--NAME`` integer options from ``(name, default, help, lowest allowed)`` rows."""
     for name, default, helptext, low in options:
         parser.add_argument(
-            f"--{name}", type=_at_least(low), default=default, help=f"{helptext} (default {default})"
+            f"--{name}", type=integer_at_least(low), default=default, help=f"{helptext} (default {default})"
         )
 
 
@@ -184,7 +159,7 @@ def _add_record(sub: Any) -> None:
     rec.add_argument("--cache", type=Path, help="model cache (default ~/.cache/replaybank/moe)")
     rec.add_argument(
         "--train-seconds",
-        type=_positive_real,
+        type=positive_real,
         default=420.0,
         help="training budget of the model (part of its cache key; default 420)",
     )
@@ -212,11 +187,11 @@ def _add_compare(sub: Any) -> None:
     cmp.add_argument(
         "--seeds", default="0,1,2,3,4", help="comma-separated integer seeds >= 0 (default 0..4)"
     )
-    cmp.add_argument("--requests", type=_at_least(1), default=24, help="requests per unit (default 24)")
-    cmp.add_argument("--concurrent", type=_at_least(1), default=4, help="requests in flight (default 4)")
+    cmp.add_argument("--requests", type=integer_at_least(1), default=24, help="requests per unit (default 24)")
+    cmp.add_argument("--concurrent", type=integer_at_least(1), default=4, help="requests in flight (default 4)")
     cmp.add_argument("--ratio", type=float, default=0.5, help="baseline capacity ratio")
     cmp.add_argument("--alt-ratio", type=float, default=0.625, help="the capacity intervention")
-    cmp.add_argument("--prefetch", type=_at_least(0), default=2, help="the prefetch intervention")
+    cmp.add_argument("--prefetch", type=integer_at_least(0), default=2, help="the prefetch intervention")
     cmp.add_argument("--sweep", default="0.5,0.5625,0.625,0.6875,0.75,0.8125,0.875,0.9375",
                      help="capacity ratios of the miss-rate plot")  # fmt: skip
     cmp.set_defaults(func=cmd_compare)
