@@ -12,7 +12,8 @@ report's own aggregation, intervals and flips; nothing is recomputed here).
 CONFIG's seeds are ``training.seed`` to ``training.seed + evaluation.seeds - 1`` and its arms
 ``evaluation.arms``. Refused, naming the run and key: a RUN whose config differs from CONFIG in
 anything but the seeds, the arms and ``num_threads``; a seed or arm no RUN holds; two RUNs that
-hold the same seed with different data (the data manifest and the base arm must agree). An arm
+hold the same seed with different data (the data manifest and the base model's suite answers must
+agree). An arm
 found in several RUNs at one seed is taken from the first RUN listed. The interference probe
 kept is the first seed's, as in a single run.
 """
@@ -46,7 +47,8 @@ def _data(seed: dict[str, Any]) -> Any:
             return {k: strip(v) for k, v in x.items() if k not in WHERE}
         return x
 
-    return strip({"manifest": seed["manifest"], "suite": seed["suite"], "base": seed["arms"]["base"]})
+    # the base arm's answers, not its held-out losses: those move in the last digits with the thread count
+    return strip({"manifest": seed["manifest"], "suite": seed["suite"], "base": seed["arms"]["base"]["suite"]})
 
 
 def combine(config: Path, out: Path, runs: list[Path]) -> Path:
