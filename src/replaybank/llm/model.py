@@ -13,6 +13,7 @@ cached the same way), or a Hugging Face model id already in the local HF cache.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import os
@@ -249,7 +250,7 @@ def model_structure(name: str) -> Any:
     """The base model's module tree without its weights: built on the ``meta`` device from its
     config alone (no weight file read, nothing converted), for checks before a run loads anything.
     A ``.gguf`` file (the embedded default included) gives the config of its converted copy when
-    one is cached, else the one in its header.
+    one is cached, else the one in its header (read once per process: it takes seconds).
 
     Raises:
         ModelError: the config cannot be found or transformers cannot read it (naming the model).
@@ -263,7 +264,7 @@ def model_structure(name: str) -> Any:
         if gguf is not None and (_gguf_cache_path(gguf) / "config.json").is_file():
             config = AutoConfig.from_pretrained(_gguf_cache_path(gguf))
         elif gguf is not None:
-            config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            config = _gguf_header_config(str(gguf.resolve()))
         else:
             config = AutoConfig.from_pretrained(str(path) if path.is_dir() else name, local_files_only=True)
         with torch.device("meta"), warnings.catch_warnings():
@@ -272,6 +273,15 @@ def model_structure(name: str) -> Any:
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for a bad config
         raise ModelError(f"base model {name!r}: transformers cannot read its config ({type(exc).__name__}: "
                          f"{str(exc)[:300]})") from None
+
+
+@functools.lru_cache(maxsize=4)
+def _gguf_header_config(path: str) -> Any:
+    """The model config in a GGUF file's header (parsing it reads the file: seconds for SmolLM2)."""
+    from transformers import AutoConfig
+
+    gguf = Path(path)
+    return AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
 
 
 def check_target_modules(model: Any, targets: list[str]) -> None:
