@@ -11,7 +11,7 @@ report's own aggregation, intervals and flips; nothing is recomputed here).
 
 CONFIG's seeds are ``training.seed`` to ``training.seed + evaluation.seeds - 1`` and its arms
 ``evaluation.arms``. Refused, naming the run and key: a RUN whose config differs from CONFIG in
-anything but the seeds, the arms and ``num_threads``; a seed or arm no RUN holds; two RUNs that
+anything but the seeds, the arms, ``num_threads`` and ``arm_processes``; a seed or arm no RUN holds; two RUNs that
 hold the same seed with different data (the data manifest and the base model's suite answers must
 agree). An arm
 found in several RUNs at one seed is taken from the first RUN listed. The interference probe
@@ -30,10 +30,11 @@ from typing import Any
 
 from replaybank.llm.config import Config
 
-#: Keys a combined run may differ in: which seeds and arms a run trained, and its torch threads.
-FREE = {("training", "seed"), ("evaluation", "seeds"), ("evaluation", "arms"), ("training", "num_threads")}
+#: Keys a combined run may differ in: which seeds and arms a run trained, and how (threads, processes).
+FREE = {("training", "seed"), ("evaluation", "seeds"), ("evaluation", "arms"), ("training", "num_threads"),
+        ("evaluation", "arm_processes")}
 #: Fields of a seed's data manifest that name where a run kept its caches, not what the data is.
-WHERE = {"cache", "prompts", "seconds", "model"}
+WHERE = {"cache", "cached", "prompts", "seconds", "model"}
 
 
 def _comparable(config: dict[str, Any]) -> dict[str, Any]:
@@ -65,7 +66,7 @@ def combine(config: Path, out: Path, runs: list[Path]) -> Path:
             for key in sorted(set(wanted.get(sec, {})) | set(theirs.get(sec, {}))):
                 if wanted.get(sec, {}).get(key) != theirs.get(sec, {}).get(key):
                     sys.exit(f"{run}: [{sec}] {key} = {theirs.get(sec, {}).get(key)!r}, but {config} has "
-                             f"{wanted.get(sec, {}).get(key)!r}; only seeds, arms and num_threads may differ")
+                             f"{wanted.get(sec, {}).get(key)!r}; only seeds, arms, num_threads and arm_processes may differ")
         for path in sorted((run / "seeds").glob("seed*.json")):
             seed = json.loads(path.read_text())
             n = int(seed["manifest"]["seed"])
