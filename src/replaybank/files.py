@@ -36,6 +36,7 @@ __all__ = [
     "check_regular",
     "check_writable",
     "file_kind",
+    "fsync_dir",
     "open_regular",
     "read_regular",
     "write_regular",
@@ -195,3 +196,12 @@ def write_regular(
     finally:
         os.close(fd)
     return p
+
+
+def fsync_dir(folder: Path) -> None:
+    """Flush ``folder``'s entries (a rename or a new file in it) to disk, as a file's ``fsync`` does its bytes."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

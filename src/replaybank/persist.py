@@ -43,6 +43,7 @@ from . import npyio
 from .buffer_state import SCHEMA_VERSION as STATE_SCHEMA
 from .buffer_state import BufferParts
 from .errors import CorruptSaveError, ReplayBankError
+from .files import fsync_dir
 from .manifest import (
     ARRAY_NAME,
     FORMAT,
@@ -130,13 +131,6 @@ def _check_capacity(capacity: int, state: dict[str, Any], sampler: Any, admissio
                 f"{'no array' if n is None else f'{n:,}'}"
             )
 
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _versions(root: Path) -> list[int]:
@@ -263,7 +257,7 @@ def _write_version(
     for name, arr in arrays.items():
         put(f"state/{name}.npy", arr)
     for folder in ("columns", "state", ""):
-        _fsync_dir(staging / folder)
+        fsync_dir(staging / folder)
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,
@@ -280,7 +274,7 @@ def _write_version(
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, root / MANIFEST)
-    _fsync_dir(root)
+    fsync_dir(root)
 
 
 def read_manifest(root: str | os.PathLike[str]) -> Manifest:

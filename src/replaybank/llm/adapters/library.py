@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.errors import ReplayBankError
-from replaybank.files import file_kind, open_regular, read_regular
+from replaybank.files import file_kind, fsync_dir, open_regular, read_regular
 from replaybank.llm.adapters.attach import (
     attach,
     check_adapter_config,
@@ -385,7 +385,7 @@ class AdapterLibrary:
                     raise AdapterExistsError(f"{self.root / name}: exists and is not a folder of the library's; remove it "
                                              "to register this name", adapter=name, field="name")
                 os.rename(staging, self.root / name)
-                _fsync_dir(self.root)
+                fsync_dir(self.root)
                 index[name] = _row(result)
                 self._write_index(index)
             return result
@@ -644,12 +644,5 @@ def _fsync_folder(folder: Path) -> None:
     for path in folder.iterdir():
         with open(path, "rb") as f:
             os.fsync(f.fileno())
-    _fsync_dir(folder)
+    fsync_dir(folder)
 
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
