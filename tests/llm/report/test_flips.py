@@ -174,6 +174,27 @@ def test_metrics_and_report_carry_intervals_flips_and_the_gate(tmp_path):
     assert "| 0 | conversation-8 | conversation | prompt of conversation-8 | base answer conversation 8 | self conversation 8 |" in report
 
 
+def test_the_gate_judges_the_configured_gate_arm_not_the_best_arm(tmp_path):
+    """``[evaluation] gate_arm`` names the arm the gate decides on, even when another arm is the
+    targets' best: here rehearsal-self keeps every family (the best arm, it would pass) and the
+    configured naive arm keeps none, so the run fails the gate on naive."""
+    from replaybank.llm.report.gate import gate_failure
+    from replaybank.llm.report.markdown import write_report
+    from replaybank.llm.report.metrics import build_metrics
+
+    arms = ["base", "naive", "rehearsal-self"]
+    seeds, agg = constructed_run([1] * 10)
+    best = build_metrics(Config.from_dict({"evaluation": {"arms": arms}}), seeds, agg)
+    assert (best.gate.chosen_arm, best.gate.chosen_by, best.gate.passed) == ("rehearsal-self", "best_arm", True)
+    cfg = Config.from_dict({"evaluation": {"arms": arms, "gate_arm": "naive"}})
+    metrics = build_metrics(cfg, seeds, agg)
+    assert metrics.targets.best_arm == "rehearsal-self"
+    assert (metrics.gate.chosen_arm, metrics.gate.chosen_by, metrics.gate.passed) == ("naive", "gate_arm", False)
+    assert (gate_failure(metrics.gate) or "").startswith("retention floor not met by arm 'naive' (gate_arm): conversation 0.0%")
+    write_report(tmp_path / "report.md", replace(metrics, seeds=[0, 1]))
+    assert "`naive` (`[evaluation] gate_arm`): fails" in (tmp_path / "report.md").read_text()
+
+
 def test_summary_and_report_follow_whatever_families_the_suite_holds(tmp_path):
     from replaybank.llm.report.markdown import write_report
     from replaybank.llm.report.metrics import build_metrics
