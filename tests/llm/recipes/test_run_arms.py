@@ -62,6 +62,7 @@ def test_self_kl_replay_arms_over_two_domains_and_two_seeds(tiny_model_dir, tmp_
     # replay exists only from the second domain on; its rows are the first domain's
     gens = arms["mixed"]["generations"]
     assert set(gens[0]["sources"]) == {"self"} and set(gens[1]["sources"]) == {"self", "replay"}
+    assert gens[0]["empty_sources"] == ["replay"] and "empty_sources" not in gens[1]  # recorded where a source had no row
     assert gens[1]["sources"]["replay"]["rows"] == 10
     assert set(arms["mixed"]["loss_share"]["label_tokens"]) == {"domain", "self", "replay"}
     assert arms["rehearsal-corpus"]["loss_share"]["rows"]["corpus"] > 0

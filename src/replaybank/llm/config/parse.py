@@ -31,6 +31,7 @@ from replaybank.llm.config.choose import check_choose_keys
 from replaybank.llm.config.floor import check_gate_keys
 from replaybank.llm.config.recipe import (
     BUILTIN_RECIPES,
+    EARLIER_SOURCES,
     JOB_ARMS,
     TAKES_TRAINING_SHARE,
     ArmPlan,
@@ -175,6 +176,7 @@ class Config:
                 f"{line}: {knob} makes the rehearsal arm {zero.name!r} the naive arm again; "
                 f"expected a share > 0, or drop {zero.name!r} from [evaluation] arms"
             )
+        self._check_earlier_rows(plans)
         if not self.training.lora_target_modules:
             raise ConfigError(f"{at(where, self.text, 'training', 'lora_target_modules')}: [training] lora_target_modules is empty; name at least one module")
         if not self.data.domain_train:
@@ -185,6 +187,28 @@ class Config:
                 f"{at(where, self.text, 'data', 'domain_train')}: [data] domain_train has {n_files} entries but [orchestration] "
                 f"num_generations = {n_gen}; give one file or folder per generation"
             )
+
+    def _check_earlier_rows(self, plans: list[ArmPlan]) -> None:
+        """Refuse an arm that rehearses only rows of earlier generations out of the lineage
+        (``replay``, ``onpolicy``) when every generation's lineage holds all earlier ones: no
+        generation would have a rehearsal row, and the arm would train as the naive arm."""
+        o = self.orchestration
+        if o.lineage != "all" and o.training_window_size < o.num_generations:
+            return
+        plan = next((p for p in plans if p.recipe.source and all(s in EARLIER_SOURCES for s in p.recipe.source)), None)
+        if plan is None:
+            return
+        if plan.name in self.recipes:
+            table = table_name("recipes", plan.name)
+            line, what = at(self.source, self.text, table, "source"), f"[{table}] source = {plan.recipe.source!r}"
+        else:
+            line, what = at(self.source, self.text, "evaluation", "arms"), f"the built-in arm {plan.name!r} (source = {plan.recipe.source!r})"
+        raise ConfigError(
+            f"{line}: {what} rehearses only rows of earlier generations out of the lineage, but every generation's "
+            f"lineage holds all earlier ones ([orchestration] num_generations = {o.num_generations}, "
+            f"training_window_size = {o.training_window_size}, lineage = {o.lineage!r}): the arm {plan.name!r} would train "
+            "as the naive arm; add a source (corpus or self), or set training_window_size below num_generations"
+        )
 
     def check_arms(self) -> None:
         where = self.source

@@ -103,6 +103,7 @@ from replaybank.llm.train.sources import (
     arm_steering,
     build_sources,
     concat_rows,
+    empty_sources,
     refresh_cost,
     rehearsal_alone,
     rows_per_epoch,
@@ -371,6 +372,10 @@ def _train_arm(
         share_g = plan.share_for(len(domain))  # converted from rehearsal_rows_per_epoch: follows the lineage's size
         sources = build_sources(spec, share_g, g, lineage, ctx, model=model, max_seq_length=cfg.training.max_seq_length,
                                 seed=cfg.training.seed + g)
+        empty = empty_sources(spec, sources, share_g)
+        if empty:  # recorded in the generation's results: without rows the arm trains this generation as naive would
+            log(f"{tag} gen {g}: rehearsal source(s) {empty} gave no rows"
+                + ("; the generation trains without rehearsal" if not sources else ""))
         trained, epoch_source = sources, "domain"
         if not spec.domain:  # the control arm: as many of its rehearsal rows in place of the domain's, no domain row
             domain, epoch_source = rehearsal_alone(sources, len(domain), seed=cfg.training.seed + g)
@@ -418,6 +423,7 @@ def _train_arm(
                      for s in sources},
             train=TrainLogRecord.from_json(train_log.to_dict(), f"{tag} gen {g}: the training log"), general_loss=final["general_loss"], domain_loss=final["domain_loss"],
             domain_accuracy=[DomainScore(c.exact_match, c.call_score, c.n) for c in matrix_rows[-1]],
+            empty_sources=empty or None,
         ))
         if cfg.output.save_adapters:  # a checked folder inside OUT.partial; the same PEFT folder the loop writes
             write_adapter_folder(model, safe_folder(partial, "adapters", name, seed_label, f"gen{g}"), {

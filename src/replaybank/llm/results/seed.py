@@ -103,6 +103,9 @@ class Generation(Record):
     general_loss: float
     domain_loss: float
     domain_accuracy: list[DomainScore]
+    empty_sources: list[str] | None = omitted()
+    """The recipe's sources that gave this generation no row (``replay`` and ``onpolicy`` in the first
+    generation; ``onpolicy`` when the model answered no earlier prompt right); None when every source had rows."""
 
 
 @dataclass(frozen=True)

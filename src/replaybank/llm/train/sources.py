@@ -86,6 +86,21 @@ def build_sources(
     return sources
 
 
+def empty_sources(spec: Recipe, sources: list[Source], share: float) -> list[str]:
+    """The sources ``spec`` names that :func:`build_sources` gave no row (none when the arm's share is 0:
+    it asked for no row): a generation whose sources are all here trains as the naive arm would.
+
+    Example:
+        >>> src = Source("self", token_rows([(np.array([1, 2]), np.array([-100, 2]))]), 0.1)
+        >>> empty_sources(Recipe(source=["self", "onpolicy"]), [src], 0.1)
+        ['onpolicy']
+    """
+    if share <= 0:
+        return []
+    have = {s.name for s in sources}
+    return [name for name in spec.source if name not in have]
+
+
 def rehearsal_alone(sources: list[Source], rows: int, seed: int) -> tuple[TokenRows, str]:
     """The control arm's training rows: ``rows`` rows (the domain's count, so the arm takes the same
     steps) of its sources alone, split evenly over them (largest share to the first), each source's
