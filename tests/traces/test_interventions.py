@@ -112,3 +112,44 @@ def test_a_capacity_below_a_step_union_names_the_request_and_step() -> None:
 def test_a_design_refuses_bad_values(change: dict, message: str) -> None:
     with pytest.raises(ReplayBankError, match=message):
         Design(**change)
+
+
+def cycling(requests: int, experts: list[int], decode: int = 6, layers: int = 2, num_experts: int = 8) -> Trace:
+    """Requests that each open with a two-token prefill routed twice to one expert, then decode one
+    token per step through ``experts`` in turn (top-1, every layer alike)."""
+    req, kind, start, tokens, rows = [], [], [], [], []
+    for r in range(requests):
+        first = experts[r % len(experts)]
+        req.append(r), kind.append(0), start.append(0), tokens.append(2)
+        rows += [first, first]
+        for t in range(decode):
+            req.append(r), kind.append(1), start.append(2 + t), tokens.append(1)
+            rows.append(experts[(r + t + 1) % len(experts)])
+    return Trace.build(request=req, kind=kind, start=start, tokens=tokens, experts=[[[e] for e in rows]] * layers,
+                       num_experts=[num_experts] * layers)
+
+
+def test_each_intervention_moves_the_cache_the_way_its_factor_says() -> None:
+    """On constructed traces whose outcome is known, every factor's intervention changes the replay
+    against the baseline in its own direction (an intervention replayed as the baseline fails here)."""
+    design = Design(seeds=(0,), requests=4, concurrent=2, ratio=0.5, alt_ratio=0.75, prefetch=2)
+    # five experts cycled per layer: 4 slots (ratio 0.5 of 8) thrash, 6 slots (0.75) hold them all
+    pairs = {f: v["pairs"][0] for f, v in run_study({"wide": cycling(6, [0, 1, 2, 3, 4])}, design)["factors"].items()}
+    assert set(pairs) == {"semantics", "prefetch", "capacity"}
+    for policy in ("lru", "opt"):
+        # per token, the prefill's second token on the same expert counts as a need and a hit: same loads, lower miss rate
+        sem = pairs["semantics"]
+        assert sem["loads"][policy][0] == sem["loads"][policy][1] and sem["miss_rate"][policy][1] < sem["miss_rate"][policy][0]
+        # prefetching loads experts ahead of layer 1's events; the baseline prefetches none
+        pre = pairs["prefetch"]
+        assert np.isnan(pre["prefetch_accuracy"][policy][0]) and 0 < pre["prefetch_accuracy"][policy][1] <= 1
+        assert pre["miss_rate"][policy][1] < pre["miss_rate"][policy][0]
+        # more room: only the cold loads are left (5 experts x 2 layers), fewer than at the baseline's capacity
+        cap = pairs["capacity"]
+        assert cap["loads"][policy][1] == 10 < cap["loads"][policy][0]
+    # two workloads on disjoint experts (3 each, 4 slots): alone only cold loads (3 x 2 layers x 2 units);
+    # served in one stream their 6 experts contend for the slots and reload
+    design = Design(seeds=(0,), requests=4, concurrent=2, ratio=0.5)
+    mixing = run_study({"a": cycling(6, [0, 1, 2]), "b": cycling(6, [4, 5, 6])}, design)["factors"]["mixing"]["pairs"][0]
+    for policy in ("lru", "opt"):
+        assert mixing["loads"][policy][0] == 12 < mixing["loads"][policy][1]
