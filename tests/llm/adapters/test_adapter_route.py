@@ -72,6 +72,19 @@ def test_background_prompts_keep_general_requests_on_the_base_model():
     assert kept.adapter == "shop"
 
 
+def test_a_request_the_background_matches_at_least_as_well_goes_to_the_base_even_above_the_threshold():
+    # the threshold (0.05) lets the shop adapter take each request; only the background rule sends it to the base
+    router = Router(LIST_SHOP, threshold=0.05, background=GENERAL)
+    general = router.route("List three fruits as a numbered list.")
+    assert general.confidence >= router.threshold and general.best == "shop"
+    assert general.adapter is None and general.fallback
+    # a tie: a background prompt worded exactly as a shop example matches as well as the shop does (confidence 1)
+    request = "Add 2 eggs to my shopping list."
+    assert router.route(request).adapter == "shop"
+    tied = Router(LIST_SHOP, threshold=0.05, background=[*GENERAL, request]).route(request)
+    assert tied.confidence == pytest.approx(1.0) and tied.best == "shop" and tied.adapter is None
+
+
 def test_top_k_scores_an_adapter_by_its_best_examples_together():
     # one shop example shares "Tuesday" with the request; three diary examples share "block"/"morning"
     ex = {"shop": ["Deliver eggs on Tuesday.", "Add rice to my list.", "Add pears to my list."],
