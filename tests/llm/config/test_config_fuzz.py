@@ -11,6 +11,10 @@ of every section (recipes included) is within its declared type and bounds (fini
 non-empty where required), every recipe name is a name, and the config reads back from its own
 ``to_dict``. Reading never writes (the folder is unchanged) and every call is bounded. Any other
 exception fails the test. ``FUZZ_EXAMPLES`` raises the count (suite: 100 per reader).
+
+Beside the fuzz, every ``Literal`` key of every table a config file holds (the cases generated from
+the dataclasses' field types, so a new key is covered without editing this file) is given values
+outside its choices, and each reader must refuse them naming the file, the line, the table and the key.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -33,7 +37,8 @@ from replaybank.llm.config.loop import Loop, LoopConfig
 from replaybank.llm.config.names import is_name
 from replaybank.llm.config.parse import SECTIONS
 from replaybank.llm.config.recipe import Recipe
-from replaybank.llm.config.schema import Training
+from replaybank.llm.config.schema import SharedData, SharedEvaluation, Training
+from replaybank.llm.config.values import ConfigError
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "100"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
@@ -113,6 +118,14 @@ def _in_bounds(where: str, obj: Any) -> None:
             assert len(v) > 0, f"{where}.{f.name} is empty"
         if isinstance(v, list):
             assert all(not isinstance(x, float) or math.isfinite(x) for x in v), f"{where}.{f.name} = {v}"
+    for key, choices in literal_fields(type(obj)):
+        assert getattr(obj, key) in choices, f"{where}.{key} = {getattr(obj, key)!r} accepted; expected one of {choices}"
+
+
+def literal_fields(klass: type) -> list[tuple[str, tuple[Any, ...]]]:
+    """``(key, choices)`` of every field of the dataclass ``klass`` typed as a ``Literal``."""
+    hints = get_type_hints(klass)
+    return [(f.name, get_args(hints[f.name])) for f in dataclasses.fields(klass) if get_origin(hints[f.name]) is Literal]
 
 
 def _read(reader: Any, raw: bytes, bounded: Any) -> Any:
@@ -176,6 +189,55 @@ def test_recipe_tables_are_refused_naming_the_file_or_are_names_in_bounds(raw, b
     for name, recipe in recipes.items():
         assert is_name(name), f"recipe name {name!r} accepted"
         _in_bounds(f"recipes.{name}", recipe)
+
+
+#: every table a config file holds, with the dataclass it is read as and the readers (and their valid base files) that read it
+TABLES: list[tuple[str, type, list[tuple[Any, str]]]] = [
+    *((name, klass, [(Config.from_toml, MAIN)]) for name, klass in SECTIONS.items()),
+    ("loop", Loop, [(LoopConfig.from_toml, LOOP)]),
+    ("training", Training, [(LoopConfig.from_toml, LOOP)]),
+    ("evaluation", SharedEvaluation, [(LoopConfig.from_toml, LOOP)]),
+    ("data", SharedData, [(LoopConfig.from_toml, LOOP)]),
+    ("recipes.mine", Recipe, [(Config.from_toml, MAIN), (LoopConfig.from_toml, LOOP), (load_recipes, MAIN)]),
+]
+LITERAL_CASES = [
+    pytest.param(reader, base, table, key, choices, id=f"{reader.__qualname__}-[{table}]-{key}")
+    for table, klass, readers in TABLES for key, choices in literal_fields(klass) for reader, base in readers
+]
+
+
+def _set_key(base: str, table: str, key: str, value: str) -> str:
+    """``base`` with ``key = value`` written into ``[table]`` (the table added when absent)."""
+    lines = base.splitlines()
+    if f"[{table}]" not in lines:
+        lines += ["", f"[{table}]"]
+    at = lines.index(f"[{table}]") + 1
+    lines = [x for x in lines if not x.startswith(f"{key} =")]
+    lines.insert(at, f"{key} = {value}")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_literal_cases_cover_every_section():
+    covered = {(table, key) for *_, table, key, _ in (c.values for c in LITERAL_CASES)}
+    for known in [("orchestration", "lineage"), ("training", "mix_by"), ("evaluation", "choose"), ("loop", "init"),
+                  ("recipes.mine", "controller"), ("recipes.mine", "peer")]:
+        assert known in covered
+
+
+@pytest.mark.parametrize("reader, base, table, key, choices", LITERAL_CASES)
+def test_a_value_outside_a_literal_keys_choices_is_refused_naming_the_table_and_key(tmp_path, reader, base, table, key, choices):
+    path = tmp_path / "c.toml"
+    near = str(choices[0])
+    for value, shown in [(f'"{near}x"', repr(near + "x")), (f'"{near.upper()}"', repr(near.upper())), ("1", "1")]:
+        if shown.strip("'") in choices:
+            continue
+        text = _set_key(base, table, key, value)
+        path.write_text(text, encoding="utf-8")
+        line = text.splitlines().index(f"{key} = {value}") + 1
+        with pytest.raises(ConfigError) as err:
+            reader(path)
+        prefix = f"{path}:{line}: [{table}] {key} = {shown}: expected one of {', '.join(map(repr, choices))}"
+        assert str(err.value).startswith(prefix), f"{err.value}\nexpected it to start with\n{prefix}"
 
 
 def test_the_base_files_are_valid():
