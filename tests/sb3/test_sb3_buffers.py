@@ -184,6 +184,31 @@ def _step(n_envs: int = 1, **change):
 BOX2, DISC3 = spaces.Box(-1, 1, (2,), np.float32), spaces.Discrete(3)
 
 
+class Normalizer:
+    """Stands for SB3's ``VecNormalize``: the two methods a buffer's ``sample(env=...)`` calls."""
+
+    def normalize_obs(self, obs):
+        return obs * 2
+
+    def normalize_reward(self, reward):
+        return reward / 4
+
+
+@pytest.mark.parametrize("buffer", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_a_vec_normalize_env_scales_the_sampled_rewards_and_observations_as_sb3_does(buffer) -> None:
+    box, disc = spaces.Box(-1000, 1000, (2,), np.float32), spaces.Discrete(3)
+    ours, theirs = buffer(64, box, disc, device="cpu", seed=0), SB3Buffer(64, box, disc, device="cpu")
+    for i in range(10):
+        obs = np.array([[i, -i]], np.float32)
+        for buf in (ours, theirs):
+            buf.add(obs, obs + 100, np.array([i % 3]), np.array([0.5 * i - 3]), np.array([False]), [{}])
+    s = ours.sample(32, env=Normalizer())
+    i = s.observations[:, 0].numpy() / 2
+    np.testing.assert_array_equal(s.next_observations[:, 0].numpy(), 2 * (i + 100))
+    np.testing.assert_array_equal(s.rewards[:, 0].numpy(), (0.5 * i - 3) / 4)
+    assert s.rewards.dtype == theirs.sample(4, env=Normalizer()).rewards.dtype == th.float32
+
+
 @pytest.mark.parametrize("n_envs", [1, 2])
 @pytest.mark.parametrize(
     "change, message",
