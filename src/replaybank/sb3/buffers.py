@@ -10,7 +10,8 @@ one item (a step of ``n_envs`` envs is one ``extend`` of ``n_envs`` rows), so ``
 the number of transitions kept, as in SB3.
 
 Checks (every ``add``): the arrays hold ``n_envs`` transitions of the spaces' shapes and ``infos``
-is a list of ``n_envs`` dicts; with ``check_values=True`` (the default) also the values that would
+is a list of ``n_envs`` dicts (or, with ``handle_timeout_termination=False``, a gymnasium vector
+env's one dict: CleanRL's ``dqn.py`` runs on these buffers with only its import changed); with ``check_values=True`` (the default) also the values that would
 corrupt training: a reward or a float observation that is NaN or infinite, a ``done`` other than
 0 or 1, an action outside a ``Discrete`` / ``MultiDiscrete`` / ``MultiBinary`` space (or a float
 action for one), a NaN or infinite ``Box`` action. SB3's own buffer stores all of these;
@@ -199,13 +200,18 @@ class ReplayBuffer(SB3ReplayBuffer):
         action: np.ndarray,
         reward: np.ndarray,
         done: np.ndarray,
-        infos: list[dict[str, Any]],
+        infos: list[dict[str, Any]] | Mapping[str, Any],
     ) -> None:
         """Store one vector-env step: ``n_envs`` transitions.
 
+        ``infos`` is an SB3 VecEnv's list of ``n_envs`` dicts, or, with
+        ``handle_timeout_termination=False``, a gymnasium vector env's one dict (unused then), as
+        CleanRL's ``dqn.py`` passes it.
+
         Raises:
             ReplayBankError: naming the argument: an array that does not hold ``n_envs``
-                transitions of the spaces' shapes, ``infos`` that are not ``n_envs`` dicts, and
+                transitions of the spaces' shapes, ``infos`` that are neither ``n_envs`` dicts nor
+                (without timeout handling) one dict, and
                 with ``check_values`` a NaN / infinite reward or float observation, a ``done``
                 other than 0 or 1, an action outside a discrete space or a float one for it.
         """
@@ -274,6 +280,15 @@ class ReplayBuffer(SB3ReplayBuffer):
 
     def _check_infos(self, infos: Any) -> list[dict[str, Any]]:
         n = self.n_envs
+        if isinstance(infos, Mapping):  # a gymnasium vector env's infos (CleanRL passes them): one dict of arrays
+            if self.handle_timeout_termination:
+                raise InvalidArgumentError(
+                    "ReplayBuffer.add(infos): got one dict (a gymnasium vector env's infos), which holds no per-env "
+                    "'TimeLimit.truncated'; with handle_timeout_termination=True pass a list of n_envs dicts (an SB3 "
+                    "VecEnv's), or build the buffer with handle_timeout_termination=False and pass the terminations "
+                    "as done, as CleanRL does"
+                )
+            return [{} for _ in range(n)]
         if not isinstance(infos, (list, tuple)) or len(infos) != n:
             got = f"{len(infos)} entries" if isinstance(infos, (list, tuple)) else repr(infos)
             raise InvalidArgumentError(
