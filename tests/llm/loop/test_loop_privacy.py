@@ -88,10 +88,11 @@ def test_no_private_value_reaches_any_file_written(tiny_cfg, tmp_path, capsys):
     (tmp_path / "out" / "inspect.txt").write_text(capsys.readouterr().out, encoding="utf-8")
     with EpisodeStore(db, readonly=True) as store:
         rows = training_rows(store)
-        assert len(rows) == 1 and "<private:account>" in rows[0]["prompt"]  # the chain's call lost its payee
-        assert len(store) == 2
+        stored = len(store)
     (tmp_path / "out" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     assert scan(tmp_path / "out", inputs) == {}
+    assert stored == 2 and len(rows) == 1  # the chain's call lost its payee: kept, not trained on
+    assert "<private:account>" in rows[0]["prompt"]
 
     # the loop: seeded from the same file, acting on tasks that name the private values
     cfg = LoopConfig.from_dict(tiny_cfg(generations=1, demos=0, tasks=str(tasks), demos_file=str(demos),
@@ -100,6 +101,8 @@ def test_no_private_value_reaches_any_file_written(tiny_cfg, tmp_path, capsys):
     state = run_loop(cfg, tmp_path / "runs" / "run", log=lines.append)
     assert state["finished"] == 1 and any("2 from" in line for line in lines)
     report = write_report(tmp_path / "runs")
+    reader.close()
+    assert scan(tmp_path, inputs) == {}
     with EpisodeStore(tmp_path / "runs" / "run" / "store.db", readonly=True) as store:
         texts = [r.episode.task.text for r in store.episodes(source="agent")]
         assert any("<private:customer>" in t for t in texts) and any("<private:payee>" in t for t in texts)
@@ -107,8 +110,6 @@ def test_no_private_value_reaches_any_file_written(tiny_cfg, tmp_path, capsys):
         assert any("<private:" in c for c in contexts)  # the replayed demonstration, redacted
     assert "<private:" in (tmp_path / "runs" / "run" / "state.json").read_text() and report.is_file()
     assert list((tmp_path / "runs" / "library").rglob("*.json"))
-    reader.close()
-    assert scan(tmp_path, inputs) == {}
 
 
 def test_the_scan_finds_a_value_in_any_form(tmp_path):
