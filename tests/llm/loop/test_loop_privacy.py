@@ -10,9 +10,13 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from replaybank.cli import main
 from replaybank.episodic import EpisodeStore
+from replaybank.episodic.demos import DemoFileError
 from replaybank.episodic.export import training_rows
+from replaybank.llm.config import ConfigError
 from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.loop.report import write_report
 from replaybank.llm.recipes.loop import run_loop
@@ -113,6 +117,21 @@ def test_no_private_value_reaches_any_file_written(tiny_cfg, tmp_path, capsys):
 
 
 def test_the_scan_finds_a_value_in_any_form(tmp_path):
-    for i, text in enumerate([b"x Zoltan y", b"@zoltan", "z\\u00fcrich-h\\u00f6fe".encode(), "ZÜRICH-HÖFE".encode()]):
+    for i, text in enumerate([b"x Zoltan y", b"@zoltan", b"z\\u00fcrich-h\\u00f6fe", "ZÜRICH-HÖFE".encode()]):
         (tmp_path / f"f{i}").write_bytes(text)
     assert scan(tmp_path, set()) == {"f0": ["payee"], "f1": ["payee"], "f2": ["customer"], "f3": ["customer"]}
+
+
+def test_private_fields_are_config_keys_checked_before_any_work(tiny_cfg, tmp_path):
+    with pytest.raises(ConfigError, match=r"\[loop\] private_fields = \['payee'\] names fields .* demos_file, which is not set"):
+        LoopConfig.from_dict({"loop": {"private_fields": ["payee"]}})
+    with pytest.raises(ConfigError, match=r"\[loop\] private_fields: 'Payee' is not a field name"):
+        LoopConfig.from_dict({"loop": {"demos_file": "d.jsonl", "private_fields": ["Payee"]}})
+    assert "private_fields = []  # fields of the demos_file lines" in LoopConfig().to_toml()
+    demos = tmp_path / "demos.jsonl"
+    demos.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in demo_lines()), encoding="utf-8")
+    out = tmp_path / "run"
+    cfg = LoopConfig.from_dict(tiny_cfg(generations=1, demos_file=str(demos), private_fields=["payee", "iban"]))
+    with pytest.raises(DemoFileError, match=r"demos.jsonl: private field 'iban' is not a field of the file"):
+        run_loop(cfg, out, log=lambda m: None)
+    assert not (out / "store.db").exists()  # refused before the store opens and the model loads
