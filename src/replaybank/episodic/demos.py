@@ -26,6 +26,21 @@ A call that redaction makes invalid (a private payee inside ``to=@goran``) canno
 with ``on_redacted_call="keep"`` (the default) the demonstration is stored with the markers and a
 failed verdict (``success=False``, reward 0, detail ``not replayable: ...``), so retrieval and the
 training rows, which take successes only, never use it; ``"refuse"`` refuses the file instead.
+
+Example:
+    >>> import json, os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> line = {"task": "Timer of 300s for tea, account 4417-22.", "fields": {"account": "4417-22"},
+    ...         "turns": [{"role": "user", "content": "Timer of 300s for tea, account 4417-22."},
+    ...                   {"role": "assistant", "content": "<<qx timer.arm; dur=300s; tag=tea>>"}],
+    ...         "calls": ["<<qx timer.arm; dur=300s; tag=tea>>"]}
+    >>> with open(os.path.join(folder, "demos.jsonl"), "w") as out:
+    ...     _ = out.write(json.dumps(line) + "\\n")
+    >>> with EpisodeStore(os.path.join(folder, "ep.db")) as store:
+    ...     got = import_demonstrations(store, os.path.join(folder, "demos.jsonl"), ["account"])
+    ...     ep = store.get(got.ids[0]).episode
+    >>> ep.source, ep.verdict.success, ep.task.text, ep.steps[0].result
+    ('demo', True, 'Timer of 300s for tea, account <private:account>.', 'ok timer.arm dur=300s tag=tea')
 """
 
 from __future__ import annotations
@@ -43,7 +58,8 @@ from . import fields as f
 from .env import task_id
 from .episode import Episode, Step, Task, Verdict
 from .qx import make_step, parse_calls, score, validate
-from .redact import FIELD_NAME, Redactor
+from .redact import FIELD_NAME, RedactionError, Redactor
+from .store import EpisodeStore
 
 __all__ = [
     "KEYS", "MAX_FILE_BYTES", "MAX_LINE_BYTES", "DemoFile", "DemoFileError", "Demonstration", "ImportResult",
@@ -109,8 +125,6 @@ class DemoFile:
             DemoFileError: a private field that no line declares in ``fields`` (named, with the
                 fields the file has), or a value that cannot be redacted (:class:`RedactionError`).
         """
-        from .redact import RedactionError
-
         names = self.field_names
         for name in private:
             if name not in names:
@@ -220,7 +234,7 @@ def to_episodes(
 
 
 def import_demonstrations(
-    store: Any, path: str | Path, private: Sequence[str] = (), *, on_redacted_call: OnRedactedCall = "keep"
+    store: EpisodeStore, path: str | Path, private: Sequence[str] = (), *, on_redacted_call: OnRedactedCall = "keep"
 ) -> ImportResult:
     """Read, check and redact every line of ``path``, then store them all in one transaction.
 
