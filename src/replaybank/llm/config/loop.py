@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from replaybank.episodic.redact import FIELD_NAME
 from replaybank.llm.config.recipe import (
     BUILTIN_RECIPES,
     NONE,
@@ -108,6 +109,8 @@ class Loop:
     tasks: str = _f("builtin:qx", "task source: builtin:qx (the qx tool API ladder) or a JSONL task file (see docs/episodic.md)", nonempty=True)
     levels: list[int] = _f([1, 2], "ladder levels of builtin:qx: 1 copy, 2 convert, 3 two calls, 4 chain (the second call needs the first call's result)")
     demos: int = _f(16, "demonstrations the store is seeded with (train split), as a user would", min=0, max=16)
+    demos_file: str = _f("", "a JSONL file of a person's demonstrations the store is also seeded with, every call checked (docs/episodic.md#importing-demonstrations); empty = none")
+    private_fields: list[str] = _f([], "fields of the demos_file lines whose values are redacted to <private:FIELD> before anything is stored, trained on, saved or reported (docs/episodic.md#privacy)")
     tasks_per_generation: int = _f(24, "N: train tasks attempted per generation (a fresh seeded draw each generation)", min=1, max=100_000)
     samples_per_task: int = _f(2, "k: sampled attempts per task", min=1, max=64)
     temperature: float = _f(0.7, "sampling temperature of the attempts (evaluation is greedy)", min=0, max=100)
@@ -240,6 +243,13 @@ class LoopConfig:
         bad = [lv for lv in lp.levels if lv not in (1, 2, 3, 4)]
         if not lp.levels or bad:
             raise ConfigError(f"{at(self.source, self.text, 'loop', 'levels')}: [loop] levels = {shown(lp.levels)}: expected some of 1, 2, 3, 4")
+        if lp.private_fields and not lp.demos_file:
+            raise ConfigError(f"{at(self.source, self.text, 'loop', 'private_fields')}: [loop] private_fields = "
+                              f"{shown(lp.private_fields)} names fields of the demonstrations of [loop] demos_file, which is not set")
+        names = [name for name in lp.private_fields if not FIELD_NAME.fullmatch(name)]
+        if names:
+            raise ConfigError(f"{at(self.source, self.text, 'loop', 'private_fields')}: [loop] private_fields: {names[0]!r} is "
+                              "not a field name (lower-case letters, digits and _, starting with a letter)")
         spec = self.recipe  # an unknown name fails here
         if spec is not None and spec.fresh_adapter:
             raise ConfigError(f"{at(self.source, self.text, table_name('recipes', lp.recipe), 'fresh_adapter')}: [loop] recipe = "

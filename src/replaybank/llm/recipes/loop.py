@@ -16,7 +16,9 @@ Per generation ``g = 1..G``:
    general-capability suite (retention against the base model).
 
 Generation 0 is the base model measured the same way, after the store is seeded with at most 16
-demonstrations. See :mod:`replaybank.llm.loop.state` for what survives a kill. The components
+demonstrations, and those of ``[loop] demos_file`` (a person's, checked, with the values of
+``[loop] private_fields`` redacted; every attempt recorded and every example kept in
+``state.json`` is redacted with the same values). See :mod:`replaybank.llm.loop.state` for what survives a kill. The components
 are in :mod:`replaybank.llm.loop` (tasks, act, consolidate, lineage, state, report).
 """
 
@@ -29,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.episodic import EpisodeStore, Task
+from replaybank.episodic.demos import read_demonstrations, to_episodes
 from replaybank.episodic.env import Environment
+from replaybank.episodic.redact import Redactor
 from replaybank.episodic.retrieval import Retriever
 from replaybank.episodic.turns import demonstrate
 from replaybank.llm.config import Recipe
@@ -80,6 +84,8 @@ def run_loop(
         CheckerError: the environment's checker raised (naming the checker and task).
         TaskFileError: a malformed task file line (``file:line``).
         StoreError: the store is locked, corrupt or from a newer schema.
+        DemoFileError: ``[loop] demos_file`` has a bad line (``file:line`` and field) or lacks a
+            field of ``[loop] private_fields``; raised before the store is opened.
     """
     import torch
 
@@ -105,7 +111,10 @@ def run_loop(
     heldout = list(env.tasks(lp.eval_tasks + lp.validation_tasks, split="heldout", seed=lp.seed))
     evaluation, validation = split_heldout(heldout, lp.eval_tasks)
     demos = list(env.tasks(lp.demos, split="train", seed=lp.seed * SPLIT_SEED)) if lp.demos else []
-    max_calls = max([len(t.expected) for t in heldout + demos] + [1])
+    demo_file = read_demonstrations(lp.demos_file) if lp.demos_file else None  # a bad file fails at once
+    redactor = demo_file.redactor(lp.private_fields) if demo_file else Redactor()
+    imported = to_episodes(demo_file, lp.private_fields)[0] if demo_file else []
+    max_calls = max([len(t.expected) for t in heldout + demos] + [len(e.steps) for e in imported] + [1])
 
     with EpisodeStore(out / "store.db") as store:  # opened first: a bad store fails before the model loads
         base, tok = load_model(cfg.training.base_model, device, log=log)
@@ -125,9 +134,10 @@ def run_loop(
         state["rehearsal"], state["base_model"] = reh_manifest, fingerprint
         controller = loop_controller(out, state, recipe, lp.seed)
         state["suite_base"] = {"families": suite.base["families"], "n": suite.base["n"]}
-        if demos and not store.episodes(source="demo", limit=1):
-            store.add_many([demonstrate(env, t) for t in demos])
-            log(f"store seeded with {len(demos)} demonstrations")
+        if (demos or imported) and not store.episodes(source="demo", limit=1):
+            store.add_many([demonstrate(env, t) for t in demos] + imported)
+            log(f"store seeded with {len(demos) + len(imported)} demonstrations"
+                + (f" ({len(imported)} from {lp.demos_file})" if imported else ""))
         if state["finished"] > 0:
             g = state["finished"]
             adapter = load_adapter(model, out / "adapters" / f"gen{g}", expected=state["adapter"], generation=g)
@@ -143,13 +153,14 @@ def run_loop(
 
         register(state)  # generations finished before [loop] library was set (or before a kill)
         if not state["generations"]:
-            row = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=0)
+            row = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=0,
+                           redactor=redactor)
             state["generations"].append({"generation": 0, "adapter": "base", **row})
             write_state(out, state)
             log(_line(state["generations"][0], lp.generations))
         for g in range(state["finished"] + 1, lp.generations + 1):
             t0 = time.perf_counter()
-            acted = act_generation(model, tok, env, store, cfg, g, state["adapter"], max_calls, log)
+            acted = act_generation(model, tok, env, store, cfg, g, state["adapter"], max_calls, log, redactor)
             val_scores = [r["validation"]["credit"] for r in state["generations"]]
             lineage = lineage_for(g, lp.window, lp.lineage, val_scores)
             if lp.init == "fresh":
@@ -162,7 +173,8 @@ def run_loop(
                                    {"generation": g, "lineage": lineage, "seed": lp.seed, "rows": n_rows,
                                     "base_model": {"fingerprint": fingerprint, "name": cfg.training.base_model},
                                     "recipe": recipe_record})
-            row = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=g)
+            row = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=g,
+                           redactor=redactor)
             state["generations"].append({
                 "generation": g, "adapter": adapter, "lineage": lineage, "train_rows": n_rows, "act": acted,
                 "train": train, **row, "seconds": round(time.perf_counter() - t0, 1),
@@ -180,9 +192,11 @@ def run_loop(
 
 def act_generation(
     model: Any, tok: Any, env: Environment, store: EpisodeStore, cfg: LoopConfig, g: int, adapter: str,
-    max_calls: int, log: Log,
+    max_calls: int, log: Log, redactor: Redactor | None = None,
 ) -> dict[str, Any]:
-    """Attempt this generation's tasks and record them (skipped when the store already has them)."""
+    """Attempt this generation's tasks and record them, private values redacted (skipped when the
+    store already has them)."""
+    redactor = redactor or Redactor()
     lp, ev = cfg.loop, cfg.evaluation
     if g in store.generations():
         recs = store.episodes(generation=[g])
@@ -200,7 +214,8 @@ def act_generation(
         model, tok, env, tasks, prompts, max_new_tokens=ev.max_new_tokens, batch_size=ev.generation_batch_size,
         temperature=lp.temperature, seed=sample_seed, max_calls=max_calls, max_turns=lp.max_turns, desc=f"gen {g} act",
     )
-    episodes = [to_episode(a, generation=g, adapter=adapter, seed=sample_seed, started_at=started) for a in attempts]
+    episodes = [redactor.episode(to_episode(a, generation=g, adapter=adapter, seed=sample_seed, started_at=started))
+                for a in attempts]
     log(f"gen {g}: recording {len(episodes)} attempts")
     store.add_many(episodes)
     return {**summarise(attempts), **stats, "retrieval_pool": len(retriever)}
@@ -208,9 +223,11 @@ def act_generation(
 
 def evaluate(
     model: Any, tok: Any, env: Environment, store: EpisodeStore, evaluation: list[Task], validation: list[Task],
-    suite: Any, cfg: LoopConfig, max_calls: int, *, generation: int,
+    suite: Any, cfg: LoopConfig, max_calls: int, *, generation: int, redactor: Redactor | None = None,
 ) -> dict[str, Any]:
-    """Greedy held-out success without and with replayed context, validation, suite retention."""
+    """Greedy held-out success without and with replayed context, validation, suite retention;
+    the examples kept for the report are redacted."""
+    red = (redactor or Redactor()).text
     from replaybank.llm.eval.suite import evaluate_suite
 
     lp, ev = cfg.loop, cfg.evaluation
@@ -232,7 +249,7 @@ def evaluate(
                   "seconds": res["seconds"]},
         "retention": suite_retention(res["retention"]),
         "eval_tokens_per_second": {"no_context": s1["tokens_per_second"], "context": s2["tokens_per_second"]},
-        "examples": [{"task": a.task.text, "expected": list(a.task.expected), "output": a.output,
+        "examples": [{"task": red(a.task.text), "expected": [red(x) for x in a.task.expected], "output": red(a.output),
                       "success": a.verdict.success} for a in bare[:5]],
     }
 
