@@ -126,3 +126,13 @@ def test_spans_are_whole_values():
     assert find_spans(FORMS["dollars"], "1200", "Pay $12.50 or $120 or $12.") == [(22, 25)]
     assert find_spans(FORMS["day"], "+1", "Tomorrow at 3pm, remind me.") == [(0, 8)]
     assert find_spans(FORMS["hour"], "15:00", "Tomorrow at 3pm, remind me.") == [(12, 15)]
+
+
+def test_a_value_written_twice_for_two_calls_is_two_slots():
+    old = task("Today at 4pm, remind me to stretch. Also: Forecast for Quebec City today, please.",
+               "<<qx nudge.set; day=+0; at=16:00; note=stretch>>", "<<qx sky.cast; at=QUEBEC_CITY; day=+0>>", level=3)
+    wf = abstract(demonstrate(ENV, old), 1)
+    assert [s.form for s in wf.slots].count("day") == 2 and "today" not in "".join(wf.pattern)
+    values = bind(wf, "Tomorrow at 9am, remind me to pay rent. Also: Forecast for Lima in 5 days, please.").values
+    assert [render(wf, i, values, []).canonical() for i in range(2)] == [
+        "<<qx nudge.set; day=+1; at=09:00; note=pay-rent>>", "<<qx sky.cast; at=LIMA; day=+5>>"]

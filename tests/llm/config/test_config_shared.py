@@ -84,7 +84,8 @@ def test_the_snapshot_covers_every_shipped_config():
 
 #: keys added after the snapshot, per job, at the default that keeps a config's behaviour as it was
 ADDED_SINCE = {
-    "loop": {"loop.library": ""},  # register each loop generation in an adapter library (off)
+    # register each loop generation in an adapter library (off); replay stored workflows (off)
+    "loop": {"loop.library": "", "loop.replay_workflows": False},
     # the suite's validation split, declared for choosers; no job reads it yet, so no run changes
     "run": {"data.validation_suite": "builtin:validation",
             # not "off": auto trains a seed's arms in one-thread processes, one per thread chosen;
