@@ -3,7 +3,15 @@ from __future__ import annotations
 import json
 
 from replaybank.cli import main
-from replaybank.episodic import Episode, EpisodeStore, Step, Task, Verdict, demonstration
+from replaybank.episodic import (
+    SCHEMA_VERSION,
+    Episode,
+    EpisodeStore,
+    Step,
+    Task,
+    Verdict,
+    demonstration,
+)
 
 
 def test_store_inspect_prints_generations_families_and_schema(tmp_path, capsys):
@@ -16,7 +24,7 @@ def test_store_inspect_prints_generations_families_and_schema(tmp_path, capsys):
             s.add(Episode(t, (Step(t.text, out),), Verdict(ok, float(ok)), generation=g))
     assert main(["store", "inspect", str(db)]) == 0
     out = capsys.readouterr().out
-    assert "schema version 1" in out
+    assert f"schema version {SCHEMA_VERSION}" in out
     assert "4 episodes (3 successful, 1 demonstrations) from 5 attempts" in out
     assert "         1         2         2    50.0%   0.500" in out
     assert "         2         2         1   100.0%   1.000" in out

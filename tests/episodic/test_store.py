@@ -106,7 +106,7 @@ def test_newer_schema_is_refused_naming_file_and_versions(tmp_path):
     con = sqlite3.connect(path)
     con.execute("PRAGMA user_version = 7")
     con.close()
-    with pytest.raises(SchemaVersionError, match=r"ep\.db: episodic store schema version 7 .* reads \(1\)"):
+    with pytest.raises(SchemaVersionError, match=r"ep\.db: episodic store schema version 7 .* reads \(2\)"):
         EpisodeStore(path)
     with pytest.raises(SchemaVersionError):
         EpisodeStore(path, readonly=True)

@@ -2,6 +2,10 @@
 
 * :mod:`.episode`: the data model (``Task``, ``Step``, ``Verdict``, ``Episode``).
 * :mod:`.store`: ``EpisodeStore``, the SQLite store (crash-safe, multi-process, versioned).
+* :mod:`.experience`: the higher levels of experience the store keeps with their provenance:
+  ``Insight`` (a lesson in words) and ``Workflow`` (a success's calls with typed placeholders).
+* :mod:`.workflow`, :mod:`.checks`, :mod:`.replay`: a success abstracted into a workflow, the
+  checks a workflow passes before it is replayed on a new task, and the replay itself.
 * :mod:`.export`: successful episodes as training rows (completion-only, chat template).
 * :mod:`.qx` and :mod:`.env`: the qx tool-API environment and its checker; the
   bring-your-own ``Environment`` protocol and JSONL task files.
@@ -15,6 +19,7 @@ Only the standard library and numpy are imported here.
 from __future__ import annotations
 
 from .episode import Episode, Step, StoredEpisode, Task, Verdict, demonstration
+from .experience import Insight, StoredInsight, StoredWorkflow, Workflow
 from .store import (
     SCHEMA_VERSION,
     CorruptStoreError,
@@ -30,13 +35,17 @@ __all__ = [
     "CorruptStoreError",
     "Episode",
     "EpisodeStore",
+    "Insight",
     "Retention",
     "SchemaVersionError",
     "Step",
     "StoreError",
     "StoreLockedError",
     "StoredEpisode",
+    "StoredInsight",
+    "StoredWorkflow",
     "Task",
     "Verdict",
+    "Workflow",
     "demonstration",
 ]

@@ -6,6 +6,10 @@
   ``1e999`` are refused), nested no deeper than the JSON reader's recursion limit, and an episode
   every field of which passes :meth:`~replaybank.episodic.episode.Episode.from_dict`; anything else
   is a :class:`CorruptStoreError` naming the episode id.
+* **Each experience read back** (an insight or a workflow, :mod:`.experience`): the same JSON rules,
+  a level it knows, a record every field of which passes its ``from_dict``, a body whose
+  fingerprint is the one it was written with (not altered since), at least one episode of
+  provenance; anything else is a :class:`CorruptStoreError` naming the experience id.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ import os
 import sqlite3
 import stat
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from replaybank.errors import ReplayBankError
 
 from .episode import Episode, StoredEpisode
+from .experience import Insight, Workflow
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -162,3 +168,60 @@ def _columns(ep: Episode) -> tuple[Any, ...]:
     """The episode's values as ``add`` writes them into the episodes table's columns."""
     t, v = ep.task, ep.verdict
     return (t.id, t.text, t.family, t.difficulty, int(v.success), v.reward, ep.source, ep.output)
+
+
+@dataclass(frozen=True)
+class StoredExperience:
+    """An experience row read back: its id and record (provenance and generation filled in)."""
+
+    id: int
+    record: Insight | Workflow
+
+
+def stored_experience(path: Path, row: Sequence[Any]) -> StoredExperience:
+    """A row ``(id, level, body, provenance ids, generation, fingerprint, outcome)`` read back,
+    every part checked (see the module doc).
+
+    Raises:
+        CorruptStoreError: naming the experience id.
+    """
+    xid = row[0]
+    try:
+        if not isinstance(row[2], str):
+            raise ValueError(f"body is {type(row[2]).__name__}, not JSON text")
+        body = json.loads(row[2], parse_constant=_refuse_constant, parse_float=_finite_float)
+        if not isinstance(body, dict):
+            raise ValueError(f"body is a JSON {type(body).__name__}, not an object")
+        if row[3] is None:
+            raise ValueError("no provenance: it names no episode it was drawn from")
+        ids = str(row[3]).split(",")
+        if not all(e.isdigit() for e in ids):
+            raise ValueError(f"provenance episode ids {str(row[3])[:40]!r} are not integers >= 0")
+        provenance = {"episodes": sorted(int(e) for e in ids), "generation": row[4]}
+        record: Insight | Workflow
+        if row[1] == "insight":
+            record = Insight.from_dict({**body, **provenance}, "body")
+        elif row[1] == "workflow":
+            record = Workflow.from_dict({**body, **provenance}, "body")
+        else:
+            raise ValueError(f"level {str(row[1])[:40]!r} is not 'insight' or 'workflow'")
+        if record.fingerprint != row[5]:
+            raise ValueError("body does not match its fingerprint (altered)")
+        if record.outcome != row[6]:
+            raise ValueError(f"outcome column {str(row[6])[:20]!r} disagrees with its body (altered)")
+    except RecursionError:
+        raise CorruptStoreError(f"{path}: experience {xid}: body nested too deep") from None
+    except (ValueError, TypeError) as err:  # JSONDecodeError and ReplayBankError included
+        raise CorruptStoreError(f"{path}: experience {xid}: {err}") from None
+    return StoredExperience(int(xid), record)
+
+
+def experience_problems(path: Path, rows: Sequence[Sequence[Any]]) -> list[str]:
+    """What is wrong with each experience row (as :func:`stored_experience` reads it)."""
+    bad: list[str] = []
+    for row in rows:
+        try:
+            stored_experience(path, row)
+        except CorruptStoreError as err:
+            bad.append(str(err).removeprefix(f"{path}: "))
+    return bad

@@ -14,12 +14,25 @@ Guarantees:
   two *attempts*: the episode keeps the first attempt's context, verdict and timestamps; every
   attempt keeps its generation, adapter, seed and replayed ids, so queries by generation stay exact.
 
-Schema (version 1)::
+* **Levels of experience** (:mod:`.experience`): besides episodes, the store keeps insights
+  (``add_insight`` / ``insights``) and workflows (``add_workflow`` / ``workflows``), each linked to
+  the episodes it was drawn from (its provenance) and deduplicated by content, like episodes.
+
+Schema (version 2)::
 
     episodes(id, fingerprint UNIQUE, task_id, task_text, family, difficulty,
              success, reward, source, output, body JSON)      -- one row per distinct task+output
     attempts(id, episode_id -> episodes ON DELETE CASCADE, generation, adapter, seed,
              replayed JSON, started_at, finished_at)          -- one row per recorded attempt
+    experiences(id, level, fingerprint UNIQUE, outcome, generation, created_at,
+                body JSON)                                    -- one row per distinct insight/workflow
+    provenance(experience_id -> experiences ON DELETE CASCADE, episode_id)
+                                                              -- the episodes it was drawn from
+
+Version 1 had the first two tables only. A version-1 file opened for writing is migrated in place,
+in one transaction (the two new tables, then the version); opened read-only it is read as it is
+(it has no experiences). Provenance names episode ids, which are never reused: a link to an
+episode that retention removed still says which episode it was.
 
 Example:
     >>> import tempfile, os
@@ -37,24 +50,37 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from replaybank.errors import ReplayBankError
+from replaybank.errors import InvalidArgumentError, InvalidTypeError, ReplayBankError
 
 from .episode import Episode, StoredEpisode, check_episode
+from .experience import (
+    OUTCOMES,
+    Insight,
+    Outcome,
+    StoredInsight,
+    StoredWorkflow,
+    Workflow,
+    workflow_problems,
+)
 from .fields import flag, integer, items, real, text
 from .integrity import (
     CorruptStoreError,
     SchemaVersionError,
+    StoredExperience,
     StoreError,
     StoreLockedError,
     check_store_file,
+    experience_problems,
     record_problems,
     stored_episode,
+    stored_experience,
     translate,
 )
 
@@ -63,7 +89,7 @@ __all__ = [
     "StoreError", "StoreLockedError",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _MAX_BUSY_S = 2**31 / 1000  # PRAGMA busy_timeout takes a C int of milliseconds
 #: attempts whose columns are not of the schema's types (a tampered file)
 BAD_ATTEMPTS = (
@@ -103,10 +129,36 @@ CREATE INDEX episodes_task ON episodes(task_id);
 CREATE INDEX episodes_success ON episodes(success, id);
 """
 
+#: what version 2 adds to version 1 (a fresh store is created with both; a v1 file migrates by this)
+_SCHEMA_V2 = """
+CREATE TABLE experiences (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    level TEXT NOT NULL,
+    fingerprint TEXT NOT NULL UNIQUE,
+    outcome TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE TABLE provenance (
+    experience_id INTEGER NOT NULL REFERENCES experiences(id) ON DELETE CASCADE,
+    episode_id INTEGER NOT NULL,
+    PRIMARY KEY (experience_id, episode_id)
+);
+CREATE INDEX experiences_level ON experiences(level, outcome, id);
+CREATE INDEX provenance_episode ON provenance(episode_id);
+"""
+#: an experience row as read back: (id, level, body, provenance ids, generation, fingerprint, outcome)
+_EXPERIENCE_ROWS = (
+    "SELECT x.id, x.level, x.body, GROUP_CONCAT(p.episode_id), x.generation, x.fingerprint, x.outcome"
+    " FROM experiences x LEFT JOIN provenance p ON p.experience_id = x.id"
+)
+
 
 @dataclass(frozen=True)
 class Retention:
-    """Which episodes :meth:`EpisodeStore.apply_retention` keeps. Demonstrations are always kept.
+    """Which episodes :meth:`EpisodeStore.apply_retention` keeps. Demonstrations are always kept;
+    replayed episodes are kept or removed as the agent's own.
 
     Args:
         keep_generations: keep episodes attempted in the last N generations (counting back from
@@ -179,6 +231,12 @@ class EpisodeStore:
                     if self._version() == 0:  # another process may have won the race
                         self._create()
                 version = self._version()
+            if version == 1 and not self.readonly:
+                with self._write("migrate the store from schema version 1 to 2"):
+                    if self._version() == 1:  # another process may have migrated it meanwhile
+                        self._run(_SCHEMA_V2)
+                        self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                version = self._version()
         except sqlite3.Error as err:
             raise translate(err, self.path, "open", self.busy_timeout) from err
         if version < 0:
@@ -203,10 +261,14 @@ class EpisodeStore:
                 f"{self.path}: an SQLite database with tables {sorted(tables)} but no episodic "
                 "schema version; refusing to write into it"
             )
-        for statement in _SCHEMA.split(";"):
+        self._run(_SCHEMA + _SCHEMA_V2)
+        self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _run(self, script: str) -> None:
+        # statement by statement: executescript would COMMIT the caller's transaction
+        for statement in script.split(";"):
             if statement.strip():
                 self._conn.execute(statement)
-        self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @contextmanager
     def _write(self, what: str) -> Iterator[sqlite3.Connection]:
@@ -267,6 +329,64 @@ class EpisodeStore:
                 ids.append(episode_id)
         return ids
 
+    def add_insight(self, insight: Insight) -> int:
+        """Record an insight with its provenance, in one transaction; returns its id.
+
+        The same insight again (same :attr:`~.experience.Insight.fingerprint`: title, description,
+        content and outcome) is one record: its episodes are added to the first one's provenance,
+        and the first one's id is returned.
+
+        Raises:
+            InvalidTypeError, InvalidArgumentError: a field of the wrong type, no episodes, or an
+                episode id the store does not hold (named).
+        """
+        if not isinstance(insight, Insight):
+            raise InvalidTypeError(f"add_insight: {type(insight).__name__} is not an Insight")
+        return self._add_experience(Insight.from_dict(insight.to_dict(), "add_insight: insight"))
+
+    def add_workflow(self, workflow: Workflow) -> int:
+        """Record a workflow with its provenance, in one transaction; returns its id (deduplicated
+        as :meth:`add_insight`).
+
+        Raises:
+            InvalidTypeError, InvalidArgumentError: as :meth:`add_insight`, or a workflow that is
+                not well-formed (:func:`~.experience.workflow_problems`, each problem named).
+        """
+        if not isinstance(workflow, Workflow):
+            raise InvalidTypeError(f"add_workflow: {type(workflow).__name__} is not a Workflow")
+        workflow = Workflow.from_dict(workflow.to_dict(), "add_workflow: workflow")
+        problems = workflow_problems(workflow)
+        if problems:
+            raise InvalidArgumentError(f"add_workflow: not well-formed: {'; '.join(problems)}")
+        return self._add_experience(workflow)
+
+    def _add_experience(self, record: Insight | Workflow) -> int:
+        what = f"add_{record.level}"
+        if not record.episodes:
+            raise InvalidArgumentError(f"{what}: no episodes; an experience needs its provenance "
+                                       "(the store ids of the episodes it was drawn from)")
+        with self._write(f"add an {record.level}") as c:
+            wanted = sorted(set(record.episodes))
+            marks = ",".join("?" * len(wanted))
+            held = {int(r[0]) for r in c.execute(f"SELECT id FROM episodes WHERE id IN ({marks})", wanted)}
+            missing = [e for e in wanted if e not in held]
+            if missing:
+                raise InvalidArgumentError(f"{what}: episodes {missing} are not in the store {self.path}")
+            row = c.execute("SELECT id FROM experiences WHERE fingerprint = ?", (record.fingerprint,)).fetchone()
+            if row is None:
+                cur = c.execute(
+                    "INSERT INTO experiences (level, fingerprint, outcome, generation, created_at, body)"
+                    " VALUES (?,?,?,?,?,?)",
+                    (record.level, record.fingerprint, record.outcome, record.generation, time.time(),
+                     json.dumps(record.content_dict(), ensure_ascii=False)),
+                )
+                experience_id = int(cur.lastrowid or 0)
+            else:
+                experience_id = int(row[0])
+            c.executemany("INSERT OR IGNORE INTO provenance (experience_id, episode_id) VALUES (?, ?)",
+                          [(experience_id, e) for e in wanted])
+        return experience_id
+
     def apply_retention(self, policy: Retention) -> int:
         """Remove episodes (and their attempts) that ``policy`` does not keep; returns how many."""
         removed = 0
@@ -277,7 +397,7 @@ class EpisodeStore:
                     cutoff = int(latest) - policy.keep_generations + 1
                     keep_ok = " AND success = 0" if policy.keep_successes else ""
                     removed += c.execute(
-                        "DELETE FROM episodes WHERE source = 'agent'" + keep_ok + " AND id IN ("
+                        "DELETE FROM episodes WHERE source IN ('agent', 'replayed')" + keep_ok + " AND id IN ("
                         " SELECT episode_id FROM attempts GROUP BY episode_id"
                         " HAVING MAX(generation) < ?)",
                         (cutoff,),
@@ -289,7 +409,7 @@ class EpisodeStore:
                     removed += c.execute(
                         "DELETE FROM episodes WHERE id IN ("
                         " SELECT e.id FROM episodes e JOIN attempts a ON a.episode_id = e.id"
-                        " WHERE e.source = 'agent' GROUP BY e.id"
+                        " WHERE e.source IN ('agent', 'replayed') GROUP BY e.id"
                         " ORDER BY e.success ASC, MAX(a.generation) ASC, e.id ASC LIMIT ?)",
                         (excess,),
                     ).rowcount
@@ -359,6 +479,53 @@ class EpisodeStore:
             raise StoreError(f"{self.path}: no episode with id {episode_id}")
         return stored_episode(self.path, rows[0])
 
+    def insights(
+        self, *, outcome: Outcome | None = None, episode: int | None = None, limit: int | None = None
+    ) -> list[StoredInsight]:
+        """Insights matching every given filter, by id ascending.
+
+        Args:
+            outcome: ``"success"`` or ``"failure"``: drawn from successes, or from failures.
+            episode: drawn from this episode (its id is in the provenance).
+            limit: at most this many (the lowest ids); an integer >= 0.
+
+        Raises:
+            InvalidTypeError, InvalidArgumentError: an argument of the wrong type or value, named.
+            CorruptStoreError: a row that does not read back as an insight (naming its id).
+        """
+        if outcome is not None and text(outcome, "EpisodeStore.insights outcome") not in OUTCOMES:
+            raise InvalidArgumentError(f"EpisodeStore.insights outcome {outcome!r} is not 'success' or 'failure'")
+        rows = self._experiences("insight", outcome, episode, limit, "EpisodeStore.insights")
+        return [StoredInsight(r.id, r.record) for r in rows if isinstance(r.record, Insight)]
+
+    def workflows(self, *, episode: int | None = None, limit: int | None = None) -> list[StoredWorkflow]:
+        """Workflows, by id ascending; ``episode`` and ``limit`` as for :meth:`insights`.
+
+        Raises:
+            CorruptStoreError: a row that does not read back as a workflow (naming its id).
+        """
+        rows = self._experiences("workflow", None, episode, limit, "EpisodeStore.workflows")
+        return [StoredWorkflow(r.id, r.record) for r in rows if isinstance(r.record, Workflow)]
+
+    def _experiences(
+        self, level: str, outcome: str | None, episode: int | None, limit: int | None, what: str
+    ) -> list[StoredExperience]:
+        if self.schema_version < 2:  # a version-1 file opened read-only: no experiences yet
+            return []
+        where: list[str] = ["x.level = ?"]
+        params: list[Any] = [level]
+        if outcome is not None:
+            where.append("x.outcome = ?")
+            params.append(outcome)
+        if episode is not None:
+            where.append("x.id IN (SELECT experience_id FROM provenance WHERE episode_id = ?)")
+            params.append(integer(episode, f"{what} episode", low=0))
+        sql = _EXPERIENCE_ROWS + " WHERE " + " AND ".join(where) + " GROUP BY x.id ORDER BY x.id"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(integer(limit, f"{what} limit", low=0))
+        return [stored_experience(self.path, row) for row in self.query(sql, params)]
+
     def generations(self) -> list[int]:
         """The distinct generations with at least one attempt, ascending."""
         return [int(r[0]) for r in self.query("SELECT DISTINCT generation FROM attempts ORDER BY 1")]
@@ -386,6 +553,8 @@ class EpisodeStore:
             " FROM episodes e LEFT JOIN attempts a ON a.episode_id = e.id GROUP BY e.id ORDER BY e.id"
         ))
         bad += [f"attempt {a}: a column of the wrong type" for (a,) in self.query(BAD_ATTEMPTS)]
+        if self.schema_version >= 2:
+            bad += experience_problems(self.path, self.query(_EXPERIENCE_ROWS + " GROUP BY x.id ORDER BY x.id"))
         if bad:
             more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
             raise CorruptStoreError(f"{self.path}: {len(bad)} bad records: {'; '.join(bad[:5])}{more}")

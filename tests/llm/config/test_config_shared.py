@@ -84,8 +84,9 @@ def test_the_snapshot_covers_every_shipped_config():
 
 #: keys added after the snapshot, per job, at the default that keeps a config's behaviour as it was
 ADDED_SINCE = {
-    "loop": {"loop.library": "",  # register each loop generation in an adapter library (off)
-             # seed the store with a person's demonstrations, private fields redacted (none)
+    # register each loop generation in an adapter library (off); replay stored workflows (off);
+    # seed the store with a person's demonstrations, private fields redacted (none)
+    "loop": {"loop.library": "", "loop.replay_workflows": False,
              "loop.demos_file": "", "loop.private_fields": []},
     # the suite's validation split, declared for choosers; no job reads it yet, so no run changes
     "run": {"data.validation_suite": "builtin:validation",

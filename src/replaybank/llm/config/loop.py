@@ -124,6 +124,7 @@ class Loop:
     eval_tasks: int = _f(40, "held-out tasks of the evaluation (greedy, with and without replayed context)", min=1, max=100_000)
     validation_tasks: int = _f(24, "held-out tasks of the validation split (ranks generations for lineage best; disjoint from the evaluation tasks)", min=1, max=100_000)
     seed: int = _f(0, "seed of tasks, sampling, LoRA init and data order (the loop seeds training with it: [training] seed is not read)", min=0, max=2**31 - 1)
+    replay_workflows: bool = _f(False, "record-and-replay: learn workflows (calls with typed placeholders) from each generation's successes and the demonstrations, and run a stored workflow that passes every check instead of the model (docs/loop.md#record-and-replay)")
     library: str = _f("", "adapter library folder (docs/adapters.md) where each finished generation's adapter is registered as RUN-genN; empty = none; may change on resume")
 
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from replaybank.episodic import Episode, Step, Task, Verdict
 from replaybank.episodic.env import Environment, run_check
+from replaybank.episodic.episode import Source
 from replaybank.episodic.qx import make_step
 from replaybank.episodic.retrieval import Retriever
 from replaybank.episodic.turns import ToolEnvironment, run_execute, turn_budget
@@ -76,7 +77,9 @@ def call_end(text: str, max_calls: int) -> int | None:
 class Attempt:
     """One episode of one task: the prompt messages, the output (every turn's, cut at the call's
     end, joined by newlines), the verdict, generated tokens (all turns), whether a turn hit the
-    token budget, and the steps (one per turn; empty for an environment that runs no calls)."""
+    token budget, the steps (one per turn; empty for an environment that runs no calls), the
+    model calls it spent (generation turns: 0 for a replayed workflow) and its source
+    (``"replayed"`` for a workflow run without the model, :mod:`.replay`)."""
 
     task: Task
     messages: list[dict[str, str]]
@@ -86,6 +89,8 @@ class Attempt:
     n_tokens: int
     truncated: bool
     steps: tuple[Step, ...] = ()
+    model_calls: int = 1
+    source: Source = "agent"
 
 
 def turn_seed(seed: int, turn: int) -> int:
@@ -202,7 +207,7 @@ def attempt(
     for i, (task, (msgs, replayed)) in enumerate(zip(tasks, prompts, strict=True)):
         text = "\n".join(outputs[i])
         out.append(Attempt(task, msgs, replayed, text, run_check(env, task, text), tokens[i], cut_short[i],
-                           tuple(steps[i])))
+                           tuple(steps[i]), model_calls=len(outputs[i])))
     total = sum(tokens)
     stats = {
         "seconds": round(seconds, 3), "tokens": total,
@@ -218,22 +223,26 @@ def to_episode(a: Attempt, *, generation: int, adapter: str, seed: int, started_
     a multi-turn episode, else one step made by :func:`replaybank.episodic.qx.make_step`)."""
     return Episode(
         a.task, a.steps or (make_step(a.task.text, a.output),), a.verdict, generation=generation, adapter=adapter,
-        seed=seed, context=tuple(a.messages[:-1]), replayed=a.replayed, started_at=started_at,
+        seed=seed, context=tuple(a.messages[:-1]), replayed=a.replayed, source=a.source, started_at=started_at,
         finished_at=time.time(),
     )
 
 
 def summarise(attempts: Sequence[Attempt]) -> dict[str, Any]:
-    """Exact success rate, mean argument credit (the reward) and counts, overall and per level.
+    """Exact success rate, mean argument credit (the reward) and counts, overall and per level;
+    the model calls spent (generation turns, all attempts) and the model calls per solved task
+    (None when none is solved).
 
     Example:
         >>> t = Task("t", "x", "cart.add", 1, ("<<qx cart.add; sku=tea; qty=1>>",))
-        >>> a = Attempt(t, [], (), "", Verdict(False, 0.5), 3, False)
+        >>> a = Attempt(t, [], (), "", Verdict(False, 0.5), 3, False, model_calls=2)
         >>> b = Attempt(t, [], (), "", Verdict(True, 1.0), 3, False)
-        >>> s = summarise([a, b]); s["success"], s["credit"], s["n"]
-        (0.5, 0.75, 2)
+        >>> s = summarise([a, b]); s["success"], s["credit"], s["n"], s["model_calls"], s["model_calls_per_solved"]
+        (0.5, 0.75, 2, 3, 3.0)
     """
     n = len(attempts)
+    calls = sum(a.model_calls for a in attempts)
+    solved = sum(a.verdict.success for a in attempts)
     levels: dict[str, dict[str, float]] = {}
     for lv in sorted({a.task.difficulty for a in attempts}):
         group = [a for a in attempts if a.task.difficulty == lv]
@@ -247,4 +256,6 @@ def summarise(attempts: Sequence[Attempt]) -> dict[str, Any]:
         "credit": sum(a.verdict.reward for a in attempts) / n if n else 0.0,
         "n": n,
         "levels": levels,
+        "model_calls": calls,
+        "model_calls_per_solved": calls / solved if solved else None,
     }

@@ -184,6 +184,7 @@ def write_report(out: Path) -> Path:
     lines += ["## Runs", ""]
     for run in runs:
         lines += [f"### {run['name']}", "", *_run_table(run["state"]), "", *_level_table(run["state"]),
+                  *_calls_table(run["state"]),
                   "```", _store_text(run["folder"]), "```", ""]
     metrics = json.dumps({**agg, "paired_retention_gap": gaps} if gaps else agg, indent=1)
     png = _plot(agg) if agg else None
@@ -237,6 +238,45 @@ def _level_table(state: dict[str, Any]) -> list[str]:
             cells += [f"{_pct(got[lv]['success'])} ({got[lv]['credit']:.2f})" if lv in got else "-" for lv in levels]
         lines.append(f"| {r['generation']} | " + " | ".join(cells) + " |")
     return lines + [""]
+
+
+def _calls_table(state: dict[str, Any]) -> list[str]:
+    """Model calls (generation turns) per solved task, per arm: acting, held-out without and with
+    context, and with replayed workflows (runs with ``replay_workflows``: then also how many acted
+    tasks were replayed and the refusals by reason). Nothing for a run from before the count.
+
+    Example:
+        >>> row = {"generation": 1, "act": {"model_calls_per_solved": 4.0, "replay": {"tasks": 3, "replayed": 1,
+        ...        "replayed_success": 1, "refused": {"unbound": 2}}}, "no_context": {"model_calls_per_solved": 2.5},
+        ...        "context": {"model_calls_per_solved": None}, "replay": {"model_calls_per_solved": 1.25}}
+        >>> print("\\n".join(_calls_table({"generations": [row]})))
+        Model calls (generation turns) per solved task:
+        <BLANKLINE>
+        | gen | acting | no context | context | replay | acted tasks replayed (solved) | refused |
+        |---|---|---|---|---|---|---|
+        | 1 | 4.00 | 2.50 | - | 1.25 | 1/3 (1) | unbound 2 |
+        <BLANKLINE>
+    """
+    rows = state["generations"]
+    if not any("model_calls_per_solved" in r["no_context"] for r in rows):
+        return []
+    replay = any("replay" in r for r in rows)
+    head = "| gen | acting | no context | context |" + (" replay | acted tasks replayed (solved) | refused |" if replay else "")
+    lines = ["Model calls (generation turns) per solved task:", "", head, "|---" * (head.count("|") - 1) + "|"]
+    for r in rows:
+        cells = [_calls(r.get("act", {})), _calls(r["no_context"]), _calls(r["context"])]
+        if replay:
+            done = r.get("act", {}).get("replay")
+            cells += [_calls(r.get("replay", {})),
+                      "-" if done is None else f"{done['replayed']}/{done['tasks']} ({done['replayed_success']})",
+                      "-" if done is None else ", ".join(f"{k} {v}" for k, v in done["refused"].items() if v) or "0"]
+        lines.append(f"| {r['generation']} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _calls(part: dict[str, Any]) -> str:
+    v = part.get("model_calls_per_solved")
+    return "-" if v is None else f"{v:.2f}"
 
 
 def _pct(v: float | None) -> str:

@@ -6,20 +6,26 @@ Per generation ``g = 1..G``:
 1. **act**: the current model (base + adapter of generation ``g - 1``) attempts
    ``tasks_per_generation`` train tasks, ``samples_per_task`` sampled answers each, with up to
    ``context_examples`` successful episodes retrieved from the store (BM25) in context; each answer
-   is cut at the end of its call, its calls validated against the schema, and checked;
+   is cut at the end of its call, its calls validated against the schema, and checked; with
+   ``replay_workflows``, a task a stored workflow serves (it passes every check) is first run
+   through the environment without the model, and only the others go to the model;
 2. **record**: every attempt goes to the store in one transaction (task, context shown, replayed
-   ids, step, verdict, generation, adapter hash, seed);
+   ids, step, verdict, generation, adapter hash, seed); with ``replay_workflows``, the
+   generation's successes are then abstracted into workflows, stored with their provenance;
 3. **consolidate**: the LoRA adapter is trained on the successes of the lineage's generations
    (plus the demonstrations) mixed with rehearsal rows, and saved;
 4. **evaluate**: greedy answers to held-out tasks without replayed context (is the skill in the
    weights?) and with it, the validation split (ranks generations for ``best``), and the
-   general-capability suite (retention against the base model).
+   general-capability suite (retention against the base model); with ``replay_workflows``, also
+   the with-context answers with a replayed workflow wherever one passes its checks (arm
+   ``replay``). Every arm counts the model calls (generation turns) it spent, and the model calls
+   per solved task.
 
 Generation 0 is the base model measured the same way, after the store is seeded with at most 16
 demonstrations, and those of ``[loop] demos_file`` (a person's, checked, with the values of
 ``[loop] private_fields`` redacted; every attempt recorded and every example kept in
 ``state.json`` is redacted with the same values). See :mod:`replaybank.llm.loop.state` for what survives a kill. The components
-are in :mod:`replaybank.llm.loop` (tasks, act, consolidate, lineage, state, report).
+are in :mod:`replaybank.llm.loop` (tasks, act, replay, consolidate, lineage, state, report).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from replaybank.llm.loop.consolidate import (
 )
 from replaybank.llm.loop.lineage import lineage_for, split_heldout
 from replaybank.llm.loop.register import register_generations
+from replaybank.llm.loop.replay import learn_workflows, replay_tasks
 from replaybank.llm.loop.report import REPORT_FILES, write_report
 from replaybank.llm.loop.state import (
     check_inputs,
@@ -138,6 +145,9 @@ def run_loop(
             store.add_many([demonstrate(env, t) for t in demos] + imported)
             log(f"store seeded with {len(demos) + len(imported)} demonstrations"
                 + (f" ({len(imported)} from {lp.demos_file})" if imported else ""))
+        if lp.replay_workflows:  # every start: a kill after the seeding must not lose them (adding again adds nothing)
+            learned = learn_workflows(store, generation=None)
+            log(f"workflows from the demonstrations: {learned.stored} stored, {learned.not_abstracted} not abstracted")
         if state["finished"] > 0:
             g = state["finished"]
             adapter = load_adapter(model, out / "adapters" / f"gen{g}", expected=state["adapter"], generation=g)
@@ -202,11 +212,15 @@ def act_generation(
         recs = store.episodes(generation=[g])
         n = len(recs)
         log(f"gen {g}: attempts already in the store ({n} distinct episodes); not acting again")
+        if lp.replay_workflows:  # the kill may have come before they were learned (adding again adds nothing)
+            learn_workflows(store, generation=g)
         return {"resumed": True, "n": n, "success": sum(r.episode.verdict.success for r in recs) / max(n, 1),
                 "credit": sum(r.episode.verdict.reward for r in recs) / max(n, 1)}
     retriever = Retriever.from_store(store)
-    tasks = env.tasks(lp.tasks_per_generation, split="train", seed=lp.seed * SPLIT_SEED + g)
-    tasks = [t for t in tasks for _ in range(lp.samples_per_task)]
+    drawn = env.tasks(lp.tasks_per_generation, split="train", seed=lp.seed * SPLIT_SEED + g)
+    replays = replay_tasks(env, store, drawn) if lp.replay_workflows else None
+    replayed = replays.attempts if replays is not None else {}
+    tasks = [t for t in drawn if t.id not in replayed for _ in range(lp.samples_per_task)]
     prompts = build_prompts(tasks, retriever, lp.context_examples, system=lp.system_prompt)
     started = time.time()
     sample_seed = lp.seed * SPLIT_SEED + g
@@ -214,11 +228,15 @@ def act_generation(
         model, tok, env, tasks, prompts, max_new_tokens=ev.max_new_tokens, batch_size=ev.generation_batch_size,
         temperature=lp.temperature, seed=sample_seed, max_calls=max_calls, max_turns=lp.max_turns, desc=f"gen {g} act",
     )
+    attempts = [*replayed.values(), *attempts]
     episodes = [redactor.episode(to_episode(a, generation=g, adapter=adapter, seed=sample_seed, started_at=started))
                 for a in attempts]
-    log(f"gen {g}: recording {len(episodes)} attempts")
+    log(f"gen {g}: recording {len(episodes)} attempts" + (f" ({len(replayed)} replayed workflows)" if replays else ""))
     store.add_many(episodes)
-    return {**summarise(attempts), **stats, "retrieval_pool": len(retriever)}
+    extra: dict[str, Any] = {}
+    if replays is not None:
+        extra = {"replay": replays.to_dict(), "workflows": learn_workflows(store, generation=g).to_dict()}
+    return {**summarise(attempts), **stats, "retrieval_pool": len(retriever), **extra}
 
 
 def evaluate(
@@ -242,6 +260,11 @@ def evaluate(
                       desc=f"{tag} context", **kw)
     val, _ = attempt(model, tok, env, validation, build_prompts(validation, None, 0, system=sys_),
                      desc=f"{tag} validation", **kw)
+    replay: dict[str, Any] = {}
+    if lp.replay_workflows:  # the context arm, with a replayed workflow wherever one passes its checks
+        replays = replay_tasks(env, store, evaluation)
+        arm = [replays.attempts.get(a.task.id, a) for a in ctx]
+        replay = {"replay": {**summarise(arm), **replays.to_dict()}}
     res = evaluate_suite(model, tok, suite, batch_size=ev.generation_batch_size, desc=f"{tag} suite")
     return {
         "no_context": summarise(bare), "context": summarise(ctx), "validation": summarise(val),
@@ -251,6 +274,7 @@ def evaluate(
         "eval_tokens_per_second": {"no_context": s1["tokens_per_second"], "context": s2["tokens_per_second"]},
         "examples": [{"task": red(a.task.text), "expected": [red(x) for x in a.task.expected], "output": red(a.output),
                       "success": a.verdict.success} for a in bare[:5]],
+        **replay,
     }
 
 
