@@ -272,7 +272,7 @@ def test_the_loop_reflects_retries_and_votes(tiny_cfg, tmp_path, monkeypatch):
     from replaybank.llm.recipes.loop import run_loop
 
     monkeypatch.setattr(decode, "generate_detailed", Scripted(reflecting(listens), fallback=decode.generate_detailed))
-    cfg = LoopConfig.from_dict(tiny_cfg(generations=1, reflect=True, retrieve=["insights", "episodes"], vote_groups=2,
+    cfg = LoopConfig.from_dict(tiny_cfg(generations=2, reflect=True, retrieve=["insights", "episodes"], vote_groups=2,
                                         levels=[2], temperature=0.0))
     state = run_loop(cfg, tmp_path / "run", log=lambda m: None)
     act = state["generations"][1]["act"]
@@ -286,4 +286,10 @@ def test_the_loop_reflects_retries_and_votes(tiny_cfg, tmp_path, monkeypatch):
         failures = store.episodes(generation=[1], success=False)
         linked = {e for r in store.insights(outcome="failure") for e in r.insight.episodes}
         assert failures and {r.id for r in failures} <= linked
+        # the next generation retrieves those lessons (BM25 over the task text) into its prompts
+        later = state["generations"][2]["act"]["shown"]
+        assert later["pool"]["insights"] >= 1 and later["insights"] >= 1
+        gen2 = store.episodes(generation=[2])
+        assert all(f"{LESSONS_HEAD}\n- " in r.episode.context[0]["content"] for r in gen2)
+        assert any(LESSON in r.episode.context[0]["content"] for r in gen2)
     json.dumps(state)  # the state stays plain JSON
