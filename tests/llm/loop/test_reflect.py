@@ -269,6 +269,7 @@ def test_the_new_keys_are_validated_and_off_by_default():
 
 def test_the_loop_reflects_retries_and_votes(tiny_cfg, tmp_path, monkeypatch):
     import replaybank.llm.eval.decode as decode
+    from replaybank.llm.loop.report import write_report
     from replaybank.llm.recipes.loop import run_loop
 
     monkeypatch.setattr(decode, "generate_detailed", Scripted(reflecting(listens), fallback=decode.generate_detailed))
@@ -293,3 +294,6 @@ def test_the_loop_reflects_retries_and_votes(tiny_cfg, tmp_path, monkeypatch):
         assert all(f"{LESSONS_HEAD}\n- " in r.episode.context[0]["content"] for r in gen2)
         assert any(LESSON in r.episode.context[0]["content"] for r in gen2)
     json.dumps(state)  # the state stays plain JSON
+    report = write_report(tmp_path).read_text()
+    assert "| gen | reflections (fallback, cut) | retried | retry exact without | with reflection |" in report
+    assert f"| 1 | {refl['n']} ({refl['fallback']}, {refl['cut']}) | {refl['retry']['n']} |" in report
