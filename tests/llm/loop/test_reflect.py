@@ -91,6 +91,7 @@ def test_a_failure_becomes_an_insight_linked_to_its_episode(smol_tok, carts, tmp
             (back,) = store.insights(episode=eid)
             assert back.id == ins.id and back.insight.episodes == (eid,) and back.insight.generation == 1
             assert back.insight.outcome == "failure" and back.insight.content == LESSON
+            assert back.insight.title == "cart.add failure: cart.add.qty"
         # the reflection prompt carries the checker's feedback, never the expected call
         prompt = gen.calls[0]["texts"][0]
         assert "wrong arguments: cart.add.qty" in prompt and carts[0].expected[0] not in prompt

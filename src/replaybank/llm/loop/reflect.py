@@ -13,7 +13,8 @@ stopped at the end of its first line. Its lesson becomes the insight's content
 * a lesson longer than ``max_tokens`` tokens (an answer that hit the generation budget, or a
   fallback built from long feedback) is cut to its first ``max_tokens`` tokens, counted as
   ``cut``: a reflection never takes more of the next prompt than its budget;
-* the title is the lesson's first words, the description the request and the feedback.
+* the title names the task family and what went wrong (:func:`failure_title`), the description
+  is the request and the feedback.
 
 Example:
     >>> from replaybank.episodic import Task, Verdict
@@ -44,7 +45,6 @@ REFLECT_SYSTEM = (
     "You review a failed attempt at a request for qx tool calls (written <<qx tool.name; key=value; ...>>) "
     "and write one short lesson for the next attempt."
 )
-TITLE_WORDS = 8
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Reflection:
 
     Args:
         task: the task that failed.
-        title: the lesson's first words (at most :data:`TITLE_WORDS`).
+        title: the task family and what went wrong (:func:`failure_title`).
         description: the request and the feedback the lesson answers.
         content: the lesson itself (at most the budget's tokens).
         tokens: the content's length in tokens.
@@ -111,6 +111,20 @@ def feedback(verdict: Verdict, steps: Sequence[Step]) -> str:
             if line.startswith("error:") and line[len("error:"):].strip() not in verdict.detail:
                 parts.append(line)
     return "; ".join(parts) if parts else "the answer was not the calls the request asks for"
+
+
+def failure_title(task: Task, verdict: Verdict, steps: Sequence[Step]) -> str:
+    """A short name for a failure: the task family and the arguments the checker gave no credit
+    (else a refused call, else wrong calls).
+
+    Example:
+        >>> failure_title(Task("t", "x", "cart.add"), Verdict(False, 0.5, {"cart.add.qty": 0.0}), ())
+        'cart.add failure: cart.add.qty'
+    """
+    wrong = wrong_arguments(verdict)
+    refused = "refused" in verdict.detail or any((s.result or "").startswith("error:") for s in steps)
+    what = ", ".join(wrong) if wrong else "refused call" if refused else "wrong calls"
+    return f"{task.family or 'task'} failure: {what}"
 
 
 def fallback_lesson(verdict: Verdict, steps: Sequence[Step]) -> str:
@@ -189,9 +203,8 @@ def to_reflection(
     lesson, n, cut = cut_to_tokens(tokenizer, lesson, max_tokens)
     if cut or (hit_budget and status == "model" and "\n" not in written.strip()):
         status = "cut"
-    title = " ".join(lesson.split()[:TITLE_WORDS])
     description = f"{task.text} -> {feedback(verdict, steps)}"
-    return Reflection(task, title, description, lesson, n, status)
+    return Reflection(task, failure_title(task, verdict, steps), description, lesson, n, status)
 
 
 def reflect(
