@@ -125,7 +125,7 @@ class Loop:
     seed: int = _f(0, "seed of tasks, sampling, LoRA init and data order (the loop seeds training with it: [training] seed is not read)", min=0, max=2**31 - 1)
     retrieve: list[str] = _f(["episodes"], "levels of experience retrieved into the context, filled in this order: episodes (successful episodes as turns), insights (lessons, e.g. reflections on failures), workflows (call sequences with typed placeholders); context_examples of each")
     context_chars: int = _f(0, "character budget of everything retrieved into a prompt (episodes, insights, workflows); an item that does not fit is left out and counted; 0 = no bound", min=0, max=1_000_000)
-    reflect: bool = _f(False, "after acting, the model writes a one-line lesson on each failed episode from the checker's feedback, stored as an insight linked to it, and a retry pass measures success on retry with and without it")
+    reflect: bool = _f(False, "after acting, the model writes a one-line lesson on each failed episode from the checker's feedback, stored as an insight linked to it, and a retry pass measures success on retry with and without it; later generations see the lessons with insights in retrieve")
     reflection_max_tokens: int = _f(48, "token budget of a reflection: generation stops there and a longer lesson is cut to it (counted)", min=4, max=1024)
     vote_groups: int = _f(0, "group self-consistency in the evaluation with context: the retrieved experience split into this many groups, one answer per group, majority vote over the canonical calls; 0 = off", min=0, max=32)
     library: str = _f("", "adapter library folder (docs/adapters.md) where each finished generation's adapter is registered as RUN-genN; empty = none; may change on resume")
