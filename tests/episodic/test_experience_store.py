@@ -200,3 +200,16 @@ def test_a_newer_schema_is_still_refused(tmp_path):
     con.close()
     with pytest.raises(SchemaVersionError, match=f"schema version {SCHEMA_VERSION + 1} is newer"):
         EpisodeStore(path)
+
+
+def test_a_replayed_episode_is_its_own_source_never_merged_with_the_agents(tmp_path):
+    replayed = Episode(TASK, EPISODE.steps, EPISODE.verdict, generation=1, replayed=(1,), source="replayed")
+    assert replayed.fingerprint != EPISODE.fingerprint  # same task and output, another memory
+    assert Episode.from_dict(replayed.to_dict()) == replayed
+    with EpisodeStore(tmp_path / "ep.db") as s:
+        a, r = s.add(EPISODE), s.add(replayed)
+        assert a != r
+        assert [e.id for e in s.episodes(source="replayed")] == [r]
+        s.verify()
+    with pytest.raises(InvalidArgumentError, match="source 'robot' is not one of agent, demo, replayed"):
+        Episode.from_dict({**replayed.to_dict(), "source": "robot"})

@@ -4,6 +4,8 @@
 * :mod:`.store`: ``EpisodeStore``, the SQLite store (crash-safe, multi-process, versioned).
 * :mod:`.experience`: the higher levels of experience the store keeps with their provenance:
   ``Insight`` (a lesson in words) and ``Workflow`` (a success's calls with typed placeholders).
+* :mod:`.workflow`, :mod:`.checks`, :mod:`.replay`: a success abstracted into a workflow, the
+  checks a workflow passes before it is replayed on a new task, and the replay itself.
 * :mod:`.export`: successful episodes as training rows (completion-only, chat template).
 * :mod:`.qx` and :mod:`.env`: the qx tool-API environment and its checker; the
   bring-your-own ``Environment`` protocol and JSONL task files.

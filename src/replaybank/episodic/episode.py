@@ -28,7 +28,9 @@ from replaybank.errors import InvalidArgumentError, InvalidTypeError
 
 from . import fields as f
 
-Source = Literal["agent", "demo"]
+Source = Literal["agent", "demo", "replayed"]
+#: every :data:`Source`: the model's own attempts, demonstrations, workflows replayed without the model
+SOURCES: tuple[str, ...] = ("agent", "demo", "replayed")
 Message = dict[str, str]
 
 
@@ -155,8 +157,10 @@ class Episode:
         seed: the sampling seed, or None.
         context: the chat messages the agent saw before the task (system prompt, replayed
             examples); not part of what is learned.
-        replayed: store ids of the episodes whose traces were put in ``context``.
-        source: ``"agent"`` for the model's own attempts, ``"demo"`` for demonstrations.
+        replayed: store ids of the episodes whose traces were put in ``context``; for a
+            ``"replayed"`` episode, the episodes the replayed workflow was drawn from.
+        source: ``"agent"`` for the model's own attempts, ``"demo"`` for demonstrations,
+            ``"replayed"`` for a stored workflow run without the model (:mod:`.replay`).
         started_at, finished_at: Unix timestamps.
     """
 
@@ -179,8 +183,11 @@ class Episode:
 
     @property
     def fingerprint(self) -> str:
-        """sha256 of task id and output: two episodes with the same fingerprint are one memory."""
-        return hashlib.sha256(f"{self.task.id}\0{self.output}".encode()).hexdigest()
+        """sha256 of task id and output (and of the source, for a replayed episode, so that a replay
+        never merges with the agent's own attempt): two episodes with the same fingerprint are one
+        memory."""
+        kind = "\0replayed" if self.source == "replayed" else ""
+        return hashlib.sha256(f"{self.task.id}\0{self.output}{kind}".encode()).hexdigest()
 
     def messages(self) -> list[Message]:
         """The turns as chat messages, context excluded: the request as a ``user`` turn, each
@@ -235,8 +242,8 @@ class Episode:
         if not steps:
             raise InvalidArgumentError(f"{where}: no steps; record at least one turn")
         source = d.get("source", "agent")
-        if source not in ("agent", "demo"):
-            raise InvalidArgumentError(f"{where}: source {f.show(source)} is not 'agent' or 'demo'")
+        if source not in SOURCES:
+            raise InvalidArgumentError(f"{where}: source {f.show(source)} is not one of {', '.join(SOURCES)}")
         context = tuple(
             {f.text(k, f"{where}.context[{i}] key"): f.text(v, f"{where}.context[{i}][{k!r}]")
              for k, v in f.record(m, f"{where}.context[{i}]").items()}
@@ -252,7 +259,7 @@ class Episode:
             context=context,
             replayed=tuple(f.integer(i, f"{where}.replayed[{k}]", low=0)
                            for k, i in enumerate(f.items(d.get("replayed", ()), f"{where}.replayed"))),
-            source="demo" if source == "demo" else "agent",
+            source="demo" if source == "demo" else "replayed" if source == "replayed" else "agent",
             started_at=f.real(d.get("started_at", 0.0), f"{where}.started_at"),
             finished_at=f.real(d.get("finished_at", 0.0), f"{where}.finished_at"),
         )

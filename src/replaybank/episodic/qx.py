@@ -32,7 +32,7 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .episode import Step, Verdict
@@ -122,16 +122,20 @@ def parse_calls(text: str) -> list[Call]:
     return calls
 
 
-def validate(call: Call) -> list[str]:
-    """What is wrong with ``call`` under :data:`SCHEMA` (empty if it may be executed)."""
+def validate(call: Call, api: Mapping[str, Mapping[str, str]] = SCHEMA) -> list[str]:
+    """What is wrong with ``call`` under the tool schema ``api`` (default :data:`SCHEMA`; empty if
+    it may be executed). Argument types are :data:`TYPES`."""
     problems = [f"{call.tool}: {p}" for p in call.problems]
-    schema = SCHEMA.get(call.tool)
+    schema = api.get(call.tool)
     if schema is None:
-        return problems + [f"unknown tool {call.tool!r} (known: {', '.join(sorted(SCHEMA))})"]
+        return problems + [f"unknown tool {call.tool!r} (known: {', '.join(sorted(api))})"]
     given = call.arg_dict
     for key, value in call.args:
         if key not in schema:
             problems.append(f"{call.tool}: unknown argument {key}")
+            continue
+        if schema[key] not in TYPES:
+            problems.append(f"{call.tool}: {key} has type {schema[key]!r}, which is not a qx type")
             continue
         pattern, looks = TYPES[schema[key]]
         if not pattern.fullmatch(value):

@@ -157,7 +157,8 @@ _EXPERIENCE_ROWS = (
 
 @dataclass(frozen=True)
 class Retention:
-    """Which episodes :meth:`EpisodeStore.apply_retention` keeps. Demonstrations are always kept.
+    """Which episodes :meth:`EpisodeStore.apply_retention` keeps. Demonstrations are always kept;
+    replayed episodes are kept or removed as the agent's own.
 
     Args:
         keep_generations: keep episodes attempted in the last N generations (counting back from
@@ -396,7 +397,7 @@ class EpisodeStore:
                     cutoff = int(latest) - policy.keep_generations + 1
                     keep_ok = " AND success = 0" if policy.keep_successes else ""
                     removed += c.execute(
-                        "DELETE FROM episodes WHERE source = 'agent'" + keep_ok + " AND id IN ("
+                        "DELETE FROM episodes WHERE source IN ('agent', 'replayed')" + keep_ok + " AND id IN ("
                         " SELECT episode_id FROM attempts GROUP BY episode_id"
                         " HAVING MAX(generation) < ?)",
                         (cutoff,),
@@ -408,7 +409,7 @@ class EpisodeStore:
                     removed += c.execute(
                         "DELETE FROM episodes WHERE id IN ("
                         " SELECT e.id FROM episodes e JOIN attempts a ON a.episode_id = e.id"
-                        " WHERE e.source = 'agent' GROUP BY e.id"
+                        " WHERE e.source IN ('agent', 'replayed') GROUP BY e.id"
                         " ORDER BY e.success ASC, MAX(a.generation) ASC, e.id ASC LIMIT ?)",
                         (excess,),
                     ).rowcount
