@@ -100,7 +100,10 @@ def test_no_private_value_reaches_any_file_written(tiny_cfg, tmp_path, capsys):
 
     # the loop: seeded from the same file, acting on tasks that name the private values
     cfg = LoopConfig.from_dict(tiny_cfg(generations=1, demos=0, tasks=str(tasks), demos_file=str(demos),
-                                        private_fields=private, library=str(tmp_path / "runs" / "library")))
+                                        private_fields=private, library=str(tmp_path / "runs" / "library"),
+                                        # every level of experience is written and shown: reflections, workflows
+                                        reflect=True, replay_workflows=True,
+                                        retrieve=["episodes", "insights", "workflows"]))
     lines: list[str] = []
     state = run_loop(cfg, tmp_path / "runs" / "run", log=lines.append)
     assert state["finished"] == 1 and any("2 from" in line for line in lines)
@@ -112,6 +115,7 @@ def test_no_private_value_reaches_any_file_written(tiny_cfg, tmp_path, capsys):
         assert any("<private:customer>" in t for t in texts) and any("<private:payee>" in t for t in texts)
         contexts = [m["content"] for r in store.episodes(source="agent") for m in r.episode.context]
         assert any("<private:" in c for c in contexts)  # the replayed demonstration, redacted
+        assert store.insights(outcome="failure")  # the reflections were written, and scanned above
     assert "<private:" in (tmp_path / "runs" / "run" / "state.json").read_text() and report.is_file()
     assert list((tmp_path / "runs" / "library").rglob("*.json"))
 

@@ -18,7 +18,7 @@ from replaybank.episodic.qx import make_step
 from replaybank.episodic.turns import demonstrate
 from replaybank.llm.config import ConfigError
 from replaybank.llm.config.loop import LoopConfig
-from replaybank.llm.data.rows import _render
+from replaybank.llm.data.rows import render_chat
 from replaybank.llm.loop.act import (
     SYSTEM,
     attempt,
@@ -196,7 +196,7 @@ def test_multi_turn_demonstrations_show_each_result_before_the_next_call():
 
 def _one_answer_protocol(model, tok, env, tasks, prompts, *, generate, seed):
     """The protocol before multi-turn acting: one batched generation, cut at the first call, checked."""
-    texts = [_render(tok, msgs, add_generation_prompt=True) for msgs, _ in prompts]
+    texts = [render_chat(tok, msgs, add_generation_prompt=True) for msgs, _ in prompts]
 
     def stop(ids):
         return bool(ids) and call_end(tok.decode(ids, skip_special_tokens=True), 1) is not None

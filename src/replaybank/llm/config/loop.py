@@ -74,6 +74,8 @@ from replaybank.llm.config.values import (
 )
 
 Init = Literal["continue", "fresh"]
+#: The levels of experience ``[loop] retrieve`` may name (:mod:`replaybank.llm.loop.context`).
+RETRIEVE_LEVELS: tuple[str, ...] = ("episodes", "insights", "workflows")
 
 SYSTEM = (
     "You turn requests into qx tool calls. Answer with the calls only, each written "
@@ -125,6 +127,11 @@ class Loop:
     validation_tasks: int = _f(24, "held-out tasks of the validation split (ranks generations for lineage best; disjoint from the evaluation tasks)", min=1, max=100_000)
     seed: int = _f(0, "seed of tasks, sampling, LoRA init and data order (the loop seeds training with it: [training] seed is not read)", min=0, max=2**31 - 1)
     replay_workflows: bool = _f(False, "record-and-replay: learn workflows (calls with typed placeholders) from each generation's successes and the demonstrations, and run a stored workflow that passes every check instead of the model (docs/loop.md#record-and-replay)")
+    retrieve: list[str] = _f(["episodes"], "levels of experience retrieved into the context, filled in this order: episodes (successful episodes as turns), insights (lessons, e.g. reflections on failures), workflows (call sequences with typed placeholders); context_examples of each")
+    context_chars: int = _f(0, "character budget of everything retrieved into a prompt (episodes, insights, workflows); an item that does not fit is left out and counted; 0 = no bound", min=0, max=1_000_000)
+    reflect: bool = _f(False, "after acting, the model writes a one-line lesson on each failed episode from the checker's feedback, stored as an insight linked to it, and a retry pass measures success on retry with and without it; later generations see the lessons with insights in retrieve")
+    reflection_max_tokens: int = _f(48, "token budget of a reflection: generation stops there and a longer lesson is cut to it (counted)", min=4, max=1024)
+    vote_groups: int = _f(0, "group self-consistency in the evaluation with context: the retrieved experience split into this many groups, one answer per group, majority vote over the canonical calls; 0 = off", min=0, max=32)
     library: str = _f("", "adapter library folder (docs/adapters.md) where each finished generation's adapter is registered as RUN-genN; empty = none; may change on resume")
 
 
@@ -251,6 +258,13 @@ class LoopConfig:
         if names:
             raise ConfigError(f"{at(self.source, self.text, 'loop', 'private_fields')}: [loop] private_fields: {names[0]!r} is "
                               "not a field name (lower-case letters, digits and _, starting with a letter)")
+        unknown = [lv for lv in lp.retrieve if lv not in RETRIEVE_LEVELS]
+        if not lp.retrieve or unknown or len(set(lp.retrieve)) != len(lp.retrieve):
+            raise ConfigError(f"{at(self.source, self.text, 'loop', 'retrieve')}: [loop] retrieve = {shown(lp.retrieve)}: "
+                              f"expected some of {', '.join(RETRIEVE_LEVELS)}, each at most once")
+        if lp.vote_groups == 1:
+            raise ConfigError(f"{at(self.source, self.text, 'loop', 'vote_groups')}: [loop] vote_groups = 1 votes on one "
+                              "answer (the evaluation with context again); set 0 (off) or 2 or more")
         spec = self.recipe  # an unknown name fails here
         if spec is not None and spec.fresh_adapter:
             raise ConfigError(f"{at(self.source, self.text, table_name('recipes', lp.recipe), 'fresh_adapter')}: [loop] recipe = "

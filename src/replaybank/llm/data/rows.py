@@ -86,7 +86,7 @@ def tool_role_supported(tokenizer: Tokenizer) -> bool:
     return _TOOL_ROLE_OK[key]
 
 
-def _render(tokenizer: Tokenizer, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+def render_chat(tokenizer: Tokenizer, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
     """The conversation as text. A ``tool`` message (a call's result) is a ``tool`` turn when the
     chat template renders one (:func:`tool_role_supported`), else a user turn starting
     ``Tool result: ``; without a template it follows ``### Tool:``."""
@@ -119,7 +119,7 @@ def encode_messages(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Tokenize a conversation with labels only on the assistant turns' content and end marker.
 
-    System, user and ``tool`` turns (a call's result, see :func:`_render`) are never labelled.
+    System, user and ``tool`` turns (a call's result, see :func:`render_chat`) are never labelled.
 
     The conversation is rendered one turn at a time; each new piece of text is tokenized on its
     own and appended, so label boundaries are exact. An assistant turn's header (the text the
@@ -151,13 +151,13 @@ def encode_messages(
     rendered = ""
     for i, m in enumerate(msgs):
         if m["role"] == "assistant":
-            header_text = _render(tokenizer, msgs[:i], add_generation_prompt=True)
+            header_text = render_chat(tokenizer, msgs[:i], add_generation_prompt=True)
             _check_prefix(rendered, header_text, i)
             piece = _ids(tokenizer, header_text[len(rendered):])
             ids += piece
             labels += [IGNORE_INDEX] * len(piece)
             rendered = header_text
-        text = _render(tokenizer, msgs[: i + 1], add_generation_prompt=False)
+        text = render_chat(tokenizer, msgs[: i + 1], add_generation_prompt=False)
         _check_prefix(rendered, text, i)
         piece = _ids(tokenizer, text[len(rendered):])
         ids += piece
@@ -191,7 +191,7 @@ def encode_pair(
     """
     if open_end:
         msgs = [{"role": "user", "content": prompt}]
-        header = _render(tokenizer, msgs, add_generation_prompt=True)
+        header = render_chat(tokenizer, msgs, add_generation_prompt=True)
         head, body = _ids(tokenizer, header), _ids(tokenizer, completion)
         ids = (head + body)[:max_seq_length]
         labels = ([IGNORE_INDEX] * len(head) + body)[:max_seq_length]

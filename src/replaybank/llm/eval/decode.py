@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from replaybank.errors import ReplayBankError
-from replaybank.llm.data.rows import _render
+from replaybank.llm.data.rows import render_chat
 from replaybank.llm.runtime import (
     PRECISIONS,
     FrozenBf16,
@@ -74,14 +74,14 @@ def stop_token_ids(tokenizer: Any) -> list[int]:
 
 def render_prompt(tokenizer: Any, prompt: str) -> str:
     """A user prompt in the chat template, ending with the assistant header."""
-    return _render(tokenizer, [{"role": "user", "content": prompt}], add_generation_prompt=True)
+    return render_chat(tokenizer, [{"role": "user", "content": prompt}], add_generation_prompt=True)
 
 
 def user_turn_prefix(tokenizer: Any) -> str:
     """The chat template's text up to where a user message begins (Magpie-style prompt writing:
     the model continues it with a request of its own, up to its end-of-turn token)."""
     marker = "\x00REPLAYBANK-USER\x00"
-    text = _render(tokenizer, [{"role": "user", "content": marker}], add_generation_prompt=False)
+    text = render_chat(tokenizer, [{"role": "user", "content": marker}], add_generation_prompt=False)
     if marker not in text:
         raise GenerationError("the chat template drops the user message; cannot find where a user turn starts")
     return text[: text.index(marker)]

@@ -41,7 +41,7 @@ from replaybank.episodic.qx import make_step
 from replaybank.episodic.retrieval import Retriever
 from replaybank.episodic.turns import ToolEnvironment, run_execute, turn_budget
 from replaybank.llm.config.loop import SYSTEM
-from replaybank.llm.data.rows import _render
+from replaybank.llm.data.rows import render_chat
 
 _CLOSED = re.compile(r"<<qx\b.*?>>", re.DOTALL)
 
@@ -179,7 +179,7 @@ def attempt(
     t0 = time.perf_counter()
     turn = 0
     while active:
-        texts = [_render(tokenizer, convs[i], add_generation_prompt=True) for i in active]
+        texts = [render_chat(tokenizer, convs[i], add_generation_prompt=True) for i in active]
         gens = generate(
             model, tokenizer, texts, max_new_tokens=max_new_tokens, batch_size=batch_size,
             desc=desc if turn == 0 or desc is None else f"{desc} turn {turn + 1}",

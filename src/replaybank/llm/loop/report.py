@@ -185,6 +185,7 @@ def write_report(out: Path) -> Path:
     for run in runs:
         lines += [f"### {run['name']}", "", *_run_table(run["state"]), "", *_level_table(run["state"]),
                   *_calls_table(run["state"]),
+                  *_experience_table(run["state"]),
                   "```", _store_text(run["folder"]), "```", ""]
     metrics = json.dumps({**agg, "paired_retention_gap": gaps} if gaps else agg, indent=1)
     png = _plot(agg) if agg else None
@@ -270,6 +271,45 @@ def _calls_table(state: dict[str, Any]) -> list[str]:
             cells += [_calls(r.get("replay", {})),
                       "-" if done is None else f"{done['replayed']}/{done['tasks']} ({done['replayed_success']})",
                       "-" if done is None else ", ".join(f"{k} {v}" for k, v in done["refused"].items() if v) or "0"]
+        lines.append(f"| {r['generation']} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _experience_table(state: dict[str, Any]) -> list[str]:
+    """Per generation, the retry pass (``[loop] reflect``: failed episodes retried without and with
+    their reflection) and the vote (``[loop] vote_groups``: exact with context, one answer against
+    the vote, and the model calls each cost); nothing when neither key was on.
+
+    Example:
+        >>> row = {"generation": 1, "act": {"reflection": {"n": 4, "fallback": 1, "cut": 0, "retry": {
+        ...        "n": 4, "without": {"success": 0.25, "credit": 0.5}, "with_reflection": {"success": 0.5, "credit": 0.7}}}},
+        ...        "context": {"success": 0.4}, "vote": {"success": 0.5, "groups": 3, "model_calls": 30,
+        ...        "context_model_calls": 10}}
+        >>> print("\\n".join(_experience_table({"generations": [{"generation": 0}, row]})))
+        Reflection (failed episodes retried without / with their reflection) and group voting:
+        <BLANKLINE>
+        | gen | reflections (fallback, cut) | retried | retry exact without | with reflection | exact ctx | exact vote | groups | model calls ctx / vote |
+        |---|---|---|---|---|---|---|---|---|
+        | 1 | 4 (1, 0) | 4 | 25% (0.50) | 50% (0.70) | 40% | 50% | 3 | 10 / 30 |
+        <BLANKLINE>
+    """
+    rows = [r for r in state["generations"] if "reflection" in r.get("act", {}) or "vote" in r]
+    if not rows:
+        return []
+    lines = ["Reflection (failed episodes retried without / with their reflection) and group voting:", "",
+             "| gen | reflections (fallback, cut) | retried | retry exact without | with reflection | exact ctx | "
+             "exact vote | groups | model calls ctx / vote |", "|---" * 9 + "|"]
+    for r in rows:
+        refl = r.get("act", {}).get("reflection")
+        retry = refl.get("retry") if refl else None
+        vote = r.get("vote")
+        cells = [f"{refl['n']} ({refl['fallback']}, {refl['cut']})" if refl else "-",
+                 str(retry["n"]) if retry else "-"]
+        cells += [f"{_pct(retry[arm]['success'])} ({retry[arm]['credit']:.2f})" if retry else "-"
+                  for arm in ("without", "with_reflection")]
+        cells += [_pct(r["context"]["success"]) if vote else "-", _pct(vote["success"]) if vote else "-",
+                  str(vote["groups"]) if vote else "-",
+                  f"{vote['context_model_calls']} / {vote['model_calls']}" if vote else "-"]
         lines.append(f"| {r['generation']} | " + " | ".join(cells) + " |")
     return lines + [""]
 

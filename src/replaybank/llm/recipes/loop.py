@@ -43,10 +43,10 @@ from replaybank.episodic.redact import Redactor
 from replaybank.episodic.retrieval import Retriever
 from replaybank.episodic.turns import demonstrate
 from replaybank.llm.config import Recipe
-from replaybank.llm.config.loop import LoopConfig
+from replaybank.llm.config.loop import Loop, LoopConfig
 from replaybank.llm.config.names import refuse_links, safe_folder
 from replaybank.llm.eval.measure import suite_retention
-from replaybank.llm.loop.act import attempt, build_prompts, summarise, to_episode
+from replaybank.llm.loop.act import attempt, build_prompts, summarise, to_episode, turn_seed
 from replaybank.llm.loop.consolidate import (
     consolidate,
     domain_rows,
@@ -54,7 +54,9 @@ from replaybank.llm.loop.consolidate import (
     rehearsal_rows,
     save_adapter,
 )
+from replaybank.llm.loop.context import LevelRetriever, level_prompts
 from replaybank.llm.loop.lineage import lineage_for, split_heldout
+from replaybank.llm.loop.reflect import failed_episodes, retry_pass, store_reflections, unreflected
 from replaybank.llm.loop.register import register_generations
 from replaybank.llm.loop.replay import learn_workflows, replay_tasks
 from replaybank.llm.loop.report import REPORT_FILES, write_report
@@ -67,11 +69,13 @@ from replaybank.llm.loop.state import (
     write_state,
 )
 from replaybank.llm.loop.tasks import make_environment
+from replaybank.llm.loop.vote import vote_attempts
 from replaybank.llm.runtime import pick_device, use_device
 from replaybank.workers import worker_pool
 
 Log = Callable[[str], None]
 SPLIT_SEED = 7919  # task draws: seed * SPLIT_SEED + generation, so seeds and generations never share a draw
+RETRY_TURN = 1000  # the retry pass samples with turn_seed(the generation's seed, RETRY_TURN): a seed no turn of acting uses
 
 
 def run_loop(
@@ -214,29 +218,66 @@ def act_generation(
         log(f"gen {g}: attempts already in the store ({n} distinct episodes); not acting again")
         if lp.replay_workflows:  # the kill may have come before they were learned (adding again adds nothing)
             learn_workflows(store, generation=g)
-        return {"resumed": True, "n": n, "success": sum(r.episode.verdict.success for r in recs) / max(n, 1),
-                "credit": sum(r.episode.verdict.reward for r in recs) / max(n, 1)}
-    retriever = Retriever.from_store(store)
+        record: dict[str, Any] = {
+            "resumed": True, "n": n, "success": sum(r.episode.verdict.success for r in recs) / max(n, 1),
+            "credit": sum(r.episode.verdict.reward for r in recs) / max(n, 1)}
+        missing = unreflected(store, g) if lp.reflect else []
+        if missing:  # killed between the episodes and their reflections: write the rest (greedy, so the same)
+            _, counts = store_reflections(
+                model, tok, store, [(r.id, r.episode.task, r.episode.output, r.episode.verdict, r.episode.steps)
+                                    for r in missing], generation=g, max_tokens=lp.reflection_max_tokens,
+                batch_size=ev.generation_batch_size, desc=f"gen {g} reflect")
+            record["reflection"] = counts.to_dict()
+            log(f"gen {g}: wrote the {counts.n} reflections a kill left out")
+        return record
     drawn = env.tasks(lp.tasks_per_generation, split="train", seed=lp.seed * SPLIT_SEED + g)
     replays = replay_tasks(env, store, drawn) if lp.replay_workflows else None
     replayed = replays.attempts if replays is not None else {}
     tasks = [t for t in drawn if t.id not in replayed for _ in range(lp.samples_per_task)]
-    prompts = build_prompts(tasks, retriever, lp.context_examples, system=lp.system_prompt)
+    prompts, shown, pool = context_prompts(store, tasks, lp)
     started = time.time()
     sample_seed = lp.seed * SPLIT_SEED + g
-    attempts, stats = attempt(
-        model, tok, env, tasks, prompts, max_new_tokens=ev.max_new_tokens, batch_size=ev.generation_batch_size,
-        temperature=lp.temperature, seed=sample_seed, max_calls=max_calls, max_turns=lp.max_turns, desc=f"gen {g} act",
-    )
-    attempts = [*replayed.values(), *attempts]
+    kw: dict[str, Any] = {"max_new_tokens": ev.max_new_tokens, "batch_size": ev.generation_batch_size,
+                          "temperature": lp.temperature, "max_calls": max_calls, "max_turns": lp.max_turns}
+    generated, stats = attempt(model, tok, env, tasks, prompts, seed=sample_seed, desc=f"gen {g} act", **kw)
+    attempts = [*replayed.values(), *generated]
     episodes = [redactor.episode(to_episode(a, generation=g, adapter=adapter, seed=sample_seed, started_at=started))
                 for a in attempts]
     log(f"gen {g}: recording {len(episodes)} attempts" + (f" ({len(replayed)} replayed workflows)" if replays else ""))
-    store.add_many(episodes)
-    extra: dict[str, Any] = {}
+    ids = store.add_many(episodes)
+    record = {**summarise(attempts), **stats, "retrieval_pool": pool["episodes"]}
+    if shown is not None:
+        record["shown"] = {**shown, "pool": pool}
     if replays is not None:
-        extra = {"replay": replays.to_dict(), "workflows": learn_workflows(store, generation=g).to_dict()}
-    return {**summarise(attempts), **stats, "retrieval_pool": len(retriever), **extra}
+        record |= {"replay": replays.to_dict(), "workflows": learn_workflows(store, generation=g).to_dict()}
+    if lp.reflect:
+        failed = failed_episodes(attempts, ids)
+        stored = dict(zip(ids, episodes, strict=True))  # redacted: no private value reaches a reflection
+        lessons, counts = store_reflections(
+            model, tok, store, [(eid, stored[eid].task, stored[eid].output, stored[eid].verdict, stored[eid].steps)
+                                for eid, _ in failed], generation=g, max_tokens=lp.reflection_max_tokens,
+            batch_size=ev.generation_batch_size, desc=f"gen {g} reflect", redact=redactor.text)
+        retry, _ = retry_pass(model, tok, env, [a for _, a in failed], lessons, seed=turn_seed(sample_seed, RETRY_TURN),
+                              desc=f"gen {g} retry", **kw)
+        record["reflection"] = {**counts.to_dict(), "retry": retry.to_dict()}
+        log(f"gen {g}: {counts.n} reflections ({counts.fallback} fallback, {counts.cut} cut); retry exact "
+            f"{retry.without['success']:.0%} without, {retry.with_reflection['success']:.0%} with reflection")
+    return record
+
+
+def context_prompts(
+    store: EpisodeStore, tasks: list[Task], lp: Loop,
+) -> tuple[list[tuple[list[dict[str, str]], tuple[int, ...]]], dict[str, int] | None, dict[str, int]]:
+    """The prompts of ``tasks`` with the store's experience in context; what was shown (None for
+    the default: episodes only, no budget, the prompts of ``build_prompts``); the candidates per level."""
+    if list(lp.retrieve) == ["episodes"] and lp.context_chars == 0:
+        retriever = Retriever.from_store(store)
+        pool = {"episodes": len(retriever), "insights": 0, "workflows": 0}
+        return build_prompts(tasks, retriever, lp.context_examples, system=lp.system_prompt), None, pool
+    levels = LevelRetriever.from_store(store, lp.retrieve)
+    prompts, _, shown = level_prompts(tasks, levels, lp.context_examples, system=lp.system_prompt,
+                                      budget=lp.context_chars)
+    return prompts, shown, levels.pool()
 
 
 def evaluate(
@@ -255,9 +296,8 @@ def evaluate(
     sys_ = lp.system_prompt
     bare, s1 = attempt(model, tok, env, evaluation, build_prompts(evaluation, None, 0, system=sys_),
                        desc=f"{tag} no context", **kw)
-    retriever = Retriever.from_store(store)
-    ctx, s2 = attempt(model, tok, env, evaluation, build_prompts(evaluation, retriever, lp.context_examples, system=sys_),
-                      desc=f"{tag} context", **kw)
+    ctx_prompts, _, _ = context_prompts(store, evaluation, lp)
+    ctx, s2 = attempt(model, tok, env, evaluation, ctx_prompts, desc=f"{tag} context", **kw)
     val, _ = attempt(model, tok, env, validation, build_prompts(validation, None, 0, system=sys_),
                      desc=f"{tag} validation", **kw)
     replay: dict[str, Any] = {}
@@ -266,7 +306,14 @@ def evaluate(
         arm = [replays.attempts.get(a.task.id, a) for a in ctx]
         replay = {"replay": {**summarise(arm), **replays.to_dict()}}
     res = evaluate_suite(model, tok, suite, batch_size=ev.generation_batch_size, desc=f"{tag} suite")
-    return {
+    extra: dict[str, Any] = {}
+    if lp.vote_groups:
+        chosen, _, counts = vote_attempts(model, tok, env, evaluation, LevelRetriever.from_store(store, lp.retrieve),
+                                          lp.context_examples, lp.vote_groups, system=sys_, budget=lp.context_chars,
+                                          desc=f"{tag} vote", **kw)
+        extra["vote"] = {**summarise(chosen), **counts.to_dict(),
+                         "context_model_calls": sum(max(len(a.steps), 1) for a in ctx)}
+    return {**extra,
         "no_context": summarise(bare), "context": summarise(ctx), "validation": summarise(val),
         "suite": {"families": res["families"], "retention": res["retention"], "leakage": res["leakage"],
                   "seconds": res["seconds"]},
