@@ -1,0 +1,87 @@
+"""Levels of experience in the consolidation loop, side by side on the same tasks and seeds.
+
+Two arms of ``replaybank loop`` from one base config (``benchmarks/loop_levels.toml``, the loop's
+defaults: SmolLM2-135M-Instruct, 5 generations, the qx tasks of levels 1-2):
+
+* ``raw``: successful episodes retrieved by BM25 into the context and consolidated (the default);
+* ``levels``: the same, plus workflows learned from the successes and replayed without the model
+  when their checks pass (``replay_workflows``), a reflection on every failed episode stored as an
+  insight (``reflect``), and insights and workflows retrieved beside the episodes.
+
+Each run is a folder of ``--out`` (resumable: run the command again); the report, ``metrics.json``
+and every run's ``state.json`` are copied to ``--results`` with a summary
+(``loop_levels.json``): per arm and generation, held-out exact match without and with context,
+the replay arm, suite retention, model calls per solved task, and the retry pass with and without
+reflection::
+
+    python benchmarks/loop_levels.py --seeds 0 --jobs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from replaybank.llm.config.loop import LoopConfig
+from replaybank.llm.recipes.loop import run_grid
+
+HERE = Path(__file__).resolve().parent
+ARMS: dict[str, dict[str, Any]] = {
+    "raw": {},
+    "levels": {"replay_workflows": True, "reflect": True, "retrieve": ["episodes", "insights", "workflows"]},
+}
+
+
+def summary_row(row: dict[str, Any]) -> dict[str, Any]:
+    """One generation of one run, the figures the comparison reads."""
+    act = row.get("act", {})
+    refl = act.get("reflection", {}).get("retry")
+    return {
+        "generation": row["generation"],
+        "no_context": row["no_context"]["success"], "context": row["context"]["success"],
+        "replay": row.get("replay", {}).get("success"),
+        "retention": row.get("retention"),
+        "calls_per_solved": {arm: row.get(arm, {}).get("model_calls_per_solved")
+                             for arm in ("no_context", "context", "replay")},
+        "act_calls_per_solved": act.get("model_calls_per_solved"),
+        "act_replayed": act.get("replay", {}).get("replayed"),
+        "act_refused": act.get("replay", {}).get("refused"),
+        "retry": None if refl is None else {"n": refl["n"], "without": refl["without"]["success"],
+                                            "with_reflection": refl["with_reflection"]["success"]},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default=str(HERE / "loop_levels.toml"))
+    ap.add_argument("--seeds", default="0", help="comma-separated seeds")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
+    ap.add_argument("--jobs", type=int, default=2, help="runs in parallel processes (one torch thread each)")
+    ap.add_argument("--out", default="runs/loop_levels", help="run folders (stores, adapters): large")
+    ap.add_argument("--results", default=str(HERE / "results" / "loop_levels"), help="report and JSON: small")
+    args = ap.parse_args()
+    base = LoopConfig.from_toml(args.config)
+    runs = [(f"{arm}-s{seed}", base.with_(seed=int(seed), **ARMS[arm]))
+            for seed in args.seeds.split(",") for arm in args.arms.split(",")]
+    out, results = Path(args.out), Path(args.results)
+    t0 = time.perf_counter()
+    run_grid(runs, out, jobs=args.jobs)
+    results.mkdir(parents=True, exist_ok=True)
+    for name in ("report.md", "metrics.json", "loop.png"):
+        if (out / name).is_file():
+            shutil.copy(out / name, results / name)
+    summary: dict[str, Any] = {"config": args.config, "seconds_this_call": round(time.perf_counter() - t0, 1), "runs": {}}
+    for name, _ in runs:
+        state = json.loads((out / name / "state.json").read_text(encoding="utf-8"))
+        (results / f"{name}.state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
+        summary["runs"][name] = [summary_row(r) for r in state["generations"]]
+    (results / "loop_levels.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
