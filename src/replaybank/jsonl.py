@@ -1,7 +1,9 @@
 """Reading UTF-8 text and JSON Lines files with errors that name ``file:line``.
 
 The one JSONL reader of the project (task files, behaviour suites, corpora, probes); it reads
-regular files only (a FIFO or device is refused at once, never waited on). Callers pass
+regular files only (a FIFO or device is refused at once, never waited on). :func:`strict_loads`
+is the one strict JSON parser for what a stranger may have written (saved manifests, adapter and
+trace files, store bodies, loop state, imported demonstrations). Callers pass
 their own :class:`~replaybank.errors.ReplayBankError` subclass as ``error`` so a bad line surfaces
 as, say, ``SuiteError``; the default is :class:`JsonlError`. Stdlib only.
 """
@@ -9,6 +11,7 @@ as, say, ``SuiteError``; the default is :class:`JsonlError`. Stdlib only.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,59 @@ from replaybank.files import read_regular
 
 class JsonlError(ReplayBankError):
     """A file that cannot be read, is not UTF-8, or has a line that is not a JSON object."""
+
+
+class RepeatedKeyError(ValueError):
+    """A JSON object that names one key twice (``json.loads`` would keep the last silently)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"key {key!r} appears twice")
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise RepeatedKeyError(key)
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _finite(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):  # 1e999 parses as inf
+        raise ValueError(f"{literal[:20]} is out of range for a float")
+    return value
+
+
+def strict_loads(text: str | bytes, *, finite: bool = True) -> Any:
+    """``json.loads`` that refuses what it would otherwise accept quietly: a key repeated in an
+    object (:class:`RepeatedKeyError`), and with ``finite`` ``NaN`` / ``Infinity`` and numbers
+    that overflow a float (``finite=False`` lets them through to a caller that checks each field
+    and names it).
+
+    Example:
+        >>> strict_loads('{"a": 1.5}')
+        {'a': 1.5}
+        >>> strict_loads('{"a": 1, "a": 2}')
+        Traceback (most recent call last):
+        ...
+        replaybank.jsonl.RepeatedKeyError: key 'a' appears twice
+
+    Raises:
+        ValueError: any of those, bad JSON (``json.JSONDecodeError``) or bytes that are not UTF-8.
+        RecursionError: nesting deeper than the interpreter's stack.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    if not finite:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite)
 
 
 def read_utf8(path: Path, *, error: type[ReplayBankError] = JsonlError) -> str:

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from replaybank.jsonl import strict_loads
 
 from . import admission as admission_mod
 from . import samplers as samplers_mod
@@ -171,26 +172,6 @@ def build(kind: str, config: Any, where: str, **extra: Any) -> Any:
         raise CorruptSaveError(f"{where}.params: {name} refuses them ({err})") from err
 
 
-def _strict_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"key {key!r} appears twice")
-        out[key] = value
-    return out
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is out of range for a float")
-    return value
-
-
 def references(tree: Any, where: str, found: dict[str, str], depth: int = 0) -> None:
     """Collect the ``{"__npy__": name}`` references of ``tree`` into ``found`` (name -> key),
     checking each is exactly that one key with a plain file name, referenced once."""
@@ -247,12 +228,7 @@ class Manifest:
         if path.stat().st_size > MAX_MANIFEST_BYTES:
             raise CorruptSaveError(f"{path}: larger than {MAX_MANIFEST_BYTES} bytes")
         try:
-            raw = json.loads(
-                path.read_bytes().decode("utf-8"),
-                object_pairs_hook=_strict_pairs,
-                parse_constant=_no_constants,
-                parse_float=_finite,
-            )
+            raw = strict_loads(path.read_bytes())
         except (ValueError, UnicodeDecodeError, RecursionError) as err:
             raise CorruptSaveError(f"{path}: not valid JSON ({err})") from None
         try:

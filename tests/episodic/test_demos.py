@@ -119,7 +119,7 @@ BAD = [
     (timer(fields={"account": 7}), r":1: fields\['account'\] 7 is not a string"),
     (timer(fields={"Account": "x"}), r":1: fields: field name 'Account'"),
     (timer(id=5), r":1: id 5 is not a string"),
-    ('{"task": "x", "task": "y"}', r":1: key 'task' given twice"),
+    ('{"task": "x", "task": "y"}', r":1: key 'task' appears twice"),
     ('{"task": NaN}', r":1: NaN is not a number"),
     ("[1, 2]", r":1: expected a JSON object, got list"),
     ("{not json", r":1: malformed JSON"),

@@ -127,7 +127,7 @@ def _tamper(path, body: str) -> None:
          ' "verdict": {"success": true, "reward": 1e999}}', "out of range"),
         ('{"task": {"id": "t1", "text": "x"}, "verdict": {"success": true, "reward": 1}}', "missing key 'steps'"),
         ('{"task": {"id": "t1", "text": "x"}, "steps": [{"prompt": "x", "output": "4"}],'
-         ' "verdict": {"success": true, "reward": NaN}}', "non-finite"),
+         ' "verdict": {"success": true, "reward": NaN}}', "NaN is not a number JSON allows"),
         ('{"task": {"id": "t1", "text": "x"}, "steps": [{"prompt": "x", "output": "4"}],'
          ' "verdict": {"success": true, "reward": 1}, "generation": "abc"}', "generation"),
         ("[1, 2]", "not a mapping"),

@@ -53,6 +53,7 @@ from typing import Any, Literal
 
 from replaybank.errors import ReplayBankError
 from replaybank.files import read_regular
+from replaybank.jsonl import strict_loads
 
 from . import fields as f
 from .env import task_id
@@ -258,22 +259,9 @@ def import_demonstrations(
 # -- one line ----------------------------------------------------------------------------------
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"key {key!r} given twice")
-        out[key] = value
-    return out
-
-
 def _load(line: str, where: str) -> dict[str, Any]:
     try:
-        obj = json.loads(line, parse_constant=_refuse_constant, object_pairs_hook=_no_repeats)
+        obj = strict_loads(line)
     except json.JSONDecodeError as exc:
         raise DemoFileError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from None
     except ValueError as exc:

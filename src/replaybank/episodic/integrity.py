@@ -14,8 +14,6 @@
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import sqlite3
 import stat
@@ -25,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.errors import ReplayBankError
+from replaybank.jsonl import strict_loads
 
 from .episode import Episode, StoredEpisode
 from .experience import Insight, Workflow
@@ -80,17 +79,6 @@ def check_regular(path: Path, what: str) -> bool:
     return True
 
 
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"non-finite number {name}")
-
-
-def _finite_float(literal: str) -> float:
-    x = float(literal)
-    if not math.isfinite(x):  # 1e999 parses as inf
-        raise ValueError(f"number {literal[:20]} is out of range")
-    return x
-
-
 def _generation(g: str) -> int:
     if not g.isdigit():
         raise ValueError(f"attempt generation {g[:40]!r} is not an integer >= 0")
@@ -107,7 +95,7 @@ def stored_episode(path: Path, row: Sequence[Any]) -> StoredEpisode:
     try:
         if not isinstance(row[1], str):
             raise ValueError(f"body is {type(row[1]).__name__}, not JSON text")
-        body = json.loads(row[1], parse_constant=_refuse_constant, parse_float=_finite_float)
+        body = strict_loads(row[1])
         episode = Episode.from_dict(body, "body")
         gens = tuple(sorted(_generation(g) for g in str(row[3]).split(","))) if row[3] is not None else ()
     except RecursionError:
@@ -189,7 +177,7 @@ def stored_experience(path: Path, row: Sequence[Any]) -> StoredExperience:
     try:
         if not isinstance(row[2], str):
             raise ValueError(f"body is {type(row[2]).__name__}, not JSON text")
-        body = json.loads(row[2], parse_constant=_refuse_constant, parse_float=_finite_float)
+        body = strict_loads(row[2])
         if not isinstance(body, dict):
             raise ValueError(f"body is a JSON {type(body).__name__}, not an object")
         if row[3] is None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 import stat
@@ -37,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from replaybank.jsonl import strict_loads
 
 from .. import npyio
 from ..errors import CorruptSaveError, ReplayBankError
@@ -177,29 +178,8 @@ def save_trace(trace: Trace, path: str | os.PathLike[str], *, overwrite: bool = 
 
 
 def _strict_json(data: bytes, where: str) -> Any:
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in items:
-            if key in out:
-                raise ValueError(f"key {key!r} appears twice")
-            out[key] = value
-        return out
-
-    def finite(s: str) -> float:
-        if not math.isfinite(value := float(s)):
-            raise ValueError(f"{s} is not a finite number")
-        return value
-
-    def constant(s: str) -> Any:
-        raise ValueError(f"{s} is not a JSON number")
-
     try:
-        return json.loads(
-            data.decode("utf-8"),
-            object_pairs_hook=pairs,
-            parse_float=finite,
-            parse_constant=constant,
-        )
+        return strict_loads(data)
     except (ValueError, UnicodeDecodeError, RecursionError) as err:
         raise CorruptSaveError(f"{where}: not valid JSON ({err})") from None
 

@@ -41,6 +41,7 @@ from typing import Any
 
 from replaybank.errors import ReplayBankError
 from replaybank.files import read_regular
+from replaybank.jsonl import strict_loads
 from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.config.values import ConfigError
 
@@ -83,16 +84,12 @@ def read_state(folder: Path) -> dict[str, Any] | None:
         raise StateError(f"{path}: is {kind}; a run folder holds its own state.json (remove it to start over)")
     raw = read_regular(path, error=StateError, follow_links=False)  # swapped since the lstat: still refused
     try:
-        state = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+        state = strict_loads(raw)
     except RecursionError:
         raise StateError(f"{path}: not a loop state file (nested too deep); delete the folder to start over") from None
     except ValueError as exc:  # JSONDecodeError, not UTF-8, NaN/Infinity, an integer of thousands of digits
         raise StateError(f"{path}: not a loop state file ({exc}); delete the folder to start over") from None
     return check_state(path, state)
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"non-finite number {name}")
 
 
 def check_state(path: Path, state: Any) -> dict[str, Any]:

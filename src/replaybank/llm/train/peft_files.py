@@ -28,6 +28,7 @@ from typing import Any
 
 from replaybank.errors import ReplayBankError
 from replaybank.files import open_regular, read_regular
+from replaybank.jsonl import RepeatedKeyError, strict_loads
 from replaybank.llm.config.names import refuse_links
 
 __all__ = [
@@ -98,19 +99,6 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-class _RepeatedKey(ValueError):
-    """A JSON object that names one key twice (json.loads would keep the last silently)."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _RepeatedKey(key)
-        out[key] = value
-    return out
-
-
 def read_json_object(
     path: Path, what: str, error: type[ReplayBankError] = AdapterError, *, max_bytes: int | None = None,
 ) -> dict[str, Any]:
@@ -135,9 +123,9 @@ def parse_json_object(raw: bytes, path: Path, what: str, error: type[ReplayBankE
         error: bad UTF-8 or JSON, a key repeated in an object, or not an object.
     """
     try:
-        obj = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
-    except _RepeatedKey as exc:
-        raise error(f"{path}: {what} names the key {exc.args[0]!r} more than once") from None
+        obj = strict_loads(raw, finite=False)  # each figure is checked, and named, by its reader
+    except RepeatedKeyError as exc:
+        raise error(f"{path}: {what} names the key {exc.key!r} more than once") from None
     except (ValueError, RecursionError) as exc:
         raise error(f"{path}: {what} is not readable JSON ({type(exc).__name__})") from None
     if not isinstance(obj, dict):
