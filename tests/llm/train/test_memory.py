@@ -76,7 +76,9 @@ def _strip_times(value: Any) -> Any:
 
 def _tiny_cfg(model_dir: Path, out: Path) -> Config:
     return Config.from_dict({
-        "orchestration": {"num_generations": 2, "training_window_size": 1},
+        # one generation: an arm trains all its generations inside one adapter, so a leak between
+        # arms shows in the first
+        "orchestration": {"num_generations": 1},
         "training": {"base_model": str(model_dir), "batch_size": 5, "learning_rate": 5e-3, "lora_rank": 4,
                      "lora_dropout": 0.1, "rehearsal_rows_per_epoch": 20, "mixing_ratio": 0.2, "num_threads": 1,
                      "max_seq_length": 96},
