@@ -40,7 +40,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from replaybank.errors import InvalidArgumentError
 
@@ -64,8 +64,29 @@ def _provenance(d: Mapping[str, Any], where: str) -> tuple[tuple[int, ...], int]
     return episodes, f.integer(d.get("generation", 0), f"{where}.generation", low=0)
 
 
+class Drawn:
+    """What an insight and a workflow share: content, fingerprinted, and provenance (``episodes``,
+    ``generation``); a subclass gives ``level`` and :meth:`content_dict`."""
+
+    level: ClassVar[str]
+    episodes: tuple[int, ...]
+    generation: int
+
+    def content_dict(self) -> dict[str, Any]:
+        """The content, provenance excluded: what the store keeps as the body and fingerprints."""
+        raise NotImplementedError
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the level and content: two experiences with the same one are one record."""
+        return _fingerprint(self.level, self.content_dict())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.content_dict(), "episodes": list(self.episodes), "generation": self.generation}
+
+
 @dataclass(frozen=True)
-class Insight:
+class Insight(Drawn):
     """A lesson drawn (by reflection) from one or more episodes.
 
     Args:
@@ -85,20 +106,12 @@ class Insight:
     episodes: tuple[int, ...] = ()
     generation: int = 0
 
-    level = "insight"
+    level: ClassVar[str] = "insight"
 
     def content_dict(self) -> dict[str, Any]:
         """The content, provenance excluded: what the store keeps as the body and fingerprints."""
         return {"title": self.title, "description": self.description, "content": self.content,
                 "outcome": self.outcome}
-
-    @property
-    def fingerprint(self) -> str:
-        """sha256 of the level and content: two insights with the same one are one record."""
-        return _fingerprint(self.level, self.content_dict())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.content_dict(), "episodes": list(self.episodes), "generation": self.generation}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "insight") -> Insight:
@@ -200,7 +213,7 @@ class CallTemplate:
 
 
 @dataclass(frozen=True)
-class Workflow:
+class Workflow(Drawn):
     """A success's tool-call sequence with its values replaced by typed placeholders.
 
     Args:
@@ -221,7 +234,7 @@ class Workflow:
     episodes: tuple[int, ...] = ()
     generation: int = 0
 
-    level = "workflow"
+    level: ClassVar[str] = "workflow"
     outcome = "success"  # a workflow is only ever drawn from a success
 
     @property
@@ -232,14 +245,6 @@ class Workflow:
         """The content, provenance excluded: what the store keeps as the body and fingerprints."""
         return {"pattern": list(self.pattern), "slots": [s.to_dict() for s in self.slots],
                 "calls": [c.to_dict() for c in self.calls], "family": self.family}
-
-    @property
-    def fingerprint(self) -> str:
-        """sha256 of the level and content: two workflows with the same one are one record."""
-        return _fingerprint(self.level, self.content_dict())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.content_dict(), "episodes": list(self.episodes), "generation": self.generation}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "workflow") -> Workflow:
