@@ -47,9 +47,17 @@ def summary(store: EpisodeStore) -> dict[str, Any]:
             " FROM attempts a JOIN episodes e ON e.id = a.episode_id GROUP BY e.family ORDER BY 1"
         )
     ]
-    (episodes, successes, demos), = read(
-        "SELECT COUNT(*), COALESCE(SUM(success), 0), COALESCE(SUM(source = 'demo'), 0) FROM episodes"
+    (episodes, successes, demos, replayed), = read(
+        "SELECT COUNT(*), COALESCE(SUM(success), 0), COALESCE(SUM(source = 'demo'), 0),"
+        " COALESCE(SUM(source = 'replayed'), 0) FROM episodes"
     )
+    insights, workflows = {"success": 0, "failure": 0}, 0
+    if store.schema_version >= 2:  # a version-1 file opened read-only has no experiences
+        for level, outcome, n in read("SELECT level, outcome, COUNT(*) FROM experiences GROUP BY 1, 2"):
+            if level == "workflow":
+                workflows += int(n)
+            elif level == "insight" and outcome in insights:
+                insights[outcome] = int(n)
     files = [store.path, store.path.with_name(store.path.name + "-wal")]
     return {
         "path": str(store.path),
@@ -58,6 +66,8 @@ def summary(store: EpisodeStore) -> dict[str, Any]:
         "episodes": int(episodes),
         "successful_episodes": int(successes),
         "demonstrations": int(demos),
+        "replayed_episodes": int(replayed),
+        "experiences": {"insights": insights, "workflows": workflows},
         "attempts": store.attempt_count(),
         "generations": gens,
         "families": families,
@@ -69,8 +79,12 @@ def format_summary(s: dict[str, Any]) -> str:
     lines = [
         f"{s['path']}: episodic store, schema version {s['schema_version']}, {s['bytes'] / 2**10:.1f} KiB",
         f"  {s['episodes']:,} episodes ({s['successful_episodes']:,} successful, "
-        f"{s['demonstrations']:,} demonstrations) from {s['attempts']:,} attempts",
+        f"{s['demonstrations']:,} demonstrations, {s['replayed_episodes']:,} replayed) from {s['attempts']:,} attempts",
     ]
+    x = s["experiences"]
+    if x["workflows"] or any(x["insights"].values()):
+        lines.append(f"  experiences: {x['workflows']:,} workflows, {x['insights']['failure']:,} insights from failures,"
+                     f" {x['insights']['success']:,} from successes")
     if s["generations"]:
         lines.append(f"  {'generation':>10}{'attempts':>10}{'episodes':>10}{'success':>9}{'reward':>8}")
         for g in s["generations"]:
