@@ -180,9 +180,17 @@ def run_file(file: str, labels: dict[str, str], examples: int, seed: int, timeou
             returncode: int | None = proc.returncode
             output = proc.stdout + proc.stderr
         except subprocess.TimeoutExpired as err:
-            returncode, output = None, str(err.stdout or "")
+            returncode, output = None, str(err.output or "")
         wall = time.monotonic() - start
         load_after = os.getloadavg()
+        if returncode is None:  # the file ran past --file-timeout: every fuzz test counts as hung
+            stopped = _failure_kind(f"the file ran past its {timeout_s:.0f} s bound (--file-timeout)")
+            surfaces = [Surface(test=f"{file}::{name}", surface=label, examples=0, invalid=0, outcomes={},
+                                counts_exact=True, passed=False, failure=stopped, stopped_because="",
+                                wall_s=round(wall, 1)) for name, label in labels.items()]
+            return FileRun(file=file, command=shlex.join(_shown(cmd, examples)), returncode=None, passed=0,
+                           failed=len(surfaces), skipped=0, wall_s=round(wall, 1), load_before=_load(load_before),
+                           load_after=_load(load_after), surfaces=surfaces)
         if not junit.exists():
             raise RuntimeError(f"{file}: pytest wrote no report (exit {returncode}):\n{output[-3000:]}")
         xml = ET.parse(junit).getroot()
@@ -212,10 +220,14 @@ def run_file(file: str, labels: dict[str, str], examples: int, seed: int, timeou
     missing = sorted(set(labels) - {s.test.split("::")[-1] for s in surfaces})
     if missing:
         raise RuntimeError(f"{file}: no test named {', '.join(missing)} ran (renamed?)\n{output[-3000:]}")
-    shown = [f"FUZZ_EXAMPLES={examples}", "python", *(a for a in cmd[1:] if not a.startswith("--junitxml"))]
-    return FileRun(file=file, command=shlex.join(shown), returncode=returncode,
+    return FileRun(file=file, command=shlex.join(_shown(cmd, examples)), returncode=returncode,
                    passed=len(cases) - failed - skipped, failed=failed, skipped=skipped, wall_s=round(wall, 1),
                    load_before=_load(load_before), load_after=_load(load_after), surfaces=surfaces)
+
+
+def _shown(cmd: list[str], examples: int) -> list[str]:
+    """The pytest command as a reader would type it (without the temporary report file)."""
+    return [f"FUZZ_EXAMPLES={examples}", "python", *(a for a in cmd[1:] if not a.startswith("--junitxml"))]
 
 
 def _load(avg: tuple[float, float, float]) -> tuple[float, float, float]:
