@@ -30,7 +30,7 @@ def test_kl_weight_is_validated_and_documented():
 
 
 @pytest.fixture
-def tiny(tiny_model_dir, smol_tok):
+def tiny(tiny_model_dir):
     """A LoRA-wrapped tiny Llama whose adapter is moved off zero (so it differs from the base),
     4 domain rows and 4 rehearsal rows, and a config that puts all 8 rows in one batch."""
     import torch
@@ -143,7 +143,7 @@ def test_rehearsal_ce_false_needs_the_kl_term():
     assert LoopConfig.from_dict({"loop": {"rehearsal_ce": False, "rehearsal": "none"}}).recipe is None
 
 
-def test_without_rehearsal_ce_the_rows_train_only_through_the_kl_term(tiny, smol_tok):
+def test_without_rehearsal_ce_the_rows_train_only_through_the_kl_term(tiny):
     """From the base model (LoRA B = 0) the KL term and its gradient are exactly zero, so with
     ``rehearsal_ce=False`` what the rehearsal answers say cannot change the first update; with
     cross-entropy it does."""
