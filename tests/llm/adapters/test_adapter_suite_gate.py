@@ -25,12 +25,17 @@ def _adapter(model_dir, zero: bool):
     return model
 
 
-def test_suite_measurement_through_the_gate(tiny_model_dir, small_tok, tmp_path, isolated_cache):
+def test_suite_measurement_through_the_gate(full_vocab_model_dir, smol_tok, tmp_path, isolated_cache):
+    # On the full vocabulary: over the 2k-token vocabulary of tiny_model_dir the noisy adapter
+    # leaves the random model's greedy suite answers at or above 90% retention, so the gate's
+    # refusal would not be exercised.
     from transformers import LlamaForCausalLM
+
+    tiny_model_dir = full_vocab_model_dir
 
     lib = AdapterLibrary(tmp_path / "lib", create=True)
     base = LlamaForCausalLM.from_pretrained(tiny_model_dir).eval()
-    measure = suite_measure(small_tok, per_family=2, seed=0, batch_size=8)
+    measure = suite_measure(smol_tok, per_family=2, seed=0, batch_size=8)
     same = lib.add(_adapter(tiny_model_dir, zero=True), Registration("noop", skill="s"), base_model=base, measure=measure, floor=0.9)
     assert same.figures["retention"] == 1.0 and same.figures["n"] > 0 and same.figures["passed"] is True
     with pytest.raises(GateError, match=r"adapter 'noisy', field 'figures.retention': retention \d+\.\d% is below the floor 90.0%"):
