@@ -20,7 +20,7 @@ pytest.importorskip("peft")
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory: Any, small_tok: Any) -> Path:
     """A randomly initialised 2-layer Llama with the small tokenizer (SmolLM2's special tokens and
-    chat template over a 1k vocabulary, from tests/conftest.py), as a local model folder."""
+    chat template over a 2k vocabulary, from tests/conftest.py), as a local model folder."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = small_tok
