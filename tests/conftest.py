@@ -62,7 +62,6 @@ def alarm() -> Any:
     signal.signal(signal.SIGALRM, old)
 
 
-
 @pytest.fixture(scope="session")
 def smol_tok() -> Any:
     """SmolLM2's tokenizer: from the cached fp32 copy when present, else straight from the GGUF; without

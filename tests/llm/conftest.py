@@ -1,5 +1,6 @@
-"""Fixtures for the LLM tests: a character tokenizer with a toy chat template, and a tiny random
-Llama on the small tokenizer (``smol_tok`` and ``small_tok`` are in tests/conftest.py)."""
+"""Fixtures for the LLM tests: a character tokenizer with a toy chat template, a tiny random Llama
+on the small tokenizer, and the same Llama on SmolLM2's full vocabulary for the few tests that
+need it (``smol_tok`` and ``small_tok`` are in tests/conftest.py)."""
 
 from __future__ import annotations
 
