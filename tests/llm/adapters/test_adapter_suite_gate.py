@@ -25,8 +25,13 @@ def _adapter(model_dir, zero: bool):
     return model
 
 
-def test_suite_measurement_through_the_gate(tiny_model_dir, smol_tok, tmp_path, isolated_cache):
+def test_suite_measurement_through_the_gate(full_vocab_model_dir, smol_tok, tmp_path, isolated_cache):
+    # On the full vocabulary: over the 2k-token vocabulary of tiny_model_dir the noisy adapter
+    # leaves the random model's greedy suite answers at or above 90% retention, so the gate's
+    # refusal would not be exercised.
     from transformers import LlamaForCausalLM
+
+    tiny_model_dir = full_vocab_model_dir
 
     lib = AdapterLibrary(tmp_path / "lib", create=True)
     base = LlamaForCausalLM.from_pretrained(tiny_model_dir).eval()

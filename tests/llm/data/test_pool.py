@@ -72,7 +72,7 @@ def test_lazy_pool_gives_the_embedded_default_the_eager_rows(smol_tok: Any) -> N
     assert _same_rows(lazy.general_eval.rows(range(len(lazy.general_eval))), eager.general_eval.rows(range(len(eager.general_eval))))
 
 
-def test_lazy_and_eager_pools_train_the_same_steps(tiny_model_dir: Path, smol_tok: Any) -> None:
+def test_lazy_and_eager_pools_train_the_same_steps(tiny_model_dir: Path) -> None:
     import copy
 
     from replaybank.llm.model import load_model

@@ -205,14 +205,14 @@ def test_peft_adapter_is_disabled_while_synthesizing(tmp_path: Path) -> None:
     assert seen == [False] and model.active
 
 
-def test_tiny_random_model_yields_nothing_usable(tmp_path: Path, tiny_model_dir: Any, smol_tok: Any) -> None:
+def test_tiny_random_model_yields_nothing_usable(tmp_path: Path, tiny_model_dir: Any, small_tok: Any) -> None:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     pool = pool_file(tmp_path, ["Why do cats purr?", "Name a river."])
     # A random model never ends its turn within 4 tokens: every answer is truncated.
     with pytest.raises(SelfSynthError, match=r"pool\.txt yielded no usable row: 2 answers generated, all filtered \(truncated 2\)"):
-        synthesize(model, smol_tok, seed=0, n_rows=2, cache_dir=tmp_path, prompts=str(pool), max_new_tokens=4, desc=None)
+        synthesize(model, small_tok, seed=0, n_rows=2, cache_dir=tmp_path, prompts=str(pool), max_new_tokens=4, desc=None)
     assert not list(tmp_path.glob("selfsynth-*.json"))  # a failure is not cached
 
 

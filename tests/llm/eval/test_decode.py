@@ -90,27 +90,27 @@ def test_batch_ends_when_every_row_stopped(smol_tok: Any) -> None:
     assert model.calls == 2  # not 50
 
 
-def test_tiny_llama_batched_equals_one_by_one(tiny_model_dir: Any, smol_tok: Any) -> None:
+def test_tiny_llama_batched_equals_one_by_one(tiny_model_dir: Any, small_tok: Any) -> None:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     prompts = ["Hi", "What is the capital of France?", "Write a Python function that adds two numbers.", "Ok"]
-    batched = generate_detailed(model, smol_tok, prompts, max_new_tokens=6, batch_size=4)
-    single = [generate_detailed(model, smol_tok, [p], max_new_tokens=6, batch_size=1)[0] for p in prompts]
+    batched = generate_detailed(model, small_tok, prompts, max_new_tokens=6, batch_size=4)
+    single = [generate_detailed(model, small_tok, [p], max_new_tokens=6, batch_size=1)[0] for p in prompts]
     assert batched == single
     assert all(g.n_tokens <= 6 for g in batched)
     model.train()
-    generate(model, smol_tok, ["Hi"], max_new_tokens=2)
+    generate(model, small_tok, ["Hi"], max_new_tokens=2)
     assert model.training  # generation puts the model back in the mode it found it in
 
 
-def test_argument_errors_and_empty_input(smol_tok: Any) -> None:
-    model = ScriptedLM(len(smol_tok), {})
-    assert generate(model, smol_tok, [], max_new_tokens=3) == []
+def test_argument_errors_and_empty_input(small_tok: Any) -> None:
+    model = ScriptedLM(len(small_tok), {})
+    assert generate(model, small_tok, [], max_new_tokens=3) == []
     with pytest.raises(GenerationError, match="max_new_tokens must be >= 1, got 0"):
-        generate(model, smol_tok, ["x"], max_new_tokens=0)
+        generate(model, small_tok, ["x"], max_new_tokens=0)
     with pytest.raises(GenerationError, match="batch_size must be >= 1"):
-        generate(model, smol_tok, ["x"], batch_size=0)
+        generate(model, small_tok, ["x"], batch_size=0)
 
 
 def test_fingerprint_tracks_weights_and_base_context(tiny_model_dir: Any) -> None:
@@ -126,47 +126,47 @@ def test_fingerprint_tracks_weights_and_base_context(tiny_model_dir: Any) -> Non
         pass
 
 
-def test_peft_model_generates_with_adapter_and_base_context_turns_it_off(tiny_model_dir: Any, smol_tok: Any) -> None:
+def test_peft_model_generates_with_adapter_and_base_context_turns_it_off(tiny_model_dir: Any, small_tok: Any) -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     prompts = ["Hi", "What is the capital of France?"]
-    plain = generate_detailed(base, smol_tok, prompts, max_new_tokens=5)
+    plain = generate_detailed(base, small_tok, prompts, max_new_tokens=5)
     peft = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
                           LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"], init_lora_weights=False))
     with torch.no_grad():  # a strong adapter, so its answers differ from the base's
         for name, p in peft.named_parameters():
             if "lora_" in name:
                 p.mul_(30.0)
-    tuned = generate_detailed(peft, smol_tok, prompts, max_new_tokens=5)
+    tuned = generate_detailed(peft, small_tok, prompts, max_new_tokens=5)
     with base_model_context(peft):
-        off = generate_detailed(peft, smol_tok, prompts, max_new_tokens=5)
+        off = generate_detailed(peft, small_tok, prompts, max_new_tokens=5)
     assert off == plain
     assert tuned != plain
     assert model_fingerprint(peft) == model_fingerprint(base)  # the fingerprint is of the base weights
 
 
-def test_sampling_is_seeded_and_user_turn_prefix(tiny_model_dir: Any, smol_tok: Any) -> None:
+def test_sampling_is_seeded_and_user_turn_prefix(tiny_model_dir: Any, small_tok: Any) -> None:
     from transformers import AutoModelForCausalLM
 
     from replaybank.llm.eval.decode import user_turn_prefix
 
-    prefix = user_turn_prefix(smol_tok)
+    prefix = user_turn_prefix(small_tok)
     assert prefix.endswith("<|im_start|>user\n") and "<|im_start|>assistant" not in prefix
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    a = generate_detailed(model, smol_tok, [prefix] * 4, max_new_tokens=8, rendered=True, temperature=1.0, seed=3)
-    b = generate_detailed(model, smol_tok, [prefix] * 4, max_new_tokens=8, rendered=True, temperature=1.0, seed=3)
-    c = generate_detailed(model, smol_tok, [prefix] * 4, max_new_tokens=8, rendered=True, temperature=1.0, seed=4)
+    a = generate_detailed(model, small_tok, [prefix] * 4, max_new_tokens=8, rendered=True, temperature=1.0, seed=3)
+    b = generate_detailed(model, small_tok, [prefix] * 4, max_new_tokens=8, rendered=True, temperature=1.0, seed=3)
+    c = generate_detailed(model, small_tok, [prefix] * 4, max_new_tokens=8, rendered=True, temperature=1.0, seed=4)
     assert a == b and a != c
     assert len({g.text for g in a}) > 1  # rows of one batch draw independently
-    greedy = generate_detailed(model, smol_tok, [prefix] * 2, max_new_tokens=8, rendered=True)
+    greedy = generate_detailed(model, small_tok, [prefix] * 2, max_new_tokens=8, rendered=True)
     assert greedy[0] == greedy[1]
     with pytest.raises(GenerationError, match="temperature must be >= 0"):
-        generate(model, smol_tok, ["x"], max_new_tokens=2, temperature=-1.0)
+        generate(model, small_tok, ["x"], max_new_tokens=2, temperature=-1.0)
 
 
-def test_precision_bf16_runs_the_matmuls_in_bfloat16_and_fp32_does_not(tiny_model_dir: Any, smol_tok: Any) -> None:
+def test_precision_bf16_runs_the_matmuls_in_bfloat16_and_fp32_does_not(tiny_model_dir: Any, small_tok: Any) -> None:
     from transformers import AutoModelForCausalLM
 
     from replaybank.llm.eval.decode import resolve_precision
@@ -175,12 +175,12 @@ def test_precision_bf16_runs_the_matmuls_in_bfloat16_and_fp32_does_not(tiny_mode
     seen: list[Any] = []
     linear = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
     linear.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
-    generate_detailed(model, smol_tok, ["Hi"], max_new_tokens=2, precision="fp32")
+    generate_detailed(model, small_tok, ["Hi"], max_new_tokens=2, precision="fp32")
     assert set(seen) == {torch.float32}
     seen.clear()
-    gens = generate_detailed(model, smol_tok, ["Hi", "What is 2 + 2?"], max_new_tokens=3, precision="bf16")
+    gens = generate_detailed(model, small_tok, ["Hi", "What is 2 + 2?"], max_new_tokens=3, precision="bf16")
     assert set(seen) == {torch.bfloat16} and len(gens) == 2
     assert next(model.parameters()).dtype == torch.float32  # autocast: the weights stay as they were
     assert resolve_precision("auto", "cuda") == "fp32" and resolve_precision("auto", "cpu") in ("fp32", "bf16")
     with pytest.raises(GenerationError, match="precision 'fp16': expected one of auto, fp32, bf16"):
-        generate_detailed(model, smol_tok, ["Hi"], precision="fp16")  # type: ignore[arg-type]
+        generate_detailed(model, small_tok, ["Hi"], precision="fp16")  # type: ignore[arg-type]

@@ -236,7 +236,7 @@ def test_general_text_rows_are_plain_lm_rows(smol_tok: Any) -> None:
 
 
 
-def test_tiny_model_end_to_end_base_agrees_with_itself(tmp_path: Path, tiny_model_dir: Any, smol_tok: Any) -> None:
+def test_tiny_model_end_to_end_base_agrees_with_itself(tmp_path: Path, tiny_model_dir: Any, small_tok: Any) -> None:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
@@ -244,9 +244,9 @@ def test_tiny_model_end_to_end_base_agrees_with_itself(tmp_path: Path, tiny_mode
     picked = [i for i in items if i.check["type"] in ("agreement", "numbered_list")][:6] + [
         i for i in items if i.family == "arithmetic"][:2]
     small = [SuiteItem(i.id, i.family, i.prompt, i.check, 6) for i in picked]  # 6 tokens each: fast
-    suite = prepare_suite(model, smol_tok, small, cache_dir=tmp_path, desc=None)
+    suite = prepare_suite(model, small_tok, small, cache_dir=tmp_path, desc=None)
     assert set(suite.dropped) <= {i.id for i in small if i.check["type"] != "agreement"}
-    again = evaluate_suite(model, smol_tok, suite)
+    again = evaluate_suite(model, small_tok, suite)
     # Greedy decoding is deterministic and independent of batch composition: the base model
     # evaluated against its own cached answers agrees everywhere and scores what it scored.
     assert again["families"] == suite.base["families"]

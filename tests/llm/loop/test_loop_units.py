@@ -171,7 +171,7 @@ def test_load_adapter_refuses_files_linked_from_outside_the_run(tmp_path):
         load_adapter(None, run)
 
 
-def test_batched_stop_rule_matches_one_prompt_at_a_time(smol_tok):
+def test_batched_stop_rule_matches_one_prompt_at_a_time(small_tok):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -179,9 +179,9 @@ def test_batched_stop_rule_matches_one_prompt_at_a_time(smol_tok):
 
     torch.manual_seed(0)
     config = LlamaConfig(  # a wide init, so each prompt gets its own tokens (the default init repeats one)
-        vocab_size=len(smol_tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=len(small_tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, tie_word_embeddings=True, initializer_range=1.0,
-        pad_token_id=smol_tok.pad_token_id, eos_token_id=smol_tok.eos_token_id,
+        pad_token_id=small_tok.pad_token_id, eos_token_id=small_tok.eos_token_id,
     )
     model = LlamaForCausalLM(config)
     prompts = [f"Request number {i}: {'add tea ' * (i % 4)}" for i in range(8)]
@@ -189,13 +189,13 @@ def test_batched_stop_rule_matches_one_prompt_at_a_time(smol_tok):
     def stop(ids: list[int]) -> bool:  # fires on content, at a different step in each row
         return len(ids) >= 2 and ids[-1] % 4 == 0
 
-    batched = generate_detailed(model, smol_tok, prompts, max_new_tokens=12, batch_size=8, stop_when=stop)
-    single = [generate_detailed(model, smol_tok, [p], max_new_tokens=12, batch_size=1, stop_when=stop)[0]
+    batched = generate_detailed(model, small_tok, prompts, max_new_tokens=12, batch_size=8, stop_when=stop)
+    single = [generate_detailed(model, small_tok, [p], max_new_tokens=12, batch_size=1, stop_when=stop)[0]
               for p in prompts]
     assert batched == single
     assert len({g.n_tokens for g in batched}) > 2  # the rows stopped at different steps
     assert all(not g.truncated for g in batched if g.n_tokens < 12)  # halted by the rule, not by the budget
-    plain = generate_detailed(model, smol_tok, prompts, max_new_tokens=12, batch_size=8)
+    plain = generate_detailed(model, small_tok, prompts, max_new_tokens=12, batch_size=8)
     assert all(p.text.startswith(b.text) or p.n_tokens <= b.n_tokens for p, b in zip(plain, batched, strict=True))
 
 

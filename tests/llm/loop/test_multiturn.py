@@ -211,7 +211,7 @@ def _one_answer_protocol(model, tok, env, tasks, prompts, *, generate, seed):
     return out
 
 
-def test_levels_1_and_2_are_acted_exactly_as_one_answer(smol_tok, tmp_path):
+def test_levels_1_and_2_are_acted_exactly_as_one_answer(small_tok, tmp_path):
     from replaybank.llm.eval.decode import generate_detailed
 
     env = QxEnvironment(levels=(1, 2))
@@ -221,11 +221,11 @@ def test_levels_1_and_2_are_acted_exactly_as_one_answer(smol_tok, tmp_path):
         from replaybank.episodic.retrieval import Retriever
 
         prompts = build_prompts(tasks, Retriever.from_store(store), 2, system=SYSTEM)  # replayed context too
-    model = _tiny_llama(smol_tok)
+    model = _tiny_llama(small_tok)
     for generate in (generate_detailed, Scripted(oracle({t.text: t.expected for t in tasks}))):
-        new, _ = attempt(model, smol_tok, env, tasks, prompts, max_new_tokens=40, batch_size=8, temperature=1.0,
+        new, _ = attempt(model, small_tok, env, tasks, prompts, max_new_tokens=40, batch_size=8, temperature=1.0,
                          seed=11, max_turns=4, generate_fn=generate)
-        old = _one_answer_protocol(model, smol_tok, env, tasks, prompts, generate=generate, seed=11)
+        old = _one_answer_protocol(model, small_tok, env, tasks, prompts, generate=generate, seed=11)
         assert [(a.output, a.verdict, a.n_tokens, a.truncated, a.steps) for a in new] == old
     assert all(a.verdict.success for a in new)  # the scripted run made (and executed) real calls
     assert len({a.output for a in new}) == 8
@@ -274,32 +274,32 @@ def test_a_user_environment_executes_calls_with_the_episode_so_far(smol_tok):
     assert [s.result for s in a.steps] == ["ok, you have 2 apples", "ok, you have 4 apples", "ok, you have 8 apples"]
 
 
-def _tiny_llama(smol_tok):
+def _tiny_llama(small_tok):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(  # the wide init of test_loop_units: each prompt gets its own tokens
-        vocab_size=len(smol_tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=len(small_tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, tie_word_embeddings=True, initializer_range=1.0,
-        pad_token_id=smol_tok.pad_token_id, eos_token_id=smol_tok.eos_token_id,
+        pad_token_id=small_tok.pad_token_id, eos_token_id=small_tok.eos_token_id,
     )
     return LlamaForCausalLM(config)
 
 
-def test_multi_turn_generation_with_a_real_model_is_the_same_batched_or_one_by_one(smol_tok):
+def test_multi_turn_generation_with_a_real_model_is_the_same_batched_or_one_by_one(small_tok):
     class Echo(QxEnvironment):
         """Takes any answer as a call, so a random model's episodes go on to their second turn."""
 
         def execute(self, task, output, steps=()):
             return output, f"ok {len(steps) + 1}"
 
-    model = _tiny_llama(smol_tok)
+    model = _tiny_llama(small_tok)
     tasks = QxEnvironment(levels=(1, 3, 4)).tasks(6, seed=1)
     prompts = build_prompts(tasks, None, 0, system=SYSTEM)
 
     def run(batch_size):
-        return attempt(model, smol_tok, Echo(), tasks, prompts, max_new_tokens=6, batch_size=batch_size,
+        return attempt(model, small_tok, Echo(), tasks, prompts, max_new_tokens=6, batch_size=batch_size,
                        max_turns=4)[0]
 
     batched, single = run(8), run(1)

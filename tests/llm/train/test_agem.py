@@ -48,7 +48,7 @@ def test_tiny_llama_step_applies_the_projected_gradient(tiny_model_dir):
     params = [p for p in model.parameters() if p.requires_grad]
     rng = np.random.default_rng(0)
     domain = [(x, x) for x in (rng.integers(100, 300, 12) for _ in range(3))]
-    rehearsal = [(x, x) for x in (rng.integers(2000, 3000, 12) for _ in range(3))]
+    rehearsal = [(x, x) for x in (rng.integers(1000, 2000, 12) for _ in range(3))]
     groups = [(DOMAIN, domain), (1, rehearsal)]
     names = ["domain", "self"]
 
