@@ -284,7 +284,8 @@ def attach(model: Any, weights: Path, config: Any, adapter_name: str, *, state: 
         peft_model.replaybank_flags = flags  # put back by detach
     else:
         peft_model = model
-        peft_model.add_adapter(adapter_name, config)
+        with peft_wrapping():
+            peft_model.add_adapter(adapter_name, config)
     try:
         check_tensors(weights, state, get_peft_model_state_dict(peft_model, adapter_name=adapter_name),
                       what=f"adapter {adapter_name!r} as its config describes it")
