@@ -229,6 +229,11 @@ def test_report_pairs_the_rehearsal_arms_per_seed_and_names_the_kl_weight():
     kl_only = {"config": {"loop": {**runs[0]["state"]["config"]["loop"], "kl_weight": 3.0, "rehearsal_ce": False}}}
     assert group_key(kl_only) == "window (K=3), rehearsal self 50% + KL 3 (no cross-entropy on it)"
     assert group_key(runs[3]["state"]) == "window (K=3), no rehearsal"
+    # runs that differ in the experience keys are different arms, not seeds of one
+    levels = {"config": {"loop": {**runs[0]["state"]["config"]["loop"], "replay_workflows": True, "reflect": True,
+                                  "retrieve": ["episodes", "workflows"]}}}
+    assert group_key(levels) == (group_key(runs[0]["state"])
+                                 + ", replay workflows, reflect, retrieve episodes+workflows")
     assert paired_gaps(runs[:3]) == {}
 
 

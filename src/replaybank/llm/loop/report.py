@@ -81,7 +81,27 @@ def group_key(state: dict[str, Any]) -> str:
         reh += f" + KL {r['kl_to_base']:g}"
         if not r["rehearsal_ce"]:  # a run from before the key trained with cross-entropy
             reh += " (no cross-entropy on it)"
-    return f"{lp['lineage']} (K={lp['window']}), {reh}"
+    return f"{lp['lineage']} (K={lp['window']}), {reh}" + _experience_words(lp)
+
+
+def _experience_words(lp: dict[str, Any]) -> str:
+    """The experience keys a run set beyond the defaults (runs that differ there are different arms).
+
+    Example:
+        >>> _experience_words({"replay_workflows": True, "reflect": True, "retrieve": ["episodes", "insights"]})
+        ', replay workflows, reflect, retrieve episodes+insights'
+        >>> _experience_words({"retrieve": ["episodes"]})
+        ''
+    """
+    words = ["replay workflows"] if lp.get("replay_workflows") else []
+    words += ["reflect"] if lp.get("reflect") else []
+    if list(lp.get("retrieve", ["episodes"])) != ["episodes"]:
+        words.append("retrieve " + "+".join(lp["retrieve"]))
+    if lp.get("context_chars"):
+        words.append(f"context {lp['context_chars']} chars")
+    if lp.get("vote_groups"):
+        words.append(f"vote over {lp['vote_groups']} groups")
+    return "".join(f", {w}" for w in words)
 
 
 def paired_gaps(runs: list[dict[str, Any]]) -> dict[str, Any]:
