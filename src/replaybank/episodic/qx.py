@@ -54,6 +54,17 @@ TYPES: dict[str, tuple[re.Pattern[str], str]] = {
     "word": (re.compile(r"[a-z]+"), "one lower-case word like tea"),
 }
 
+#: how a request writes a duration's unit, in seconds ("5 minutes" is ``dur=300s``)
+SECONDS_PER_UNIT = {"seconds": 1, "minutes": 60, "hours": 3600}
+#: the day words of requests and their offsets ("tomorrow" is ``day=+1``; else "in N days")
+DAY_OFFSETS = {"today": 0, "tomorrow": 1, "the day after tomorrow": 2}
+
+
+def city_value(name: str) -> str:
+    """A city as a call writes it: ``New York`` is ``NEW_YORK``."""
+    return name.upper().replace(" ", "_")
+
+
 # tool -> {argument: type}; every argument is required.
 SCHEMA: dict[str, dict[str, str]] = {
     "timer.arm": {"dur": "seconds", "tag": "word"},

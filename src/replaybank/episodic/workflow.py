@@ -39,7 +39,16 @@ from replaybank.errors import ReplayBankError
 
 from .episode import Episode
 from .experience import Arg, CallTemplate, Slot, Workflow
-from .qx import SCHEMA, TYPES, Call, parse_calls, validate
+from .qx import (
+    DAY_OFFSETS,
+    SCHEMA,
+    SECONDS_PER_UNIT,
+    TYPES,
+    Call,
+    city_value,
+    parse_calls,
+    validate,
+)
 
 __all__ = ["FORMS", "AbstractionError", "BindError", "Binding", "Form", "abstract", "bind", "calls_of",
            "find_spans", "form_of", "forms_of", "render", "result_values"]
@@ -74,31 +83,27 @@ class Form:
     surfaces: Callable[[str], tuple[str, ...]]
 
 
-_UNITS = {"second": 1, "minute": 60, "hour": 3600}
-_DAYS = {"today": 0, "tomorrow": 1, "the day after tomorrow": 2}
-
-
 def _duration(span: str) -> str:
     n, unit = span.split()
-    return f"{int(n) * _UNITS[unit.rstrip('s')]}s"
+    return f"{int(n) * SECONDS_PER_UNIT[unit.rstrip('s') + 's']}s"
 
 
 def _durations(value: str) -> tuple[str, ...]:
     seconds = int(value[:-1]) if re.fullmatch(r"[1-9]\d*s", value) else 0
-    return tuple(f"{seconds // k} {unit}{'' if seconds == k else 's'}"
-                 for unit, k in _UNITS.items() if seconds and seconds % k == 0)
+    return tuple(f"{seconds // k} {units[:-1] if seconds == k else units}"
+                 for units, k in SECONDS_PER_UNIT.items() if seconds and seconds % k == 0)
 
 
 def _day(span: str) -> str:
     low = span.lower()
-    return f"+{_DAYS[low]}" if low in _DAYS else f"+{int(low.split()[1])}"
+    return f"+{DAY_OFFSETS[low]}" if low in DAY_OFFSETS else f"+{int(low.split()[1])}"
 
 
 def _days(value: str) -> tuple[str, ...]:
     if not re.fullmatch(r"\+\d+", value):
         return ()
     n = int(value[1:])
-    return tuple(k for k, v in _DAYS.items() if v == n) + (f"in {n} days",)
+    return tuple(k for k, v in DAY_OFFSETS.items() if v == n) + (f"in {n} days",)
 
 
 def _cents(span: str) -> str:
@@ -131,8 +136,7 @@ def _hours(value: str) -> tuple[str, ...]:
 #: a form of every type, made by :func:`form_of`.
 FORMS: dict[str, Form] = {f.name: f for f in (
     Form("duration", "seconds", r"\d+ (?:second|minute|hour)s?", _duration, _durations),
-    Form("city", "city", r"[A-Z][a-z]+(?: (?:[a-z]{1,3} )?[A-Z][a-z]+)*",
-         lambda s: s.upper().replace(" ", "_"), lambda v: (v.replace("_", " "),)),
+    Form("city", "city", r"[A-Z][a-z]+(?: (?:[a-z]{1,3} )?[A-Z][a-z]+)*", city_value, lambda v: (v.replace("_", " "),)),
     Form("day", "offset", r"(?:[Tt]oday|[Tt]omorrow|[Tt]he day after tomorrow|in \d+ days)", _day, _days),
     Form("dollars", "int", r"\$\d+(?:\.\d\d)?", _cents, _dollars),
     Form("name", "handle", r"[A-Z][a-z]+", lambda s: "@" + s.lower(),

@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from replaybank.episodic.qx import DAY_OFFSETS, SECONDS_PER_UNIT, city_value
+
 _CITIES = [
     "Paris", "Lima", "Oslo", "Cape Town", "New York", "Kyoto", "Buenos Aires", "Cairo", "Perth",
     "Quebec City", "Reykjavik", "Nairobi", "Seoul", "Lisbon", "San Diego", "Hanoi", "Zurich",
@@ -36,16 +38,10 @@ _TASKS = [
     "renew my passport", "feed the cat", "back up the laptop", "buy a birthday gift",
     "check the oven", "stretch", "submit the form",
 ]
-_UNITS = {"seconds": 1, "minutes": 60, "hours": 3600}
-_DAYS = {"today": 0, "tomorrow": 1, "the day after tomorrow": 2}
-
-
-def _city(name: str) -> str:
-    return name.upper().replace(" ", "_")
 
 
 def _timer(rng: np.random.Generator) -> tuple[str, str]:
-    unit = str(rng.choice(list(_UNITS)))
+    unit = str(rng.choice(list(SECONDS_PER_UNIT)))
     n = int(rng.integers(2, 60))
     label = str(rng.choice(["tea", "pasta", "laundry", "workout", "nap", "bread", "call"]))
     prompt = str(rng.choice([
@@ -53,19 +49,19 @@ def _timer(rng: np.random.Generator) -> tuple[str, str]:
         f"Start a {n} {unit} timer, label it {label}.",
         f"Can you time {n} {unit} for my {label}?",
     ]))
-    return prompt, f"<<qx timer.arm; dur={n * _UNITS[unit]}s; tag={label}>>"
+    return prompt, f"<<qx timer.arm; dur={n * SECONDS_PER_UNIT[unit]}s; tag={label}>>"
 
 
 def _weather(rng: np.random.Generator) -> tuple[str, str]:
     city = str(rng.choice(_CITIES))
-    day = str(rng.choice(list(_DAYS) + ["in 3 days", "in 5 days"]))
-    offset = _DAYS[day] if day in _DAYS else int(day.split()[1])
+    day = str(rng.choice(list(DAY_OFFSETS) + ["in 3 days", "in 5 days"]))
+    offset = DAY_OFFSETS[day] if day in DAY_OFFSETS else int(day.split()[1])
     prompt = str(rng.choice([
         f"What will the weather be like in {city} {day}?",
         f"Forecast for {city} {day}, please.",
         f"Is it going to rain in {city} {day}?",
     ]))
-    return prompt, f"<<qx sky.cast; at={_city(city)}; day=+{offset}>>"
+    return prompt, f"<<qx sky.cast; at={city_value(city)}; day=+{offset}>>"
 
 
 def _pay(rng: np.random.Generator) -> tuple[str, str]:
@@ -83,7 +79,7 @@ def _pay(rng: np.random.Generator) -> tuple[str, str]:
 
 def _remind(rng: np.random.Generator) -> tuple[str, str]:
     task = str(rng.choice(_TASKS))
-    day = str(rng.choice(list(_DAYS)))
+    day = str(rng.choice(list(DAY_OFFSETS)))
     hour = int(rng.integers(1, 12))
     half = str(rng.choice(["am", "pm"]))
     hour24 = hour % 12 + (12 if half == "pm" else 0)
@@ -92,7 +88,7 @@ def _remind(rng: np.random.Generator) -> tuple[str, str]:
         f"{day.capitalize()} at {hour}{half}, remind me to {task}.",
     ]))
     note = task.replace(" ", "-")
-    return prompt, f"<<qx nudge.set; day=+{_DAYS[day]}; at={hour24:02d}:00; note={note}>>"
+    return prompt, f"<<qx nudge.set; day=+{DAY_OFFSETS[day]}; at={hour24:02d}:00; note={note}>>"
 
 
 def _shop(rng: np.random.Generator) -> tuple[str, str]:
