@@ -45,6 +45,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -95,6 +96,8 @@ class Demonstration:
             and the runtime's result.
         calls: the calls, canonical, in order.
         fields: ``fields``, name -> value.
+        credit: the checker's argument credit of the turns (all 1: a line the checker does not
+            judge a success is refused).
     """
 
     line: int
@@ -105,6 +108,7 @@ class Demonstration:
     steps: tuple[Step, ...]
     calls: tuple[str, ...]
     fields: Mapping[str, str]
+    credit: Mapping[str, float]
 
 
 @dataclass(frozen=True)
@@ -216,7 +220,7 @@ def to_episodes(
         where = f"{demo_file.path}:{d.line}"
         ep = redactor.episode(_episode(d))
         if d.id is None:  # made from the redacted text: a hash of a private value could be guessed back
-            ep = _with_task_id(ep, task_id(ep.task.text, "demo"))
+            ep = dataclasses.replace(ep, task=dataclasses.replace(ep.task, id=task_id(ep.task.text, "demo")))
         elif ep.task.id in seen:
             raise DemoFileError(f"{where}: id: is the id of line {seen[ep.task.id]} once private values are redacted "
                                 f"({ep.task.id!r}); give ids without private values")
@@ -227,8 +231,7 @@ def to_episodes(
                 raise DemoFileError(f"{where}: calls: redacting private field(s) {', '.join(redactor.fields)} makes "
                                     f"{broken}; the call could not be replayed (keep it as a record with "
                                     "on_redacted_call='keep', or leave the field out of the private ones)")
-            ep = Episode(ep.task, ep.steps, Verdict(False, 0.0, {}, f"demonstration, not replayable: {broken}"),
-                         source="demo", started_at=ep.started_at, finished_at=ep.finished_at)
+            ep = dataclasses.replace(ep, verdict=Verdict(False, 0.0, {}, f"demonstration, not replayable: {broken}"))
             unusable.append(d.line)
         episodes.append(ep)
     return episodes, tuple(unusable)
@@ -305,7 +308,8 @@ def _parse_line(obj: dict[str, Any], number: int, where: str) -> Demonstration:
     if not verdict.success:
         raise DemoFileError(f"{where}: turns: the checker does not judge the turns a success: {verdict.detail}")
     family = family or "+".join(parse_calls(c)[0].tool for c in canonical)
-    return Demonstration(number, given_id, text, family, difficulty, tuple(steps), tuple(canonical), fields)
+    return Demonstration(number, given_id, text, family, difficulty, tuple(steps), tuple(canonical), fields,
+                         dict(verdict.credit))
 
 
 def _nonblank(value: Any, where: str) -> str:
@@ -384,14 +388,7 @@ def _steps(turns: list[tuple[str, str]], where: str) -> list[Step]:
 
 def _episode(d: Demonstration) -> Episode:
     task = Task(d.id or "", d.task, d.family, d.difficulty, d.calls)
-    verdict = score(d.calls, "\n".join(s.output for s in d.steps))
-    return Episode(task, d.steps, Verdict(True, 1.0, dict(verdict.credit), "demonstration"), source="demo")
-
-
-def _with_task_id(ep: Episode, new_id: str) -> Episode:
-    t = ep.task
-    return Episode(Task(new_id, t.text, t.family, t.difficulty, t.expected), ep.steps, ep.verdict,
-                   source=ep.source, started_at=ep.started_at, finished_at=ep.finished_at)
+    return Episode(task, d.steps, Verdict(True, 1.0, dict(d.credit), "demonstration"), source="demo")
 
 
 def _broken_calls(ep: Episode) -> str:
