@@ -85,6 +85,27 @@ class BM25:
             out[docs] += qtf * self.idf(term) * tf * (self.k1 + 1.0) / (tf + norm[docs])
         return out
 
+    def best(
+        self, query: str, k: int, ids: np.ndarray | None = None, keep: np.ndarray | None = None,
+        min_score: float | None = None,
+    ) -> list[int]:
+        """The positions of the ``k`` best-scoring documents for ``query``: score descending,
+        ties by ``ids`` ascending (by position without ``ids``), only where ``keep`` (all without)
+        and, with ``min_score``, only those scoring above it.
+
+        Example:
+            >>> BM25(["red apples", "green pears", "red red cars"]).best("red car", 2)
+            [2, 0]
+        """
+        scores = self.scores(query)
+        ids = np.arange(self.n) if ids is None else ids
+        mask = np.ones(self.n, dtype=bool) if keep is None else keep.copy()
+        if min_score is not None:
+            mask &= scores > min_score
+        cand = np.flatnonzero(mask)
+        order = cand[np.lexsort((ids[cand], -scores[cand]))]  # score desc, then id asc
+        return [int(i) for i in order[:k]]
+
 
 class Retriever:
     """Retrieves similar successful episodes for a new task.
@@ -126,14 +147,11 @@ class Retriever:
         """
         if k <= 0 or not self.episodes:
             return []
-        scores = self.index.scores(text)
-        keep = np.ones(scores.size, dtype=bool) if min_score is None else scores > min_score
+        keep = None
         if exclude_task_ids:
             excluded = set(exclude_task_ids)
-            keep &= np.array([r.episode.task.id not in excluded for r in self.episodes])
-        cand = np.flatnonzero(keep)
-        order = cand[np.lexsort((self._ids[cand], -scores[cand]))]  # score desc, then id asc
-        return [self.episodes[int(i)] for i in order[:k]]
+            keep = np.array([r.episode.task.id not in excluded for r in self.episodes])
+        return [self.episodes[i] for i in self.index.best(text, k, self._ids, keep, min_score)]
 
     def context(
         self, task: Task, k: int, *, system: str | None = None, exclude_same_task: bool = True

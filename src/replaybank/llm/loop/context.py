@@ -39,8 +39,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-import numpy as np
-
 from replaybank.episodic import EpisodeStore, StoredEpisode, Task
 from replaybank.episodic.episode import Message
 from replaybank.episodic.experience import StoredInsight, StoredWorkflow, Workflow
@@ -152,11 +150,8 @@ class LevelRetriever:
 
 
 def _best(items: list[T], index: BM25, text: str, k: int) -> list[T]:
-    if not items:
-        return []
-    scores = index.scores(text)
-    order = np.lexsort((np.arange(len(items)), -scores))  # score desc, then store order (id asc)
-    return [items[int(i)] for i in order[:k]]
+    """The ``k`` items ``index`` ranks best for ``text``, ties in store order (id ascending)."""
+    return [items[i] for i in index.best(text, k)] if items else []
 
 
 def render(
