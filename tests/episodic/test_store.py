@@ -156,6 +156,30 @@ def test_a_held_write_lock_gives_a_bounded_wait_then_a_clear_error(tmp_path):
         assert len(s) == 1
 
 
+class _RefusedOpens(EpisodeStore):
+    """A store whose first ``refusals`` opens are answered "database is locked" without waiting,
+    as SQLite answers two processes switching one new file to WAL at the same moment."""
+
+    refusals = 0
+
+    def _open_steps(self) -> int:
+        if type(self).refusals > 0:
+            type(self).refusals -= 1
+            raise sqlite3.OperationalError("database is locked")
+        return super()._open_steps()
+
+
+def test_an_open_refused_as_locked_is_tried_again_until_the_busy_timeout(tmp_path):
+    _RefusedOpens.refusals = 3
+    with _RefusedOpens(tmp_path / "ep.db", busy_timeout=5.0) as s:
+        s.add(ep("t1", "right", True, 1))
+        assert len(s) == 1 and _RefusedOpens.refusals == 0
+    _RefusedOpens.refusals = 10**9  # locked for good: a bounded wait, then the clear error
+    with pytest.raises(StoreLockedError, match=r"ep\.db: open: .* locked .* 0\.05s"):
+        _RefusedOpens(tmp_path / "ep.db", busy_timeout=0.05)
+    _RefusedOpens.refusals = 0
+
+
 def test_readonly_store_refuses_writes(tmp_path):
     path = tmp_path / "ep.db"
     EpisodeStore(path).close()

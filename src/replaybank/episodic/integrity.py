@@ -47,9 +47,15 @@ class StoreLockedError(StoreError):
     """Another process held the write lock for longer than ``busy_timeout``."""
 
 
+def is_locked(err: sqlite3.Error) -> bool:
+    """True if SQLite refused because another connection holds a lock (worth a retry)."""
+    msg = str(err)
+    return isinstance(err, sqlite3.OperationalError) and ("locked" in msg or "busy" in msg)
+
+
 def translate(err: sqlite3.Error, path: Path, what: str, timeout: float) -> StoreError:
     msg = str(err)
-    if "locked" in msg or "busy" in msg:
+    if is_locked(err):
         return StoreLockedError(
             f"{path}: {what}: the database stayed locked by another process for {timeout:g}s "
             f"(busy_timeout); retry later or open the store with a larger busy_timeout"

@@ -7,7 +7,8 @@ Guarantees:
   half-written one.
 * **Many readers, one writer**, from any number of processes. A write takes the write lock up
   front (``BEGIN IMMEDIATE``) and waits for it at most ``busy_timeout`` seconds, then raises
-  :class:`StoreLockedError`. Readers never wait for a writer (WAL).
+  :class:`StoreLockedError`. Readers never wait for a writer (WAL). Opening waits the same way,
+  including when processes race to create the same new file.
 * **Schema-versioned** (``PRAGMA user_version``). A file written by a newer schema is refused with
   :class:`SchemaVersionError`; a file that is not SQLite, or is damaged, with :class:`CorruptStoreError`.
 * **Deduplicated.** Two attempts with the same task id and the same output are one *episode* with
@@ -78,6 +79,7 @@ from .integrity import (
     StoreLockedError,
     check_store_file,
     experience_problems,
+    is_locked,
     record_problems,
     stored_episode,
     stored_experience,
@@ -91,6 +93,7 @@ __all__ = [
 
 SCHEMA_VERSION = 2
 _MAX_BUSY_S = 2**31 / 1000  # PRAGMA busy_timeout takes a C int of milliseconds
+_OPEN_RETRY_S = 0.01  # pause between tries of an open that SQLite refused as locked
 #: attempts whose columns are not of the schema's types (a tampered file)
 BAD_ATTEMPTS = (
     "SELECT id FROM attempts WHERE typeof(generation) != 'integer' OR generation < 0"
@@ -216,29 +219,17 @@ class EpisodeStore:
             raise
 
     def _setup(self) -> None:
-        try:
-            c = self._conn
-            c.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-            c.execute("PRAGMA foreign_keys = ON")
-            if not self.readonly:
-                c.execute("PRAGMA journal_mode = WAL")
-                c.execute("PRAGMA synchronous = FULL")
-            version = self._version()
-            if version == 0:
-                if self.readonly:
-                    raise StoreError(f"{self.path}: empty or not initialised as an episodic store")
-                with self._write("create the schema"):
-                    if self._version() == 0:  # another process may have won the race
-                        self._create()
-                version = self._version()
-            if version == 1 and not self.readonly:
-                with self._write("migrate the store from schema version 1 to 2"):
-                    if self._version() == 1:  # another process may have migrated it meanwhile
-                        self._run(_SCHEMA_V2)
-                        self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                version = self._version()
-        except sqlite3.Error as err:
-            raise translate(err, self.path, "open", self.busy_timeout) from err
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                version = self._open_steps()
+                break
+            except sqlite3.Error as err:
+                # SQLite answers "locked" at once, without waiting in its busy handler, when two
+                # connections switch a new file to WAL at the same moment: wait and try again
+                if not is_locked(err) or time.monotonic() >= deadline:
+                    raise translate(err, self.path, "open", self.busy_timeout) from err
+                time.sleep(_OPEN_RETRY_S)
         if version < 0:
             raise SchemaVersionError(
                 f"{self.path}: episodic store schema version {version} is not a version any "
@@ -250,6 +241,30 @@ class EpisodeStore:
                 f"this replaybank reads ({SCHEMA_VERSION}); upgrade replaybank to open it"
             )
         self.schema_version = version
+
+    def _open_steps(self) -> int:
+        """Set the connection up, create or migrate the schema; returns the schema version."""
+        c = self._conn
+        c.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        c.execute("PRAGMA foreign_keys = ON")
+        if not self.readonly:
+            c.execute("PRAGMA journal_mode = WAL")
+            c.execute("PRAGMA synchronous = FULL")
+        version = self._version()
+        if version == 0:
+            if self.readonly:
+                raise StoreError(f"{self.path}: empty or not initialised as an episodic store")
+            with self._write("create the schema"):
+                if self._version() == 0:  # another process may have won the race
+                    self._create()
+            version = self._version()
+        if version == 1 and not self.readonly:
+            with self._write("migrate the store from schema version 1 to 2"):
+                if self._version() == 1:  # another process may have migrated it meanwhile
+                    self._run(_SCHEMA_V2)
+                    self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            version = self._version()
+        return version
 
     def _version(self) -> int:
         return int(self._conn.execute("PRAGMA user_version").fetchone()[0])
