@@ -39,6 +39,7 @@ def test_scan_counts_figures_and_resolves_citations(tmp_path):
         "[speed.json](benchmarks/results/speed.json)\n\n"
         "## Gone\n\n3 s a step ([gone](benchmarks/results/gone.json))\n\n"
         "## Uncited\n\n```\n50% in a code block\n```\n85% of tasks\n"
+        "## Parent\n\nevery number in `benchmarks/results/speed.json`\n\n### Child\n\n0.5 ± 0.1\n"
     )
     (tmp_path / "docs" / "a.md").write_text("# A\n\n12 ms: `../benchmarks/results/speed.json`\n")
     sections = {s.heading: s for doc in doc_figures.documents(tmp_path) for s in doc_figures.scan(doc, tmp_path)}
@@ -47,5 +48,7 @@ def test_scan_counts_figures_and_resolves_citations(tmp_path):
     assert sections["Gone"].missing == ("benchmarks/results/gone.json",)
     assert sections["Uncited"].figures == 1 and not sections["Uncited"].cites_source
     assert sections["A"].sources_exist
+    assert sections["Child"].parent_cites and not sections["Child"].cites_source
+    assert not sections["Uncited"].parent_cites
     missing = doc_figures.missing_result_citations(tmp_path)
     assert missing == [("README.md", 9, "benchmarks/results/gone.json")]
