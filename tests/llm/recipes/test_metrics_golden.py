@@ -38,7 +38,7 @@ def _cfg(model_dir: Path, out: Path) -> Config:
                      "rehearsal_rows_per_epoch": 20, "mixing_ratio": 0.1, "num_threads": 1},
         "data": {"domain_train_rows": 20, "domain_eval_rows": 5, "general_eval_rows": 4},
         "evaluation": {"eval_points": 2, "arms": ["base", "naive", "rehearsal-corpus"], "suite_per_family": 2,
-                       "max_new_tokens": 6, "probe_pairs": 1},
+                       "max_new_tokens": 6, "probe_pairs": 1, "probe_sources": True},
         "output": {"out_dir": str(out), "save_adapters": False},
     })
 

@@ -45,7 +45,7 @@ def test_self_kl_replay_arms_over_two_domains_and_two_seeds(tiny_model_dir, tmp_
     from replaybank.llm.recipes.rehearsal import run_experiment
 
     out = tmp_path / "run"
-    cfg = _cfg(tiny_model_dir, arms=["base", "naive", "rehearsal-corpus", "rehearsal-self-kl", "mixed"])
+    cfg = _cfg(tiny_model_dir, arms=["base", "naive", "rehearsal-corpus", "rehearsal-self-kl", "mixed"], probe_sources=True)
     metrics = run_experiment(cfg, out, log=lambda m: None, max_steps=2, seeds=2)
     saved = json.loads((out / "metrics.json").read_text())
     assert saved["seeds"] == [0, 1] and (out / "seeds" / "seed1.json").is_file() and (out / "behaviour.png").is_file()

@@ -154,7 +154,7 @@ class Evaluation(SharedEvaluation):
     seeds: int = _f(1, "seeds per arm (training.seed, +1, ...); the report gives mean and std", min=1, max=1_000)
     arm_processes: int = _f(0, "worker processes that train a seed's arms side by side, one torch thread each (each loads the model); 0 = auto: one per thread num_threads picks, on a CPU, when the copies fit in half the free memory", min=0, max=64)
     generation_precision: Precision = _f("auto", "arithmetic of generated answers and held-out losses: auto (bf16 autocast on a CPU with bfloat16 units, else fp32), fp32 or bf16; base and arms always match")
-    probe_sources: bool = _f(True, "run the interference probe per rehearsal source inside `replaybank run`")
+    probe_sources: bool = _f(False, "also run the interference probe per rehearsal source inside `replaybank run` (its first-order figures beside the measured forgetting in report.md; they have not predicted it, docs/llm.md)")
     retention_floor: float | dict[str, float] = _f(RETENTION_FLOOR, "least mean retention over seeds each family must keep, in [0, 1]: one number, or a table {family = number} (others keep 0.9); gates --require-floor")
     gate_arm: str = _f("", "the arm --require-floor gates (one of arms, not base); empty = the best rehearsal arm of the targets")
     choose: Choose = _f("last", "the operating point each trained arm runs at: last (the adapter as trained) or floor (of post-hoc scales measured on the validation split and validation domain requests, the best domain exact match whose retention keeps retention_floor)")
