@@ -51,7 +51,7 @@ run "$tmp/main.log" bash scripts/main.sh --out "$tmp/run"
 main_rc=$?
 t1=$(now)
 main_load_after=$(load1)
-stamp="$tmp/clone/.venv/.replaybank-stamp"
+stamp="$tmp/clone/.venv/.replaybank-stamp-main"  # the main job installs its own, smaller set
 bootstrap_end=$( [ -f "$stamp" ] && date -r "$stamp" +%s.%N || echo "")
 
 test_load_before=$(load1)
@@ -60,6 +60,8 @@ run "$tmp/test.log" bash scripts/test.sh
 test_rc=$?
 t3=$(now)
 test_load_after=$(load1)
+stamp_all="$tmp/clone/.venv/.replaybank-stamp-all"  # the test command installs the rest
+test_boot_end=$( [ -f "$stamp_all" ] && date -r "$stamp_all" +%s.%N || echo "")
 
 for step in main test; do
   rc_var=${step}_rc
@@ -70,7 +72,7 @@ for step in main test; do
 done
 
 NC_COMMIT=$commit NC_CPUS=$(nproc 2>/dev/null || echo null) NC_DRY=$dry NC_OUT="$out_json" NC_RUN="$tmp/run" \
-NC_T0=$t0 NC_T1=$t1 NC_T2=$t2 NC_T3=$t3 NC_BOOT_END=$bootstrap_end NC_MAIN_RC=$main_rc NC_TEST_RC=$test_rc \
+NC_T0=$t0 NC_T1=$t1 NC_T2=$t2 NC_T3=$t3 NC_BOOT_END=$bootstrap_end NC_TEST_BOOT_END=$test_boot_end NC_MAIN_RC=$main_rc NC_TEST_RC=$test_rc \
 NC_MAIN_LB=$main_load_before NC_MAIN_LA=$main_load_after NC_TEST_LB=$test_load_before NC_TEST_LA=$test_load_after \
 python3 - <<'EOF'
 import json
@@ -86,7 +88,7 @@ def num(name):
     return None if v in ("", "null") else float(v)
 
 
-t0, t1, t2, t3, boot_end = (num(k) for k in ("NC_T0", "NC_T1", "NC_T2", "NC_T3", "NC_BOOT_END"))
+t0, t1, t2, t3, boot_end, test_boot_end = (num(k) for k in ("NC_T0", "NC_T1", "NC_T2", "NC_T3", "NC_BOOT_END", "NC_TEST_BOOT_END"))
 metrics_file = Path(e["NC_RUN"]) / "metrics.json"
 metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
 env = metrics.get("environment", {})
@@ -114,6 +116,7 @@ result = {
         "command": "bash scripts/test.sh",
         "exit_code": int(e["NC_TEST_RC"]),
         "seconds": round(t3 - t2, 1),
+        "bootstrap_seconds": round(test_boot_end - t2, 1) if test_boot_end is not None and t2 <= test_boot_end <= t3 else None,
         "loadavg_1min_before": num("NC_TEST_LB"),
         "loadavg_1min_after": num("NC_TEST_LA"),
     },
@@ -131,6 +134,7 @@ print(f"{m['command']:<40} {m['exit_code']:>4} {m['seconds']:>8} {m['loadavg_1mi
 print(f"{'  of which the bootstrap':<40} {'':>4} {m['bootstrap_seconds']!s:>8}")
 print(f"{'  of which replaybank run':<40} {'':>4} {m['run_seconds']!s:>8} {m['loadavg_1min_run_start']!s:>11}")
 print(f"{t['command']:<40} {t['exit_code']:>4} {t['seconds']:>8} {t['loadavg_1min_before']!s:>11} {t['loadavg_1min_after']!s:>10}")
+print(f"{'  of which the bootstrap (the rest)':<40} {'':>4} {t['bootstrap_seconds']!s:>8}")
 print(f"torch threads: {m['torch_threads']} ({choice.get('reason', 'no metrics.json')})")
 print(f"arm processes: {(m['arm_processes'] or {}).get('processes')} ({(m['arm_processes'] or {}).get('reason')})")
 print(f"wrote {out}")

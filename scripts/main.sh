@@ -3,6 +3,6 @@
 # (continual LoRA fine-tuning of SmolLM2-135M: naive, corpus and self rehearsal arms).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh
+bash scripts/bootstrap.sh main
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 exec .venv/bin/replaybank run "$@"
