@@ -148,6 +148,6 @@ def vote_attempts(
         v = majority([a.output for a in mine])
         chosen.append(mine[v.group])
         votes.append(v)
-    counts = VoteCounts(groups, sum(max(len(a.steps), 1) for a in answers), int(stats["tokens"]),
+    counts = VoteCounts(groups, sum(max(len(a.steps), 1) for a in answers), stats.tokens,
                         sum(v.votes == v.groups for v in votes) / max(len(votes), 1))
     return chosen, votes, counts
