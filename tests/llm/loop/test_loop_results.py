@@ -12,7 +12,13 @@ import pytest
 
 from replaybank.llm.loop.act import Score
 from replaybank.llm.loop.results import Acted, GenerationRow, ResumedAct
-from replaybank.llm.loop.state import STATE_FILE, StateError, generation_rows, read_state, write_state
+from replaybank.llm.loop.state import (
+    STATE_FILE,
+    StateError,
+    generation_rows,
+    read_state,
+    write_state,
+)
 
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "loop_levels"
 
@@ -82,3 +88,17 @@ def test_a_key_of_the_wrong_type_is_refused_naming_the_file_and_the_key(tmp_path
     (tmp_path / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
     with pytest.raises(StateError, match=match + ".*delete the run folder to start over"):
         read_state(tmp_path)
+
+
+def test_the_benchmark_summary_reads_the_typed_rows_to_the_published_figures():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("loop_levels", RESULTS.parents[1] / "loop_levels.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    published = json.loads((RESULTS / "loop_levels.json").read_text(encoding="utf-8"))["runs"]
+    for name, want in published.items():
+        path = RESULTS / f"{name}.state.json"
+        rows = generation_rows(path, json.loads(path.read_text(encoding="utf-8")))
+        assert [bench.summary_row(r) for r in rows] == want
