@@ -10,11 +10,12 @@ consolidation or evaluation) is not acted again: the store write of a generation
 transaction, so it is there entirely or not at all.
 
 On read (:func:`check_state`) every field the loop and its report read is checked for type, range
-and finiteness (and every key of a row for its type: :func:`generation_rows`, the rows as
-:class:`.results.GenerationRow`), and the fields against each other: the rows of ``generations`` are generation 0,
+and finiteness, and the fields against each other: the rows of ``generations`` are generation 0,
 1, ... ``finished`` in order, each one's ``adapter`` is ``base`` (generation 0) or the 16 hex
 digits of a saved adapter's SHA-256, ``adapter`` is the last row's, the config reads back as a
-:class:`LoopConfig`. A file that fails is a :class:`StateError` naming the file and the field.
+:class:`LoopConfig`; then every key of every row is read for its type (:func:`generation_rows`:
+the rows as :class:`.results.GenerationRow`). A file that fails is a :class:`StateError` naming
+the file and the field.
 
 Example:
     >>> import tempfile

@@ -109,10 +109,6 @@ class VoteCounts:
     tokens: int
     unanimous: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"groups": self.groups, "model_calls": self.model_calls, "tokens": self.tokens,
-                "unanimous": self.unanimous}
-
 
 def group_recalls(recall: Recall, k: int) -> list[Recall]:
     """``recall`` split into ``k`` groups, each level dealt round-robin (:func:`split_groups`)."""
