@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.llm.config.loop import LoopConfig
+from replaybank.llm.loop.results import Acted, GenerationRow
+from replaybank.llm.loop.state import STATE_FILE, generation_rows
 from replaybank.llm.recipes.loop import run_grid
 
 HERE = Path(__file__).resolve().parent
@@ -36,22 +38,27 @@ ARMS: dict[str, dict[str, Any]] = {
 }
 
 
-def summary_row(row: dict[str, Any]) -> dict[str, Any]:
+def summary_row(row: GenerationRow) -> dict[str, Any]:
     """One generation of one run, the figures the comparison reads."""
-    act = row.get("act", {})
-    refl = act.get("reflection", {}).get("retry")
+    m = row.evaluation
+    act = row.act if isinstance(row.act, Acted) else None
+    done = None if act is None else act.replay
+    refl = None if row.act is None or row.act.reflection is None else row.act.reflection.retry
+    replay = None if m.replay is None else m.replay.score
+
     return {
-        "generation": row["generation"],
-        "no_context": row["no_context"]["success"], "context": row["context"]["success"],
-        "replay": row.get("replay", {}).get("success"),
-        "retention": row.get("retention"),
-        "calls_per_solved": {arm: row.get(arm, {}).get("model_calls_per_solved")
-                             for arm in ("no_context", "context", "replay")},
-        "act_calls_per_solved": act.get("model_calls_per_solved"),
-        "act_replayed": act.get("replay", {}).get("replayed"),
-        "act_refused": act.get("replay", {}).get("refused"),
-        "retry": None if refl is None else {"n": refl["n"], "without": refl["without"]["success"],
-                                            "with_reflection": refl["with_reflection"]["success"]},
+        "generation": row.generation,
+        "no_context": m.no_context.success, "context": m.context.success,
+        "replay": None if replay is None else replay.success,
+        "retention": m.retention,
+        "calls_per_solved": {"no_context": m.no_context.calls_per_solved,
+                             "context": m.context.calls_per_solved,
+                             "replay": None if replay is None else replay.calls_per_solved},
+        "act_calls_per_solved": None if act is None else act.score.calls_per_solved,
+        "act_replayed": None if done is None else done.replayed,
+        "act_refused": None if done is None else done.refused,
+        "retry": None if refl is None else {"n": refl.n, "without": refl.without.success,
+                                            "with_reflection": refl.with_reflection.success},
     }
 
 
@@ -78,7 +85,7 @@ def main() -> None:
     for name, _ in runs:
         state = json.loads((out / name / "state.json").read_text(encoding="utf-8"))
         (results / f"{name}.state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
-        summary["runs"][name] = [summary_row(r) for r in state["generations"]]
+        summary["runs"][name] = [summary_row(r) for r in generation_rows(out / name / STATE_FILE, state)]
     (results / "loop_levels.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     print(json.dumps(summary, indent=1))
 

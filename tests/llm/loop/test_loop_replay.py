@@ -61,7 +61,7 @@ def test_a_task_a_workflow_serves_is_replayed_and_checked_the_others_go_to_the_m
         assert a.source == "replayed" and a.model_calls == 0 and a.n_tokens == 0
         assert a.verdict.success and a.output.splitlines() == list(t.expected)
         assert a.steps[1].prompt == a.steps[0].result  # the chain read the total from the first result
-    assert replays.to_dict() == {"tasks": 3, "replayed": 2, "replayed_success": 2, "no_candidate": 1, "fell_back": 0,
+    assert replays.counts().to_json() == {"tasks": 3, "replayed": 2, "replayed_success": 2, "no_candidate": 1, "fell_back": 0,
                                  "refused": {"malformed": 0, "unknown_tool": 0, "unbound": 0, "bad_type": 0}}
     episodes = [to_episode(a, generation=1, adapter="a", seed=0, started_at=0.0) for a in replays.attempts.values()]
     ids = store.add_many(episodes)
@@ -105,10 +105,10 @@ def test_model_calls_are_the_generation_turns_spent(smol_tok):
     assert [a.model_calls for a in attempts] == [2, 2, 1]  # a chain: two turns; a timer: one
     assert sum(len(c["texts"]) for c in gen.calls) == 5  # every counted call was a generation
     s = summarise(attempts)
-    assert s["model_calls"] == 5 and s["model_calls_per_solved"] == 5 / 3
+    assert s.model_calls == 5 and s.model_calls_per_solved == 5 / 3
     failed = attempt(None, smol_tok, ENV, [OTHER], build_prompts([OTHER], None, 0, system=SYSTEM),
                      max_new_tokens=40, batch_size=8, generate_fn=Scripted(lambda conv, seed: "no"))[0]
-    assert summarise(failed)["model_calls"] == 1 and summarise(failed)["model_calls_per_solved"] is None
+    assert summarise(failed).model_calls == 1 and summarise(failed).model_calls_per_solved is None
 
 
 def _run(cfg, out, monkeypatch):

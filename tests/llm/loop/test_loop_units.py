@@ -4,6 +4,7 @@ validation split), the held-out split, config and state validation, batched stop
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -200,14 +201,17 @@ def test_batched_stop_rule_matches_one_prompt_at_a_time(small_tok):
 
 
 def test_report_pairs_the_rehearsal_arms_per_seed_and_names_the_kl_weight():
-    from replaybank.llm.loop.report import group_key, paired_gaps
+    from replaybank.llm.loop.report import LoopRun, group_key, paired_gaps
+    from replaybank.llm.loop.results import GenerationRow
 
     def run(seed, rehearsal, retentions, kl=0.0, lineage="window"):
-        gens = [{"no_context": {"success": 0.0, "credit": 0.0}, "context": {"success": 0.0, "credit": 0.0},
-                 "retention": r} for r in retentions]
+        arm = {"success": 0.0, "credit": 0.0}
+        gens = [{"generation": g, "adapter": "base", "no_context": arm, "context": arm, "validation": arm,
+                 "suite": {"leakage": None}, "retention": r} for g, r in enumerate(retentions)]
         lp = {"lineage": lineage, "window": 3, "rehearsal": rehearsal, "rehearsal_ratio": 0.5, "seed": seed,
               "kl_weight": kl}
-        return {"name": f"{rehearsal}-{seed}", "state": {"config": {"loop": lp}, "generations": gens}}
+        state = {"config": {"loop": lp}, "generations": gens}
+        return LoopRun(f"{rehearsal}-{seed}", Path("."), state, [GenerationRow.from_json(g) for g in gens])
 
     runs = [run(0, "self", [1.0, 0.9, 0.8], kl=1.0), run(1, "self", [1.0, 0.95, 0.9], kl=1.0),
             run(2, "self", [1.0, 0.5, 0.5], kl=1.0),  # seed 2 has no arm without rehearsal: left out
@@ -225,14 +229,14 @@ def test_report_pairs_the_rehearsal_arms_per_seed_and_names_the_kl_weight():
     assert set(gaps2) == {kl1, "window (K=3), rehearsal self 50% + KL 3"}
     assert gaps2[kl1] == gaps[kl1]
     assert gaps2["window (K=3), rehearsal self 50% + KL 3"]["generations"][1] == pytest.approx([-0.1])
-    assert group_key(runs[0]["state"]) == "window (K=3), rehearsal self 50% + KL 1"
-    kl_only = {"config": {"loop": {**runs[0]["state"]["config"]["loop"], "kl_weight": 3.0, "rehearsal_ce": False}}}
+    assert group_key(runs[0].state) == "window (K=3), rehearsal self 50% + KL 1"
+    kl_only = {"config": {"loop": {**runs[0].state["config"]["loop"], "kl_weight": 3.0, "rehearsal_ce": False}}}
     assert group_key(kl_only) == "window (K=3), rehearsal self 50% + KL 3 (no cross-entropy on it)"
-    assert group_key(runs[3]["state"]) == "window (K=3), no rehearsal"
+    assert group_key(runs[3].state) == "window (K=3), no rehearsal"
     # runs that differ in the experience keys are different arms, not seeds of one
-    levels = {"config": {"loop": {**runs[0]["state"]["config"]["loop"], "replay_workflows": True, "reflect": True,
+    levels = {"config": {"loop": {**runs[0].state["config"]["loop"], "replay_workflows": True, "reflect": True,
                                   "retrieve": ["episodes", "workflows"]}}}
-    assert group_key(levels) == (group_key(runs[0]["state"])
+    assert group_key(levels) == (group_key(runs[0].state)
                                  + ", replay workflows, reflect, retrieve episodes+workflows")
     assert paired_gaps(runs[:3]) == {}
 

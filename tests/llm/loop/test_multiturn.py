@@ -54,7 +54,7 @@ def test_episodes_are_acted_turn_by_turn_and_every_step_is_recorded(smol_tok, mi
     # turn 1: all six episodes in one batch; turn 2: only the four two-call ones, with their own seed
     assert [len(c["texts"]) for c in gen.calls] == [6, 4]
     assert [c["seed"] for c in gen.calls] == [5, turn_seed(5, 1)]
-    assert stats["turns"] == 10 / 6
+    assert stats.turns == 10 / 6
 
     chain = attempts[2]
     cart, pay = chain.task.expected

@@ -123,7 +123,7 @@ def test_the_retry_prompt_holds_the_reflection_and_the_retry_is_measured_both_wa
     without, with_ = call["texts"][:3], call["texts"][3:]
     assert all(LESSON not in t and LESSONS_HEAD not in t for t in without)
     assert all(f"{LESSONS_HEAD}\n- {lessons[i].insight.title}: {LESSON}" in t for i, t in enumerate(with_))
-    assert retry.n == 3 and retry.without["success"] == 0.0 and retry.with_reflection["success"] == 1.0
+    assert retry.n == 3 and retry.without.success == 0.0 and retry.with_reflection.success == 1.0
     assert retry.model_calls == 6 and [a.task.id for a in tried] == [t.id for t in carts] * 2
 
 

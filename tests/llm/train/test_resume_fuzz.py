@@ -28,8 +28,16 @@ from hypothesis import strategies as st
 from replaybank.errors import ReplayBankError
 from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.loop.lineage import lineage_for
-from replaybank.llm.loop.report import _level_table, _run_table, aggregate, paired_gaps
-from replaybank.llm.loop.state import check_same_run, read_state
+from replaybank.llm.loop.report import (
+    LoopRun,
+    _calls_table,
+    _experience_table,
+    _level_table,
+    _run_table,
+    aggregate,
+    paired_gaps,
+)
+from replaybank.llm.loop.state import check_same_run, generation_rows, read_state
 from replaybank.llm.recipes.loop import _line
 
 torch = pytest.importorskip("torch")
@@ -175,12 +183,13 @@ def test_state_json_is_refused_whole_or_everything_that_reads_it_works(raw, boun
             return
         event("state.json: accepted")
         # what the resume and the report read next must work on an accepted state
-        rows = state["generations"]
-        lineage_for(state["finished"] + 1, 3, "best", [r["validation"]["credit"] for r in rows])
+        rows = generation_rows(folder / "state.json", state)
+        lineage_for(state["finished"] + 1, 3, "best", [r.evaluation.validation.credit for r in rows])
         for row in rows:
             _line(row, 5)
-        runs = [{"name": "r", "folder": folder, "state": state}]
-        aggregate(runs), paired_gaps(runs), _run_table(state), _level_table(state)
+        runs = [LoopRun("r", folder, state, rows)]
+        aggregate(runs), paired_gaps(runs), _run_table(rows), _level_table(rows)
+        _calls_table(rows), _experience_table(rows)
         assert (folder / "state.json").read_bytes() == raw
 
 

@@ -42,8 +42,59 @@ from replaybank.episodic.retrieval import Retriever
 from replaybank.episodic.turns import ToolEnvironment, run_execute, turn_budget
 from replaybank.llm.config.loop import SYSTEM
 from replaybank.llm.data.rows import render_chat
+from replaybank.llm.records import Absent, Record, absent, omitted
 
 _CLOSED = re.compile(r"<<qx\b.*?>>", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class LevelScore(Record):
+    """One ladder level of an arm: exact success rate, mean credit, attempts."""
+
+    success: float
+    credit: float
+    n: int | None = omitted()
+
+
+@dataclass(frozen=True)
+class Score(Record):
+    """What :func:`summarise` measures of a set of attempts (an evaluation arm, or acting).
+
+    The keys a row of ``state.json`` holds for an arm; a run written before ``levels`` and the
+    model calls were counted has only ``success``, ``credit`` and ``n``.
+    """
+
+    success: float
+    """Share of attempts answered with exactly the expected calls."""
+    credit: float
+    """Mean argument-level credit (the checker's reward)."""
+    n: int | None = omitted()
+    levels: dict[str, LevelScore] | None = omitted()
+    """Per ladder level (the task's difficulty, as a string)."""
+    model_calls: int | None = omitted()
+    """Generation turns spent over every attempt."""
+    model_calls_per_solved: float | None | Absent = absent()
+    """``model_calls`` over the attempts solved; None (null) when none is solved."""
+
+    @property
+    def calls_per_solved(self) -> float | None:
+        """``model_calls_per_solved``, None also for a run from before the count."""
+        v = self.model_calls_per_solved
+        return None if isinstance(v, Absent) else v
+
+
+@dataclass(frozen=True)
+class ActStats(Record):
+    """How a batch of attempts ran (:func:`attempt`)."""
+
+    seconds: float
+    tokens: int
+    """Generated, stop tokens included."""
+    tokens_per_second: float
+    truncated: float
+    """Share of episodes with a turn that hit the generation budget."""
+    turns: float | None = omitted()
+    """Mean turns per episode."""
 
 
 def call_end(text: str, max_calls: int) -> int | None:
@@ -135,7 +186,7 @@ def attempt(
     max_turns: int = 4,
     desc: str | None = None,
     generate_fn: Callable[..., Any] | None = None,
-) -> tuple[list[Attempt], dict[str, float]]:
+) -> tuple[list[Attempt], ActStats]:
     """Act out one episode per (task, prompt) and check it.
 
     With a :class:`~replaybank.episodic.turns.ToolEnvironment`, episodes are multi-turn (see the
@@ -150,9 +201,7 @@ def attempt(
             (tests script the agent with it).
 
     Returns:
-        ``(attempts, stats)``; stats: ``seconds``, ``tokens`` (generated, stop tokens
-        included), ``tokens_per_second``, ``truncated`` (share of episodes with a turn that hit
-        the budget), ``turns`` (mean turns per episode).
+        ``(attempts, stats)``: :class:`ActStats`.
 
     Raises:
         CheckerError: the environment's checker or ``execute`` raised or returned something
@@ -209,12 +258,12 @@ def attempt(
         out.append(Attempt(task, msgs, replayed, text, run_check(env, task, text), tokens[i], cut_short[i],
                            tuple(steps[i]), model_calls=len(outputs[i])))
     total = sum(tokens)
-    stats = {
-        "seconds": round(seconds, 3), "tokens": total,
-        "tokens_per_second": round(total / seconds, 1) if seconds > 0 else 0.0,
-        "truncated": sum(cut_short) / max(len(out), 1),
-        "turns": sum(len(o) for o in outputs) / max(len(out), 1),
-    }
+    stats = ActStats(
+        seconds=round(seconds, 3), tokens=total,
+        tokens_per_second=round(total / seconds, 1) if seconds > 0 else 0.0,
+        truncated=sum(cut_short) / max(len(out), 1),
+        turns=sum(len(o) for o in outputs) / max(len(out), 1),
+    )
     return out, stats
 
 
@@ -228,7 +277,7 @@ def to_episode(a: Attempt, *, generation: int, adapter: str, seed: int, started_
     )
 
 
-def summarise(attempts: Sequence[Attempt]) -> dict[str, Any]:
+def summarise(attempts: Sequence[Attempt]) -> Score:
     """Exact success rate, mean argument credit (the reward) and counts, overall and per level;
     the model calls spent (generation turns, all attempts) and the model calls per solved task
     (None when none is solved).
@@ -237,25 +286,23 @@ def summarise(attempts: Sequence[Attempt]) -> dict[str, Any]:
         >>> t = Task("t", "x", "cart.add", 1, ("<<qx cart.add; sku=tea; qty=1>>",))
         >>> a = Attempt(t, [], (), "", Verdict(False, 0.5), 3, False, model_calls=2)
         >>> b = Attempt(t, [], (), "", Verdict(True, 1.0), 3, False)
-        >>> s = summarise([a, b]); s["success"], s["credit"], s["n"], s["model_calls"], s["model_calls_per_solved"]
+        >>> s = summarise([a, b]); s.success, s.credit, s.n, s.model_calls, s.model_calls_per_solved
         (0.5, 0.75, 2, 3, 3.0)
     """
     n = len(attempts)
     calls = sum(a.model_calls for a in attempts)
     solved = sum(a.verdict.success for a in attempts)
-    levels: dict[str, dict[str, float]] = {}
+    levels: dict[str, LevelScore] = {}
     for lv in sorted({a.task.difficulty for a in attempts}):
         group = [a for a in attempts if a.task.difficulty == lv]
-        levels[str(lv)] = {
-            "success": sum(a.verdict.success for a in group) / len(group),
-            "credit": sum(a.verdict.reward for a in group) / len(group),
-            "n": len(group),
-        }
-    return {
-        "success": sum(a.verdict.success for a in attempts) / n if n else 0.0,
-        "credit": sum(a.verdict.reward for a in attempts) / n if n else 0.0,
-        "n": n,
-        "levels": levels,
-        "model_calls": calls,
-        "model_calls_per_solved": calls / solved if solved else None,
-    }
+        levels[str(lv)] = LevelScore(
+            success=sum(a.verdict.success for a in group) / len(group),
+            credit=sum(a.verdict.reward for a in group) / len(group),
+            n=len(group),
+        )
+    return Score(
+        success=sum(a.verdict.success for a in attempts) / n if n else 0.0,
+        credit=sum(a.verdict.reward for a in attempts) / n if n else 0.0,
+        n=n, levels=levels, model_calls=calls,
+        model_calls_per_solved=calls / solved if solved else None,
+    )

@@ -39,6 +39,7 @@ from replaybank.episodic.experience import Insight, StoredInsight
 from replaybank.llm.data.rows import render_chat
 from replaybank.llm.loop.act import Attempt, attempt, summarise
 from replaybank.llm.loop.context import add_lessons, insight_line
+from replaybank.llm.records import Record
 
 Status = Literal["model", "fallback", "cut"]
 
@@ -71,7 +72,7 @@ class Reflection:
 
 
 @dataclass(frozen=True)
-class ReflectionCounts:
+class ReflectionCounts(Record):
     """How a batch of reflections went: written, of which fallbacks and cuts, model calls, tokens."""
 
     n: int
@@ -79,10 +80,6 @@ class ReflectionCounts:
     cut: int
     model_calls: int
     tokens: int
-
-    def to_dict(self) -> dict[str, int]:
-        return {"n": self.n, "fallback": self.fallback, "cut": self.cut, "model_calls": self.model_calls,
-                "tokens": self.tokens}
 
 
 def wrong_arguments(verdict: Verdict) -> list[str]:
@@ -285,7 +282,15 @@ def store_reflections(
 
 
 @dataclass(frozen=True)
-class Retry:
+class Rate(Record):
+    """One arm of the retry pass: exact success rate and mean credit."""
+
+    success: float
+    credit: float
+
+
+@dataclass(frozen=True)
+class Retry(Record):
     """The retry pass: each failed episode attempted once more without and once with its
     reflection in the prompt (the same prompt otherwise, the same sampling seed).
 
@@ -296,13 +301,9 @@ class Retry:
     """
 
     n: int
-    without: dict[str, float]
-    with_reflection: dict[str, float]
+    without: Rate
+    with_reflection: Rate
     model_calls: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "without": self.without, "with_reflection": self.with_reflection,
-                "model_calls": self.model_calls}
 
 
 def retry_pass(
@@ -319,14 +320,13 @@ def retry_pass(
     prompts = [(list(a.messages), a.replayed) for a in failed]
     prompts += [(add_lessons(a.messages, [insight_line(ins)]), a.replayed) for a, ins in zip(failed, lessons, strict=True)]
     if not failed:
-        empty = {"success": 0.0, "credit": 0.0}
-        return Retry(0, empty, dict(empty), 0), []
+        return Retry(0, Rate(0.0, 0.0), Rate(0.0, 0.0), 0), []
     attempts, _ = attempt(model, tokenizer, env, tasks, prompts, seed=seed, generate_fn=generate_fn, **attempt_kw)
     half = len(failed)
 
-    def arm(group: Sequence[Attempt]) -> dict[str, float]:
+    def arm(group: Sequence[Attempt]) -> Rate:
         s = summarise(group)
-        return {"success": s["success"], "credit": s["credit"]}
+        return Rate(s.success, s.credit)
 
     calls = sum(max(len(a.steps), 1) for a in attempts)
     return Retry(half, arm(attempts[:half]), arm(attempts[half:]), calls), attempts

@@ -21,6 +21,7 @@ from typing import Any
 from replaybank.episodic import EpisodeStore
 from replaybank.llm.adapters import AdapterExistsError, AdapterLibrary, Registration
 from replaybank.llm.config.names import MAX_NAME, is_name
+from replaybank.llm.loop.results import GenerationRow
 from replaybank.llm.train.peft_files import sha256_file
 
 __all__ = ["entry_name", "register_generations"]
@@ -36,10 +37,10 @@ def entry_name(out: Path, generation: int) -> str:
 
 
 def register_generations(
-    library: Path, out: Path, state: dict[str, Any], store: EpisodeStore, *, skill: str, base_name: str,
+    library: Path, out: Path, rows: list[GenerationRow], store: EpisodeStore, *, skill: str, base_name: str,
     fingerprint: str, recipe: dict[str, Any] | None,
 ) -> list[str]:
-    """Register every finished generation of ``state`` missing from ``library``; return the new names.
+    """Register every finished generation (``rows``: ``state.json``'s) missing from ``library``; return the new names.
 
     Raises:
         AdapterExistsError: ``RUN-genG`` is in the library with other weights (another run of the
@@ -48,8 +49,8 @@ def register_generations(
     """
     lib = AdapterLibrary(library, create=True)
     added = []
-    for row in state["generations"]:
-        g = row["generation"]
+    for row in rows:
+        g = row.generation
         if g == 0:
             continue
         name, folder = entry_name(out, g), out / "adapters" / f"gen{g}"
@@ -59,15 +60,16 @@ def register_generations(
                 raise AdapterExistsError(f"{library}: holds another adapter under this name (not {folder}); "
                                          "rename the run folder or use another [loop] library", adapter=name, field="name")
             continue
-        lineage = row.get("lineage") or [g]
+        lineage = row.lineage or [g]
         trained = store.episodes(generation=lineage, success=True) + store.episodes(source="demo", success=True)
         tasks = dict.fromkeys(r.episode.task.text for r in trained)  # what consolidation trained on
-        figures = {"retention": row.get("retention"), "domain": row["no_context"]["success"],
-                   "per_family": row["suite"]["retention"], "n": row["no_context"]["n"]}
+        m = row.evaluation
+        figures = {"retention": m.retention, "domain": m.no_context.success, "per_family": m.suite.retention,
+                   "n": m.no_context.n}
         lib.add(folder, Registration(
             name, skill=skill, domain=skill, fingerprint=fingerprint, base_name=base_name, examples=list(tasks)[:MAX_EXAMPLES],
             figures=figures, recipe=recipe,
-            data={"run": str(out), "generation": g, "lineage": lineage, "train_rows": row.get("train_rows")},
+            data={"run": str(out), "generation": g, "lineage": lineage, "train_rows": row.train_rows},
         ))
         added.append(name)
     return added

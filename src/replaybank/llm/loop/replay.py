@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from replaybank.episodic import EpisodeStore, Task
 from replaybank.episodic.checks import REASONS, Refusal
@@ -31,20 +30,18 @@ from replaybank.episodic.replay import choose, run
 from replaybank.episodic.turns import ToolEnvironment
 from replaybank.episodic.workflow import AbstractionError, abstract
 from replaybank.llm.loop.act import Attempt
+from replaybank.llm.records import Record
 
 Api = Mapping[str, Mapping[str, str]]
 
 
 @dataclass(frozen=True)
-class Learned:
+class Learned(Record):
     """What :func:`learn_workflows` did: successes abstracted (``stored``: workflows added or
     joined, as provenance), and successes that gave none (``not_abstracted``)."""
 
     stored: int
     not_abstracted: int
-
-    def to_dict(self) -> dict[str, int]:
-        return {"stored": self.stored, "not_abstracted": self.not_abstracted}
 
 
 def learn_workflows(store: EpisodeStore, *, generation: int | None, api: Api = SCHEMA) -> Learned:
@@ -67,6 +64,18 @@ def learn_workflows(store: EpisodeStore, *, generation: int | None, api: Api = S
 
 
 @dataclass(frozen=True)
+class ReplayCounts(Record):
+    """The counts of a replay lookup (:meth:`Replays.counts`), as ``state.json`` holds them."""
+
+    tasks: int
+    replayed: int
+    replayed_success: int
+    no_candidate: int
+    fell_back: int
+    refused: dict[str, int]
+
+
+@dataclass(frozen=True)
 class Replays:
     """The replay attempts, by task id, and the counts the loop reports.
 
@@ -85,10 +94,10 @@ class Replays:
     refused: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
     fell_back: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def counts(self) -> ReplayCounts:
         solved = sum(a.verdict.success for a in self.attempts.values())
-        return {"tasks": self.tasks, "replayed": len(self.attempts), "replayed_success": solved,
-                "no_candidate": self.no_candidate, "fell_back": self.fell_back, "refused": dict(self.refused)}
+        return ReplayCounts(tasks=self.tasks, replayed=len(self.attempts), replayed_success=solved,
+                            no_candidate=self.no_candidate, fell_back=self.fell_back, refused=dict(self.refused))
 
 
 def replay_tasks(env: Environment, store: EpisodeStore, tasks: Sequence[Task], *, api: Api = SCHEMA) -> Replays:

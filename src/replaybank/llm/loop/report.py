@@ -5,8 +5,9 @@
 generation; :func:`write_report` writes ``report.md``, ``metrics.json`` and ``loop.png``.
 
 Example:
-    >>> row = {"no_context": {"success": 0.25, "credit": 0.5}, "context": {"success": 0.5, "credit": 0.75},
-    ...        "retention": 0.95}
+    >>> row = GenerationRow.from_json({"generation": 0, "adapter": "base", "no_context": {"success": 0.25, "credit": 0.5},
+    ...     "context": {"success": 0.5, "credit": 0.75}, "validation": {"success": 0.0, "credit": 0.0},
+    ...     "suite": {"leakage": None}, "retention": 0.95})
     >>> metrics_of(row)
     {'exact': 0.25, 'credit': 0.5, 'exact_ctx': 0.5, 'credit_ctx': 0.75, 'retention': 0.95}
     >>> mean_std([0.25, 0.75])
@@ -16,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,9 @@ import numpy as np
 
 from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.config.names import UnsafePathError, refuse_links, write_inside
+from replaybank.llm.loop.act import Score
+from replaybank.llm.loop.results import Acted, GenerationRow
+from replaybank.llm.records import ABSENT
 
 METRICS = ("exact", "credit", "exact_ctx", "credit_ctx", "retention")
 REPORT_FILES = ("report.md", "metrics.json", "loop.png")
@@ -33,12 +38,23 @@ LABELS = {
 }
 
 
-def metrics_of(row: dict[str, Any]) -> dict[str, float | None]:
+@dataclass(frozen=True)
+class LoopRun:
+    """One run folder of a grid: its name, folder, checked state and the state's rows, typed."""
+
+    name: str
+    folder: Path
+    state: dict[str, Any]
+    rows: list[GenerationRow]
+
+
+def metrics_of(row: GenerationRow) -> dict[str, float | None]:
     """The scalars of one generation's row that the report aggregates."""
+    m = row.evaluation
     return {
-        "exact": row["no_context"]["success"], "credit": row["no_context"]["credit"],
-        "exact_ctx": row["context"]["success"], "credit_ctx": row["context"]["credit"],
-        "retention": row.get("retention"),
+        "exact": m.no_context.success, "credit": m.no_context.credit,
+        "exact_ctx": m.context.success, "credit_ctx": m.context.credit,
+        "retention": m.retention,
     }
 
 
@@ -52,9 +68,9 @@ def mean_std(values: list[float], digits: int = 2) -> str:
     return f"{np.mean(vals):.{digits}f} ± {np.std(vals, ddof=1):.{digits}f}"
 
 
-def collect(out: Path) -> list[dict[str, Any]]:
+def collect(out: Path) -> list[LoopRun]:
     """Every run under ``out`` (folders holding ``state.json``), sorted by name."""
-    from replaybank.llm.loop.state import read_state
+    from replaybank.llm.loop.state import STATE_FILE, generation_rows, read_state
 
     runs = []
     for folder in sorted(p.parent for p in out.glob("*/state.json")):
@@ -62,7 +78,7 @@ def collect(out: Path) -> list[dict[str, Any]]:
             raise UnsafePathError(f"{folder}: is a symbolic link; a grid folder holds its own runs (remove the link)")
         state = read_state(folder)
         if state is not None:
-            runs.append({"name": folder.name, "folder": folder, "state": state})
+            runs.append(LoopRun(folder.name, folder, state, generation_rows(folder / STATE_FILE, state)))
     return runs
 
 
@@ -104,7 +120,7 @@ def _experience_words(lp: dict[str, Any]) -> str:
     return "".join(f", {w}" for w in words)
 
 
-def paired_gaps(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def paired_gaps(runs: list[LoopRun]) -> dict[str, Any]:
     """Per rehearsal group (:func:`group_key`) with runs without rehearsal of the same lineage and
     window: ``retention`` with rehearsal minus without, per generation and per seed both have
     (``{group: {"seeds": [...], "generations": [[gap per seed], ...]}}``). Two rehearsal variants
@@ -113,13 +129,13 @@ def paired_gaps(runs: list[dict[str, Any]]) -> dict[str, Any]:
     with_: dict[str, tuple[tuple[str, int], dict[int, list[float | None]]]] = {}
     without: dict[tuple[str, int], dict[int, list[float | None]]] = {}
     for run in runs:
-        lp = run["state"]["config"]["loop"]
+        lp = run.state["config"]["loop"]
         arm = (lp["lineage"], lp["window"])
-        per_gen = [metrics_of(r)["retention"] for r in run["state"]["generations"]]
-        if LoopConfig.recipe_values(run["state"]["config"]) is None:
+        per_gen = [metrics_of(r)["retention"] for r in run.rows]
+        if LoopConfig.recipe_values(run.state["config"]) is None:
             without.setdefault(arm, {})[lp["seed"]] = per_gen
         else:
-            with_.setdefault(group_key(run["state"]), (arm, {}))[1][lp["seed"]] = per_gen
+            with_.setdefault(group_key(run.state), (arm, {}))[1][lp["seed"]] = per_gen
     out: dict[str, Any] = {}
     for key, (arm, on) in with_.items():
         off = without.get(arm, {})
@@ -135,28 +151,28 @@ def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def aggregate(runs: list[LoopRun]) -> dict[str, Any]:
     """``{group: {"seeds": [...], "generations": [{generation, metric: [per seed], ...}], "ratio_5_1": ...}}``."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[LoopRun]] = {}
     for run in runs:
-        groups.setdefault(group_key(run["state"]), []).append(run)
+        groups.setdefault(group_key(run.state), []).append(run)
     out: dict[str, Any] = {}
     for key, members in groups.items():
-        n_gen = min(len(r["state"]["generations"]) for r in members)
+        n_gen = min(len(r.rows) for r in members)
         gens = []
         for g in range(n_gen):
-            per = [metrics_of(r["state"]["generations"][g]) for r in members]
+            per = [metrics_of(r.rows[g]) for r in members]
             gens.append({"generation": g, **{m: [p[m] for p in per] for m in METRICS}})
-        out[key] = {"seeds": [r["state"]["config"]["loop"]["seed"] for r in members], "runs": [r["name"] for r in members],
-                    "generations": gens, "seconds": [_seconds(r["state"]) for r in members]}
+        out[key] = {"seeds": [r.state["config"]["loop"]["seed"] for r in members], "runs": [r.name for r in members],
+                    "generations": gens, "seconds": [_seconds(r) for r in members]}
     return out
 
 
-def _seconds(state: dict[str, Any]) -> float:
+def _seconds(run: LoopRun) -> float:
     # the last session's whole wall time when the run was not resumed, else the generations' sum
-    if "seconds_this_session" in state and not any(r.get("act", {}).get("resumed") for r in state["generations"]):
-        return float(state["seconds_this_session"])
-    return round(sum(r.get("seconds", 0.0) for r in state["generations"]), 1)
+    if "seconds_this_session" in run.state and not any(r.act is not None and r.act.resumed for r in run.rows):
+        return float(run.state["seconds_this_session"])
+    return round(sum(r.seconds or 0.0 for r in run.rows), 1)
 
 
 def write_report(out: Path) -> Path:
@@ -203,10 +219,8 @@ def write_report(out: Path) -> Path:
         lines.append("")
     lines += ["## Runs", ""]
     for run in runs:
-        lines += [f"### {run['name']}", "", *_run_table(run["state"]), "", *_level_table(run["state"]),
-                  *_calls_table(run["state"]),
-                  *_experience_table(run["state"]),
-                  "```", _store_text(run["folder"]), "```", ""]
+        lines += [f"### {run.name}", "", *_run_table(run.rows), "", *_level_table(run.rows), *_calls_table(run.rows),
+                  *_experience_table(run.rows), "```", _store_text(run.folder), "```", ""]
     metrics = json.dumps({**agg, "paired_retention_gap": gaps} if gaps else agg, indent=1)
     png = _plot(agg) if agg else None
     report = write_inside(out, "report.md", ("\n".join(lines) + "\n").encode("utf-8"))
@@ -216,29 +230,45 @@ def write_report(out: Path) -> Path:
     return report
 
 
-def _run_table(state: dict[str, Any]) -> list[str]:
+def _run_table(rows: list[GenerationRow]) -> list[str]:
     head = ("| gen | lineage | acted exact | train rows | steps | exact | credit | exact ctx | credit ctx | "
             "validation credit | retention | leakage | s |")
     lines = [head, "|---" * 13 + "|"]
-    for r in state["generations"]:
-        m = metrics_of(r)
-        act = r.get("act", {})
+    for r in rows:
+        m, e = metrics_of(r), r.evaluation
+        acted = _acted(r)
         lines.append(
-            f"| {r['generation']} | {r.get('lineage', '-')} | {_pct(act.get('success'))} | {r.get('train_rows', '-')} | "
-            f"{r.get('train', {}).get('steps', '-')} | {_pct(m['exact'])} | {m['credit']:.2f} | {_pct(m['exact_ctx'])} | "
-            f"{m['credit_ctx']:.2f} | {r['validation']['credit']:.2f} | {_pct(m['retention'])} | "
-            f"{_pct(r['suite']['leakage'])} | {r.get('seconds', '-')} |"
+            f"| {r.generation} | {_or_dash(r.lineage)} | {_pct(None if acted is None else acted.success)} | "
+            f"{_or_dash(r.train_rows)} | {_or_dash(None if r.train is None else r.train.get('steps', '-'))} | "
+            f"{_pct(m['exact'])} | {m['credit']:.2f} | {_pct(m['exact_ctx'])} | "
+            f"{m['credit_ctx']:.2f} | {e.validation.credit:.2f} | {_pct(m['retention'])} | "
+            f"{_pct(e.suite.leakage)} | {_or_dash(r.seconds)} |"
         )
     return lines
 
 
-def _level_table(state: dict[str, Any]) -> list[str]:
+def _acted(row: GenerationRow) -> Score | None:
+    """The acting arm's score (None for generation 0; a resumed generation's counts from the store)."""
+    if row.act is None:
+        return None
+    if isinstance(row.act, Acted):
+        return row.act.score
+    return Score(success=row.act.success, credit=row.act.credit, n=row.act.n)
+
+
+def _or_dash(v: object) -> str:
+    return "-" if v is None else str(v)
+
+
+def _level_table(rows: list[GenerationRow]) -> list[str]:
     """Held-out exact (credit) per ladder level, without and with context; nothing for one level.
 
     Example:
-        >>> row = {"generation": 0, "no_context": {"levels": {"1": {"success": 0.5, "credit": 0.75},
-        ...        "4": {"success": 0.0, "credit": 0.5}}}, "context": {"levels": {}}}
-        >>> print("\\n".join(_level_table({"generations": [row]})))
+        >>> row = GenerationRow.from_json({"generation": 0, "adapter": "base", "no_context": {"success": 0.25,
+        ...     "credit": 0.6, "levels": {"1": {"success": 0.5, "credit": 0.75}, "4": {"success": 0.0, "credit": 0.5}}},
+        ...     "context": {"success": 0.0, "credit": 0.0, "levels": {}}, "validation": {"success": 0.0, "credit": 0.0},
+        ...     "suite": {"leakage": None}, "retention": None})
+        >>> print("\\n".join(_level_table([row])))
         Held-out exact (credit) per ladder level, without and with replayed context:
         <BLANKLINE>
         | gen | level 1 | level 4 | level 1 ctx | level 4 ctx |
@@ -246,31 +276,36 @@ def _level_table(state: dict[str, Any]) -> list[str]:
         | 0 | 50% (0.75) | 0% (0.50) | - | - |
         <BLANKLINE>
     """
-    levels = sorted({lv for r in state["generations"] for lv in r["no_context"].get("levels", {})}, key=int)
+    levels = sorted({lv for r in rows for lv in r.evaluation.no_context.levels or {}}, key=int)
     if len(levels) < 2:
         return []
     head = "| gen | " + " | ".join([f"level {lv}" for lv in levels] + [f"level {lv} ctx" for lv in levels]) + " |"
     lines = ["Held-out exact (credit) per ladder level, without and with replayed context:", "",
              head, "|---" * (2 * len(levels) + 1) + "|"]
-    for r in state["generations"]:
+    for r in rows:
         cells = []
-        for part in ("no_context", "context"):
-            got = r[part].get("levels", {})
-            cells += [f"{_pct(got[lv]['success'])} ({got[lv]['credit']:.2f})" if lv in got else "-" for lv in levels]
-        lines.append(f"| {r['generation']} | " + " | ".join(cells) + " |")
+        for part in (r.evaluation.no_context, r.evaluation.context):
+            got = part.levels or {}
+            cells += [f"{_pct(got[lv].success)} ({got[lv].credit:.2f})" if lv in got else "-" for lv in levels]
+        lines.append(f"| {r.generation} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
-def _calls_table(state: dict[str, Any]) -> list[str]:
+def _calls_table(rows: list[GenerationRow]) -> list[str]:
     """Model calls (generation turns) per solved task, per arm: acting, held-out without and with
     context, and with replayed workflows (runs with ``replay_workflows``: then also how many acted
     tasks were replayed and the refusals by reason). Nothing for a run from before the count.
 
     Example:
-        >>> row = {"generation": 1, "act": {"model_calls_per_solved": 4.0, "replay": {"tasks": 3, "replayed": 1,
-        ...        "replayed_success": 1, "refused": {"unbound": 2}}}, "no_context": {"model_calls_per_solved": 2.5},
-        ...        "context": {"model_calls_per_solved": None}, "replay": {"model_calls_per_solved": 1.25}}
-        >>> print("\\n".join(_calls_table({"generations": [row]})))
+        >>> arm = {"success": 0.5, "credit": 0.5}
+        >>> row = GenerationRow.from_json({"generation": 1, "adapter": "0123456789abcdef", "act": {**arm, "n": 3,
+        ...     "model_calls_per_solved": 4.0, "replay": {"tasks": 3, "replayed": 1, "replayed_success": 1,
+        ...     "no_candidate": 0, "fell_back": 0, "refused": {"unbound": 2}}},
+        ...     "no_context": {**arm, "model_calls_per_solved": 2.5}, "context": {**arm, "model_calls_per_solved": None},
+        ...     "validation": arm, "suite": {"leakage": None}, "retention": None,
+        ...     "replay": {**arm, "model_calls_per_solved": 1.25, "tasks": 3, "replayed": 1, "replayed_success": 1,
+        ...     "no_candidate": 0, "fell_back": 0, "refused": {}}})
+        >>> print("\\n".join(_calls_table([row])))
         Model calls (generation turns) per solved task:
         <BLANKLINE>
         | gen | acting | no context | context | replay | acted tasks replayed (solved) | refused |
@@ -278,34 +313,40 @@ def _calls_table(state: dict[str, Any]) -> list[str]:
         | 1 | 4.00 | 2.50 | - | 1.25 | 1/3 (1) | unbound 2 |
         <BLANKLINE>
     """
-    rows = state["generations"]
-    if not any("model_calls_per_solved" in r["no_context"] for r in rows):
+    if not any(r.evaluation.no_context.model_calls_per_solved is not ABSENT for r in rows):
         return []
-    replay = any("replay" in r for r in rows)
+    replay = any(r.evaluation.replay is not None for r in rows)
     head = "| gen | acting | no context | context |" + (" replay | acted tasks replayed (solved) | refused |" if replay else "")
     lines = ["Model calls (generation turns) per solved task:", "", head, "|---" * (head.count("|") - 1) + "|"]
     for r in rows:
-        cells = [_calls(r.get("act", {})), _calls(r["no_context"]), _calls(r["context"])]
+        e = r.evaluation
+        acted = r.act if isinstance(r.act, Acted) else None
+        cells = [_calls(None if acted is None else acted.score), _calls(e.no_context), _calls(e.context)]
         if replay:
-            done = r.get("act", {}).get("replay")
-            cells += [_calls(r.get("replay", {})),
-                      "-" if done is None else f"{done['replayed']}/{done['tasks']} ({done['replayed_success']})",
-                      "-" if done is None else ", ".join(f"{k} {v}" for k, v in done["refused"].items() if v) or "0"]
-        lines.append(f"| {r['generation']} | " + " | ".join(cells) + " |")
+            done = None if acted is None else acted.replay
+            cells += [_calls(None if e.replay is None else e.replay.score),
+                      "-" if done is None else f"{done.replayed}/{done.tasks} ({done.replayed_success})",
+                      "-" if done is None else ", ".join(f"{k} {v}" for k, v in done.refused.items() if v) or "0"]
+        lines.append(f"| {r.generation} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
-def _experience_table(state: dict[str, Any]) -> list[str]:
+def _experience_table(rows: list[GenerationRow]) -> list[str]:
     """Per generation, the retry pass (``[loop] reflect``: failed episodes retried without and with
     their reflection) and the vote (``[loop] vote_groups``: exact with context, one answer against
     the vote, and the model calls each cost); nothing when neither key was on.
 
     Example:
-        >>> row = {"generation": 1, "act": {"reflection": {"n": 4, "fallback": 1, "cut": 0, "retry": {
-        ...        "n": 4, "without": {"success": 0.25, "credit": 0.5}, "with_reflection": {"success": 0.5, "credit": 0.7}}}},
-        ...        "context": {"success": 0.4}, "vote": {"success": 0.5, "groups": 3, "model_calls": 30,
-        ...        "context_model_calls": 10}}
-        >>> print("\\n".join(_experience_table({"generations": [{"generation": 0}, row]})))
+        >>> arm, base = {"success": 0.4, "credit": 0.5}, {"suite": {"leakage": None}, "retention": None}
+        >>> gen0 = GenerationRow.from_json({"generation": 0, "adapter": "base", "no_context": arm, "context": arm,
+        ...     "validation": arm, **base})
+        >>> row = GenerationRow.from_json({"generation": 1, "adapter": "0123456789abcdef", "act": {**arm, "n": 4,
+        ...     "reflection": {"n": 4, "fallback": 1, "cut": 0, "model_calls": 4, "tokens": 40, "retry": {"n": 4,
+        ...     "without": {"success": 0.25, "credit": 0.5}, "with_reflection": {"success": 0.5, "credit": 0.7},
+        ...     "model_calls": 8}}}, "no_context": arm, "context": arm, "validation": arm, **base,
+        ...     "vote": {"success": 0.5, "credit": 0.6, "model_calls": 30, "groups": 3, "tokens": 300, "unanimous": 0.5,
+        ...     "context_model_calls": 10}})
+        >>> print("\\n".join(_experience_table([gen0, row])))
         Reflection (failed episodes retried without / with their reflection) and group voting:
         <BLANKLINE>
         | gen | reflections (fallback, cut) | retried | retry exact without | with reflection | exact ctx | exact vote | groups | model calls ctx / vote |
@@ -313,29 +354,29 @@ def _experience_table(state: dict[str, Any]) -> list[str]:
         | 1 | 4 (1, 0) | 4 | 25% (0.50) | 50% (0.70) | 40% | 50% | 3 | 10 / 30 |
         <BLANKLINE>
     """
-    rows = [r for r in state["generations"] if "reflection" in r.get("act", {}) or "vote" in r]
-    if not rows:
+    shown = [r for r in rows if (r.act is not None and r.act.reflection is not None) or r.evaluation.vote is not None]
+    if not shown:
         return []
     lines = ["Reflection (failed episodes retried without / with their reflection) and group voting:", "",
              "| gen | reflections (fallback, cut) | retried | retry exact without | with reflection | exact ctx | "
              "exact vote | groups | model calls ctx / vote |", "|---" * 9 + "|"]
-    for r in rows:
-        refl = r.get("act", {}).get("reflection")
-        retry = refl.get("retry") if refl else None
-        vote = r.get("vote")
-        cells = [f"{refl['n']} ({refl['fallback']}, {refl['cut']})" if refl else "-",
-                 str(retry["n"]) if retry else "-"]
-        cells += [f"{_pct(retry[arm]['success'])} ({retry[arm]['credit']:.2f})" if retry else "-"
-                  for arm in ("without", "with_reflection")]
-        cells += [_pct(r["context"]["success"]) if vote else "-", _pct(vote["success"]) if vote else "-",
-                  str(vote["groups"]) if vote else "-",
-                  f"{vote['context_model_calls']} / {vote['model_calls']}" if vote else "-"]
-        lines.append(f"| {r['generation']} | " + " | ".join(cells) + " |")
+    for r in shown:
+        refl = None if r.act is None else r.act.reflection
+        retry = None if refl is None else refl.retry
+        vote = r.evaluation.vote
+        cells = [f"{refl.counts.n} ({refl.counts.fallback}, {refl.counts.cut})" if refl else "-",
+                 str(retry.n) if retry else "-"]
+        rates = (retry.without, retry.with_reflection) if retry else (None, None)
+        cells += ["-" if rate is None else f"{_pct(rate.success)} ({rate.credit:.2f})" for rate in rates]
+        cells += [_pct(r.evaluation.context.success) if vote else "-", _pct(vote.score.success) if vote else "-",
+                  str(vote.groups) if vote else "-",
+                  f"{vote.context_model_calls} / {vote.score.model_calls}" if vote else "-"]
+        lines.append(f"| {r.generation} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
-def _calls(part: dict[str, Any]) -> str:
-    v = part.get("model_calls_per_solved")
+def _calls(score: Score | None) -> str:
+    v = None if score is None else score.calls_per_solved
     return "-" if v is None else f"{v:.2f}"
 
 

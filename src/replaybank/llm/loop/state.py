@@ -13,7 +13,9 @@ On read (:func:`check_state`) every field the loop and its report read is checke
 and finiteness, and the fields against each other: the rows of ``generations`` are generation 0,
 1, ... ``finished`` in order, each one's ``adapter`` is ``base`` (generation 0) or the 16 hex
 digits of a saved adapter's SHA-256, ``adapter`` is the last row's, the config reads back as a
-:class:`LoopConfig`. A file that fails is a :class:`StateError` naming the file and the field.
+:class:`LoopConfig`; then every key of every row is read for its type (:func:`generation_rows`:
+the rows as :class:`.results.GenerationRow`). A file that fails is a :class:`StateError` naming
+the file and the field.
 
 Example:
     >>> import tempfile
@@ -44,9 +46,12 @@ from replaybank.files import read_regular
 from replaybank.jsonl import strict_loads
 from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.config.values import ConfigError
+from replaybank.llm.loop.results import GenerationRow
+from replaybank.llm.records import ResultsError
 
 __all__ = ["ADAPTER_HASH", "MAX_GENERATIONS", "STATE_FILE", "STATE_SCHEMA", "StateError", "check_inputs",
-           "check_same_config", "check_same_run", "check_state", "new_state", "read_state", "write_state"]
+           "check_same_config", "check_same_run", "check_state", "generation_rows", "new_state", "read_state",
+           "write_state"]
 
 STATE_FILE = "state.json"
 STATE_SCHEMA = 1
@@ -129,7 +134,21 @@ def check_state(path: Path, state: Any) -> dict[str, Any]:
         said = "with no generation finished" if last == "base" else f"(generation {finished}'s, as its row records)"
         raise StateError(f"{path}: field 'adapter' is {state['adapter']!r}, expected {last!r} {said}{_ALTERED}")
     _optional(path, state)
+    generation_rows(path, state)  # every key of a row of the right type, not only those checked above
     return state
+
+
+def generation_rows(path: Path, state: dict[str, Any]) -> list[GenerationRow]:
+    """The rows of ``state["generations"]``, typed (:class:`.results.GenerationRow`); each writes
+    back (:meth:`~replaybank.llm.records.Record.to_json`) to the JSON it was read from.
+
+    Raises:
+        StateError: a key of a row holds the wrong type (naming ``path`` and the key).
+    """
+    try:
+        return [GenerationRow.from_json(row, f"{path}: generations[{k}]") for k, row in enumerate(state["generations"])]
+    except ResultsError as exc:
+        raise StateError(f"{exc}{_ALTERED}") from None
 
 
 _ALTERED = "; delete the run folder to start over"

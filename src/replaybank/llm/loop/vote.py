@@ -109,10 +109,6 @@ class VoteCounts:
     tokens: int
     unanimous: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"groups": self.groups, "model_calls": self.model_calls, "tokens": self.tokens,
-                "unanimous": self.unanimous}
-
 
 def group_recalls(recall: Recall, k: int) -> list[Recall]:
     """``recall`` split into ``k`` groups, each level dealt round-robin (:func:`split_groups`)."""
@@ -148,6 +144,6 @@ def vote_attempts(
         v = majority([a.output for a in mine])
         chosen.append(mine[v.group])
         votes.append(v)
-    counts = VoteCounts(groups, sum(max(len(a.steps), 1) for a in answers), int(stats["tokens"]),
+    counts = VoteCounts(groups, sum(max(len(a.steps), 1) for a in answers), stats.tokens,
                         sum(v.votes == v.groups for v in votes) / max(len(votes), 1))
     return chosen, votes, counts

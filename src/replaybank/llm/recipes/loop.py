@@ -60,9 +60,23 @@ from replaybank.llm.loop.reflect import failed_episodes, retry_pass, store_refle
 from replaybank.llm.loop.register import register_generations
 from replaybank.llm.loop.replay import learn_workflows, replay_tasks
 from replaybank.llm.loop.report import REPORT_FILES, write_report
+from replaybank.llm.loop.results import (
+    Acted,
+    EvalSpeed,
+    Evaluation,
+    Example,
+    GenerationRow,
+    ReflectionFigures,
+    ReplayArm,
+    ResumedAct,
+    SuiteFigures,
+    VoteArm,
+)
 from replaybank.llm.loop.state import (
+    STATE_FILE,
     check_inputs,
     check_same_run,
+    generation_rows,
     loop_controller,
     new_state,
     read_state,
@@ -114,6 +128,7 @@ def run_loop(
     else:
         check_same_run(out, state, cfg)
         state["config"] = cfg.to_dict()
+    rows = generation_rows(out / STATE_FILE, state)
     torch.set_num_threads(max(1, cfg.training.num_threads))
     device = pick_device(cfg.training.device, worker, where=f"{cfg.source}: [training] device")  # before the model loads
     use_device(device)
@@ -158,24 +173,28 @@ def run_loop(
             log(f"resuming after generation {state['finished']} (adapter {adapter})")
         recipe_record = {"name": lp.recipe, **(dataclasses.asdict(recipe) if recipe is not None else {})}
 
-        def register(state: dict[str, Any]) -> None:
+        def register() -> None:
             if lp.library:
-                added = register_generations(Path(lp.library), out, state, store, skill=f"tool calls ({lp.tasks})",
+                added = register_generations(Path(lp.library), out, rows, store, skill=f"tool calls ({lp.tasks})",
                                              base_name=cfg.training.base_model, fingerprint=fingerprint, recipe=recipe_record)
                 if added:
                     log(f"registered {', '.join(added)} in the adapter library {lp.library}")
 
-        register(state)  # generations finished before [loop] library was set (or before a kill)
-        if not state["generations"]:
-            row = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=0,
-                           redactor=redactor)
-            state["generations"].append({"generation": 0, "adapter": "base", **row})
+        def finished(row: GenerationRow) -> None:
+            rows.append(row)
+            state["generations"].append(row.to_json())
+
+        register()  # generations finished before [loop] library was set (or before a kill)
+        if not rows:
+            measured = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=0,
+                                redactor=redactor)
+            finished(GenerationRow(generation=0, adapter="base", evaluation=measured))
             write_state(out, state)
-            log(_line(state["generations"][0], lp.generations))
+            log(_line(rows[0], lp.generations))
         for g in range(state["finished"] + 1, lp.generations + 1):
             t0 = time.perf_counter()
             acted = act_generation(model, tok, env, store, cfg, g, state["adapter"], max_calls, log, redactor)
-            val_scores = [r["validation"]["credit"] for r in state["generations"]]
+            val_scores = [r.evaluation.validation.credit for r in rows]
             lineage = lineage_for(g, lp.window, lp.lineage, val_scores)
             if lp.init == "fresh":
                 model.load_state_dict(initial, strict=False)
@@ -187,18 +206,18 @@ def run_loop(
                                    {"generation": g, "lineage": lineage, "seed": lp.seed, "rows": n_rows,
                                     "base_model": {"fingerprint": fingerprint, "name": cfg.training.base_model},
                                     "recipe": recipe_record})
-            row = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=g,
-                           redactor=redactor)
-            state["generations"].append({
-                "generation": g, "adapter": adapter, "lineage": lineage, "train_rows": n_rows, "act": acted,
-                "train": train, **row, "seconds": round(time.perf_counter() - t0, 1),
-            })
+            measured = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=g,
+                                redactor=redactor)
+            finished(GenerationRow(
+                generation=g, adapter=adapter, lineage=lineage, train_rows=n_rows, act=acted, train=train,
+                evaluation=measured, seconds=round(time.perf_counter() - t0, 1),
+            ))
             state["finished"], state["adapter"] = g, adapter
             if controller is not None:  # the next generation starts from it, here or after a kill
                 state["controller"] = controller.state_dict()
             write_state(out, state)
-            log(_line(state["generations"][-1], lp.generations))
-            register(state)  # after state.json: a killed run registers what it missed when it resumes
+            log(_line(rows[-1], lp.generations))
+            register()  # after state.json: a killed run registers what it missed when it resumes
     state["seconds_this_session"] = round(time.perf_counter() - t_start, 1)
     write_state(out, state)
     return state
@@ -207,7 +226,7 @@ def run_loop(
 def act_generation(
     model: Any, tok: Any, env: Environment, store: EpisodeStore, cfg: LoopConfig, g: int, adapter: str,
     max_calls: int, log: Log, redactor: Redactor | None = None,
-) -> dict[str, Any]:
+) -> Acted | ResumedAct:
     """Attempt this generation's tasks and record them, private values redacted (skipped when the
     store already has them)."""
     redactor = redactor or Redactor()
@@ -218,18 +237,18 @@ def act_generation(
         log(f"gen {g}: attempts already in the store ({n} distinct episodes); not acting again")
         if lp.replay_workflows:  # the kill may have come before they were learned (adding again adds nothing)
             learn_workflows(store, generation=g)
-        record: dict[str, Any] = {
-            "resumed": True, "n": n, "success": sum(r.episode.verdict.success for r in recs) / max(n, 1),
-            "credit": sum(r.episode.verdict.reward for r in recs) / max(n, 1)}
+        resumed = ResumedAct(
+            resumed=True, n=n, success=sum(r.episode.verdict.success for r in recs) / max(n, 1),
+            credit=sum(r.episode.verdict.reward for r in recs) / max(n, 1))
         missing = unreflected(store, g) if lp.reflect else []
         if missing:  # killed between the episodes and their reflections: write the rest (greedy, so the same)
             _, counts = store_reflections(
                 model, tok, store, [(r.id, r.episode.task, r.episode.output, r.episode.verdict, r.episode.steps)
                                     for r in missing], generation=g, max_tokens=lp.reflection_max_tokens,
                 batch_size=ev.generation_batch_size, desc=f"gen {g} reflect")
-            record["reflection"] = counts.to_dict()
+            resumed = dataclasses.replace(resumed, reflection=ReflectionFigures(counts))
             log(f"gen {g}: wrote the {counts.n} reflections a kill left out")
-        return record
+        return resumed
     drawn = env.tasks(lp.tasks_per_generation, split="train", seed=lp.seed * SPLIT_SEED + g)
     replays = replay_tasks(env, store, drawn) if lp.replay_workflows else None
     replayed = replays.attempts if replays is not None else {}
@@ -245,11 +264,10 @@ def act_generation(
                 for a in attempts]
     log(f"gen {g}: recording {len(episodes)} attempts" + (f" ({len(replayed)} replayed workflows)" if replays else ""))
     ids = store.add_many(episodes)
-    record = {**summarise(attempts), **stats, "retrieval_pool": pool["episodes"]}
-    if shown is not None:
-        record["shown"] = {**shown, "pool": pool}
+    acted = Acted(score=summarise(attempts), stats=stats, retrieval_pool=pool["episodes"],
+                  shown=None if shown is None else {**shown, "pool": pool})
     if replays is not None:
-        record |= {"replay": replays.to_dict(), "workflows": learn_workflows(store, generation=g).to_dict()}
+        acted = dataclasses.replace(acted, replay=replays.counts(), workflows=learn_workflows(store, generation=g))
     if lp.reflect:
         failed = failed_episodes(attempts, ids)
         stored = dict(zip(ids, episodes, strict=True))  # redacted: no private value reaches a reflection
@@ -259,10 +277,10 @@ def act_generation(
             batch_size=ev.generation_batch_size, desc=f"gen {g} reflect", redact=redactor.text)
         retry, _ = retry_pass(model, tok, env, [a for _, a in failed], lessons, seed=turn_seed(sample_seed, RETRY_TURN),
                               desc=f"gen {g} retry", **kw)
-        record["reflection"] = {**counts.to_dict(), "retry": retry.to_dict()}
+        acted = dataclasses.replace(acted, reflection=ReflectionFigures(counts, retry))
         log(f"gen {g}: {counts.n} reflections ({counts.fallback} fallback, {counts.cut} cut); retry exact "
-            f"{retry.without['success']:.0%} without, {retry.with_reflection['success']:.0%} with reflection")
-    return record
+            f"{retry.without.success:.0%} without, {retry.with_reflection.success:.0%} with reflection")
+    return acted
 
 
 def context_prompts(
@@ -283,7 +301,7 @@ def context_prompts(
 def evaluate(
     model: Any, tok: Any, env: Environment, store: EpisodeStore, evaluation: list[Task], validation: list[Task],
     suite: Any, cfg: LoopConfig, max_calls: int, *, generation: int, redactor: Redactor | None = None,
-) -> dict[str, Any]:
+) -> Evaluation:
     """Greedy held-out success without and with replayed context, validation, suite retention;
     the examples kept for the report are redacted."""
     red = (redactor or Redactor()).text
@@ -300,29 +318,31 @@ def evaluate(
     ctx, s2 = attempt(model, tok, env, evaluation, ctx_prompts, desc=f"{tag} context", **kw)
     val, _ = attempt(model, tok, env, validation, build_prompts(validation, None, 0, system=sys_),
                      desc=f"{tag} validation", **kw)
-    replay: dict[str, Any] = {}
+    replay = None
     if lp.replay_workflows:  # the context arm, with a replayed workflow wherever one passes its checks
         replays = replay_tasks(env, store, evaluation)
         arm = [replays.attempts.get(a.task.id, a) for a in ctx]
-        replay = {"replay": {**summarise(arm), **replays.to_dict()}}
+        replay = ReplayArm(score=summarise(arm), counts=replays.counts())
     res = evaluate_suite(model, tok, suite, batch_size=ev.generation_batch_size, desc=f"{tag} suite")
-    extra: dict[str, Any] = {}
+    vote = None
     if lp.vote_groups:
         chosen, _, counts = vote_attempts(model, tok, env, evaluation, LevelRetriever.from_store(store, lp.retrieve),
                                           lp.context_examples, lp.vote_groups, system=sys_, budget=lp.context_chars,
                                           desc=f"{tag} vote", **kw)
-        extra["vote"] = {**summarise(chosen), **counts.to_dict(),
-                         "context_model_calls": sum(max(len(a.steps), 1) for a in ctx)}
-    return {**extra,
-        "no_context": summarise(bare), "context": summarise(ctx), "validation": summarise(val),
-        "suite": {"families": res["families"], "retention": res["retention"], "leakage": res["leakage"],
-                  "seconds": res["seconds"]},
-        "retention": suite_retention(res["retention"]),
-        "eval_tokens_per_second": {"no_context": s1["tokens_per_second"], "context": s2["tokens_per_second"]},
-        "examples": [{"task": red(a.task.text), "expected": [red(x) for x in a.task.expected], "output": red(a.output),
-                      "success": a.verdict.success} for a in bare[:5]],
-        **replay,
-    }
+        # model_calls: the vote's cost (every group's answers) where the chosen answers' would be
+        vote = VoteArm(score=dataclasses.replace(summarise(chosen), model_calls=counts.model_calls),
+                       groups=counts.groups, tokens=counts.tokens, unanimous=counts.unanimous,
+                       context_model_calls=sum(max(len(a.steps), 1) for a in ctx))
+    return Evaluation(
+        vote=vote, no_context=summarise(bare), context=summarise(ctx), validation=summarise(val),
+        suite=SuiteFigures(families=res["families"], retention=res["retention"], leakage=res["leakage"],
+                           seconds=res["seconds"]),
+        retention=suite_retention(res["retention"]),
+        eval_tokens_per_second=EvalSpeed(no_context=s1.tokens_per_second, context=s2.tokens_per_second),
+        examples=[Example(task=red(a.task.text), expected=[red(x) for x in a.task.expected], output=red(a.output),
+                          success=a.verdict.success) for a in bare[:5]],
+        replay=replay,
+    )
 
 
 def _recipe_words(name: str, recipe: Recipe | None) -> str:
@@ -334,18 +354,19 @@ def _recipe_words(name: str, recipe: Recipe | None) -> str:
             + ("" if recipe.rehearsal_ce else " (rehearsal through the KL term only)"))
 
 
-def _line(row: dict[str, Any], total: int) -> str:
+def _line(row: GenerationRow, total: int) -> str:
     """The per-generation log line."""
-    nc, c = row["no_context"], row["context"]
-    ret = row.get("retention")
-    head = f"gen {row['generation']}/{total}"
-    if row["generation"] > 0:
-        act = row["act"]
-        acted = f"acted {act['n']} ({act['success']:.0%} exact{', resumed' if act.get('resumed') else ''})"
-        head += f" [{', '.join(map(str, row['lineage']))}] {acted}, trained {row['train']['steps']} steps on {row['train_rows']} rows"
-    return (f"{head} | held-out exact {nc['success']:.0%} (credit {nc['credit']:.2f}) without context, "
-            f"{c['success']:.0%} ({c['credit']:.2f}) with | validation {row['validation']['credit']:.2f} | "
-            f"retention {'-' if ret is None else f'{ret:.0%}'}" + (f" | {row['seconds']:.0f} s" if "seconds" in row else ""))
+    m = row.evaluation
+    nc, c, ret = m.no_context, m.context, m.retention
+    head = f"gen {row.generation}/{total}"
+    if row.act is not None:
+        act = row.act.score if isinstance(row.act, Acted) else row.act
+        acted = f"acted {act.n} ({act.success:.0%} exact{', resumed' if row.act.resumed else ''})"
+        head += (f" [{', '.join(map(str, row.lineage or []))}] {acted}, trained {row.train_steps} steps on "
+                 f"{row.train_rows} rows")
+    return (f"{head} | held-out exact {nc.success:.0%} (credit {nc.credit:.2f}) without context, "
+            f"{c.success:.0%} ({c.credit:.2f}) with | validation {m.validation.credit:.2f} | "
+            f"retention {'-' if ret is None else f'{ret:.0%}'}" + (f" | {row.seconds:.0f} s" if row.seconds is not None else ""))
 
 
 def _run_one(name: str, data: dict[str, Any], source: str, folder: str, worker: int | None = None) -> str:

@@ -1,0 +1,104 @@
+"""The typed rows of ``state.json`` (:mod:`replaybank.llm.loop.results`): a state written by the
+loop reads back into them and writes back byte for byte; a key of the wrong type is refused with
+the file and the key named."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from replaybank.llm.loop.act import Score
+from replaybank.llm.loop.results import Acted, GenerationRow, ResumedAct
+from replaybank.llm.loop.state import (
+    STATE_FILE,
+    StateError,
+    generation_rows,
+    read_state,
+    write_state,
+)
+
+RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "loop_levels"
+
+
+@pytest.mark.parametrize("name", ["raw-s0", "levels-s0"])
+def test_a_written_state_reads_into_typed_rows_and_writes_back_byte_for_byte(tmp_path, name):
+    source = RESULTS / f"{name}.state.json"
+    shutil.copy(source, tmp_path / STATE_FILE)
+    state = read_state(tmp_path)
+    assert state is not None
+    rows = generation_rows(tmp_path / STATE_FILE, state)
+    assert [r.generation for r in rows] == list(range(state["finished"] + 1))
+    assert [r.to_json() for r in rows] == state["generations"]
+    # the rows the loop writes are the records' JSON: the file is the same, byte for byte
+    out = tmp_path / "again"
+    write_state(out, {**state, "generations": [r.to_json() for r in rows]})
+    assert (out / STATE_FILE).read_bytes() == source.read_bytes()
+    # the figures read as attributes are the file's
+    last, raw = rows[-1], state["generations"][-1]
+    assert last.evaluation.context.success == raw["context"]["success"]
+    assert last.evaluation.no_context.calls_per_solved == raw["no_context"]["model_calls_per_solved"]
+    assert isinstance(last.act, Acted) and last.act.score.n == raw["act"]["n"]
+    assert last.train_steps == raw["train"]["steps"] and rows[0].act is None and rows[0].train_steps is None
+
+
+def test_the_experience_keys_read_as_attributes():
+    state = json.loads((RESULTS / "levels-s0.state.json").read_text(encoding="utf-8"))
+    row = generation_rows(Path("levels-s0.state.json"), state)[1]
+    raw = state["generations"][1]
+    assert isinstance(row.act, Acted) and row.act.reflection is not None and row.act.reflection.retry is not None
+    assert row.act.reflection.retry.with_reflection.success == raw["act"]["reflection"]["retry"]["with_reflection"]["success"]
+    assert row.act.replay is not None and row.act.replay.refused == raw["act"]["replay"]["refused"]
+    assert row.evaluation.replay is not None and row.evaluation.replay.counts.replayed == raw["replay"]["replayed"]
+    assert row.act.shown == raw["act"]["shown"]  # what the context showed: passed through as it is
+
+
+def test_a_resumed_generation_keeps_its_own_key_order():
+    act = {"resumed": True, "n": 6, "success": 0.5, "credit": 0.75,
+           "reflection": {"n": 2, "fallback": 0, "cut": 1, "model_calls": 2, "tokens": 20}}
+    parsed = ResumedAct.from_json(act)
+    assert parsed.resumed and parsed.reflection is not None and parsed.reflection.retry is None
+    assert json.dumps(parsed.to_json()) == json.dumps(act)
+    row = {"generation": 1, "adapter": "0123456789abcdef", "act": act, "no_context": {"success": 0.0, "credit": 0.0},
+           "context": {"success": 0.0, "credit": 0.0}, "validation": {"success": 0.0, "credit": 0.0},
+           "suite": {"leakage": None}, "retention": None}
+    typed = GenerationRow.from_json(row)
+    assert isinstance(typed.act, ResumedAct) and json.dumps(typed.to_json()) == json.dumps(row)
+    assert not Acted(score=Score(success=0.0, credit=0.0)).resumed
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda g: g[1]["act"]["reflection"]["retry"].update(n="12"),
+         r"state.json: generations\[1\]\.act\.reflection\.retry\.n: expected an integer, got '12'"),
+        (lambda g: g[0]["eval_tokens_per_second"].update(context="fast"),
+         r"state.json: generations\[0\]\.eval_tokens_per_second\.context: expected a number, got 'fast'"),
+        (lambda g: g[1]["replay"]["refused"].update(unbound=None),
+         r"state.json: generations\[1\]\.replay\.refused\.unbound: expected an integer, got None"),
+        (lambda g: g[0]["examples"][0].update(success="yes"),
+         r"state.json: generations\[0\]\.examples\[0\]\.success: expected true or false, got 'yes'"),
+    ],
+)
+def test_a_key_of_the_wrong_type_is_refused_naming_the_file_and_the_key(tmp_path, edit, match):
+    state = json.loads((RESULTS / "levels-s0.state.json").read_text(encoding="utf-8"))
+    edit(state["generations"])
+    (tmp_path / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
+    with pytest.raises(StateError, match=match + ".*delete the run folder to start over"):
+        read_state(tmp_path)
+
+
+def test_the_benchmark_summary_reads_the_typed_rows_to_the_published_figures():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("loop_levels", RESULTS.parents[1] / "loop_levels.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    published = json.loads((RESULTS / "loop_levels.json").read_text(encoding="utf-8"))["runs"]
+    for name, want in published.items():
+        path = RESULTS / f"{name}.state.json"
+        rows = generation_rows(path, json.loads(path.read_text(encoding="utf-8")))
+        assert [bench.summary_row(r) for r in rows] == want
