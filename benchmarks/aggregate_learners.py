@@ -159,7 +159,13 @@ def main() -> None:
     import torch
     from tqdm.auto import tqdm
 
-    from replaybank.llm.adapters import AdapterLibrary, Registration, aggregate, load_all, suite_measure
+    from replaybank.llm.adapters import (
+        AdapterLibrary,
+        Registration,
+        aggregate,
+        load_all,
+        suite_measure,
+    )
     from replaybank.llm.adapters.attach import detach
     from replaybank.llm.adapters.merge import COMBINATIONS, DENSITY, aggregate_weights, merge
     from replaybank.llm.eval.domain import generated_accuracy

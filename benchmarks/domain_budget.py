@@ -67,14 +67,15 @@ def main() -> None:
                 with fresh_adapter(model, cfg) as peft_model:
                     t0 = time.perf_counter()
 
-                    def on_eval(step: int, _m=peft_model, _t0=t0) -> dict[str, float]:
-                        train_s = time.perf_counter() - _t0 - sum(c["eval_s"] for c in cells)
+                    def on_eval(step: int, _m=peft_model, _t0=t0, _cells=cells, _val=validation,
+                                _label=f"seed {seed} rows {n_rows} lr {lr:g}") -> dict[str, float]:
+                        train_s = time.perf_counter() - _t0 - sum(c["eval_s"] for c in _cells)
                         e0 = time.perf_counter()
-                        res = generated_accuracy(_m, tok, validation, max_new_tokens=48, batch_size=64)
-                        cells.append({"epoch": len(cells) + 1, "step": step, "exact_match": res["exact_match"],
-                                      "call_score": res["call_score"], "train_s": round(train_s, 1),
-                                      "eval_s": time.perf_counter() - e0})
-                        print(f"seed {seed} rows {n_rows} lr {lr:g} epoch {len(cells)} step {step}: "
+                        res = generated_accuracy(_m, tok, _val, max_new_tokens=48, batch_size=64)
+                        _cells.append({"epoch": len(_cells) + 1, "step": step, "exact_match": res["exact_match"],
+                                       "call_score": res["call_score"], "train_s": round(train_s, 1),
+                                       "eval_s": time.perf_counter() - e0})
+                        print(f"{_label} epoch {len(_cells)} step {step}: "
                               f"exact {res['exact_match']:.3f} call {res['call_score']:.3f} ({train_s:.0f} s)", flush=True)
                         return {}
 

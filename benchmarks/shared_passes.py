@@ -80,6 +80,7 @@ def main() -> None:
 
     import torch
     import transformers
+    from replaybank.llm.train.loop import add_lora
 
     from replaybank.hf import embedded_model
     from replaybank.llm.config import Config, Training
@@ -87,7 +88,6 @@ def main() -> None:
     from replaybank.llm.runtime import FrozenBf16, short_row_attention
     from replaybank.llm.train import step as step_mod
     from replaybank.llm.train.kl import BaseCache, KLSpec
-    from replaybank.llm.train.loop import add_lora
 
     torch.set_num_threads(args.threads)
     tokenizer = transformers.AutoTokenizer.from_pretrained(embedded_model())
