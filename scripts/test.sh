@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_NUM_THREADS=1
-.venv/bin/ruff check src tests
+.venv/bin/ruff check src tests benchmarks examples
 # mypy (one thread) runs beside the tests, in the gaps their subprocesses and worker start-up
 # leave; its report is printed after them, and either failing fails the command.
 mypy_out=$(mktemp)
