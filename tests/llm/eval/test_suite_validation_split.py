@@ -28,20 +28,45 @@ def _kinds(item: SuiteItem) -> set[str]:
     return {c["type"] for c in item.check.get("checks", [item.check])} | {item.check["type"]}
 
 
-def test_validation_split_loads_by_name_with_the_test_splits_families_at_a_third_of_its_size() -> None:
+MIN_PER_FAMILY = {"arithmetic": 24, "conversation": 20, "instruction": 30, "code": 16, "open": 12}
+"""The fewest items of each family the curated validation split holds (about two thirds of the test
+split's), so a retention chosen on it rests on more than a handful of items."""
+
+
+def test_validation_split_loads_by_name_with_the_test_splits_families_and_check_types() -> None:
     test, val = load_suite(), load_suite(BUILTIN_VALIDATION)
     assert builtin_suite_path(BUILTIN_VALIDATION).name == "validation.jsonl"
     assert all(i.id.startswith("val-") for i in val)
-    test_n, val_n = Counter(i.family for i in test), Counter(i.family for i in val)
-    assert set(val_n) == set(test_n) == set(FAMILIES)
-    for family in FAMILIES:
-        assert 0.25 <= val_n[family] / test_n[family] <= 0.4, (family, val_n[family], test_n[family])
+    assert set(Counter(i.family for i in val)) == set(Counter(i.family for i in test)) == set(FAMILIES)
     for family in FAMILIES:  # every check type a family uses is one its test items use
         used = set().union(*(_kinds(i) for i in val if i.family == family))
         assert used <= set().union(*(_kinds(i) for i in test if i.family == family)), family
     instruction = set().union(*(_kinds(i) for i in val if i.family == "instruction"))
     assert {"starts_with", "includes_word", "n_items", "repeat", "number", "json_keys", "no_tool_call"} <= instruction
     assert {i.budget for i in val} <= {i.budget for i in test}
+
+
+def check_curated_split(test: list[SuiteItem], val: list[SuiteItem], minimum: dict[str, int]) -> None:
+    """Raise unless ``val`` is disjoint from ``test`` and holds at least ``minimum`` items per family."""
+    check_disjoint(test, val, "validation.jsonl")
+    counts = Counter(i.family for i in val)
+    short = {fam: counts[fam] for fam, n in minimum.items() if counts[fam] < n}
+    if short:
+        raise SuiteError(f"validation.jsonl: too few items in {short}; at least {minimum}")
+
+
+def test_shipped_validation_split_is_disjoint_from_the_test_split_with_enough_items_per_family() -> None:
+    test, val = load_suite(), load_suite(BUILTIN_VALIDATION)
+    check_curated_split(test, val, MIN_PER_FAMILY)
+    counts = Counter(i.family for i in val)
+    assert all(counts[fam] >= n for fam, n in MIN_PER_FAMILY.items()), counts
+    # the helper refuses a test prompt copied into the split and a family cut below its minimum
+    copied = SuiteItem("val-conv-999", "conversation", test[30].prompt, dict(test[30].check))
+    with pytest.raises(SuiteOverlapError, match=rf"val-conv-999 .* repeats test item {test[30].id}"):
+        check_curated_split(test, [*val, copied], MIN_PER_FAMILY)
+    fewer = [i for i in val if i.family != "arithmetic"] + [i for i in val if i.family == "arithmetic"][:23]
+    with pytest.raises(SuiteError, match=r"too few items in \{'arithmetic': 23\}"):
+        check_curated_split(test, fewer, MIN_PER_FAMILY)
 
 
 def test_validation_split_shares_no_id_prompt_or_near_duplicate_with_the_test_split() -> None:

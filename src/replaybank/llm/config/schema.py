@@ -129,7 +129,7 @@ class Data(SharedData):
     general_eval_rows: int = _f(16, "held-out general passages", min=1, max=10_000_000)
     probe: str = _f(BUILTIN_PROBE, "general-skill probe: builtin, or a JSONL file of {prompt, answer}", nonempty=True)
     suite: str = _f("builtin", "general-capability suite (conversation, instruction, arithmetic, code; open = agreement with the base; tool-call leakage): builtin or a JSONL file", nonempty=True)
-    validation_suite: str = _f(BUILTIN_VALIDATION_SUITE, "the suite's validation split, where choices made from suite scores (checkpoint, scale, threshold, an arm's operating point) are made, so the test split (suite) is only scored: builtin:validation (other requests in the same families, about a third of the size) or a JSONL file of suite items sharing no id or prompt with suite; empty = no validation split (a chooser then refuses)")
+    validation_suite: str = _f(BUILTIN_VALIDATION_SUITE, "the suite's validation split, where choices made from suite scores (checkpoint, scale, threshold, an arm's operating point) are made, so the test split (suite) is only scored: builtin:validation (other requests in the same families, about two thirds of the size, every item one the base model passes) or a JSONL file of suite items sharing no id or prompt with suite; empty = no validation split (a chooser then refuses)")
     self_prompts: str = _f("builtin", "prompt pool the base model answers for self-synthesized rehearsal: builtin or a JSONL/text file", nonempty=True)
 
 

@@ -19,8 +19,9 @@ fails is dropped and named in the manifest.
 
 Two splits ship: the test split ``suite.jsonl`` (``"builtin"``), which is only ever scored, and the
 validation split ``validation.jsonl`` (``"builtin:validation"``: other requests in the same families
-and check types, about a third of the size), on which anything chosen from suite scores
-(checkpoints, scales, thresholds) is chosen. :func:`check_disjoint` holds two splits apart.
+and check types, about two thirds of the size, curated like the test split: every item is one the
+embedded base model passes), on which anything chosen from suite scores (checkpoints, scales,
+thresholds) is chosen. :func:`check_disjoint` holds two splits apart.
 
 Tool-call leakage is the share of all suite answers (none of them asks for a tool) that contain
 something shaped like a tool call (:func:`~replaybank.llm.eval.checkers.looks_like_tool_call`).
