@@ -111,3 +111,46 @@ def test_a_run_killed_while_choosing_resumes_without_training_again(tiny_model_d
     assert resumed.arms["naive"].frontier[0].points == reference.arms["naive"].frontier[0].points
     got = {k: s.values for k, s in resumed.arms["naive"].summary.items()}
     assert got == {k: s.values for k, s in reference.arms["naive"].summary.items()}
+
+
+
+def test_the_choose_table_reports_each_seeds_choice_and_both_test_figures(tmp_path):
+    """benchmarks/choose_table.py (the source of the chosen-point tables in docs/llm.md): per seed the
+    chosen point and the test figures as trained and at that point, matched by seed number."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def point(profile, lo, em, ret):
+        return {"made_by": "scale", "profile": profile, "lo": lo, "hi": 1.0 if profile == "depth" else lo,
+                "change": lo, "domain_exact_match": em, "retention": {"arithmetic": ret, "code": 1.0},
+                "min_retention": ret}
+
+    frontier = [
+        {"points": [point("uniform", 1.0, 0.7, 0.6), point("uniform", 0.5, 0.4, 0.95)], "chosen": 1,
+         "reason": "best domain exact match keeping the floor", "tradeoff": -1.0, "pareto": [0, 1],
+         "trained_exact_match": 0.66, "trained_retention": {"arithmetic": 0.55, "code": 0.9}},
+        {"points": [point("uniform", 1.0, 0.6, 0.5)], "chosen": None, "reason": "no point keeps the floor",
+         "tradeoff": None, "pareto": [0], "trained_exact_match": 0.61, "trained_retention": {"arithmetic": 0.5, "code": 1.0}},
+    ]
+    metrics = {"seeds": [7, 8], "arms": {"base": {}, "self-distill": {
+        "frontier": frontier,
+        "summary": {"domain_exact_match": {"values": [0.42, 0.61]}},
+        "families": {"arithmetic": {"per_seed": [{"seed": 8, "retention": 0.5}, {"seed": 7, "retention": 0.93}]},
+                     "code": {"per_seed": [{"seed": 7, "retention": 1.0}, {"seed": 8, "retention": 1.0}]}},
+    }}}
+    src = tmp_path / "metrics.json"
+    src.write_text(json.dumps(metrics))
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "choose_table.py"
+    got = tmp_path / "table.json"
+    proc = subprocess.run([sys.executable, str(script), str(src), "--json", str(got)],
+                          capture_output=True, text=True, check=True)
+    arm = json.loads(got.read_text())["arms"]["self-distill"]
+    first, second = arm["seeds"]
+    assert (first["seed"], first["chosen"], second["chosen"]) == (7, 1, None)
+    assert first["trained"] == {"domain_exact_match": 0.66, "retention": {"arithmetic": 0.55, "code": 0.9}}
+    assert first["at_chosen"] == {"domain_exact_match": 0.42, "retention": {"arithmetic": 0.93, "code": 1.0}}
+    assert arm["mean_at_chosen"]["min_retention"] == pytest.approx((0.93 + 0.5) / 2)
+    assert arm["mean_trained"]["domain_exact_match"] == pytest.approx((0.66 + 0.61) / 2)
+    assert "| 7 | uniform **chosen** | 0.5 / 0.5 | 40 |" in proc.stdout
+    assert "| 7 | at chosen | 42 | 93 | 100 |" in proc.stdout

@@ -1,0 +1,108 @@
+"""The operating points a ``choose = "floor"`` run measured and chose, read from its ``metrics.json``
+(no model, no training).
+
+    python benchmarks/choose_table.py benchmarks/results/choose_floor/run/metrics.json [--json OUT]
+
+Prints, as Markdown, for every arm that chose its operating point:
+
+* per seed, every point of its frontier on the validation data (profile, first- and last-layer
+  factor, validation domain exact match, retention per family and its least), the chosen one marked,
+  and the chooser's reason;
+* per seed, the test figures of the adapter as trained beside those of the chosen point (domain
+  exact match on the test requests, retention per family on the test split), and their mean over
+  seeds.
+
+``--json`` writes the same figures as JSON (the source of the tables in docs/llm.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+FAMILIES = ("arithmetic", "code", "conversation", "instruction", "open")
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}"
+
+
+def seed_rows(arm: dict[str, Any], seeds: list[int]) -> list[dict[str, Any]]:
+    """Per seed: the frontier, the chosen point, and the test figures as trained and as chosen."""
+    per_seed_domain = arm["summary"]["domain_exact_match"]["values"]
+    rows = []
+    for k, (seed, frontier) in enumerate(zip(seeds, arm["frontier"], strict=True)):
+        chosen_test = {fam: next((s["retention"] for s in arm["families"][fam]["per_seed"] if s["seed"] == seed), None)
+                       for fam in FAMILIES if fam in arm.get("families", {})}
+        chosen = frontier["chosen"]
+        rows.append({
+            "seed": seed,
+            "points": frontier["points"],
+            "chosen": chosen,
+            "reason": frontier["reason"],
+            "tradeoff": frontier["tradeoff"],
+            "trained": {"domain_exact_match": frontier["trained_exact_match"], "retention": frontier["trained_retention"]},
+            "at_chosen": {"domain_exact_match": per_seed_domain[k], "retention": chosen_test},
+        })
+    return rows
+
+
+def mean_of(rows: list[dict[str, Any]], which: str) -> dict[str, Any]:
+    def mean(values: list[float | None]) -> float | None:
+        kept = [v for v in values if v is not None]
+        return statistics.fmean(kept) if kept else None
+
+    return {
+        "domain_exact_match": mean([r[which]["domain_exact_match"] for r in rows]),
+        "retention": {fam: mean([r[which]["retention"].get(fam) for r in rows]) for fam in FAMILIES},
+        "min_retention": mean([min((v for v in r[which]["retention"].values() if v is not None), default=None)
+                               for r in rows]),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("metrics", type=Path, help="a run's metrics.json")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+    metrics = json.loads(args.metrics.read_text(encoding="utf-8"))
+    seeds = metrics["seeds"]
+    out: dict[str, Any] = {"source": str(args.metrics), "seeds": seeds, "arms": {}}
+    for name, arm in metrics["arms"].items():
+        if not arm.get("frontier"):
+            continue
+        rows = seed_rows(arm, seeds)
+        out["arms"][name] = {"seeds": rows, "mean_trained": mean_of(rows, "trained"),
+                             "mean_at_chosen": mean_of(rows, "at_chosen")}
+        print(f"\n### {name}: the frontier on validation data\n")
+        print("| seed | profile | first / last layer | domain exact match % | " + " | ".join(FAMILIES) + " | min |")
+        print("|---:|---|---|---:|" + "---:|" * (len(FAMILIES) + 1))
+        for r in rows:
+            for i, p in enumerate(r["points"]):
+                mark = " **chosen**" if i == r["chosen"] else ""
+                cells = " | ".join(pct(p["retention"].get(f)) for f in FAMILIES)
+                print(f"| {r['seed']} | {p['profile']}{mark} | {p['lo']:g} / {p['hi']:g} | "
+                      f"{pct(p['domain_exact_match'])} | {cells} | {pct(p['min_retention'])} |")
+        for r in rows:
+            print(f"\nseed {r['seed']}: {r['reason']} (Spearman of domain and min retention over the points: "
+                  f"{'-' if r['tradeoff'] is None else format(r['tradeoff'], '.2f')})")
+        print(f"\n### {name}: the test split, as trained and at the chosen point\n")
+        print("| seed | point | domain exact match % | " + " | ".join(FAMILIES) + " | min |")
+        print("|---:|---|---:|" + "---:|" * (len(FAMILIES) + 1))
+        for r in rows + [{"seed": "mean", **{w: out["arms"][name][f"mean_{w}"] for w in ("trained", "at_chosen")}}]:
+            for which in ("trained", "at_chosen"):
+                fig = r[which]
+                ret = fig["retention"]
+                low = fig.get("min_retention", min((v for v in ret.values() if v is not None), default=None))
+                cells = " | ".join(pct(ret.get(f)) for f in FAMILIES)
+                print(f"| {r['seed']} | {which.replace('_', ' ')} | {pct(fig['domain_exact_match'])} | {cells} | {pct(low)} |")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
