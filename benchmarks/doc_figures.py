@@ -8,9 +8,14 @@ up to the next heading of any level; it cites a source when it links to, or name
 plainly, a path under ``benchmarks/results/`` or a ``.json`` file in the repository (a bare
 ``NAME.json`` counts when ``benchmarks/results/NAME.json`` exists, as the docs often name a result by
 its file name alone; a ``.json`` name found nowhere is a file some command writes, not a source). A
-cited path exists when it resolves from the repository root or from the document's folder. A
-section that cites nothing itself but sits under a heading whose own text cites a source is
-reported as cited by its parent ("every number in metrics.json", then subsections of tables).
+cited path exists when it resolves from the repository root or from the document's folder. Only
+a section's own text counts: a heading whose text cites a source does not cover the sections
+under it (a document's title section citing one file would otherwise cover the whole document).
+Such a section is counted as citing nothing; ``parent_cites`` records that an enclosing heading
+cites a source, so the row reads "NO (a parent cites)" and says where to look. A section that
+says plainly that no file backs a figure ("not kept in a file", "no file keeps ...") or that it is
+an estimate ("estimate on paper", "Estimates, not measured") is flagged ``says_unbacked``: the
+flag is per section, so a section holding one marked figure and one unmarked is flagged too.
 
 Run ``python benchmarks/doc_figures.py``: prints one row per section with figures (document,
 heading, figure lines, figures, cited, cited paths that exist) and writes
@@ -41,6 +46,12 @@ FIGURE = re.compile(
 #: a path under benchmarks/results/ (with or without a leading ../), or any NAME.json
 RESULT_PATH = re.compile(r"(?:\.\./)*benchmarks/results/[A-Za-z0-9_./-]*[A-Za-z0-9_/-]")
 JSON_PATH = re.compile(r"(?<![\w/.-])(?:\.\./)?[A-Za-z0-9_./-]*[A-Za-z0-9_-]\.json\b")
+#: a plain statement that no file backs a figure, or that a figure is an estimate
+UNBACKED = re.compile(
+    r"not kept in (?:a file|the repository)|no file (?:in the repository )?(?:keeps|backs)|"
+    r"estimates?, not measured|estimates? on paper|\(on paper\)",
+    re.IGNORECASE,
+)
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
 
@@ -56,8 +67,11 @@ class Section:
     figures: int
     cited: tuple[str, ...]
     missing: tuple[str, ...]
-    #: whether an enclosing section (a heading of a higher level above this one) cites a source
+    #: whether an enclosing section (a heading of a higher level above this one) cites a source;
+    #: information only, it does not count as a citation of this section's figures
     parent_cites: bool = False
+    #: whether the section says that no file backs a figure, or that a figure is an estimate
+    says_unbacked: bool = False
 
     @property
     def cites_source(self) -> bool:
@@ -108,6 +122,7 @@ def scan(doc: Path, root: Path = ROOT) -> list[Section]:
     ancestors: list[tuple[int, bool]] = []  # (level, cites a source) of the enclosing headings
     fig_lines = figs = 0
     cited: list[str] = []
+    text: list[str] = []
     fenced = False
 
     def close() -> None:
@@ -118,8 +133,10 @@ def scan(doc: Path, root: Path = ROOT) -> list[Section]:
         missing = tuple(p for p in sources if resolved[p] is None)
         parent = any(c for _, c in ancestors)
         ancestors.append((level, bool(sources)))
+        unbacked = bool(UNBACKED.search(" ".join(" ".join(text).split()) + " " + heading))
         if figs or sources:
-            sections.append(Section(name, heading, start, fig_lines, figs, tuple(sources), missing, parent))
+            sections.append(Section(name, heading, start, fig_lines, figs, tuple(sources), missing, parent,
+                                    unbacked))
 
     for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), start=1):
         if FENCE.match(line):
@@ -130,7 +147,7 @@ def scan(doc: Path, root: Path = ROOT) -> list[Section]:
         match = HEADING.match(line)
         if match:
             close()
-            heading, start, fig_lines, figs, cited = match.group(2), number, 0, 0, []
+            heading, start, fig_lines, figs, cited, text = match.group(2), number, 0, 0, [], []
             level = len(match.group(1))
             while ancestors and ancestors[-1][0] >= level:
                 ancestors.pop()
@@ -140,6 +157,7 @@ def scan(doc: Path, root: Path = ROOT) -> list[Section]:
             fig_lines += 1
             figs += count
         cited += cited_paths(line)
+        text.append(line)
     close()
     return sections
 
@@ -172,19 +190,21 @@ def main(argv: list[str] | None = None) -> int:
 
     sections = [s for doc in documents() for s in scan(doc)]
     shown = sections if args.all else [s for s in sections if s.figures]
-    print("| doc | section | line | figure lines | figures | source cited | sources exist |")
-    print("|---|---|---|---|---|---|---|")
+    print("| doc | section | line | figure lines | figures | source cited | sources exist | says unbacked |")
+    print("|---|---|---|---|---|---|---|---|")
     for s in shown:
         exist = "yes" if s.sources_exist else ("no: " + ", ".join(s.missing) if s.missing else "-")
-        cites = "yes" if s.cites_source else ("parent" if s.parent_cites else "NO")
+        cites = "yes" if s.cites_source else ("NO (a parent cites)" if s.parent_cites else "NO")
         print(f"| {s.doc} | {s.heading[:60]} | {s.line} | {s.figure_lines} | {s.figures} "
-              f"| {cites} | {exist} |")
+              f"| {cites} | {exist} | {'yes' if s.says_unbacked else '-'} |")
     with_figures = [s for s in sections if s.figures]
     summary = {
         "sections_with_figures": len(with_figures),
         "cite_a_source": sum(s.cites_source for s in with_figures),
-        "only_an_enclosing_section_cites": sum(not s.cites_source and s.parent_cites for s in with_figures),
-        "cite_none": sum(not (s.cites_source or s.parent_cites) for s in with_figures),
+        "cite_none": sum(not s.cites_source for s in with_figures),
+        "cite_none_but_a_parent_does": sum(not s.cites_source and s.parent_cites for s in with_figures),
+        "cite_none_but_say_unbacked": sum(not s.cites_source and s.says_unbacked for s in with_figures),
+        "say_unbacked": sum(s.says_unbacked for s in with_figures),
         "cite_a_missing_path": sum(bool(s.missing) for s in sections),
     }
     print("\n" + ", ".join(f"{k}: {v}" for k, v in summary.items()))

@@ -40,6 +40,7 @@ def test_scan_counts_figures_and_resolves_citations(tmp_path):
         "## Gone\n\n3 s a step ([gone](benchmarks/results/gone.json))\n\n"
         "## Uncited\n\n```\n50% in a code block\n```\n85% of tasks\n"
         "## Parent\n\nevery number in `benchmarks/results/speed.json`\n\n### Child\n\n0.5 ± 0.1\n"
+        "\n### Marked\n\n0.7 ± 0.1 (one run, not kept in a file)\n"
     )
     (tmp_path / "docs" / "a.md").write_text("# A\n\n12 ms: `../benchmarks/results/speed.json`\n")
     sections = {s.heading: s for doc in doc_figures.documents(tmp_path) for s in doc_figures.scan(doc, tmp_path)}
@@ -50,5 +51,9 @@ def test_scan_counts_figures_and_resolves_citations(tmp_path):
     assert sections["A"].sources_exist
     assert sections["Child"].parent_cites and not sections["Child"].cites_source
     assert not sections["Uncited"].parent_cites
+    # a parent's citation is information only: the child's figures still count as citing nothing
+    summary = [s for s in sections.values() if s.figures and not s.cites_source]
+    assert sections["Child"] in summary and not sections["Child"].says_unbacked
+    assert sections["Marked"].says_unbacked and not sections["Uncited"].says_unbacked
     missing = doc_figures.missing_result_citations(tmp_path)
     assert missing == [("README.md", 9, "benchmarks/results/gone.json")]
