@@ -28,7 +28,7 @@ from typing import Any
 
 from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.loop.results import Acted, GenerationRow
-from replaybank.llm.loop.state import STATE_FILE, generation_rows
+from replaybank.llm.loop.state import STATE_FILE, read_state
 from replaybank.llm.recipes.loop import run_grid
 
 HERE = Path(__file__).resolve().parent
@@ -83,9 +83,11 @@ def main() -> None:
             shutil.copy(out / name, results / name)
     summary: dict[str, Any] = {"config": args.config, "seconds_this_call": round(time.perf_counter() - t0, 1), "runs": {}}
     for name, _ in runs:
-        state = json.loads((out / name / "state.json").read_text(encoding="utf-8"))
-        (results / f"{name}.state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
-        summary["runs"][name] = [summary_row(r) for r in generation_rows(out / name / STATE_FILE, state)]
+        state = read_state(out / name)
+        if state is None:
+            raise SystemExit(f"{out / name}: no {STATE_FILE} after the grid ran")
+        (results / f"{name}.state.json").write_text(json.dumps(state.to_json(), indent=1), encoding="utf-8")
+        summary["runs"][name] = [summary_row(r) for r in state.generations]
     (results / "loop_levels.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     print(json.dumps(summary, indent=1))
 

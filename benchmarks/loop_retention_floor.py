@@ -110,9 +110,9 @@ def main() -> None:
     cfg = LoopConfig()
     for run in args.runs:
         state = read_state(run)
-        if state is None or state["finished"] < max(gens, default=0):
+        if state is None or state.finished < max(gens, default=0):
             parser.error(f"{run}: not a loop run folder with generations {gens} finished")
-        cfg = LoopConfig.from_dict(state["config"], source=str(run / "state.json"))
+        cfg = state.loop_config
     base, tok = load_model(cfg.training.base_model)
     model = add_lora(base, cfg.training)
     initial = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}

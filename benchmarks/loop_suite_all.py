@@ -42,7 +42,6 @@ def main() -> None:
 
     import torch
 
-    from replaybank.llm.config.loop import LoopConfig
     from replaybank.llm.eval.measure import suite_retention
     from replaybank.llm.eval.suite import evaluate_suite, load_suite, prepare_suite
     from replaybank.llm.loop.consolidate import load_adapter
@@ -56,10 +55,10 @@ def main() -> None:
         state = read_state(run)
         if state is None:
             parser.error(f"{run}: no state.json; pass finished loop run folders (e.g. runs/loop/window-rehearsal-s0)")
-        missing = [g for g in gens if g > state["finished"]]
+        missing = [g for g in gens if g > state.finished]
         if missing:
-            parser.error(f"{run}: generations {missing} not finished (last finished: {state['finished']})")
-        configs[run] = LoopConfig.from_dict(state["config"], source=str(run / "state.json"))
+            parser.error(f"{run}: generations {missing} not finished (last finished: {state.finished})")
+        configs[run] = state.loop_config
     first = next(iter(configs.values()))
     for run, cfg in configs.items():
         if (cfg.training.lora_rank, cfg.training.lora_target_modules) != (first.training.lora_rank,

@@ -43,9 +43,10 @@ def test_self_synthesized_rehearsal_is_mixed_into_consolidation(tiny_cfg, tmp_pa
     monkeypatch.setattr(selfsynth, "generate_detailed", fake)
     cfg = LoopConfig.from_dict(tiny_cfg(generations=1, rehearsal="self", self_rows=5, rehearsal_ratio=0.5))
     state = run_loop(cfg, tmp_path / "run", log=lambda m: None)
-    assert state["rehearsal"]["source"] == "self" and state["rehearsal"]["kept"] == 5
-    train = state["generations"][1]["train"]
+    assert state.rehearsal is not None and state.rehearsal["source"] == "self" and state.rehearsal["kept"] == 5
+    train = state.generations[1].train
+    assert train is not None and isinstance(train["rows"], int)
     assert train["rehearsal_rows"] == train["rows"] // 2  # 2 of every 4 rows (batch_size 4, ratio 0.5)
     none = LoopConfig.from_dict(tiny_cfg(generations=1, rehearsal="none"))
     state = run_loop(none, tmp_path / "none", log=lambda m: None)
-    assert state["rehearsal"] == {"source": "none"} and state["generations"][1]["train"]["rehearsal_rows"] == 0
+    assert state.rehearsal == {"source": "none"} and (state.generations[1].train or {})["rehearsal_rows"] == 0

@@ -17,7 +17,7 @@ from replaybank.errors import ReplayBankError
 from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.config.names import UnsafePathError, refuse_links, safe_folder
 from replaybank.llm.loop.consolidate import AdapterError, load_adapter, save_adapter
-from replaybank.llm.loop.state import StateError, read_state, write_state
+from replaybank.llm.loop.state import StateError, new_state, read_state, write_state
 from replaybank.llm.recipes.loop import run_loop
 
 from .conftest import tiny_loop_config  # type: ignore[import-not-found]
@@ -124,8 +124,8 @@ def test_state_json_links_are_refused_on_read_and_not_followed_on_write(tmp_path
         read_state(run)
     (run / "state.json").unlink()
     (run / "state.json.tmp").symlink_to(outside)  # a leftover temporary name pointing outside
-    write_state(run, {"schema": 1, "config": LoopConfig().to_dict(), "finished": 0, "adapter": "base", "generations": []})
-    assert outside.read_text() == "{}" and read_state(run)["finished"] == 0  # type: ignore[index]
+    write_state(run, new_state(LoopConfig().to_dict()))
+    assert outside.read_text() == "{}" and read_state(run) == new_state(LoopConfig().to_dict())
 
 
 def test_rehearsal_rows_or_base_model_changed_under_the_same_path_are_refused(tiny_model_dir, tmp_path, isolated_cache):

@@ -23,9 +23,9 @@ def test_the_loop_registers_its_generations(tiny_cfg, tmp_path):
     lib = AdapterLibrary(lib_path)
     assert lib.names() == ["run-gen1", "run-gen2"] and any("registered run-gen1, run-gen2" in line for line in lines)
     m = lib.verify("run-gen2")
-    row = state["generations"][2]
-    assert m.figures["retention"] == row["retention"] and m.figures["domain"] == row["no_context"]["success"]
-    assert m.sha256[:16] == row["adapter"] and m.data["lineage"] == row["lineage"] and m.recipe["name"] == LoopConfig.from_dict(tiny_cfg()).loop.recipe and m.recipe["ratio"] == 0.25
+    row = state.generations[2]
+    assert m.figures["retention"] == row.evaluation.retention and m.figures["domain"] == row.evaluation.no_context.success
+    assert m.sha256[:16] == row.adapter and m.data["lineage"] == row.lineage and m.recipe["name"] == LoopConfig.from_dict(tiny_cfg()).loop.recipe and m.recipe["ratio"] == 0.25
     assert len(m.examples) >= 4 and m.source == str(out / "adapters" / "gen2")
     # extending the run registers only the new generation
     run_loop(LoopConfig.from_dict(tiny_cfg(generations=3, library=str(lib_path))), out, log=lambda m: None)

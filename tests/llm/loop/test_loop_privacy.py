@@ -106,7 +106,7 @@ def test_no_private_value_reaches_any_file_written(tiny_cfg, tmp_path, capsys):
                                         retrieve=["episodes", "insights", "workflows"]))
     lines: list[str] = []
     state = run_loop(cfg, tmp_path / "runs" / "run", log=lines.append)
-    assert state["finished"] == 1 and any("2 from" in line for line in lines)
+    assert state.finished == 1 and any("2 from" in line for line in lines)
     report = write_report(tmp_path / "runs")
     reader.close()
     assert scan(tmp_path, inputs) == {}

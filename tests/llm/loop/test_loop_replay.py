@@ -142,7 +142,7 @@ def test_the_loop_replays_records_and_counts_model_calls(tiny_cfg, tmp_path, mon
         assert workflows and all(w.workflow.episodes for w in workflows)
         agent_successes = {r.id for r in s.episodes(source="agent", success=True)}
         assert agent_successes & {e for w in workflows for e in w.workflow.episodes}  # learned from the agent too
-    for row in state["generations"][1:]:
+    for row in (r.to_json() for r in state.generations[1:]):  # the rows as state.json holds them
         act = row["act"]
         assert act["replay"]["replayed"] >= 1 and set(act["replay"]["refused"]) == {
             "malformed", "unknown_tool", "unbound", "bad_type"}
@@ -162,6 +162,6 @@ def test_with_replay_off_the_loop_learns_and_replays_nothing(tiny_cfg, tmp_path,
     state, scripted = _run(LoopConfig.from_dict(data), tmp_path / "off", monkeypatch)
     with EpisodeStore(tmp_path / "off" / "store.db", readonly=True) as s:
         assert s.workflows() == [] and s.episodes(source="replayed") == []
-    row = state["generations"][1]
+    row = state.generations[1].to_json()
     assert "replay" not in row and "replay" not in row["act"]
     assert row["act"]["model_calls"] == sum(len(c["texts"]) for c in scripted.calls if c["desc"].startswith("gen 1 act"))

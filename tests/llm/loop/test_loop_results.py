@@ -1,6 +1,7 @@
-"""The typed rows of ``state.json`` (:mod:`replaybank.llm.loop.results`): a state written by the
-loop reads back into them and writes back byte for byte; a key of the wrong type is refused with
-the file and the key named."""
+"""The typed ``state.json`` (:class:`replaybank.llm.loop.state.LoopState`, its rows
+:mod:`replaybank.llm.loop.results`): a state written by the loop reads back into them and writes
+back byte for byte; a key of the wrong type, or one the records would not write back, is refused
+with the file and the key named."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from replaybank.llm.loop.act import Score
 from replaybank.llm.loop.results import Acted, GenerationRow, ResumedAct
 from replaybank.llm.loop.state import (
     STATE_FILE,
+    LoopState,
     StateError,
-    generation_rows,
+    check_state,
     read_state,
     write_state,
 )
@@ -24,20 +26,27 @@ RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "loop
 
 
 @pytest.mark.parametrize("name", ["raw-s0", "levels-s0"])
-def test_a_written_state_reads_into_typed_rows_and_writes_back_byte_for_byte(tmp_path, name):
+def test_a_written_state_reads_into_a_typed_state_and_writes_back_byte_for_byte(tmp_path, name):
     source = RESULTS / f"{name}.state.json"
     shutil.copy(source, tmp_path / STATE_FILE)
     state = read_state(tmp_path)
-    assert state is not None
-    rows = generation_rows(tmp_path / STATE_FILE, state)
-    assert [r.generation for r in rows] == list(range(state["finished"] + 1))
-    assert [r.to_json() for r in rows] == state["generations"]
-    # the rows the loop writes are the records' JSON: the file is the same, byte for byte
+    assert isinstance(state, LoopState)
+    file = json.loads(source.read_text(encoding="utf-8"))
+    rows = state.generations
+    assert [r.generation for r in rows] == list(range(state.finished + 1))
+    assert [r.to_json() for r in rows] == file["generations"]
+    # the state the loop writes is the record's JSON: the whole file is the same, byte for byte,
+    # its keys in the file's order
     out = tmp_path / "again"
-    write_state(out, {**state, "generations": [r.to_json() for r in rows]})
+    write_state(out, state)
     assert (out / STATE_FILE).read_bytes() == source.read_bytes()
-    # the figures read as attributes are the file's
-    last, raw = rows[-1], state["generations"][-1]
+    assert list(state.to_json()) == list(file)
+    # the fields read as attributes are the file's
+    assert (state.config, state.adapter, state.rehearsal, state.base_model, state.suite_base) == (
+        file["config"], file["adapter"], file["rehearsal"], file["base_model"], file["suite_base"])
+    assert state.seconds_this_session == file["seconds_this_session"] and state.controller is None
+    assert state.loop_config.loop.seed == file["config"]["loop"]["seed"]
+    last, raw = rows[-1], file["generations"][-1]
     assert last.evaluation.context.success == raw["context"]["success"]
     assert last.evaluation.no_context.calls_per_solved == raw["no_context"]["model_calls_per_solved"]
     assert isinstance(last.act, Acted) and last.act.score.n == raw["act"]["n"]
@@ -46,7 +55,7 @@ def test_a_written_state_reads_into_typed_rows_and_writes_back_byte_for_byte(tmp
 
 def test_the_experience_keys_read_as_attributes():
     state = json.loads((RESULTS / "levels-s0.state.json").read_text(encoding="utf-8"))
-    row = generation_rows(Path("levels-s0.state.json"), state)[1]
+    row = check_state(Path("levels-s0.state.json"), state).generations[1]
     raw = state["generations"][1]
     assert isinstance(row.act, Acted) and row.act.reflection is not None and row.act.reflection.retry is not None
     assert row.act.reflection.retry.with_reflection.success == raw["act"]["reflection"]["retry"]["with_reflection"]["success"]
@@ -90,6 +99,34 @@ def test_a_key_of_the_wrong_type_is_refused_naming_the_file_and_the_key(tmp_path
         read_state(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda s: s.update(note="mine"), r"field 'note' is not a loop state field"),
+        (lambda s: s["generations"][1]["act"].update(note="mine"), r"field 'generations\[1\]\.act\.note' is not one a loop "
+                                                                   r"state writes back"),
+        (lambda s: s["generations"][0].update(lineage=None), r"field 'generations\[0\]\.lineage' is not one"),
+        (lambda s: s.update(controller=[1]), r"field 'controller' is a list, expected an object"),
+    ],
+)
+def test_a_key_the_typed_state_would_not_write_back_is_refused(tmp_path, edit, match):
+    state = json.loads((RESULTS / "raw-s0.state.json").read_text(encoding="utf-8"))
+    edit(state)
+    (tmp_path / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
+    with pytest.raises(StateError, match=match + ".*delete the run folder to start over"):
+        read_state(tmp_path)
+
+
+def test_a_state_records_each_finished_generation():
+    state = check_state(Path("raw-s0.state.json"),
+                        json.loads((RESULTS / "raw-s0.state.json").read_text(encoding="utf-8")))
+    first = LoopState(config=state.config).add(state.generations[0])
+    assert (first.finished, first.adapter, len(first.generations)) == (0, "base", 1)
+    second = first.add(state.generations[1])
+    assert (second.finished, second.adapter) == (1, state.generations[1].adapter) and first.finished == 0
+    assert list(second.to_json()) == ["schema", "config", "finished", "adapter", "generations"]
+
+
 def test_the_benchmark_summary_reads_the_typed_rows_to_the_published_figures():
     import importlib.util
 
@@ -100,5 +137,5 @@ def test_the_benchmark_summary_reads_the_typed_rows_to_the_published_figures():
     published = json.loads((RESULTS / "loop_levels.json").read_text(encoding="utf-8"))["runs"]
     for name, want in published.items():
         path = RESULTS / f"{name}.state.json"
-        rows = generation_rows(path, json.loads(path.read_text(encoding="utf-8")))
+        rows = check_state(path, json.loads(path.read_text(encoding="utf-8"))).generations
         assert [bench.summary_row(r) for r in rows] == want

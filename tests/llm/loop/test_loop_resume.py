@@ -51,9 +51,9 @@ def test_kill_during_store_write_and_during_consolidation_then_resume(tiny_cfg, 
     lines: list[str] = []
     final = run_loop(LoopConfig.from_dict(data, source=str(config)), run, log=lines.append)
     assert any("gen 2: attempts already in the store" in line for line in lines)
-    assert final["finished"] == 3 and [r["generation"] for r in final["generations"]] == [0, 1, 2, 3]
-    assert final["generations"][1]["adapter"] == adapter1
-    assert final["generations"][2]["act"]["resumed"] is True
+    assert final.finished == 3 and [r.generation for r in final.generations] == [0, 1, 2, 3]
+    assert final.generations[1].adapter == adapter1
+    assert final.generations[2].act is not None and final.generations[2].act.resumed is True
     assert _attempts_per_generation(run / "store.db") == {0: 4, 1: 6, 2: 6, 3: 6}
     with EpisodeStore(run / "store.db", readonly=True) as store:
         store.verify()

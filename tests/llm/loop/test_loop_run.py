@@ -15,6 +15,7 @@ from replaybank.episodic.store import CorruptStoreError, SchemaVersionError
 from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.loop.consolidate import AdapterError
 from replaybank.llm.loop.report import write_report
+from replaybank.llm.loop.results import Acted
 from replaybank.llm.loop.state import StateError
 from replaybank.llm.recipes.loop import run_loop
 
@@ -25,7 +26,8 @@ def test_two_generations_write_store_adapters_state_and_report(tiny_cfg, tmp_pat
     lines: list[str] = []
     state = run_loop(cfg, out, log=lines.append)
 
-    assert state["finished"] == 2 and [r["generation"] for r in state["generations"]] == [0, 1, 2]
+    assert state.finished == 2 and [r.generation for r in state.generations] == [0, 1, 2]
+    assert state.to_json() == json.loads((out / "state.json").read_text())  # what it returns is what it wrote
     assert sum(line.startswith("gen ") and "held-out exact" in line for line in lines) == 3  # one line per generation
     with EpisodeStore(out / "store.db", readonly=True) as store:
         assert store.generations() == [0, 1, 2]
@@ -34,7 +36,7 @@ def test_two_generations_write_store_adapters_state_and_report(tiny_cfg, tmp_pat
         assert store.attempt_count() == 4 + 2 * 3 * 2  # demos + generations x tasks x samples
         gen2 = store.episodes(generation=[2])
         # generation 2 acted with generation 1's adapter, with the replayed examples in its context
-        assert {r.episode.adapter for r in gen2} == {state["generations"][1]["adapter"]}
+        assert {r.episode.adapter for r in gen2} == {state.generations[1].adapter}
         assert {r.episode.seed for r in gen2} == {2}
         first = gen2[0].episode
         assert first.context[0]["role"] == "system" and len(first.replayed) == 2
@@ -42,11 +44,11 @@ def test_two_generations_write_store_adapters_state_and_report(tiny_cfg, tmp_pat
             r.episode.task.text for r in store.episodes(success=True)}
     for g in (1, 2):
         meta = json.loads((out / "adapters" / f"gen{g}" / "replaybank.json").read_text())
-        assert meta["sha256"][:16] == state["generations"][g]["adapter"] and meta["lineage"] == [1, 2][:g]
-    row = state["generations"][2]
-    assert row["lineage"] == [1, 2] and row["train"]["steps"] > 0 and row["train"]["rehearsal_rows"] > 0
-    assert set(row["no_context"]) >= {"success", "credit", "n"} and row["no_context"]["n"] == 3
-    assert row["validation"]["n"] == 2
+        assert meta["sha256"][:16] == state.generations[g].adapter and meta["lineage"] == [1, 2][:g]
+    row = state.generations[2]
+    assert row.lineage == [1, 2] and (row.train_steps or 0) > 0 and (row.train or {})["rehearsal_rows"] > 0
+    assert set(row.to_json()["no_context"]) >= {"success", "credit", "n"} and row.evaluation.no_context.n == 3
+    assert row.evaluation.validation.n == 2
 
     report = write_report(tmp_path)
     text = report.read_text()
@@ -58,7 +60,8 @@ def test_two_generations_write_store_adapters_state_and_report(tiny_cfg, tmp_pat
 
     # a finished run asked for more generations continues from its store and adapter
     more = run_loop(LoopConfig.from_dict(tiny_cfg(generations=3)), out, log=lines.append)
-    assert more["finished"] == 3 and more["generations"][3]["act"]["n"] == 6
+    last = more.generations[3].act
+    assert more.finished == 3 and isinstance(last, Acted) and last.score.n == 6
     assert any("resuming after generation 2" in line for line in lines)
 
 

@@ -3,6 +3,7 @@ validation split), the held-out split, config and state validation, batched stop
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.loop.act import call_end
 from replaybank.llm.loop.lineage import lineage_for, split_heldout
 from replaybank.llm.loop.state import (
+    LoopState,
     StateError,
     check_same_config,
     check_same_run,
@@ -105,10 +107,10 @@ def test_state_round_trip_and_refusals(tmp_path):
     cfg = LoopConfig().to_dict()
     write_state(tmp_path, new_state(cfg))
     state = read_state(tmp_path)
-    assert state is not None and state["finished"] == 0
+    assert state is not None and state.finished == 0 and state == new_state(cfg)
     check_same_config(tmp_path, state, LoopConfig().with_(generations=9).to_dict())  # more generations: fine
     # a run that finished 3 generations resumes with 3 or more, and is refused with fewer
-    three = {**state, "finished": 3}
+    three = dataclasses.replace(state, finished=3)
     check_same_config(tmp_path, three, LoopConfig().with_(generations=3).to_dict())
     check_same_run(tmp_path, three, LoopConfig().with_(generations=4))
     with pytest.raises(StateError, match=r"finished 3 generations, but \[loop\] generations = 2; set generations "
@@ -118,17 +120,16 @@ def test_state_round_trip_and_refusals(tmp_path):
         check_same_config(tmp_path, state, LoopConfig().with_(seed=1).to_dict())
     # A run written before a key existed resumes when the key is at the value it ran with then, else is refused.
     before = LoopConfig.before_keys_existed()
-    older = {**state, "config": {**state["config"], "data": {k: v for k, v in state["config"]["data"].items() if k != "self_open_rows"}}}
+    older = dataclasses.replace(state, config={**state.config, "data": {k: v for k, v in cfg["data"].items() if k != "self_open_rows"}})
     check_same_config(tmp_path, older, LoopConfig().with_(self_open_rows=False).to_dict(), before)
     with pytest.raises(StateError, match=r"written before \[data\] self_open_rows existed \(it ran as self_open_rows = False\), not True"):
         check_same_config(tmp_path, older, LoopConfig().to_dict(), before)
     # a run saved before [loop] recipe holds the old rehearsal keys; it resumes under the recipe they
     # give (the default self-distill has the same values), and another recipe is refused
     # (and, as then, the keys of [evaluation] and [data] under [loop])
-    saved = state["config"]
-    loop = {k: v for k, v in {**saved["loop"], **saved["evaluation"], **saved["data"]}.items() if k != "recipe"}
-    old = {**state, "config": {"loop": {**loop, "rehearsal": "self", "rehearsal_ratio": 0.5, "kl_weight": 3.0,
-                                        "rehearsal_ce": False}, "training": state["config"]["training"]}}
+    loop = {k: v for k, v in {**cfg["loop"], **cfg["evaluation"], **cfg["data"]}.items() if k != "recipe"}
+    old_loop = {**loop, "rehearsal": "self", "rehearsal_ratio": 0.5, "kl_weight": 3.0, "rehearsal_ce": False}
+    old = dataclasses.replace(state, config={"loop": old_loop, "training": cfg["training"]})
     check_same_run(tmp_path, old, LoopConfig())
     with pytest.raises(StateError, match=r"\[recipe\] kl_to_base = 3.0, not 1.0"):
         check_same_run(tmp_path, old, LoopConfig.from_dict({"loop": {"kl_weight": 1.0}}))
@@ -136,7 +137,7 @@ def test_state_round_trip_and_refusals(tmp_path):
         check_same_run(tmp_path, old, LoopConfig().with_(recipe="none"))
     # a run from before rehearsal_ce trained the rehearsal rows with cross-entropy, whatever the default is now
     assert before["recipe"]["rehearsal_ce"] is True
-    older = {**old, "config": {**old["config"], "loop": {k: v for k, v in old["config"]["loop"].items() if k != "rehearsal_ce"}}}
+    older = dataclasses.replace(old, config={**old.config, "loop": {k: v for k, v in old_loop.items() if k != "rehearsal_ce"}})
     check_same_run(tmp_path, older, LoopConfig.from_dict({"loop": {"rehearsal_ce": True}}))
     with pytest.raises(StateError, match=r"written before \[recipe\] rehearsal_ce existed \(it ran as rehearsal_ce = True\), not False"):
         check_same_run(tmp_path, older, LoopConfig())
@@ -150,9 +151,7 @@ def test_state_round_trip_and_refusals(tmp_path):
 
 @pytest.mark.parametrize("finished", [-1, True])
 def test_state_refuses_a_finished_count_that_is_not_a_generation(tmp_path, finished):
-    state = new_state(LoopConfig().to_dict())
-    state["finished"] = finished
-    write_state(tmp_path, state)
+    write_state(tmp_path, dataclasses.replace(new_state(LoopConfig().to_dict()), finished=finished))
     with pytest.raises(StateError, match="'finished'"):
         read_state(tmp_path)
 
@@ -204,14 +203,16 @@ def test_report_pairs_the_rehearsal_arms_per_seed_and_names_the_kl_weight():
     from replaybank.llm.loop.report import LoopRun, group_key, paired_gaps
     from replaybank.llm.loop.results import GenerationRow
 
+    def saved(loop, rows=()):
+        return LoopState(config={"loop": loop}, finished=max(len(rows) - 1, 0), generations=tuple(rows))
+
     def run(seed, rehearsal, retentions, kl=0.0, lineage="window"):
         arm = {"success": 0.0, "credit": 0.0}
         gens = [{"generation": g, "adapter": "base", "no_context": arm, "context": arm, "validation": arm,
                  "suite": {"leakage": None}, "retention": r} for g, r in enumerate(retentions)]
         lp = {"lineage": lineage, "window": 3, "rehearsal": rehearsal, "rehearsal_ratio": 0.5, "seed": seed,
               "kl_weight": kl}
-        state = {"config": {"loop": lp}, "generations": gens}
-        return LoopRun(f"{rehearsal}-{seed}", Path("."), state, [GenerationRow.from_json(g) for g in gens])
+        return LoopRun(f"{rehearsal}-{seed}", Path("."), saved(lp, [GenerationRow.from_json(g) for g in gens]))
 
     runs = [run(0, "self", [1.0, 0.9, 0.8], kl=1.0), run(1, "self", [1.0, 0.95, 0.9], kl=1.0),
             run(2, "self", [1.0, 0.5, 0.5], kl=1.0),  # seed 2 has no arm without rehearsal: left out
@@ -224,18 +225,19 @@ def test_report_pairs_the_rehearsal_arms_per_seed_and_names_the_kl_weight():
     assert gaps[kl1]["generations"][1] == pytest.approx([0.2, 0.2])
     # a second rehearsal variant of the same lineage gets its own gaps against the same runs
     # without (it used to overwrite the first one's seeds), and another lineage pairs with nothing
-    both = runs + [run(0, "self", [1.0, 0.6, 0.9], kl=3.0), run(0, "self", [1.0, 0.9], lineage="all")]
+    both = runs + [run(0, "self", [1.0, 0.6, 0.9], kl=3.0), run(0, "self", [1.0, 0.9], kl=1.0, lineage="all")]
     gaps2 = paired_gaps(both)
     assert set(gaps2) == {kl1, "window (K=3), rehearsal self 50% + KL 3"}
     assert gaps2[kl1] == gaps[kl1]
     assert gaps2["window (K=3), rehearsal self 50% + KL 3"]["generations"][1] == pytest.approx([-0.1])
     assert group_key(runs[0].state) == "window (K=3), rehearsal self 50% + KL 1"
-    kl_only = {"config": {"loop": {**runs[0].state["config"]["loop"], "kl_weight": 3.0, "rehearsal_ce": False}}}
+    first = runs[0].state.config["loop"]
+    assert isinstance(first, dict)
+    kl_only = saved({**first, "kl_weight": 3.0, "rehearsal_ce": False})
     assert group_key(kl_only) == "window (K=3), rehearsal self 50% + KL 3 (no cross-entropy on it)"
     assert group_key(runs[3].state) == "window (K=3), no rehearsal"
     # runs that differ in the experience keys are different arms, not seeds of one
-    levels = {"config": {"loop": {**runs[0].state["config"]["loop"], "replay_workflows": True, "reflect": True,
-                                  "retrieve": ["episodes", "workflows"]}}}
+    levels = saved({**first, "replay_workflows": True, "reflect": True, "retrieve": ["episodes", "workflows"]})
     assert group_key(levels) == (group_key(runs[0].state)
                                  + ", replay workflows, reflect, retrieve episodes+workflows")
     assert paired_gaps(runs[:3]) == {}

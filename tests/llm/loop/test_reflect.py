@@ -277,24 +277,24 @@ def test_the_loop_reflects_retries_and_votes(tiny_cfg, tmp_path, monkeypatch):
     cfg = LoopConfig.from_dict(tiny_cfg(generations=2, reflect=True, retrieve=["insights", "episodes"], vote_groups=2,
                                         levels=[2], temperature=0.0))
     state = run_loop(cfg, tmp_path / "run", log=lambda m: None)
-    act = state["generations"][1]["act"]
+    act = state.generations[1].to_json()["act"]
     refl = act["reflection"]
     assert refl["n"] >= 1 and refl["model_calls"] == refl["n"]
     assert refl["retry"]["n"] == refl["n"] and set(refl["retry"]) == {"n", "without", "with_reflection", "model_calls"}
     assert act["shown"]["pool"]["insights"] == 0  # the first generation had no insights yet
-    vote = state["generations"][1]["vote"]
+    vote = state.generations[1].to_json()["vote"]
     assert vote["groups"] == 2 and vote["model_calls"] == 2 * vote["context_model_calls"] and vote["n"] == 3
     with EpisodeStore(tmp_path / "run" / "store.db", readonly=True) as store:
         failures = store.episodes(generation=[1], success=False)
         linked = {e for r in store.insights(outcome="failure") for e in r.insight.episodes}
         assert failures and {r.id for r in failures} <= linked
         # the next generation retrieves those lessons (BM25 over the task text) into its prompts
-        later = state["generations"][2]["act"]["shown"]
+        later = state.generations[2].to_json()["act"]["shown"]
         assert later["pool"]["insights"] >= 1 and later["insights"] >= 1
         gen2 = store.episodes(generation=[2])
         assert all(f"{LESSONS_HEAD}\n- " in r.episode.context[0]["content"] for r in gen2)
         assert any(LESSON in r.episode.context[0]["content"] for r in gen2)
-    json.dumps(state)  # the state stays plain JSON
+    assert state.to_json() == json.loads((tmp_path / "run" / "state.json").read_text())  # plain JSON, as written
     report = write_report(tmp_path).read_text()
     assert "| gen | reflections (fallback, cut) | retried | retry exact without | with reflection |" in report
     assert f"| 1 | {refl['n']} ({refl['fallback']}, {refl['cut']}) | {refl['retry']['n']} |" in report

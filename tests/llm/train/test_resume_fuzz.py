@@ -37,7 +37,7 @@ from replaybank.llm.loop.report import (
     aggregate,
     paired_gaps,
 )
-from replaybank.llm.loop.state import check_same_run, generation_rows, read_state
+from replaybank.llm.loop.state import check_same_run, read_state
 from replaybank.llm.recipes.loop import _line
 
 torch = pytest.importorskip("torch")
@@ -163,7 +163,8 @@ def state_files(draw: Any) -> bytes:
 
 def test_the_valid_loop_state_reads_back(tmp_path):
     (tmp_path / "state.json").write_text(json.dumps(VALID_STATE), encoding="utf-8")
-    assert read_state(tmp_path) == VALID_STATE
+    state = read_state(tmp_path)
+    assert state is not None and state.to_json() == VALID_STATE and state.finished == 2
 
 
 @SETTINGS
@@ -183,11 +184,11 @@ def test_state_json_is_refused_whole_or_everything_that_reads_it_works(raw, boun
             return
         event("state.json: accepted")
         # what the resume and the report read next must work on an accepted state
-        rows = generation_rows(folder / "state.json", state)
-        lineage_for(state["finished"] + 1, 3, "best", [r.evaluation.validation.credit for r in rows])
+        rows = state.generations
+        lineage_for(state.finished + 1, 3, "best", [r.evaluation.validation.credit for r in rows])
         for row in rows:
             _line(row, 5)
-        runs = [LoopRun("r", folder, state, rows)]
+        runs = [LoopRun("r", folder, state)]
         aggregate(runs), paired_gaps(runs), _run_table(rows), _level_table(rows)
         _calls_table(rows), _experience_table(rows)
         assert (folder / "state.json").read_bytes() == raw

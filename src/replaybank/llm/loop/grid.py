@@ -16,7 +16,6 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from replaybank.llm.config.loop import LoopConfig
 
@@ -29,7 +28,7 @@ def cells(
     for lineage in lineages:
         for on in rehearsal:
             for seed in seeds:
-                changes: dict[str, Any] = {"lineage": lineage, "seed": seed}
+                changes: dict[str, str | int] = {"lineage": lineage, "seed": seed}
                 if not on:
                     changes["recipe"] = "none"
                 name = f"{lineage}-{'rehearsal' if on else 'norehearsal'}-s{seed}"

@@ -15,8 +15,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from replaybank.episodic import EpisodeStore
 from replaybank.llm.adapters import AdapterExistsError, AdapterLibrary, Registration
@@ -37,8 +37,8 @@ def entry_name(out: Path, generation: int) -> str:
 
 
 def register_generations(
-    library: Path, out: Path, rows: list[GenerationRow], store: EpisodeStore, *, skill: str, base_name: str,
-    fingerprint: str, recipe: dict[str, Any] | None,
+    library: Path, out: Path, rows: Sequence[GenerationRow], store: EpisodeStore, *, skill: str, base_name: str,
+    fingerprint: str, recipe: Mapping[str, object] | None,
 ) -> list[str]:
     """Register every finished generation (``rows``: ``state.json``'s) missing from ``library``; return the new names.
 

@@ -17,16 +17,18 @@ Example:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from replaybank.llm.config.loop import LoopConfig
+from replaybank.llm.config.loop import Loop, LoopConfig
 from replaybank.llm.config.names import UnsafePathError, refuse_links, write_inside
 from replaybank.llm.loop.act import Score
 from replaybank.llm.loop.results import Acted, GenerationRow
+from replaybank.llm.loop.state import LoopState, read_state
 from replaybank.llm.records import ABSENT
 
 METRICS = ("exact", "credit", "exact_ctx", "credit_ctx", "retention")
@@ -40,12 +42,16 @@ LABELS = {
 
 @dataclass(frozen=True)
 class LoopRun:
-    """One run folder of a grid: its name, folder, checked state and the state's rows, typed."""
+    """One run folder of a grid: its name, folder and checked state."""
 
     name: str
     folder: Path
-    state: dict[str, Any]
-    rows: list[GenerationRow]
+    state: LoopState
+
+    @property
+    def rows(self) -> tuple[GenerationRow, ...]:
+        """The run's finished generations, 0 first."""
+        return self.state.generations
 
 
 def metrics_of(row: GenerationRow) -> dict[str, float | None]:
@@ -70,26 +76,24 @@ def mean_std(values: list[float], digits: int = 2) -> str:
 
 def collect(out: Path) -> list[LoopRun]:
     """Every run under ``out`` (folders holding ``state.json``), sorted by name."""
-    from replaybank.llm.loop.state import STATE_FILE, generation_rows, read_state
-
     runs = []
     for folder in sorted(p.parent for p in out.glob("*/state.json")):
         if folder.is_symlink():  # a run folder is the grid's own, never one elsewhere
             raise UnsafePathError(f"{folder}: is a symbolic link; a grid folder holds its own runs (remove the link)")
         state = read_state(folder)
         if state is not None:
-            runs.append(LoopRun(folder.name, folder, state, generation_rows(folder / STATE_FILE, state)))
+            runs.append(LoopRun(folder.name, folder, state))
     return runs
 
 
-def group_key(state: dict[str, Any]) -> str:
+def group_key(state: LoopState) -> str:
     """The run's lineage and rehearsal recipe in words: runs with the same key are seeds of one arm.
 
     The recipe is read by its values (:meth:`LoopConfig.recipe_values`: the same for a run saved
     before ``[loop] recipe`` existed and for one that names it).
     """
-    lp = state["config"]["loop"]
-    r = LoopConfig.recipe_values(state["config"])
+    lp = state.loop_config.loop
+    r = LoopConfig.recipe_values(dict(state.config))
     reh = "no rehearsal" if r is None else f"rehearsal {', '.join(r['source'])} {r['ratio']:.0%}"
     if r is not None and r["mix_by"] != "rows":
         reh += f" of {r['mix_by']}"
@@ -97,26 +101,26 @@ def group_key(state: dict[str, Any]) -> str:
         reh += f" + KL {r['kl_to_base']:g}"
         if not r["rehearsal_ce"]:  # a run from before the key trained with cross-entropy
             reh += " (no cross-entropy on it)"
-    return f"{lp['lineage']} (K={lp['window']}), {reh}" + _experience_words(lp)
+    return f"{lp.lineage} (K={lp.window}), {reh}" + _experience_words(lp)
 
 
-def _experience_words(lp: dict[str, Any]) -> str:
+def _experience_words(lp: Loop) -> str:
     """The experience keys a run set beyond the defaults (runs that differ there are different arms).
 
     Example:
-        >>> _experience_words({"replay_workflows": True, "reflect": True, "retrieve": ["episodes", "insights"]})
+        >>> _experience_words(Loop(replay_workflows=True, reflect=True, retrieve=["episodes", "insights"]))
         ', replay workflows, reflect, retrieve episodes+insights'
-        >>> _experience_words({"retrieve": ["episodes"]})
+        >>> _experience_words(Loop(retrieve=["episodes"]))
         ''
     """
-    words = ["replay workflows"] if lp.get("replay_workflows") else []
-    words += ["reflect"] if lp.get("reflect") else []
-    if list(lp.get("retrieve", ["episodes"])) != ["episodes"]:
-        words.append("retrieve " + "+".join(lp["retrieve"]))
-    if lp.get("context_chars"):
-        words.append(f"context {lp['context_chars']} chars")
-    if lp.get("vote_groups"):
-        words.append(f"vote over {lp['vote_groups']} groups")
+    words = ["replay workflows"] if lp.replay_workflows else []
+    words += ["reflect"] if lp.reflect else []
+    if list(lp.retrieve) != ["episodes"]:
+        words.append("retrieve " + "+".join(lp.retrieve))
+    if lp.context_chars:
+        words.append(f"context {lp.context_chars} chars")
+    if lp.vote_groups:
+        words.append(f"vote over {lp.vote_groups} groups")
     return "".join(f", {w}" for w in words)
 
 
@@ -129,13 +133,13 @@ def paired_gaps(runs: list[LoopRun]) -> dict[str, Any]:
     with_: dict[str, tuple[tuple[str, int], dict[int, list[float | None]]]] = {}
     without: dict[tuple[str, int], dict[int, list[float | None]]] = {}
     for run in runs:
-        lp = run.state["config"]["loop"]
-        arm = (lp["lineage"], lp["window"])
+        lp = run.state.loop_config.loop
+        arm: tuple[str, int] = (lp.lineage, lp.window)
         per_gen = [metrics_of(r)["retention"] for r in run.rows]
-        if LoopConfig.recipe_values(run.state["config"]) is None:
-            without.setdefault(arm, {})[lp["seed"]] = per_gen
+        if LoopConfig.recipe_values(dict(run.state.config)) is None:
+            without.setdefault(arm, {})[lp.seed] = per_gen
         else:
-            with_.setdefault(group_key(run.state), (arm, {}))[1][lp["seed"]] = per_gen
+            with_.setdefault(group_key(run.state), (arm, {}))[1][lp.seed] = per_gen
     out: dict[str, Any] = {}
     for key, (arm, on) in with_.items():
         off = without.get(arm, {})
@@ -163,15 +167,16 @@ def aggregate(runs: list[LoopRun]) -> dict[str, Any]:
         for g in range(n_gen):
             per = [metrics_of(r.rows[g]) for r in members]
             gens.append({"generation": g, **{m: [p[m] for p in per] for m in METRICS}})
-        out[key] = {"seeds": [r.state["config"]["loop"]["seed"] for r in members], "runs": [r.name for r in members],
+        out[key] = {"seeds": [r.state.loop_config.loop.seed for r in members], "runs": [r.name for r in members],
                     "generations": gens, "seconds": [_seconds(r) for r in members]}
     return out
 
 
 def _seconds(run: LoopRun) -> float:
     # the last session's whole wall time when the run was not resumed, else the generations' sum
-    if "seconds_this_session" in run.state and not any(r.act is not None and r.act.resumed for r in run.rows):
-        return float(run.state["seconds_this_session"])
+    seconds = run.state.seconds_this_session
+    if seconds is not None and not any(r.act is not None and r.act.resumed for r in run.rows):
+        return float(seconds)
     return round(sum(r.seconds or 0.0 for r in run.rows), 1)
 
 
@@ -230,7 +235,7 @@ def write_report(out: Path) -> Path:
     return report
 
 
-def _run_table(rows: list[GenerationRow]) -> list[str]:
+def _run_table(rows: Sequence[GenerationRow]) -> list[str]:
     head = ("| gen | lineage | acted exact | train rows | steps | exact | credit | exact ctx | credit ctx | "
             "validation credit | retention | leakage | s |")
     lines = [head, "|---" * 13 + "|"]
@@ -260,7 +265,7 @@ def _or_dash(v: object) -> str:
     return "-" if v is None else str(v)
 
 
-def _level_table(rows: list[GenerationRow]) -> list[str]:
+def _level_table(rows: Sequence[GenerationRow]) -> list[str]:
     """Held-out exact (credit) per ladder level, without and with context; nothing for one level.
 
     Example:
@@ -291,7 +296,7 @@ def _level_table(rows: list[GenerationRow]) -> list[str]:
     return lines + [""]
 
 
-def _calls_table(rows: list[GenerationRow]) -> list[str]:
+def _calls_table(rows: Sequence[GenerationRow]) -> list[str]:
     """Model calls (generation turns) per solved task, per arm: acting, held-out without and with
     context, and with replayed workflows (runs with ``replay_workflows``: then also how many acted
     tasks were replayed and the refusals by reason). Nothing for a run from before the count.
@@ -331,7 +336,7 @@ def _calls_table(rows: list[GenerationRow]) -> list[str]:
     return lines + [""]
 
 
-def _experience_table(rows: list[GenerationRow]) -> list[str]:
+def _experience_table(rows: Sequence[GenerationRow]) -> list[str]:
     """Per generation, the retry pass (``[loop] reflect``: failed episodes retried without and with
     their reflection) and the vote (``[loop] vote_groups``: exact with context, one answer against
     the vote, and the model calls each cost); nothing when neither key was on.

@@ -9,23 +9,26 @@ finished generation; a generation whose attempts are already in the store (the k
 consolidation or evaluation) is not acted again: the store write of a generation is one
 transaction, so it is there entirely or not at all.
 
+The file is one :class:`LoopState`: a frozen record whose fields are the file's keys in the
+order they are written (:meth:`LoopState.to_json`), its rows :class:`.results.GenerationRow`.
+
 On read (:func:`check_state`) every field the loop and its report read is checked for type, range
 and finiteness, and the fields against each other: the rows of ``generations`` are generation 0,
 1, ... ``finished`` in order, each one's ``adapter`` is ``base`` (generation 0) or the 16 hex
 digits of a saved adapter's SHA-256, ``adapter`` is the last row's, the config reads back as a
-:class:`LoopConfig`; then every key of every row is read for its type (:func:`generation_rows`:
-the rows as :class:`.results.GenerationRow`). A file that fails is a :class:`StateError` naming
-the file and the field.
+:class:`LoopConfig`; then every key of every row is read for its type, and the typed state must
+write back to the object read (a key the records do not hold would be lost on the next write). A
+file that fails is a :class:`StateError` naming the file and the field.
 
 Example:
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
     >>> s = new_state(LoopConfig().to_dict())
-    >>> s["finished"], s["adapter"]
-    (0, 'base')
-    >>> write_state(folder, s); read_state(folder)["finished"]
-    0
-    >>> check_state(Path("run/state.json"), {**s, "adapter": "../../etc/passwd"})
+    >>> s.finished, s.adapter, s.generations
+    (0, 'base', ())
+    >>> write_state(folder, s); read_state(folder) == s
+    True
+    >>> check_state(Path("run/state.json"), {**s.to_json(), "adapter": "../../etc/passwd"})
     Traceback (most recent call last):
     ...
     replaybank.llm.loop.state.StateError: run/state.json: field 'adapter' is '../../etc/passwd', expected 'base' with no generation finished; delete the run folder to start over
@@ -33,11 +36,14 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
 import os
 import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +53,10 @@ from replaybank.jsonl import strict_loads
 from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.config.values import ConfigError
 from replaybank.llm.loop.results import GenerationRow
-from replaybank.llm.records import ResultsError
+from replaybank.llm.records import JsonObject, Record, ResultsError, omitted
 
-__all__ = ["ADAPTER_HASH", "MAX_GENERATIONS", "STATE_FILE", "STATE_SCHEMA", "StateError", "check_inputs",
-           "check_same_config", "check_same_run", "check_state", "generation_rows", "new_state", "read_state",
-           "write_state"]
+__all__ = ["ADAPTER_HASH", "MAX_GENERATIONS", "STATE_FILE", "STATE_SCHEMA", "LoopState", "StateError", "check_inputs",
+           "check_same_config", "check_same_run", "check_state", "new_state", "read_state", "write_state"]
 
 STATE_FILE = "state.json"
 STATE_SCHEMA = 1
@@ -65,12 +70,48 @@ class StateError(ReplayBankError):
     """``state.json`` is unreadable, from another schema, or from a run with another config."""
 
 
-def new_state(config: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class LoopState(Record):
+    """``state.json``: the fields are its keys, written in this order (the optional ones only when set)."""
+
+    schema: int = STATE_SCHEMA
+    config: JsonObject
+    """The config the run was started (or last resumed) with, as :meth:`LoopConfig.to_dict` wrote it;
+    a run from before a key existed keeps its own keys (:meth:`LoopConfig.comparable` reads them)."""
+    finished: int = 0
+    """The last finished generation (0: only the base model was measured, or nothing yet)."""
+    adapter: str = "base"
+    """The last finished generation's adapter: ``base``, or 16 hex digits of its SHA-256."""
+    generations: tuple[GenerationRow, ...] = ()
+    """Generations 0..``finished``, one row each."""
+    rehearsal: JsonObject | None = omitted()
+    """The rehearsal rows' manifest (:func:`.consolidate.rehearsal_rows`), its ``sha256`` checked on resume."""
+    base_model: str | None = omitted()
+    """The base model's fingerprint (:func:`replaybank.llm.eval.decode.model_fingerprint`), checked on resume."""
+    suite_base: JsonObject | None = omitted()
+    """The suite's base-model scores: ``families`` and ``n`` per family."""
+    controller: JsonObject | None = omitted()
+    """The replay controller's state after the last finished generation (recipes with one)."""
+    seconds_this_session: float | None = omitted()
+    """Wall time of the last session, setup included."""
+
+    @functools.cached_property
+    def loop_config(self) -> LoopConfig:
+        """:attr:`config` read as a :class:`LoopConfig` (checked by :func:`check_state` on read)."""
+        return LoopConfig.from_dict(dict(self.config), source=f"{STATE_FILE}: field 'config'")
+
+    def add(self, row: GenerationRow) -> LoopState:
+        """This state with ``row`` finished: appended, and ``finished`` and ``adapter`` its own."""
+        return dataclasses.replace(self, finished=row.generation, adapter=row.adapter,
+                                   generations=(*self.generations, row))
+
+
+def new_state(config: JsonObject) -> LoopState:
     """The state of a run that has finished no generation."""
-    return {"schema": STATE_SCHEMA, "config": config, "finished": 0, "adapter": "base", "generations": []}
+    return LoopState(config=config)
 
 
-def read_state(folder: Path) -> dict[str, Any] | None:
+def read_state(folder: Path) -> LoopState | None:
     """The saved state, checked whole (:func:`check_state`), or None when the folder
     has none.
 
@@ -97,8 +138,9 @@ def read_state(folder: Path) -> dict[str, Any] | None:
     return check_state(path, state)
 
 
-def check_state(path: Path, state: Any) -> dict[str, Any]:
-    """``state`` itself when it is a loop state (the checks: the module doc); nothing is changed.
+def check_state(path: Path, state: Any) -> LoopState:
+    """``state`` (the object read from ``path``) as a :class:`LoopState` when it is a loop state (the
+    checks: the module doc); its :meth:`~LoopState.to_json` is ``state`` again.
 
     Raises:
         StateError: naming ``path`` and the first field that is wrong.
@@ -134,24 +176,46 @@ def check_state(path: Path, state: Any) -> dict[str, Any]:
         said = "with no generation finished" if last == "base" else f"(generation {finished}'s, as its row records)"
         raise StateError(f"{path}: field 'adapter' is {state['adapter']!r}, expected {last!r} {said}{_ALTERED}")
     _optional(path, state)
-    generation_rows(path, state)  # every key of a row of the right type, not only those checked above
-    return state
-
-
-def generation_rows(path: Path, state: dict[str, Any]) -> list[GenerationRow]:
-    """The rows of ``state["generations"]``, typed (:class:`.results.GenerationRow`); each writes
-    back (:meth:`~replaybank.llm.records.Record.to_json`) to the JSON it was read from.
-
-    Raises:
-        StateError: a key of a row holds the wrong type (naming ``path`` and the key).
-    """
-    try:
-        return [GenerationRow.from_json(row, f"{path}: generations[{k}]") for k, row in enumerate(state["generations"])]
+    unknown = [key for key in state if key not in _KEYS]
+    if unknown:
+        raise StateError(f"{path}: field {unknown[0]!r} is not a loop state field (expected {', '.join(_KEYS)}){_ALTERED}")
+    try:  # every key of a row of the right type, not only those checked above
+        rows = tuple(GenerationRow.from_json(row, f"{path}: generations[{k}]") for k, row in enumerate(rows))
     except ResultsError as exc:
         raise StateError(f"{exc}{_ALTERED}") from None
+    typed = LoopState(
+        schema=STATE_SCHEMA, config=state["config"], finished=finished, adapter=state["adapter"], generations=rows,
+        rehearsal=state.get("rehearsal"), base_model=state.get("base_model"), suite_base=state.get("suite_base"),
+        controller=state.get("controller"), seconds_this_session=state.get("seconds_this_session"),
+    )
+    lost = _first_difference(state, typed.to_json())
+    if lost is not None:  # written back, the file would lose (or change) it
+        raise StateError(f"{path}: field {lost!r} is not one a loop state writes back{_ALTERED}")
+    return typed
 
 
 _ALTERED = "; delete the run folder to start over"
+_KEYS = tuple(f.name for f in dataclasses.fields(LoopState))
+
+
+def _first_difference(read: Any, written: Any, where: str = "") -> str | None:
+    """The first key (dotted, ``[k]`` for list items) where ``written`` differs from ``read``; None when equal."""
+    if isinstance(read, dict) and isinstance(written, dict):
+        for key in [*read, *(k for k in written if k not in read)]:
+            name = f"{where}.{key}" if where else str(key)
+            if key not in read or key not in written:
+                return name
+            found = _first_difference(read[key], written[key], name)
+            if found is not None:
+                return found
+        return None
+    if isinstance(read, list) and isinstance(written, list) and len(read) == len(written):
+        for k, (a, b) in enumerate(zip(read, written, strict=True)):
+            found = _first_difference(a, b, f"{where}[{k}]")
+            if found is not None:
+                return found
+        return None
+    return None if read == written and type(read) is type(written) else where
 
 
 def _check_row(path: Path, k: int, row: Any) -> None:
@@ -197,7 +261,7 @@ def _optional(path: Path, state: dict[str, Any]) -> None:
     """The fields a state may lack (a run from before they existed, or not yet written)."""
     if "seconds_this_session" in state:
         _field(path, state, "", "seconds_this_session", lambda v: _number(v) and v >= 0, "a number >= 0")
-    for key in ("rehearsal", "suite_base"):
+    for key in ("rehearsal", "suite_base", "controller"):
         if key in state:
             _field(path, state, "", key, lambda v: isinstance(v, dict), "an object")
     if "rehearsal" in state and "sha256" in state["rehearsal"]:
@@ -243,7 +307,7 @@ def _sha256(v: Any) -> bool:
 
 
 def check_same_config(
-    folder: Path, state: dict[str, Any], config: dict[str, Any], defaults: dict[str, Any] | None = None
+    folder: Path, state: LoopState, config: dict[str, Any], defaults: dict[str, Any] | None = None
 ) -> None:
     """Refuse to resume a run with another config (its store and adapters would be mixed up).
 
@@ -259,8 +323,8 @@ def check_same_config(
     Raises:
         StateError: naming the first key that differs, or both numbers of generations.
     """
-    old, new = state["config"], config
-    wanted, finished = new.get("loop", {}).get("generations"), state["finished"]
+    old, new = state.config, config
+    wanted, finished = new.get("loop", {}).get("generations"), state.finished
     if isinstance(wanted, int) and wanted < finished:
         raise StateError(
             f"{folder}: holds a loop run that finished {finished} generations, but [loop] generations = "
@@ -268,7 +332,7 @@ def check_same_config(
             "finished run, more extends it), or give another --out to start a new run"
         )
     for section in sorted(set(old) | set(new)):
-        a, b = old.get(section, {}), new.get(section, {})
+        a, b = _section(old, section), _section(new, section)
         for key in sorted(set(a) | set(b)):
             if section == "loop" and key in ("generations", "library"):  # extend a run; register it elsewhere
                 continue
@@ -290,7 +354,13 @@ def check_same_config(
 _MISSING = object()
 
 
-def check_same_run(folder: Path, state: dict[str, Any], cfg: LoopConfig) -> None:
+def _section(config: JsonObject, name: str) -> dict[str, object]:
+    """A section of a config as saved (``{}`` when the config has none)."""
+    section = config.get(name, {})
+    return section if isinstance(section, dict) else {}
+
+
+def check_same_run(folder: Path, state: LoopState, cfg: LoopConfig) -> None:
     """:func:`check_same_config` of a saved run against ``cfg``, the rehearsal recipe compared by
     its values whatever it is called (:meth:`LoopConfig.comparable`), so a run saved before
     ``[loop] recipe`` existed (with ``rehearsal``, ``rehearsal_ratio``, ``kl_weight``,
@@ -299,12 +369,12 @@ def check_same_run(folder: Path, state: dict[str, Any], cfg: LoopConfig) -> None
     Raises:
         StateError: naming the first key that differs (``[recipe] KEY`` for the recipe's).
     """
-    saved = {**state, "config": LoopConfig.comparable(state["config"])}
+    saved = dataclasses.replace(state, config=LoopConfig.comparable(dict(state.config)))
     check_same_config(folder, saved, LoopConfig.comparable(cfg.to_dict()), LoopConfig.before_keys_existed())
 
 
 def check_inputs(
-    folder: Path, state: dict[str, Any], *, base_model: str | None = None, rehearsal: dict[str, Any] | None = None,
+    folder: Path, state: LoopState, *, base_model: str | None = None, rehearsal: JsonObject | None = None,
     model_name: str = "",
 ) -> None:
     """Refuse to resume when what the run trains on changed under the same names: the base model's
@@ -316,35 +386,36 @@ def check_inputs(
     Raises:
         StateError: naming what changed, its recorded and its current hash.
     """
-    old = state.get("base_model")
+    old = state.base_model
     if base_model is not None and old is not None and old != base_model:
         raise StateError(
             f"{folder}: [training] base_model = {model_name!r} is not the model this run started with (weights' "
             f"fingerprint {base_model[:16]}, the run recorded {old[:16]}); resume with the model it started with, "
             "or give another --out"
         )
-    recorded = state.get("rehearsal", {}).get("sha256")
-    if rehearsal is not None and recorded is not None and rehearsal.get("sha256") != recorded:
+    recorded = None if state.rehearsal is None else state.rehearsal.get("sha256")
+    if rehearsal is not None and isinstance(recorded, str) and rehearsal.get("sha256") != recorded:
         raise StateError(
             f"{folder}: the rehearsal rows ({rehearsal.get('source')}) changed since this run started (sha256 "
             f"{str(rehearsal.get('sha256'))[:16]}, the run recorded {recorded[:16]}); restore them, or give another --out"
         )
 
 
-def write_state(folder: Path, state: dict[str, Any]) -> None:
-    """Replace ``state.json`` atomically (write a temporary file, fsync, rename); the temporary
-    file is created anew (a link left at its name is removed, never written through)."""
+def write_state(folder: Path, state: LoopState) -> None:
+    """Replace ``state.json`` with ``state`` (:meth:`LoopState.to_json`, indented by one) atomically
+    (write a temporary file, fsync, rename); the temporary file is created anew (a link left at its
+    name is removed, never written through)."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / (STATE_FILE + ".tmp")
     tmp.unlink(missing_ok=True)  # a leftover (or a link) at the name: removed, not followed
     with open(tmp, "x", encoding="utf-8") as f:  # O_EXCL: never through a link made meanwhile
-        json.dump(state, f, indent=1)
+        json.dump(state.to_json(), f, indent=1)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, folder / STATE_FILE)
 
 
-def loop_controller(out: Path, state: dict[str, Any], recipe: Any, seed: int) -> Any:
+def loop_controller(out: Path, state: LoopState, recipe: Any, seed: int) -> Any:
     """The run's replay controller (None when its recipe has none), restored from ``state`` after
     a finished generation, so a resumed run steers as one that never stopped.
 
@@ -355,7 +426,7 @@ def loop_controller(out: Path, state: dict[str, Any], recipe: Any, seed: int) ->
     from replaybank.llm.config.controller import recipe_controller
 
     controller = recipe_controller(recipe, seed) if recipe is not None else None
-    saved = state.get("controller")
+    saved = state.controller
     if saved is None:
         return controller
     if controller is None:

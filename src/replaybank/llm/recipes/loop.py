@@ -73,10 +73,9 @@ from replaybank.llm.loop.results import (
     VoteArm,
 )
 from replaybank.llm.loop.state import (
-    STATE_FILE,
+    LoopState,
     check_inputs,
     check_same_run,
-    generation_rows,
     loop_controller,
     new_state,
     read_state,
@@ -88,14 +87,16 @@ from replaybank.llm.runtime import pick_device, use_device
 from replaybank.workers import worker_pool
 
 Log = Callable[[str], None]
+ConfigDict = dict[str, Any]
+"""A :class:`LoopConfig` as :meth:`LoopConfig.to_dict` gives it: ``{section: {key: value}}``."""
 SPLIT_SEED = 7919  # task draws: seed * SPLIT_SEED + generation, so seeds and generations never share a draw
 RETRY_TURN = 1000  # the retry pass samples with turn_seed(the generation's seed, RETRY_TURN): a seed no turn of acting uses
 
 
 def run_loop(
     cfg: LoopConfig, out: Path, *, log: Log = print, env: Environment | None = None, worker: int | None = None,
-) -> dict[str, Any]:
-    """Run (or resume) the loop of ``cfg`` in ``out``; return the final state.
+) -> LoopState:
+    """Run (or resume) the loop of ``cfg`` in ``out``; return the final state (what ``state.json`` holds).
 
     The model loads on ``[training] device`` (bf16 on a GPU, fp32 on CPU); ``worker`` k of a grid
     given a bare ``cuda`` runs on GPU k mod n_gpus.
@@ -122,13 +123,12 @@ def run_loop(
     lp, ev = cfg.loop, cfg.evaluation
     recipe = cfg.recipe
     out.mkdir(parents=True, exist_ok=True)
-    state = read_state(out)
-    if state is None:
+    saved = read_state(out)
+    if saved is None:
         state = new_state(cfg.to_dict())
     else:
-        check_same_run(out, state, cfg)
-        state["config"] = cfg.to_dict()
-    rows = generation_rows(out / STATE_FILE, state)
+        check_same_run(out, saved, cfg)
+        state = dataclasses.replace(saved, config=cfg.to_dict())
     torch.set_num_threads(max(1, cfg.training.num_threads))
     device = pick_device(cfg.training.device, worker, where=f"{cfg.source}: [training] device")  # before the model loads
     use_device(device)
@@ -157,9 +157,9 @@ def run_loop(
             keep_truncated=cfg.data.self_open_rows,
         )
         check_inputs(out, state, rehearsal=reh_manifest)
-        state["rehearsal"], state["base_model"] = reh_manifest, fingerprint
+        state = dataclasses.replace(state, rehearsal=reh_manifest, base_model=fingerprint,
+                                    suite_base={"families": suite.base["families"], "n": suite.base["n"]})
         controller = loop_controller(out, state, recipe, lp.seed)
-        state["suite_base"] = {"families": suite.base["families"], "n": suite.base["n"]}
         if (demos or imported) and not store.episodes(source="demo", limit=1):
             store.add_many([demonstrate(env, t) for t in demos] + imported)
             log(f"store seeded with {len(demos) + len(imported)} demonstrations"
@@ -167,34 +167,30 @@ def run_loop(
         if lp.replay_workflows:  # every start: a kill after the seeding must not lose them (adding again adds nothing)
             learned = learn_workflows(store, generation=None)
             log(f"workflows from the demonstrations: {learned.stored} stored, {learned.not_abstracted} not abstracted")
-        if state["finished"] > 0:
-            g = state["finished"]
-            adapter = load_adapter(model, out / "adapters" / f"gen{g}", expected=state["adapter"], generation=g)
-            log(f"resuming after generation {state['finished']} (adapter {adapter})")
+        if state.finished > 0:
+            g = state.finished
+            adapter = load_adapter(model, out / "adapters" / f"gen{g}", expected=state.adapter, generation=g)
+            log(f"resuming after generation {g} (adapter {adapter})")
         recipe_record = {"name": lp.recipe, **(dataclasses.asdict(recipe) if recipe is not None else {})}
 
         def register() -> None:
             if lp.library:
-                added = register_generations(Path(lp.library), out, rows, store, skill=f"tool calls ({lp.tasks})",
+                added = register_generations(Path(lp.library), out, state.generations, store, skill=f"tool calls ({lp.tasks})",
                                              base_name=cfg.training.base_model, fingerprint=fingerprint, recipe=recipe_record)
                 if added:
                     log(f"registered {', '.join(added)} in the adapter library {lp.library}")
 
-        def finished(row: GenerationRow) -> None:
-            rows.append(row)
-            state["generations"].append(row.to_json())
-
         register()  # generations finished before [loop] library was set (or before a kill)
-        if not rows:
+        if not state.generations:
             measured = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=0,
                                 redactor=redactor)
-            finished(GenerationRow(generation=0, adapter="base", evaluation=measured))
+            state = state.add(GenerationRow(generation=0, adapter="base", evaluation=measured))
             write_state(out, state)
-            log(_line(rows[0], lp.generations))
-        for g in range(state["finished"] + 1, lp.generations + 1):
+            log(_line(state.generations[0], lp.generations))
+        for g in range(state.finished + 1, lp.generations + 1):
             t0 = time.perf_counter()
-            acted = act_generation(model, tok, env, store, cfg, g, state["adapter"], max_calls, log, redactor)
-            val_scores = [r.evaluation.validation.credit for r in rows]
+            acted = act_generation(model, tok, env, store, cfg, g, state.adapter, max_calls, log, redactor)
+            val_scores = [r.evaluation.validation.credit for r in state.generations]
             lineage = lineage_for(g, lp.window, lp.lineage, val_scores)
             if lp.init == "fresh":
                 model.load_state_dict(initial, strict=False)
@@ -208,17 +204,16 @@ def run_loop(
                                     "recipe": recipe_record})
             measured = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=g,
                                 redactor=redactor)
-            finished(GenerationRow(
+            state = state.add(GenerationRow(
                 generation=g, adapter=adapter, lineage=lineage, train_rows=n_rows, act=acted, train=train,
                 evaluation=measured, seconds=round(time.perf_counter() - t0, 1),
             ))
-            state["finished"], state["adapter"] = g, adapter
             if controller is not None:  # the next generation starts from it, here or after a kill
-                state["controller"] = controller.state_dict()
+                state = dataclasses.replace(state, controller=controller.state_dict())
             write_state(out, state)
-            log(_line(rows[-1], lp.generations))
+            log(_line(state.generations[-1], lp.generations))
             register()  # after state.json: a killed run registers what it missed when it resumes
-    state["seconds_this_session"] = round(time.perf_counter() - t_start, 1)
+    state = dataclasses.replace(state, seconds_this_session=round(time.perf_counter() - t_start, 1))
     write_state(out, state)
     return state
 
@@ -369,7 +364,9 @@ def _line(row: GenerationRow, total: int) -> str:
             f"retention {'-' if ret is None else f'{ret:.0%}'}" + (f" | {row.seconds:.0f} s" if row.seconds is not None else ""))
 
 
-def _run_one(name: str, data: dict[str, Any], source: str, folder: str, worker: int | None = None) -> str:
+def _run_one(name: str, data: ConfigDict, source: str, folder: str, worker: int | None = None) -> str:
+    """One run of a grid in a worker process: ``data`` is the run's :meth:`LoopConfig.to_dict` (it
+    crosses the process boundary as plain data)."""
     cfg = LoopConfig.from_dict(data, source=source)
     path = Path(folder)
     path = safe_folder(path.parent, path.name)  # a run's folder inside --out, not a link out of it
