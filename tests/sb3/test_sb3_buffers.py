@@ -307,7 +307,7 @@ def test_a_buffer_pickled_without_the_value_checks_loads_with_them_on() -> None:
     buf = ReplayBuffer(10, BOX2, DISC3, device="cpu", seed=0)
     buf.add(**_step(1))
     state = buf.__getstate__()
-    for key in ("check_values", "_obs_size", "_obs_float", "_zeros", "_action_kind", "_action_low", "_action_high"):
+    for key in ("check_values", "_obs_size", "_obs_float", "_action_kind", "_action_low", "_action_high"):
         state.pop(key)
     back = ReplayBuffer.__new__(ReplayBuffer)
     back.__setstate__(state)
