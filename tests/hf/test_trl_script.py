@@ -77,11 +77,13 @@ def test_trl_sft_script_with_three_lines_trains_on_the_mix_with_kl(tiny_lm, tmp_
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    # --activation_checkpointing True is TRL's default under transformers 5's name: TRL's own default
+    # sets the deprecated gradient_checkpointing, which transformers 5 warns about
     argv = ["--model_name_or_path", str(model_dir), "--dataset_name", str(data), "--output_dir", str(tmp_path / "out"),
             "--per_device_train_batch_size", "10", "--max_steps", "2", "--remove_unused_columns", "False",
             "--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--learning_rate", "5e-2", "--logging_steps", "1",
             "--report_to", "none", "--save_strategy", "no", "--use_cpu", "True", "--bf16", "False", "--dtype", "float32",
-            "--lora_target_modules", "all-linear"]  # fmt: skip
+            "--lora_target_modules", "all-linear", "--activation_checkpointing", "True"]  # fmt: skip
     args = script.make_parser().parse_args_and_config(args=argv)
     script.main(*args)
 
