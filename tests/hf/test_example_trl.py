@@ -16,6 +16,8 @@ pytest.importorskip("peft")
 pytest.importorskip("datasets")
 torch = pytest.importorskip("torch")
 
+from replaybank.hf import RetentionWarning  # noqa: E402
+
 EXAMPLE = Path(__file__).parents[2] / "examples" / "trl_sft_rehearsal.py"
 
 
@@ -38,7 +40,8 @@ def test_trl_example_trains_with_quota_and_kl(tiny_lm, tmp_path, monkeypatch):
             "--rehearsal", str(tmp_path / "general.jsonl"), "--ratio", "0.25", "--batch-size", "4",
             "--max-steps", "4", "--learning-rate", "5e-2", "--lora-rank", "4", "--kl-weight", "0.5",
             "--retention-every", "2", "--output-dir", str(tmp_path / "out")]  # fmt: skip
-    trainer = _load_example().main(argv)
+    with pytest.warns(RetentionWarning) as caught:  # the example warns below retention 0.8
+        trainer = _load_example().main(argv)
     assert trainer.state.global_step == 4
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert len(losses) == 4 and all(math.isfinite(x) for x in losses)
@@ -48,6 +51,10 @@ def test_trl_example_trains_with_quota_and_kl(tiny_lm, tmp_path, monkeypatch):
     # The main job's suite, every 2 steps, through the trainer's log.
     logged = [h for h in trainer.state.log_history if "retention/retention" in h]
     assert [h["step"] for h in logged] == [2, 4]
+    assert [str(w.message) for w in caught if w.category is RetentionWarning] == [
+        f"RetentionCallback: retention={h['retention/retention']:.4f} at step {h['step']} is below the threshold 0.8"
+        for h in logged if h["retention/retention"] < 0.8
+    ]
     # what was logged at step 4 (the last) is the suite's score of the trained model: asked again
     # now, the suite gives the same numbers, and below 1 (the base model, adapter off, gives 1.0)
     (cb,) = [c for c in trainer.callback_handler.callbacks if type(c).__name__ == "RetentionCallback"]
