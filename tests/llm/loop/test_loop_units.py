@@ -220,16 +220,16 @@ def test_report_pairs_the_rehearsal_arms_per_seed_and_names_the_kl_weight():
     gaps = paired_gaps(runs)
     kl1 = "window (K=3), rehearsal self 50% + KL 1"
     assert list(gaps) == [kl1]
-    assert gaps[kl1]["seeds"] == [0, 1]
-    assert len(gaps[kl1]["generations"]) == 2  # the shortest paired run
-    assert gaps[kl1]["generations"][1] == pytest.approx([0.2, 0.2])
+    assert gaps[kl1].seeds == [0, 1]
+    assert len(gaps[kl1].generations) == 2  # the shortest paired run
+    assert gaps[kl1].generations[1] == pytest.approx([0.2, 0.2])
     # a second rehearsal variant of the same lineage gets its own gaps against the same runs
     # without (it used to overwrite the first one's seeds), and another lineage pairs with nothing
     both = runs + [run(0, "self", [1.0, 0.6, 0.9], kl=3.0), run(0, "self", [1.0, 0.9], kl=1.0, lineage="all")]
     gaps2 = paired_gaps(both)
     assert set(gaps2) == {kl1, "window (K=3), rehearsal self 50% + KL 3"}
     assert gaps2[kl1] == gaps[kl1]
-    assert gaps2["window (K=3), rehearsal self 50% + KL 3"]["generations"][1] == pytest.approx([-0.1])
+    assert gaps2["window (K=3), rehearsal self 50% + KL 3"].generations[1] == pytest.approx([-0.1])
     assert group_key(runs[0].state) == "window (K=3), rehearsal self 50% + KL 1"
     first = runs[0].state.config["loop"]
     assert isinstance(first, dict)

@@ -10,4 +10,5 @@
 * :mod:`.state`: the resumable per-generation state.
 * :mod:`.grid`: the runs of lineages x rehearsal x seeds, each in its own folder.
 * :mod:`.report`: tables, seeds aggregated, plots.
+* :mod:`.summary`: the report's ``metrics.json``, typed.
 """

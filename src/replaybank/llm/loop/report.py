@@ -1,8 +1,9 @@
 """The loop's report: per-generation tables, seeds aggregated, lineage modes side by side, plots.
 
 :func:`collect` reads the ``state.json`` of every run folder under an output folder;
-:func:`aggregate` groups runs by (lineage, rehearsal) and gives mean and std over seeds per
-generation; :func:`write_report` writes ``report.md``, ``metrics.json`` and ``loop.png``.
+:func:`aggregate` groups runs by (lineage, rehearsal) and gives each generation's figures per
+seed; :func:`write_report` writes ``report.md``, ``metrics.json`` (a :class:`.summary.LoopMetrics`)
+and ``loop.png``.
 
 Example:
     >>> row = GenerationRow.from_json({"generation": 0, "adapter": "base", "no_context": {"success": 0.25, "credit": 0.5},
@@ -20,7 +21,6 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -29,9 +29,16 @@ from replaybank.llm.config.names import UnsafePathError, refuse_links, write_ins
 from replaybank.llm.loop.act import Score
 from replaybank.llm.loop.results import Acted, GenerationRow
 from replaybank.llm.loop.state import LoopState, read_state
+from replaybank.llm.loop.summary import (
+    METRICS,
+    GenerationFigures,
+    LoopArm,
+    LoopMetrics,
+    Metric,
+    RetentionGap,
+)
 from replaybank.llm.records import ABSENT
 
-METRICS = ("exact", "credit", "exact_ctx", "credit_ctx", "retention")
 REPORT_FILES = ("report.md", "metrics.json", "loop.png")
 LABELS = {
     "exact": "held-out exact, no context", "credit": "held-out credit, no context",
@@ -64,8 +71,8 @@ def metrics_of(row: GenerationRow) -> dict[str, float | None]:
     }
 
 
-def mean_std(values: list[float], digits: int = 2) -> str:
-    """``mean ± std`` (sample std, ddof=1; just the value for one seed)."""
+def mean_std(values: Sequence[float | None], digits: int = 2) -> str:
+    """``mean ± std`` (sample std, ddof=1; just the value for one seed; None values left out)."""
     vals = [v for v in values if v is not None]
     if not vals:
         return "-"
@@ -124,10 +131,10 @@ def _experience_words(lp: Loop) -> str:
     return "".join(f", {w}" for w in words)
 
 
-def paired_gaps(runs: list[LoopRun]) -> dict[str, Any]:
+def paired_gaps(runs: list[LoopRun]) -> dict[str, RetentionGap]:
     """Per rehearsal group (:func:`group_key`) with runs without rehearsal of the same lineage and
     window: ``retention`` with rehearsal minus without, per generation and per seed both have
-    (``{group: {"seeds": [...], "generations": [[gap per seed], ...]}}``). Two rehearsal variants
+    (a group with no such seed is left out). Two rehearsal variants
     of one lineage in one folder each get their own gaps against the same runs without.
     """
     with_: dict[str, tuple[tuple[str, int], dict[int, list[float | None]]]] = {}
@@ -140,14 +147,15 @@ def paired_gaps(runs: list[LoopRun]) -> dict[str, Any]:
             without.setdefault(arm, {})[lp.seed] = per_gen
         else:
             with_.setdefault(group_key(run.state), (arm, {}))[1][lp.seed] = per_gen
-    out: dict[str, Any] = {}
+    out: dict[str, RetentionGap] = {}
     for key, (arm, on) in with_.items():
         off = without.get(arm, {})
         seeds = sorted(set(on) & set(off))
         if not seeds:
             continue
         n_gen = min([len(on[s]) for s in seeds] + [len(off[s]) for s in seeds])
-        out[key] = {"seeds": seeds, "generations": [[_diff(on[s][g], off[s][g]) for s in seeds] for g in range(n_gen)]}
+        out[key] = RetentionGap(seeds=seeds,
+                                generations=[[_diff(on[s][g], off[s][g]) for s in seeds] for g in range(n_gen)])
     return out
 
 
@@ -155,20 +163,18 @@ def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def aggregate(runs: list[LoopRun]) -> dict[str, Any]:
-    """``{group: {"seeds": [...], "generations": [{generation, metric: [per seed], ...}], "ratio_5_1": ...}}``."""
+def aggregate(runs: list[LoopRun]) -> dict[str, LoopArm]:
+    """Per group (:func:`group_key`), its runs as seeds: each generation's figures per seed, over
+    the generations every run of the group finished."""
     groups: dict[str, list[LoopRun]] = {}
     for run in runs:
         groups.setdefault(group_key(run.state), []).append(run)
-    out: dict[str, Any] = {}
+    out: dict[str, LoopArm] = {}
     for key, members in groups.items():
         n_gen = min(len(r.rows) for r in members)
-        gens = []
-        for g in range(n_gen):
-            per = [metrics_of(r.rows[g]) for r in members]
-            gens.append({"generation": g, **{m: [p[m] for p in per] for m in METRICS}})
-        out[key] = {"seeds": [r.state.loop_config.loop.seed for r in members], "runs": [r.name for r in members],
-                    "generations": gens, "seconds": [_seconds(r) for r in members]}
+        out[key] = LoopArm(seeds=[r.state.loop_config.loop.seed for r in members], runs=[r.name for r in members],
+                           generations=[GenerationFigures.over(g, [r.rows[g] for r in members]) for g in range(n_gen)],
+                           seconds=[_seconds(r) for r in members])
     return out
 
 
@@ -202,23 +208,23 @@ def write_report(out: Path) -> Path:
              "credit (the checker's reward). Retention = mean over suite families of the family score over the base "
              "model's. Generation 0 is the base model. Values are mean ± std over seeds.", ""]
     for key, group in agg.items():
-        lines += [f"## {key}", "", f"seeds {group['seeds']}; wall seconds per run (setup, generation 0 and every "
-                  f"generation) {group['seconds']}", "",
+        lines += [f"## {key}", "", f"seeds {group.seeds}; wall seconds per run (setup, generation 0 and every "
+                  f"generation) {group.seconds}", "",
                   "| gen | " + " | ".join(LABELS[m] for m in METRICS) + " |", "|---" * (len(METRICS) + 1) + "|"]
-        for gen in group["generations"]:
-            lines.append(f"| {gen['generation']} | " + " | ".join(mean_std(gen[m]) for m in METRICS) + " |")
-        gens = group["generations"]
+        gens = group.generations
+        for gen in gens:
+            lines.append(f"| {gen.generation} | " + " | ".join(mean_std(gen.of(m)) for m in METRICS) + " |")
         if len(gens) > 5:
             shown = ", ".join(f"{a:.0%} -> {b:.0%}" + (f" ({b / a:.2f}x)" if a else "")
-                              for a, b in zip(gens[1]["exact"], gens[5]["exact"], strict=True))
+                              for a, b in zip(gens[1].exact, gens[5].exact, strict=True))
             lines += ["", f"held-out exact without context, generation 1 -> 5, per seed: {shown}"]
         lines.append("")
     gaps = paired_gaps(runs)
     for key, gap in gaps.items():
         lines += [f"## Retention with rehearsal minus without ({key}, paired per seed)", "",
-                  f"seeds {gap['seeds']}; points of retention (percent of base), mean ± std over seeds, then per seed", "",
+                  f"seeds {gap.seeds}; points of retention (percent of base), mean ± std over seeds, then per seed", "",
                   "| gen | gap | per seed |", "|---|---|---|"]
-        for g, vals in enumerate(gap["generations"]):
+        for g, vals in enumerate(gap.generations):
             shown = ", ".join("-" if v is None else f"{100 * v:+.0f}" for v in vals)
             lines.append(f"| {g} | {mean_std([100 * v for v in vals if v is not None], 0)} | {shown} |")
         lines.append("")
@@ -226,7 +232,7 @@ def write_report(out: Path) -> Path:
     for run in runs:
         lines += [f"### {run.name}", "", *_run_table(run.rows), "", *_level_table(run.rows), *_calls_table(run.rows),
                   *_experience_table(run.rows), "```", _store_text(run.folder), "```", ""]
-    metrics = json.dumps({**agg, "paired_retention_gap": gaps} if gaps else agg, indent=1)
+    metrics = json.dumps(LoopMetrics(arms=agg, paired_retention_gap=gaps).to_json(), indent=1)
     png = _plot(agg) if agg else None
     report = write_inside(out, "report.md", ("\n".join(lines) + "\n").encode("utf-8"))
     write_inside(out, "metrics.json", metrics.encode("utf-8"))
@@ -400,7 +406,7 @@ def _store_text(folder: Path) -> str:
         return format_summary(summary(store)).replace(str(path), f"{folder.name}/store.db")
 
 
-def _plot(agg: dict[str, Any]) -> bytes:
+def _plot(agg: dict[str, LoopArm]) -> bytes:
     """``loop.png``'s bytes: four panels, a line per group over generations."""
     import io
 
@@ -409,12 +415,12 @@ def _plot(agg: dict[str, Any]) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = ("exact", "credit", "exact_ctx", "retention")
+    panels: tuple[Metric, ...] = ("exact", "credit", "exact_ctx", "retention")
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6))
     for ax, metric in zip(axes, panels, strict=True):
         for key, group in agg.items():
-            xs = [g["generation"] for g in group["generations"]]
-            vals = [[v for v in g[metric] if v is not None] for g in group["generations"]]
+            xs = [g.generation for g in group.generations]
+            vals = [[v for v in g.of(metric) if v is not None] for g in group.generations]
             mean = np.array([np.mean(v) if v else np.nan for v in vals])
             std = np.array([np.std(v, ddof=1) if len(v) > 1 else 0.0 for v in vals])
             ax.plot(xs, mean, marker="o", label=key)
