@@ -12,6 +12,12 @@ Prints, as Markdown, for every arm that chose its operating point:
   exact match on the test requests, retention per family on the test split), and their mean over
   seeds.
 
+``--what-if FLOOR`` (repeatable) applies the chooser's own rule
+(:func:`replaybank.llm.eval.frontier.choose`) to the measured points again with another floor: a
+number, or ``family=number,...`` with every family it leaves out at 0.9 (as ``retention_floor``
+reads a table). It says which point that floor would choose per seed, on the validation figures
+only: the test figures of a point the run did not choose need a run with that floor.
+
 ``--json`` writes the same figures as JSON (the source of the tables in docs/llm.md).
 """
 
@@ -63,10 +69,40 @@ def mean_of(rows: list[dict[str, Any]], which: str) -> dict[str, Any]:
     }
 
 
+def parse_floor(text: str) -> float | dict[str, float]:
+    """``0.8`` or ``open=0.5,arithmetic=0.8`` (the families left out keep 0.9)."""
+    if "=" not in text:
+        return float(text)
+    table = dict.fromkeys(FAMILIES, 0.9)
+    for part in text.split(","):
+        fam, _, value = part.partition("=")
+        if fam.strip() not in table:
+            raise SystemExit(f"--what-if {text!r}: unknown family {fam.strip()!r}; families: {', '.join(FAMILIES)}")
+        table[fam.strip()] = float(value)
+    return table
+
+
+def what_if(rows: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """Per seed, the point the chooser picks from the measured points under the floor ``text``."""
+    from replaybank.llm.eval.frontier import choose
+    from replaybank.llm.results.frontier import FrontierPoint
+
+    floor = parse_floor(text)
+    out = []
+    for r in rows:
+        points = [FrontierPoint.from_json(p) for p in r["points"]]
+        choice = choose(points, floor)
+        p = None if choice.index is None else r["points"][choice.index]
+        out.append({"seed": r["seed"], "chosen": choice.index, "reason": choice.reason, "point": p})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("metrics", type=Path, help="a run's metrics.json")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--what-if", action="append", default=[], metavar="FLOOR",
+                    help="another floor applied to the measured points: 0.8, or open=0.5,arithmetic=0.8")
     args = ap.parse_args()
     metrics = json.loads(args.metrics.read_text(encoding="utf-8"))
     seeds = metrics["seeds"]
@@ -76,7 +112,8 @@ def main() -> None:
             continue
         rows = seed_rows(arm, seeds)
         out["arms"][name] = {"seeds": rows, "mean_trained": mean_of(rows, "trained"),
-                             "mean_at_chosen": mean_of(rows, "at_chosen")}
+                             "mean_at_chosen": mean_of(rows, "at_chosen"),
+                             "what_if": {text: what_if(rows, text) for text in args.what_if}}
         print(f"\n### {name}: the frontier on validation data\n")
         print("| seed | profile | first / last layer | domain exact match % | " + " | ".join(FAMILIES) + " | min |")
         print("|---:|---|---|---:|" + "---:|" * (len(FAMILIES) + 1))
@@ -99,6 +136,15 @@ def main() -> None:
                 low = fig.get("min_retention", min((v for v in ret.values() if v is not None), default=None))
                 cells = " | ".join(pct(ret.get(f)) for f in FAMILIES)
                 print(f"| {r['seed']} | {which.replace('_', ' ')} | {pct(fig['domain_exact_match'])} | {cells} | {pct(low)} |")
+        for text, picks in out["arms"][name]["what_if"].items():
+            print(f"\n### {name}: the floor {text} applied to the same points (validation figures)\n")
+            print("| seed | point | domain exact match % | min retention % |")
+            print("|---:|---|---:|---:|")
+            for pick in picks:
+                p = pick["point"]
+                where = "none keeps it" if p is None else f"{p['profile']} {p['lo']:g} / {p['hi']:g}"
+                print(f"| {pick['seed']} | {where} | {'-' if p is None else pct(p['domain_exact_match'])} | "
+                      f"{'-' if p is None else pct(p['min_retention'])} |")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
         print(f"\nwrote {args.json}")

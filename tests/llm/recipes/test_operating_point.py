@@ -121,13 +121,13 @@ def test_the_choose_table_reports_each_seeds_choice_and_both_test_figures(tmp_pa
     import sys
     from pathlib import Path
 
-    def point(profile, lo, em, ret):
+    def point(profile, lo, em, ret, code=1.0):
         return {"made_by": "scale", "profile": profile, "lo": lo, "hi": 1.0 if profile == "depth" else lo,
-                "change": lo, "domain_exact_match": em, "retention": {"arithmetic": ret, "code": 1.0},
-                "min_retention": ret}
+                "change": lo, "domain_exact_match": em, "retention": {"arithmetic": ret, "code": code},
+                "min_retention": min(ret, code)}
 
     frontier = [
-        {"points": [point("uniform", 1.0, 0.7, 0.6), point("uniform", 0.5, 0.4, 0.95)], "chosen": 1,
+        {"points": [point("uniform", 1.0, 0.7, 0.6, code=0.85), point("uniform", 0.5, 0.4, 0.95)], "chosen": 1,
          "reason": "best domain exact match keeping the floor", "tradeoff": -1.0, "pareto": [0, 1],
          "trained_exact_match": 0.66, "trained_retention": {"arithmetic": 0.55, "code": 0.9}},
         {"points": [point("uniform", 1.0, 0.6, 0.5)], "chosen": None, "reason": "no point keeps the floor",
@@ -143,9 +143,12 @@ def test_the_choose_table_reports_each_seeds_choice_and_both_test_figures(tmp_pa
     src.write_text(json.dumps(metrics))
     script = Path(__file__).resolve().parents[3] / "benchmarks" / "choose_table.py"
     got = tmp_path / "table.json"
-    proc = subprocess.run([sys.executable, str(script), str(src), "--json", str(got)],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run([sys.executable, str(script), str(src), "--json", str(got), "--what-if", "arithmetic=0.5",
+                           "--what-if", "0.99"], capture_output=True, text=True, check=True)
     arm = json.loads(got.read_text())["arms"]["self-distill"]
+    # the chooser's own rule on the same points: arithmetic held to 0.5 and code, left out, to 0.9
+    assert [pick["chosen"] for pick in arm["what_if"]["arithmetic=0.5"]] == [1, 0]
+    assert [pick["chosen"] for pick in arm["what_if"]["0.99"]] == [None, None]
     first, second = arm["seeds"]
     assert (first["seed"], first["chosen"], second["chosen"]) == (7, 1, None)
     assert first["trained"] == {"domain_exact_match": 0.66, "retention": {"arithmetic": 0.55, "code": 0.9}}
