@@ -3,7 +3,7 @@
 # two commands there, `bash scripts/main.sh --out <tmp>/run` then `bash scripts/test.sh`, with an
 # empty REPLAYBANK_CACHE. Records each command's wall time (the main job's with the bootstrap it
 # starts with, and the bootstrap alone: the moment its stamp file was written), the torch threads
-# the run chose and why (metrics.json), and the 1-minute load average before and after each
+# the run chose and why and the seconds of each of its phases (metrics.json), and the 1-minute load average before and after each
 # command. Writes benchmarks/results/newcomer.json and prints a table.
 #
 # Takes 30+ minutes of every CPU: run it on a machine doing nothing else.
@@ -111,6 +111,7 @@ result = {
         "torch_threads": env.get("threads"),
         "thread_choice": env.get("thread_choice"),
         "arm_processes": env.get("arm_processes"),
+        "phase_seconds": metrics.get("timings"),
     },
     "test": {
         "command": "bash scripts/test.sh",

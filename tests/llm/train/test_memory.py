@@ -85,7 +85,7 @@ def _tiny_cfg(model_dir: Path, out: Path) -> Config:
         "data": {"domain_train_rows": 15, "domain_eval_rows": 4, "general_eval_rows": 4},
         "recipes": {"corpus-kl": {"source": ["corpus"], "ratio": 0.2, "kl_to_base": 0.5}},
         "evaluation": {"arms": ["base", "naive", "rehearsal", "corpus-kl"], "suite_per_family": 1,
-                       "max_new_tokens": 4, "probe_pairs": 1},
+                       "max_new_tokens": 4, "probe_pairs": 1, "probe_sources": True},
         "output": {"out_dir": str(out), "save_adapters": False},
     })
 
