@@ -45,6 +45,25 @@ def test_a_trl_without_sdft_is_refused_when_the_config_is_checked(tiny_model_dir
                                     "evaluation": {"arms": ["base", "routed"]}}))  # routed needs no TRL
 
 
+def test_a_missing_trl_names_the_extra_that_installs_it(monkeypatch):
+    """The main job's bootstrap installs only its own extras: an arm that needs TRL says how to get it."""
+    import importlib.metadata
+
+    from replaybank.llm.train import trl_peer
+
+    real = importlib.metadata.version
+
+    def version(name):
+        if name == "trl":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    missing = trl_peer.sdft_missing()
+    assert missing is not None and missing.startswith("TRL is not installed")
+    assert "replaybank[hf]" in missing and "scripts/bootstrap.sh" in missing
+
+
 def test_peer_sdft_and_routed_train_and_are_scored_in_a_tiny_run(tiny_model_dir, tmp_path):
     pytest.importorskip("trl.experimental.sdft", reason="TRL without SDFTTrainer: peer-sdft needs trl >= 1.16")
     from replaybank.llm.eval.measure import flatten

@@ -55,7 +55,9 @@ def sdft_missing() -> str | None:
     try:
         found = version("trl")
     except PackageNotFoundError:
-        return f"TRL is not installed; the arm needs {TRL_REQUIRED}"
+        return (f"TRL is not installed; the arm needs {TRL_REQUIRED}: install the `hf` extra "
+                "(pip install 'replaybank[hf]'; in a checkout, bash scripts/bootstrap.sh installs every extra, "
+                "scripts/main.sh only the main job's)")
     if importlib.util.find_spec("trl") is None:
         return f"TRL {found} is recorded as installed but cannot be imported; the arm needs {TRL_REQUIRED}"
     try:
