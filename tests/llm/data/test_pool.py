@@ -165,6 +165,12 @@ def test_a_200k_row_parquet_pool_is_prepared_without_a_python_string_or_token_pe
     pool_file = _parquet(tmp_path / "big.parquet", picks)
     del picks
     cfg = _overlap_cfg(pool_file, rehearsal_rows_per_epoch=500, num_train_epochs=1)
+    # one small pool first, untraced: what the first call imports, compiles or caches (pyarrow's
+    # readers, the suite and its overlap keys) is not a cost per row
+    warm = _overlap_cfg(_parquet(tmp_path / "warm.parquet", picks_small := _words(300)), rehearsal_rows_per_epoch=20)
+    data = prepare(warm, char_tok)
+    check_overlaps(load_suite(), data, sampled_rows(len(data.rehearsal_pool), warm.training))
+    del data, picks_small
     tok = CountingTokenizer(char_tok)
     tracemalloc.start()
     data = prepare(cfg, tok)  # the default threshold: 200k rows are lazy
