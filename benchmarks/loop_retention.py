@@ -143,15 +143,15 @@ def main() -> None:
             sample = retention(res["items"], base_scores, loop_sample)
             held = summarise(bare)
             results["variants"][name] = {
-                "changes": changes, "train": train, "train_seconds": round(t_train, 1), "suite_seconds": res["seconds"],
+                "changes": changes, "train": train.to_json(), "train_seconds": round(t_train, 1), "suite_seconds": res["seconds"],
                 "heldout_exact": held["success"], "heldout_credit": held["credit"],
                 "retention_all": full, "retention_loop_sample": sample, "leakage": res["leakage"],
                 "items": [{k: o[k] for k in ("id", "family", "check", "score", "truncated", "answer")}
                           | {"base_answer": suite.base_answers[o["id"]], "base_score": base_scores[o["id"]]}
                           for o in res["items"]],
             }
-            print(f"[s{args.seed} {name}] {changes} | train {train['steps']} steps {t_train:.0f} s "
-                  f"(loss {train['loss_last']}, kl {train['kl_mean']}) | held-out exact {held['success']:.0%} "
+            print(f"[s{args.seed} {name}] {changes} | train {train.steps} steps {t_train:.0f} s "
+                  f"(loss {train.loss_last}, kl {train.kl_mean}) | held-out exact {held['success']:.0%} "
                   f"credit {held['credit']:.2f} | retention all {len(suite.items)}: {full['retention']:.1%} "
                   f"{ {f: round(v, 2) for f, v in full['families'].items()} } | loop sample: "
                   f"{sample['retention']:.1%} | suite {res['seconds']:.0f} s", flush=True)

@@ -104,17 +104,17 @@ def test_zero_weight_is_the_path_without_kl_and_a_weight_adds_the_predicted_term
     model.load_state_dict(start, strict=False)
     zero = consolidate(model, pad, domain, rehearsal, _recipe(0.0), cfg, desc="t")
     after_zero = _lora(model)
-    assert zero["steps"] == len(old.steps) == 1 and zero["kl_mean"] is None and zero["kl_weight"] == 0.0
-    assert zero["loss_first"] == old.steps[0]["loss"]
+    assert zero.steps == len(old.steps) == 1 and zero.kl_mean is None and zero.kl_weight == 0.0
+    assert zero.loss_first == old.steps[0]["loss"]
     assert all(torch.equal(after_old[k], after_zero[k]) for k in after_old)
 
     model.load_state_dict(start, strict=False)
     weighted = consolidate(model, pad, domain, rehearsal, _recipe(2.0), cfg, desc="t")
     after_kl = _lora(model)
     # the logged term is the KL of the starting adapter on the rehearsal answers (all in the one batch)
-    assert weighted["kl_weight"] == 2.0
-    assert weighted["kl_mean"] == pytest.approx(expected_kl, rel=1e-3, abs=1e-6)
-    assert weighted["loss_first"] == pytest.approx(zero["loss_first"], rel=1e-6)  # the logged loss is the CE
+    assert weighted.kl_weight == 2.0
+    assert weighted.kl_mean == pytest.approx(expected_kl, rel=1e-3, abs=1e-6)
+    assert weighted.loss_first == pytest.approx(zero.loss_first, rel=1e-6)  # the logged loss is the CE
     assert any(not torch.equal(after_kl[k], after_zero[k]) for k in after_kl)  # and the KL moved the update
 
 
@@ -141,7 +141,7 @@ def test_without_rehearsal_rows_the_weight_is_inactive(tiny):
 
     model, tok, cfg, _, domain, _ = tiny
     out = consolidate(model, tok.pad_token_id, domain, None, _recipe(3.0), cfg, desc="t")
-    assert out["kl_weight"] == 0.0 and out["kl_mean"] is None
+    assert out.kl_weight == 0.0 and out.kl_mean is None
 
 
 def test_rehearsal_ce_false_needs_the_kl_term():
@@ -174,7 +174,7 @@ def test_without_rehearsal_ce_the_rows_train_only_through_the_kl_term(tiny):
         for name, rows in (("blue-green", rehearsal), ("green-blue", other)):
             model.load_state_dict(at_base, strict=False)
             log = consolidate(model, tok.pad_token_id, domain, rows, _recipe(1.0, ce), cfg, desc="t")
-            assert log["rehearsal_ce"] is ce and log["kl_mean"] == 0.0
+            assert log.rehearsal_ce is ce and log.kl_mean == 0.0
             after[ce, name] = _lora(model)
     same = [torch.allclose(after[False, "blue-green"][k], after[False, "green-blue"][k], atol=1e-8) for k in after[False, "blue-green"]]
     differ = [not torch.allclose(after[True, "blue-green"][k], after[True, "green-blue"][k], atol=1e-8) for k in after[True, "blue-green"]]

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from replaybank.controllers import Controller
 from replaybank.llm.config.controller import auto_ratio, check_controller, recipe_controller
@@ -45,6 +45,7 @@ from replaybank.llm.config.values import (
     shown,
     table_name,
 )
+from replaybank.llm.records import Record, ResultsError
 
 __all__ = [
     "BUILTIN_RECIPES", "CONTROLLER_KEYS", "JOB_ARMS", "NONE", "SELFGEN", "SOURCES", "TAKES_TRAINING_SHARE", "TARGETED_KEYS",
@@ -59,11 +60,15 @@ Sampling = Literal["uniform", "forgetting"]
 #: what happens to the domain gradient: nothing, or A-GEM's projection against the rehearsal rows' gradient
 Project = Literal["none", "agem"]
 NONE = "none"  # a recipe name: no rehearsal at all
+_R = TypeVar("_R", bound="Recipe")
 
 
 @dataclass
-class Recipe:
-    """How rehearsal rows enter training: sources, share, cross-entropy on/off, the KL term."""
+class Recipe(Record):
+    """How rehearsal rows enter training: sources, share, cross-entropy on/off, the KL term.
+
+    It is also the ``spec`` of an arm in ``metrics.json`` (:meth:`to_json`, :meth:`from_json`).
+    """
 
     source: list[str] = _f([], "rehearsal sources: corpus, self, replay, onpolicy, selfgen (the main job), self or a .jsonl file of {prompt, response} (the loop); empty = none (naive)")
     ratio: float = _f(0.1, "total rehearsal share of every batch, split evenly over the sources, in [0, 1)", min=0, lt=1)
@@ -86,6 +91,30 @@ class Recipe:
     candidates: int = _f(512, "with sampling = forgetting: the most rows of each source whose losses are measured (a seeded choice)", min=1, max=10_000_000)
     project: Project = _f("none", "replaybank run: none, or agem: project the domain gradient so it does not oppose the rehearsal rows' gradient (docs/llm.md, A-GEM)")
     domain: bool = _f(True, "replaybank run: train on the arm's domain rows; false = on its rehearsal rows alone, as many per epoch as the domain has, plain cross-entropy, no ratio (the control arm: what any LoRA update on those rows costs, the floor under the domain's interference)")
+
+    def to_json(self) -> dict[str, object]:
+        """The recipe as a results file writes it (``metrics.json``: ``arms.<arm>.spec``): :func:`recipe_dict`."""
+        return recipe_dict(self)
+
+    @classmethod
+    def from_json(cls: type[_R], data: object, where: str = "results") -> _R:
+        """A recipe :meth:`to_json` wrote, every key checked as a config's ``[recipes.NAME]`` keys are
+        (a key it left out takes its default).
+
+        Example:
+            >>> r = builtin("self-distill")
+            >>> Recipe.from_json(r.to_json()) == r
+            True
+
+        Raises:
+            ResultsError: ``data`` is not an object, or holds an unknown key or a bad value (``where``
+                names it).
+        """
+        try:
+            spec, _ = read_section(where, "recipe", cls, data)
+        except ConfigError as exc:
+            raise ResultsError(str(exc)) from None
+        return spec
 
 
 @dataclass(frozen=True)

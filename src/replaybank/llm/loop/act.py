@@ -30,7 +30,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -169,6 +169,21 @@ def build_prompts(
         head = [{"role": "system", "content": system}] if system else []
         return [(head + [{"role": "user", "content": t.text}], ()) for t in tasks]
     return [retriever.context(t, k, system=system or None) for t in tasks]
+
+
+class _Budget(TypedDict):
+    max_new_tokens: int
+    batch_size: int
+    max_calls: int
+    max_turns: int
+
+
+class AttemptOptions(_Budget, total=False):
+    """The generation budget of :func:`attempt` a job passes to every pass over its tasks (acting,
+    the retry pass, the vote, evaluation), written once: ``attempt(..., **options)``; without
+    ``temperature`` the answers are greedy."""
+
+    temperature: float
 
 
 def attempt(

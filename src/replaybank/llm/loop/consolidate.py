@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from replaybank.episodic import EpisodeStore
 from replaybank.errors import ReplayBankError
 from replaybank.llm.config import Recipe, Training
 from replaybank.llm.data.rows import TokenRows
+from replaybank.llm.records import ABSENT, Absent, JsonObject, Record, absent, omitted
 from replaybank.llm.train.peft_files import (
     MANIFEST,
     WEIGHTS,
@@ -41,7 +43,7 @@ from replaybank.llm.train.peft_files import (
     write_adapter_folder,
 )
 
-__all__ = ["AdapterError", "consolidate", "domain_rows", "load_adapter", "rehearsal_rows", "save_adapter"]
+__all__ = ["AdapterError", "ConsolidationLog", "consolidate", "domain_rows", "load_adapter", "rehearsal_rows", "save_adapter"]
 
 
 def domain_rows(
@@ -121,10 +123,41 @@ def read_rehearsal_file(path: Path) -> list[dict[str, str]]:
 STEER_ROWS, STEER_POINTS = 16, 4
 
 
+@dataclass(frozen=True, kw_only=True)
+class ConsolidationLog(Record):
+    """What one consolidation trained: a generation's ``train`` object in ``state.json``, its keys
+    in this order (the LoRA loop's log, :meth:`replaybank.llm.train.TrainLog.to_dict`, without its
+    per-step rows and evaluations, then the consolidation's own figures)."""
+
+    tokens: int
+    seconds: float
+    tokens_per_second: float | None
+    resumed_from_step: int
+    projected_share: float | None | Absent = absent()
+    """A-GEM only: the share of the steps with rehearsal rows whose domain gradient was projected."""
+    refreshes: list[JsonObject] | None = omitted()
+    """One per rewrite of a source's rows (``selfgen``); left out when nothing was rewritten."""
+    steps: int
+    loss_first: float | None
+    """The first step's loss (cross-entropy); None without steps."""
+    loss_last: float | None
+    rehearsal_rows: int
+    """Rehearsal rows drawn, over every step."""
+    rows: int
+    """Rows drawn (domain and rehearsal), over every step."""
+    kl_weight: float
+    rehearsal_ce: bool
+    """Whether rehearsal rows trained with cross-entropy (false without rehearsal rows)."""
+    kl_mean: float | None
+    """The mean per-token KL-to-base over the steps; None without the term."""
+    mixture: list[JsonObject] | None = omitted()
+    """A replay controller's mixture after each evaluation; only when steered."""
+
+
 def consolidate(
     model: Any, pad_id: int, domain: TokenRows, rehearsal: TokenRows | None, recipe: Recipe | None, cfg: Training,
     *, desc: str, checkpoint_dir: Path | None = None, controller: Any = None,
-) -> dict[str, Any]:
+) -> ConsolidationLog:
     """Train the PEFT ``model`` in place on ``domain`` mixed with ``rehearsal`` by ``recipe``.
 
     The recipe's ``ratio`` of the rows (or labelled tokens, ``mix_by``) of every batch are
@@ -143,10 +176,7 @@ def consolidate(
     are measured before the first step and at :data:`STEER_POINTS` points.
 
     Returns:
-        The training log (:meth:`replaybank.llm.train.TrainLog.to_dict`) without per-step rows,
-        plus ``loss_first``/``loss_last``, ``steps``, ``kl_weight`` and ``kl_mean`` (the mean
-        per-token KL over the steps; None without the term); ``mixture`` (the controller's after
-        each evaluation) when steered.
+        What it trained (:class:`ConsolidationLog`).
     """
     from replaybank.llm.train import KLSpec, Source, train_lora
 
@@ -160,23 +190,24 @@ def consolidate(
         sources = [Source(steer.trained[0], kept, spec.ratio)]
     log = train_lora(model, pad_id, domain, cfg, checkpoint_dir=checkpoint_dir, desc=desc, sources=sources,
                      mix_by=spec.mix_by, kl=kl, steer=steer, eval_points=STEER_POINTS if steer else 1)
-    out = log.to_dict()
-    steps = out.pop("steps")
+    steps = log.steps
     kls = [s["kl"] for s in steps if s.get("kl") is not None]
-    out.update({
-        "steps": len(steps),
-        "loss_first": steps[0]["loss"] if steps else None,
-        "loss_last": steps[-1]["loss"] if steps else None,
-        "rehearsal_rows": sum(s["rehearsal_rows"] for s in steps),
-        "rows": sum(s["rows"] for s in steps),
-        "kl_weight": kl.weight if kl is not None else 0.0,
-        "rehearsal_ce": (kl.rehearsal_ce if kl is not None else True) and sources != [],
-        "kl_mean": sum(kls) / len(kls) if kls else None,
-    })
-    out.pop("evals", None)
-    if steer is not None:
-        out["mixture"] = steer.trajectory
-    return out
+    return ConsolidationLog(
+        tokens=log.tokens, seconds=round(log.seconds, 3),
+        tokens_per_second=round(log.tokens / log.seconds, 1) if log.seconds else None,
+        resumed_from_step=log.resumed_from_step,
+        projected_share=log.projected_share() if any("projected" in s for s in steps) else ABSENT,
+        refreshes=log.refreshes or None,
+        steps=len(steps),
+        loss_first=steps[0]["loss"] if steps else None,
+        loss_last=steps[-1]["loss"] if steps else None,
+        rehearsal_rows=sum(s["rehearsal_rows"] for s in steps),
+        rows=sum(s["rows"] for s in steps),
+        kl_weight=kl.weight if kl is not None else 0.0,
+        rehearsal_ce=(kl.rehearsal_ce if kl is not None else True) and sources != [],
+        kl_mean=sum(kls) / len(kls) if kls else None,
+        mixture=steer.trajectory if steer is not None else None,
+    )
 
 
 def _steering(controller: Any, spec: Recipe, model: Any, pad_id: int, domain: TokenRows, rehearsal: TokenRows | None,

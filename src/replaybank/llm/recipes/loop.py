@@ -46,7 +46,14 @@ from replaybank.llm.config import Recipe
 from replaybank.llm.config.loop import Loop, LoopConfig
 from replaybank.llm.config.names import refuse_links, safe_folder
 from replaybank.llm.eval.measure import suite_retention
-from replaybank.llm.loop.act import attempt, build_prompts, summarise, to_episode, turn_seed
+from replaybank.llm.loop.act import (
+    AttemptOptions,
+    attempt,
+    build_prompts,
+    summarise,
+    to_episode,
+    turn_seed,
+)
 from replaybank.llm.loop.consolidate import (
     consolidate,
     domain_rows,
@@ -87,8 +94,6 @@ from replaybank.llm.runtime import pick_device, use_device
 from replaybank.workers import worker_pool
 
 Log = Callable[[str], None]
-ConfigDict = dict[str, Any]
-"""A :class:`LoopConfig` as :meth:`LoopConfig.to_dict` gives it: ``{section: {key: value}}``."""
 SPLIT_SEED = 7919  # task draws: seed * SPLIT_SEED + generation, so seeds and generations never share a draw
 RETRY_TURN = 1000  # the retry pass samples with turn_seed(the generation's seed, RETRY_TURN): a seed no turn of acting uses
 
@@ -205,7 +210,7 @@ def run_loop(
             measured = evaluate(model, tok, env, store, evaluation, validation, suite, cfg, max_calls, generation=g,
                                 redactor=redactor)
             state = state.add(GenerationRow(
-                generation=g, adapter=adapter, lineage=lineage, train_rows=n_rows, act=acted, train=train,
+                generation=g, adapter=adapter, lineage=lineage, train_rows=n_rows, act=acted, train=train.to_json(),
                 evaluation=measured, seconds=round(time.perf_counter() - t0, 1),
             ))
             if controller is not None:  # the next generation starts from it, here or after a kill
@@ -251,8 +256,8 @@ def act_generation(
     prompts, shown, pool = context_prompts(store, tasks, lp)
     started = time.time()
     sample_seed = lp.seed * SPLIT_SEED + g
-    kw: dict[str, Any] = {"max_new_tokens": ev.max_new_tokens, "batch_size": ev.generation_batch_size,
-                          "temperature": lp.temperature, "max_calls": max_calls, "max_turns": lp.max_turns}
+    kw = AttemptOptions(max_new_tokens=ev.max_new_tokens, batch_size=ev.generation_batch_size,
+                        temperature=lp.temperature, max_calls=max_calls, max_turns=lp.max_turns)
     generated, stats = attempt(model, tok, env, tasks, prompts, seed=sample_seed, desc=f"gen {g} act", **kw)
     attempts = [*replayed.values(), *generated]
     episodes = [redactor.episode(to_episode(a, generation=g, adapter=adapter, seed=sample_seed, started_at=started))
@@ -303,8 +308,8 @@ def evaluate(
     from replaybank.llm.eval.suite import evaluate_suite
 
     lp, ev = cfg.loop, cfg.evaluation
-    kw: dict[str, Any] = {"max_new_tokens": ev.max_new_tokens, "batch_size": ev.generation_batch_size,
-                          "max_calls": max_calls, "max_turns": lp.max_turns}
+    kw = AttemptOptions(max_new_tokens=ev.max_new_tokens, batch_size=ev.generation_batch_size,
+                        max_calls=max_calls, max_turns=lp.max_turns)
     tag = f"gen {generation} eval"
     sys_ = lp.system_prompt
     bare, s1 = attempt(model, tok, env, evaluation, build_prompts(evaluation, None, 0, system=sys_),
@@ -364,10 +369,8 @@ def _line(row: GenerationRow, total: int) -> str:
             f"retention {'-' if ret is None else f'{ret:.0%}'}" + (f" | {row.seconds:.0f} s" if row.seconds is not None else ""))
 
 
-def _run_one(name: str, data: ConfigDict, source: str, folder: str, worker: int | None = None) -> str:
-    """One run of a grid in a worker process: ``data`` is the run's :meth:`LoopConfig.to_dict` (it
-    crosses the process boundary as plain data)."""
-    cfg = LoopConfig.from_dict(data, source=source)
+def _run_one(name: str, cfg: LoopConfig, folder: str, worker: int | None = None) -> str:
+    """One run of a grid (in a worker process when the grid runs several at a time)."""
     path = Path(folder)
     path = safe_folder(path.parent, path.name)  # a run's folder inside --out, not a link out of it
     refuse_links(path, "log.txt")
@@ -393,10 +396,13 @@ def run_grid(runs: list[tuple[str, LoopConfig]], out: Path, *, jobs: int = 1, lo
     refuse_links(out, *REPORT_FILES)  # before hours of runs, not after
     for name, _ in runs:
         safe_folder(out, name)
-    args = [(name, cfg.to_dict(), cfg.source, str(out / name), k) for k, (name, cfg) in enumerate(runs)]
+    # each run's config as its saved form reads back (the recipe it names declared among its tables),
+    # whether the run goes to a worker process or not
+    args = [(name, LoopConfig.from_dict(cfg.to_dict(), source=cfg.source), str(out / name), k)
+            for k, (name, cfg) in enumerate(runs)]
     if jobs <= 1 or len(runs) == 1:
         for a in args:
-            _run_one(*a[:4])  # one after another: each on the configured device
+            _run_one(*a[:3])  # one after another: each on the configured device
     else:
         with worker_pool(jobs) as pool:
             for done in pool.map(_run_one, *zip(*args, strict=True)):

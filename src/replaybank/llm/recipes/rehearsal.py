@@ -83,7 +83,6 @@ from replaybank.llm.results import (
     DomainCell,
     DomainScore,
     Generation,
-    Losses,
     MixtureEntry,
     RunResult,
     SeedManifest,
@@ -356,7 +355,7 @@ def _train_arm(
     kl = KLSpec.from_recipe(spec)
     generations: list[Generation] = []
     scores: list[float] = []
-    curve: list[dict[str, Any]] = []
+    curve: list[CurvePoint] = []
     matrix_rows: list[list[DomainCell]] = []
     mixture: list[MixtureEntry] = []
     offset, tag = 0, f"{name} {seed_label}"
@@ -383,7 +382,7 @@ def _train_arm(
 
         def on_eval(step: int, _offset: int = offset, _g: int = g) -> dict[str, float]:
             result = measure_point(model, ctx, _g)  # the losses and KL(base || adapter) on this domain's held-out rows
-            curve.append({"step": _offset + step, "generation": _g, **result})
+            curve.append(CurvePoint.from_json({"step": _offset + step, "generation": _g, **result}, "the curve"))
             log(f"{tag} gen {_g} step {step}: general {result['general_loss']:.4f}, domain {result['domain_loss']:.4f}, "
                 f"KL(base||adapter) on domain {result['domain_kl']:.4f}")
             return {k: v for k, v in result.items() if k != "domain_losses"}
@@ -403,17 +402,17 @@ def _train_arm(
             )
         if not train_log.evals or train_log.evals[-1]["step"] != len(train_log.steps):
             train_log.evals.append(dict(on_eval(len(train_log.steps)), step=len(train_log.steps)))
-        elif not curve or curve[-1]["generation"] != g:  # resumed from a checkpoint at its last step
+        elif not curve or curve[-1].generation != g:  # resumed from a checkpoint at its last step
             on_eval(len(train_log.steps))
         if hooks.after_training(model, log):  # a peer's post-processing: its last point measured again, as scored
             curve.pop()
             on_eval(len(train_log.steps))
-        final = dict(curve[-1])
+        final = curve[-1].losses
         offset += len(train_log.steps)
         total_tokens += train_log.tokens
         total_seconds += round(train_log.seconds, 3)
         matrix_rows.append(domain_row(model, ctx, f"{tag} gen {g}"))
-        scores.append(-float(final["domain_losses"][g]))
+        scores.append(-float(final.domain_losses[g]))
         mixture += [MixtureEntry.from_json({**e, "step": offset - len(train_log.steps) + e["step"], "generation": g}, "the mixture")
                     for e in (steer.trajectory if steer else [])]
         generations.append(Generation(
@@ -421,7 +420,7 @@ def _train_arm(
             rehearsal_share=share_g if sources else 0.0,
             sources={s.name: SourceUse(rows=len(s.rows), share=s.share, rows_per_epoch=rows_per_epoch(train_log.steps, s.name))
                      for s in sources},
-            train=TrainLogRecord.from_json(train_log.to_dict(), f"{tag} gen {g}: the training log"), general_loss=final["general_loss"], domain_loss=final["domain_loss"],
+            train=TrainLogRecord.from_json(train_log.to_dict(), f"{tag} gen {g}: the training log"), general_loss=final.general_loss, domain_loss=final.domain_loss,
             domain_accuracy=[DomainScore(c.exact_match, c.call_score, c.n) for c in matrix_rows[-1]],
             empty_sources=empty or None,
         ))
@@ -439,7 +438,7 @@ def _train_arm(
     suite, probe_score, probe_logprob = measure_behaviour(model, ctx, tag)
     self_loss = mean_loss(model, ctx.self_rows, ctx.pad_id, precision=ctx.precision) if ctx.self_rows is not None else None
     return ArmResult(
-        losses=Losses.from_json(curve[-1], "the last evaluation"),
+        losses=curve[-1].losses,
         probe_score=probe_score, probe_logprob=probe_logprob, suite=suite, self_loss=self_loss,
         domain=final_domain(matrix_rows[-1]),
         matrix=matrix_metrics(matrix_rows, ctx.baseline),
@@ -447,7 +446,7 @@ def _train_arm(
             share=share,
             loss_share=loss_shares(generations),
             controller=spec.controller, mixture=mixture,  # the mixture after every evaluation (a controller's)
-            curve=[CurvePoint.from_json(c, "the curve") for c in curve],
+            curve=curve,
             generations=generations,
             train_total=TrainTotal(tokens=total_tokens, seconds=round(total_seconds, 2),
                                    tokens_per_second=round(total_tokens / total_seconds, 1) if total_seconds else None),

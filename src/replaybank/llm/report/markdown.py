@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from replaybank.llm.report.plots import BEHAVIOUR_PLOT, FRONTIER_PLOT, PLOT_NAME, arm_names
 from replaybank.llm.report.sections import flips_section, frontier_section, gate_section
@@ -91,10 +90,10 @@ def write_report(path: Path, metrics: RunResult) -> None:
         a = arms[name]
         if name == "base" or a.spec is None or a.loss_share is None:
             continue
-        spec: dict[str, Any] = a.spec
-        kl = f"{spec['kl_to_base']} (T={spec['kl_temperature']}, {spec['kl_on']})" if spec["kl_to_base"] else "-"
+        spec = a.spec
+        kl = f"{spec.kl_to_base} (T={spec.kl_temperature}, {spec.kl_on})" if spec.kl_to_base else "-"
         lines.append(
-            f"| {name} | {a.share:.3f} {'+'.join(spec['source']) or '-'} | {spec['mix_by']} | "
+            f"| {name} | {a.share:.3f} {'+'.join(spec.source) or '-'} | {spec.mix_by} | "
             f"{_shares(a.loss_share.rows)} | {_shares(a.loss_share.label_tokens)} | {kl} |"
         )
     lines += _per_generation(arms, names)

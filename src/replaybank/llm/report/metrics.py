@@ -17,7 +17,6 @@ import numpy as np
 
 from replaybank.llm.config.floor import resolve_floors
 from replaybank.llm.config.names import refuse_links
-from replaybank.llm.config.recipe import recipe_dict
 from replaybank.llm.eval.drift import early_warning
 from replaybank.llm.eval.interference import InterferenceReport
 from replaybank.llm.report.families import family_summary, interval_method
@@ -125,7 +124,7 @@ def build_metrics(cfg: Any, seeds: Sequence[SeedResult], agg: Aggregate) -> RunR
             steered = bool(t0.mixture)  # a replay controller's mixture after every evaluation
             entry = ArmSummary(
                 summary=entry.summary, matrix=entry.matrix, families=entry.families, flips=entry.flips,
-                spec=recipe_dict(specs[name]),
+                spec=specs[name],
                 share=float(np.mean([t.share for t in trained])),
                 loss_share=_mean_shares([t.loss_share for t in trained]),
                 curve=t0.curve, generations=t0.generations, train_total=t0.train_total,

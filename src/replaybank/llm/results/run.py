@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from replaybank.llm.config.recipe import Recipe
 from replaybank.llm.eval.interference import InterferenceReport
 from replaybank.llm.records import JsonObject, Record, ResultsError, flat_optional, omitted
 from replaybank.llm.results.frontier import Frontier
@@ -101,7 +102,8 @@ class ArmSummary(Record):
 
     summary: dict[str, Stat]
     matrix: ArmMatrix
-    spec: JsonObject | None = omitted()
+    spec: Recipe | None = omitted()
+    """The arm's rehearsal recipe."""
     share: float | None = omitted()
     loss_share: LossShare | None = omitted()
     curve: list[CurvePoint] | None = omitted()

@@ -22,6 +22,7 @@ from replaybank.controllers import Controller
 from replaybank.llm.config import Recipe, Training
 from replaybank.llm.data.rows import TokenRows, token_rows
 from replaybank.llm.eval.measure import EvalContext
+from replaybank.llm.results import CurvePoint, Losses
 from replaybank.llm.train.log import TrainLog
 from replaybank.llm.train.lora import Source, epoch_slice
 from replaybank.llm.train.selfgen import SelfGenRows
@@ -170,8 +171,8 @@ def _onpolicy(model: Any, ctx: EvalContext, earlier: list[int], max_seq_length: 
     return encode_domain(ctx.tokenizer, records, max_seq_length) if records else None
 
 
-def held_out_losses(result: dict[str, Any], names: list[str], generation: int, lineage: list[int]) -> list[float]:
-    """The held-out loss each source guards, from one :func:`..eval.measure.measure_losses` result:
+def held_out_losses(result: Losses, names: list[str], generation: int, lineage: list[int]) -> list[float]:
+    """The held-out loss each source guards, from one measurement's losses:
     ``[current domain, *names]`` for a replay controller (NaN where there is none).
 
     The current domain is generation ``generation``'s held-out rows; ``corpus`` guards the
@@ -180,13 +181,13 @@ def held_out_losses(result: dict[str, Any], names: list[str], generation: int, l
     and ``onpolicy`` the earlier domains out of the lineage (the mean of their held-out losses).
 
     Example:
-        >>> r = {"docs_loss": 2.0, "general_loss": 3.0, "domain_losses": [1.0, 4.0, 5.0]}
+        >>> r = Losses(general_loss=3.0, docs_loss=2.0, domain_loss=10 / 3, domain_losses=[1.0, 4.0, 5.0])
         >>> held_out_losses(r, ["corpus", "self", "replay"], 2, [1, 2])
         [5.0, 2.0, 3.0, 1.0]
     """
-    per_gen = result["domain_losses"]
+    per_gen = result.domain_losses
     earlier = [per_gen[i] for i in range(generation) if i not in lineage]
-    guards = {"corpus": result["docs_loss"], "self": result["general_loss"],
+    guards = {"corpus": result.docs_loss, "self": result.general_loss,
               "replay": float(np.mean(earlier)) if earlier else float("nan")}
     guards["onpolicy"] = guards["replay"]
     guards["selfgen"] = guards["self"]  # the adapter's own answers to the same general prompts
@@ -195,7 +196,7 @@ def held_out_losses(result: dict[str, Any], names: list[str], generation: int, l
 
 def arm_steering(
     controller: Controller | None, spec: Recipe, sources: list[Source], model: Any, ctx: EvalContext,
-    curve: list[dict[str, Any]], offset: int, generation: int, lineage: list[int],
+    curve: list[CurvePoint], offset: int, generation: int, lineage: list[int],
 ) -> Steering | None:
     """The steering of one generation of an arm by its controller (None without one or without
     sources): it reads the held-out losses of the evaluation just appended to ``curve`` (steps
@@ -207,9 +208,10 @@ def arm_steering(
 
     def measure(step: int) -> list[float]:
         last = curve[-1] if curve else None
-        if last is None or last["generation"] != generation or last["step"] != offset + step:
-            last = measure_losses(model, ctx)  # step 0: where this generation starts
-        return held_out_losses(last, spec.source, generation, lineage)
+        if last is None or last.generation != generation or last.step != offset + step:  # step 0: where this generation starts
+            return held_out_losses(Losses.from_json(measure_losses(model, ctx), "measure_losses"), spec.source,
+                                   generation, lineage)
+        return held_out_losses(last.losses, spec.source, generation, lineage)
 
     return Steering(controller, [s.name for s in sources], measure, k=spec.trend_window)
 
