@@ -56,6 +56,7 @@ def test_a_floor_run_records_the_frontier_applies_the_choice_and_plots_it(tiny_m
     # uniform 0.5, 1 and depth 0.5-1 (depth 1-1 is uniform 1: measured once)
     assert [(p.profile, p.lo, p.hi) for p in fr.points] == [("uniform", 0.5, 0.5), ("uniform", 1.0, 1.0), ("depth", 0.5, 1.0)]
     assert fr.chosen is not None and fr.floor and set(fr.floor.values()) == {0.0}
+    assert fr.keep_skill == 0.5  # the default skill rule, recorded
     best = max(p.domain_exact_match for p in fr.points)
     assert fr.points[fr.chosen].domain_exact_match == best
     assert fr.validation["suite"] == "builtin:validation" and all(i.startswith("val-") for i in fr.validation["ids"])
@@ -157,3 +158,12 @@ def test_the_choose_table_reports_each_seeds_choice_and_both_test_figures(tmp_pa
     assert arm["mean_trained"]["domain_exact_match"] == pytest.approx((0.66 + 0.61) / 2)
     assert "| 7 | uniform **chosen** | 0.5 / 0.5 | 40 |" in proc.stdout
     assert "| 7 | at chosen | 42 | 93 | 100 |" in proc.stdout
+
+    # the skill rule: seed 7's uniform 0.5 keeps the floor with 40% against 70% as trained
+    subprocess.run([sys.executable, str(script), str(src), "--json", str(got), "--what-if", "arithmetic=0.5",
+                    "--keep-skill", "0.6"], capture_output=True, text=True, check=True)
+    (first, second) = json.loads(got.read_text())["arms"]["self-distill"]["what_if"]["arithmetic=0.5"]
+    assert (first["chosen"], second["chosen"]) == (None, 0)
+    assert "only by losing the skill (best such: 40% validation domain exact match vs 70% as trained" in first["reason"]
+    bad = subprocess.run([sys.executable, str(script), str(src), "--keep-skill", "1.5"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--keep-skill 1.5" in bad.stderr

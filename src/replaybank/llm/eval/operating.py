@@ -5,10 +5,12 @@ and profile (:mod:`replaybank.llm.train.scaling`) on the validation suite (reten
 against the base model's validation answers) and on validation domain requests
 (:mod:`replaybank.llm.data.validation`); those points are the arm's frontier
 (:mod:`replaybank.llm.eval.frontier`). :func:`~replaybank.llm.eval.frontier.choose` takes the best
-validation domain score whose validation retention keeps ``[evaluation] retention_floor``; that
+validation domain score whose validation retention keeps ``[evaluation] retention_floor`` and
+whose validation domain score keeps ``[evaluation] keep_skill`` of the adapter's as trained (the
+uniform scale-1 point, measured even when ``scales`` leaves 1 out while ``keep_skill > 0``); that
 scale is baked into the adapter's LoRA weights (the saved adapter is the chosen one), and the arm
-is scored as usual on the test suite and test requests. When no point keeps the floor, the arm
-runs as trained and the frontier says why.
+is scored as usual on the test suite and test requests. When no point is eligible, the arm runs
+as trained and the frontier says why.
 
 The trained adapter and its measurements are staged in ``OUT.partial/arms/`` before choosing, so a
 run killed while choosing resumes from them without training again (:func:`at_operating_point`).
@@ -95,7 +97,7 @@ def at_operating_point(
     Args:
         model: the arm's PEFT model (its adapter is replaced by the staged one on resume).
         ctx: the seed's measurements; ``ctx.validation`` must be set.
-        cfg: the run's config (``[evaluation] scales``, ``scale_profiles``, ``retention_floor``).
+        cfg: the run's config (``[evaluation] scales``, ``scale_profiles``, ``retention_floor``, ``keep_skill``).
         train: trains the arm on ``model`` and measures it (the recipe's own function).
         partial: ``OUT.partial``; the trained adapter is staged under ``arms/``.
         arm, seed_label: name the arm and seed (folders, log lines).
@@ -135,10 +137,12 @@ def _choose_and_apply(
             scale = Scale.of(profile, s)  # type: ignore[arg-type]
             if all((scale.lo, scale.hi) != (x.lo, x.hi) for x in scales):  # depth at 1 is uniform 1: measured once
                 scales.append(scale)
+    if ev.keep_skill > 0 and all((x.lo, x.hi) != (1.0, 1.0) for x in scales):  # the skill rule's reference: as trained
+        scales.append(Scale.of("uniform", 1.0))
     points = [measure_point(model, ctx, validation, s, f"{tag} {s.profile} {s.lo:g}-{s.hi:g}") for s in scales]
     families = list(dict.fromkeys(f for p in points for f in p.retention))
     floors = resolve_floors(ev.retention_floor, families)
-    choice = choose(points, floors)
+    choice = choose(points, floors, keep_skill=ev.keep_skill)
     for p in points:
         log(f"{tag} operating point {p.profile} {p.lo:g}-{p.hi:g}: validation domain {p.domain_exact_match:.3f}, "
             f"min retention {p.min_retention if p.min_retention is None else round(p.min_retention, 3)}")
@@ -153,7 +157,7 @@ def _choose_and_apply(
         points=points, pareto=pareto(points), floor=floors, chosen=choice.index, reason=choice.reason,
         tradeoff=spearman([p.domain_exact_match for p in points], [p.min_retention or 0.0 for p in points]),
         trained_exact_match=trained.domain.exact_match, trained_retention=dict(trained.suite.retention),
-        validation=validation.manifest, seconds=round(time.perf_counter() - t0, 2),
+        validation=validation.manifest, seconds=round(time.perf_counter() - t0, 2), keep_skill=ev.keep_skill,
     )
     return replace(result, frontier=frontier)
 

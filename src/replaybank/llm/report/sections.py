@@ -62,7 +62,8 @@ def frontier_section(metrics: RunResult, plot: str) -> list[str]:
     lines = ["", "## Operating point (chosen on the validation data)", "",
              "Each trained adapter run at post-hoc scales (`[evaluation] scales`, `scale_profiles`), measured on the "
              "validation suite and validation domain requests; chosen: the best validation domain exact match whose "
-             "validation retention keeps `retention_floor`. The arm's figures above are the chosen point's, on the test "
+             "validation retention keeps `retention_floor` and whose validation domain exact match keeps `keep_skill` of the "
+             "adapter's as trained. The arm's figures above are the chosen point's, on the test "
              "data; the gate judges it.", "",
              "| arm | seed | profile | scale (first-last layer) | validation domain % | min validation retention % | "
              "chosen |", "|---|---|---|---|---|---|---|"]

@@ -49,7 +49,7 @@ class Frontier(Record):
     floor: dict[str, float]
     """``[evaluation] retention_floor`` per family, as the chooser applied it."""
     chosen: int | None
-    """Index of the chosen point; None when no point keeps the floor (the arm then runs as trained)."""
+    """Index of the chosen point; None when no point is eligible (the arm then runs as trained)."""
     reason: str
     """Why that point (or why none)."""
     tradeoff: float | None
@@ -62,3 +62,7 @@ class Frontier(Record):
     validation: JsonObject
     """What the points were measured on: the validation suite's items and the requests' source."""
     seconds: float | None = omitted()
+    keep_skill: float | None = omitted()
+    """``[evaluation] keep_skill`` as the chooser applied it: an eligible point keeps at least this
+    share of the as-trained point's validation domain exact match (0: no such rule; absent in
+    files written before the rule)."""
