@@ -1,10 +1,10 @@
-"""The operating-point keys: ``[evaluation] choose``, ``scales``, ``scale_profiles`` and
-``keep_skill``, checked together.
+"""The operating-point keys: ``[evaluation] choose``, ``scales``, ``scale_profiles``, ``keep_skill``
+and ``checkpoints``, checked together.
 
 ``choose = "floor"`` measures each trained arm at every post-hoc scale on the validation split
 (:mod:`replaybank.llm.eval.operating`), so it needs ``[data] validation_suite``; ``scales`` are
 factors in (0, 2], ``scale_profiles`` are ``uniform`` and/or ``depth``; ``keep_skill`` (in [0, 1])
-has its range checked by the schema. Any of them set under ``choose = "last"`` would do nothing and
+and ``checkpoints`` (an integer >= 0) have their ranges checked by the schema. Any of them set under ``choose = "last"`` would do nothing and
 is refused. A bad value is a :class:`ConfigError` naming the file, its line (when the config came
 from a file) and the key.
 
@@ -28,7 +28,7 @@ __all__ = ["CHOSEN_BY_FLOOR", "MAX_SCALE", "check_choose_keys"]
 MAX_SCALE = 2.0
 PROFILES = ("uniform", "depth")
 #: the keys only ``choose = "floor"`` reads
-CHOSEN_BY_FLOOR = ("scales", "scale_profiles", "keep_skill")
+CHOSEN_BY_FLOOR = ("scales", "scale_profiles", "keep_skill", "checkpoints")
 
 
 def check_choose_keys(

@@ -45,7 +45,7 @@ KLOn = Literal["rehearsal", "all"]
 #: ``[evaluation] choose``: the adapter as trained, or the operating point chosen against the floor
 Choose = Literal["last", "floor"]
 #: the keys of choosing an operating point; written into the effective config only with ``choose = "floor"``
-CHOOSE_KEYS = ("choose", "scales", "scale_profiles", "keep_skill")
+CHOOSE_KEYS = ("choose", "scales", "scale_profiles", "keep_skill", "checkpoints")
 #: a recipe's replay controller (:mod:`replaybank.controllers`); ``none``: the fixed ``ratio``, unmeasured
 ControllerName = Literal["none", "fixed", "bandit", "proxy"]
 #: a recipe's peer method (:mod:`replaybank.llm.train.peers`, run through PEFT); ``none``: plain LoRA
@@ -161,6 +161,7 @@ class Evaluation(SharedEvaluation):
     scales: list[float] = _f([0.25, 0.5, 0.75, 1.0], "choose = floor: the post-hoc scales of the adapter tried, each in (0, 2]")
     scale_profiles: list[str] = _f(["uniform"], "choose = floor: how a scale applies over depth: uniform (every layer) and/or depth (the first layer at the scale, linear to 1 at the last)")
     keep_skill: float = _f(0.5, "choose = floor: a point is eligible only if its validation domain exact match is at least keep_skill x the adapter's as trained (0 = no such rule)", min=0, max=1)
+    checkpoints: int = _f(0, "choose = floor: the adapter's states at this many evenly spaced steps of the last generation's training, before its end, kept in memory and measured as frontier points (0 = none; a shorter training keeps one per step)", min=0, max=1_000)
 
 
 @dataclass

@@ -36,7 +36,13 @@ class FrontierPoint(Record):
     min_retention: float | None
     """The least of :attr:`retention` (None when no family has one)."""
     step: int | None = omitted()
-    """A checkpoint's optimizer step."""
+    """A checkpoint's optimizer step in its (the last) generation's training; absent for a scale."""
+
+    def label(self) -> str:
+        """``step N`` for a checkpoint; the factor (``0.5``) or first-last factors (``0.5-1``) of a scale."""
+        if self.made_by == "checkpoint":
+            return f"step {self.step}"
+        return f"{self.lo:g}" if self.lo == self.hi else f"{self.lo:g}-{self.hi:g}"
 
 
 @dataclass(frozen=True)
