@@ -73,6 +73,13 @@ def mean_of(rows: list[dict[str, Any]], which: str) -> dict[str, Any]:
     }
 
 
+def where(p: dict[str, Any]) -> tuple[str, str]:
+    """A point's kind and place: ``("uniform", "0.5 / 0.5")``, or ``("checkpoint", "step 40")``."""
+    if p.get("made_by") == "checkpoint":
+        return "checkpoint", f"step {p.get('step')}"
+    return p["profile"], f"{p['lo']:g} / {p['hi']:g}"
+
+
 def parse_floor(text: str) -> float | dict[str, float]:
     """``0.8`` or ``open=0.5,arithmetic=0.8`` (the families left out keep 0.9)."""
     if "=" not in text:
@@ -127,13 +134,14 @@ def main() -> None:
                              "mean_at_chosen": mean_of(rows, "at_chosen"),
                              "what_if": {text: what_if(rows, text, args.keep_skill) for text in args.what_if}}
         print(f"\n### {name}: the frontier on validation data\n")
-        print("| seed | profile | first / last layer | domain exact match % | " + " | ".join(FAMILIES) + " | min |")
+        print("| seed | profile | first / last layer (or step) | domain exact match % | " + " | ".join(FAMILIES) + " | min |")
         print("|---:|---|---|---:|" + "---:|" * (len(FAMILIES) + 1))
         for r in rows:
             for i, p in enumerate(r["points"]):
                 mark = " **chosen**" if i == r["chosen"] else ""
                 cells = " | ".join(pct(p["retention"].get(f)) for f in FAMILIES)
-                print(f"| {r['seed']} | {p['profile']}{mark} | {p['lo']:g} / {p['hi']:g} | "
+                kind, place = where(p)
+                print(f"| {r['seed']} | {kind}{mark} | {place} | "
                       f"{pct(p['domain_exact_match'])} | {cells} | {pct(p['min_retention'])} |")
         for r in rows:
             print(f"\nseed {r['seed']}: {r['reason']} (Spearman of domain and min retention over the points: "
@@ -155,8 +163,8 @@ def main() -> None:
             print("|---:|---|---:|---:|")
             for pick in picks:
                 p = pick["point"]
-                where = "none eligible" if p is None else f"{p['profile']} {p['lo']:g} / {p['hi']:g}"
-                print(f"| {pick['seed']} | {where} | {'-' if p is None else pct(p['domain_exact_match'])} | "
+                shown = "none eligible" if p is None else " ".join(where(p))
+                print(f"| {pick['seed']} | {shown} | {'-' if p is None else pct(p['domain_exact_match'])} | "
                       f"{'-' if p is None else pct(p['min_retention'])} |")
             for pick in picks:
                 if pick["point"] is None:

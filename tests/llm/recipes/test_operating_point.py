@@ -131,7 +131,9 @@ def test_the_choose_table_reports_each_seeds_choice_and_both_test_figures(tmp_pa
         {"points": [point("uniform", 1.0, 0.7, 0.6, code=0.85), point("uniform", 0.5, 0.4, 0.95)], "chosen": 1,
          "reason": "best domain exact match keeping the floor", "tradeoff": -1.0, "pareto": [0, 1],
          "trained_exact_match": 0.66, "trained_retention": {"arithmetic": 0.55, "code": 0.9}},
-        {"points": [point("uniform", 1.0, 0.6, 0.5)], "chosen": None, "reason": "no point keeps the floor",
+        {"points": [point("uniform", 1.0, 0.6, 0.5), {**point("uniform", 1.0, 0.3, 0.4), "made_by": "checkpoint",
+                                                        "profile": "none", "change": 0.5, "step": 3}],
+         "chosen": None, "reason": "no point keeps the floor",
          "tradeoff": None, "pareto": [0], "trained_exact_match": 0.61, "trained_retention": {"arithmetic": 0.5, "code": 1.0}},
     ]
     metrics = {"seeds": [7, 8], "arms": {"base": {}, "self-distill": {
@@ -158,6 +160,7 @@ def test_the_choose_table_reports_each_seeds_choice_and_both_test_figures(tmp_pa
     assert arm["mean_trained"]["domain_exact_match"] == pytest.approx((0.66 + 0.61) / 2)
     assert "| 7 | uniform **chosen** | 0.5 / 0.5 | 40 |" in proc.stdout
     assert "| 7 | at chosen | 42 | 93 | 100 |" in proc.stdout
+    assert "| 8 | checkpoint | step 3 | 30 |" in proc.stdout
 
     # the skill rule: seed 7's uniform 0.5 keeps the floor with 40% against 70% as trained
     subprocess.run([sys.executable, str(script), str(src), "--json", str(got), "--what-if", "arithmetic=0.5",
