@@ -72,3 +72,56 @@ def test_spearman_matches_the_textbook_values():
     assert spearman([1.0], [2.0]) is None and spearman([1, 2], [3, 3]) is None
     with pytest.raises(ValueError, match="3 values against 2"):
         spearman([1, 2, 3], [1, 2])
+
+
+# The seed-0 frontier of self-distill on SmolLM2 (docs/llm.md), validation figures: floor 0.7
+# is kept only by uniform 0.5, whose domain exact match is 4% against 71% as trained.
+_SKILL = [point(0.5, 0.04, {"open": 0.72, "code": 1.0}), point(0.75, 0.50, {"open": 0.67, "code": 1.0}),
+          point(1.0, 0.71, {"open": 0.61, "code": 0.9})]
+
+
+def test_a_point_keeping_the_floor_only_without_the_skill_is_refused_at_half_and_chosen_at_zero():
+    refused = choose(_SKILL, 0.7, keep_skill=0.5)
+    assert refused.index is None
+    assert refused.reason == ("1 of 3 points keep the floor, but only by losing the skill (best such: 4% validation "
+                              "domain exact match vs 71% as trained; keep_skill = 0.5 asks for at least 36%); the arm "
+                              "runs as trained")
+    assert choose(_SKILL, 0.7, keep_skill=0.0).index == 0
+    assert choose(_SKILL, 0.7, keep_skill=0.05).index == 0  # 4% is kept by 0.05 x 71% = 3.55%
+    # the rule's reference may be given (a frontier without its uniform-1 point)
+    assert choose(_SKILL[:2], 0.7, keep_skill=0.5, trained=0.71).index is None
+    assert choose(_SKILL[:2], 0.65, keep_skill=0.5, trained=0.71).index == 1
+
+
+def test_the_skill_rule_keeps_the_best_point_that_keeps_both_and_says_so():
+    choice = choose(_SKILL, 0.65, keep_skill=0.5)
+    assert choice.index == 1  # uniform 0.5 keeps more retention but not the skill; 0.75 keeps both
+    assert choice.reason == ("best validation domain exact match (0.500) among the 1 of 3 points whose validation "
+                             "retention keeps the floor and that keep 0.5 of the trained validation domain exact "
+                             "match (0.710)")
+    assert choose(_SKILL, 0.65, keep_skill=0.5).index == choose(_SKILL, 0.65, keep_skill=0.7).index
+    assert choose(_SKILL, 0.65, keep_skill=0.75).index is None  # 50% < 0.75 x 71%
+
+
+def test_no_point_keeping_the_floor_is_told_apart_from_points_losing_the_skill():
+    none = choose(_SKILL, 0.8, keep_skill=0.5)
+    assert none.index is None and none.reason.startswith("no point's validation retention keeps the floor")
+    with pytest.raises(ValueError, match="needs the adapter as trained"):
+        choose(_SKILL[:2], 0.7, keep_skill=0.5)
+    with pytest.raises(ValueError, match="outside"):
+        choose(_SKILL, 0.7, keep_skill=1.5)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_chooser_never_picks_a_point_below_the_skill_share(seed):
+    rng = np.random.default_rng(100 + seed)
+    pts = [*_random_frontier(rng, int(rng.integers(1, 8))), point(1.0, float(rng.integers(1, 6)) / 5, {"code": 0.9})]
+    keep = float(rng.choice([0.0, 0.25, 0.5, 0.9]))
+    choice = choose(pts, 0.6, keep_skill=keep)
+    trained = next(p for p in pts if p.lo == p.hi == 1.0).domain_exact_match
+    eligible = [p for p in pts if keeps_floor(p, 0.6) and p.domain_exact_match >= keep * trained]
+    if not eligible:
+        assert choice.index is None
+        return
+    assert pts[choice.index].domain_exact_match == max(p.domain_exact_match for p in eligible)
+    assert pts[choice.index].domain_exact_match >= keep * trained

@@ -1,10 +1,12 @@
-"""The operating-point keys: ``[evaluation] choose``, ``scales`` and ``scale_profiles``, checked together.
+"""The operating-point keys: ``[evaluation] choose``, ``scales``, ``scale_profiles``, ``keep_skill``
+and ``checkpoints``, checked together.
 
 ``choose = "floor"`` measures each trained arm at every post-hoc scale on the validation split
 (:mod:`replaybank.llm.eval.operating`), so it needs ``[data] validation_suite``; ``scales`` are
-factors in (0, 2], ``scale_profiles`` are ``uniform`` and/or ``depth``. Scales or profiles set
-under ``choose = "last"`` would do nothing and are refused. A bad value is a :class:`ConfigError`
-naming the file, its line (when the config came from a file) and the key.
+factors in (0, 2], ``scale_profiles`` are ``uniform`` and/or ``depth``; ``keep_skill`` (in [0, 1])
+and ``checkpoints`` (an integer >= 0) have their ranges checked by the schema. Any of them set under ``choose = "last"`` would do nothing and
+is refused. A bad value is a :class:`ConfigError` naming the file, its line (when the config came
+from a file) and the key.
 
 Example:
     >>> check_choose_keys("floor", [0.5, 1.0], ["uniform"], "builtin:validation", set(), "run.toml", None)
@@ -21,10 +23,12 @@ from collections.abc import Sequence
 
 from replaybank.llm.config.values import ConfigError, at, did_you_mean
 
-__all__ = ["MAX_SCALE", "check_choose_keys"]
+__all__ = ["CHOSEN_BY_FLOOR", "MAX_SCALE", "check_choose_keys"]
 
 MAX_SCALE = 2.0
 PROFILES = ("uniform", "depth")
+#: the keys only ``choose = "floor"`` reads
+CHOSEN_BY_FLOOR = ("scales", "scale_profiles", "keep_skill", "checkpoints")
 
 
 def check_choose_keys(
@@ -42,13 +46,14 @@ def check_choose_keys(
 
     Raises:
         ConfigError: a scale outside (0, 2] or repeated, no scale, an unknown or repeated profile,
-            ``choose = "floor"`` with no validation suite, or scales / profiles set under ``choose = "last"``.
+            ``choose = "floor"`` with no validation suite, or one of :data:`CHOSEN_BY_FLOOR` set under
+            ``choose = "last"``.
     """
     def where(key: str, section: str = "evaluation") -> str:
         return at(source, text, section, key)
 
     if choose != "floor":
-        for key in ("scales", "scale_profiles"):
+        for key in CHOSEN_BY_FLOOR:
             if f"evaluation.{key}" in explicit:
                 raise ConfigError(f"{where(key)}: [evaluation] {key} is set but [evaluation] choose = {choose!r} never reads it; "
                                   "set choose = \"floor\" or remove the key")

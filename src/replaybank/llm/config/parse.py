@@ -137,6 +137,10 @@ class Config:
         if peers:
             raise ConfigError(f"{at(source, text, 'evaluation', 'choose')}: [evaluation] choose = \"floor\" scales LoRA "
                               f"adapters, but {peers[0]!r} is a peer method's adapter; drop it from [evaluation] arms or choose = \"last\"")
+        if ev.choose == "floor" and ev.checkpoints and "peer-sdft" in ev.arms:
+            raise ConfigError(f"{at(source, text, 'evaluation', 'checkpoints')}: [evaluation] checkpoints = {ev.checkpoints} keeps "
+                              "adapter states during replaybank's own LoRA training, but 'peer-sdft' trains through TRL; "
+                              "drop it from [evaluation] arms or set checkpoints = 0")
         return cfg
 
     def cross_check(self) -> None:

@@ -45,7 +45,7 @@ KLOn = Literal["rehearsal", "all"]
 #: ``[evaluation] choose``: the adapter as trained, or the operating point chosen against the floor
 Choose = Literal["last", "floor"]
 #: the keys of choosing an operating point; written into the effective config only with ``choose = "floor"``
-CHOOSE_KEYS = ("choose", "scales", "scale_profiles")
+CHOOSE_KEYS = ("choose", "scales", "scale_profiles", "keep_skill", "checkpoints")
 #: a recipe's replay controller (:mod:`replaybank.controllers`); ``none``: the fixed ``ratio``, unmeasured
 ControllerName = Literal["none", "fixed", "bandit", "proxy"]
 #: a recipe's peer method (:mod:`replaybank.llm.train.peers`, run through PEFT); ``none``: plain LoRA
@@ -157,9 +157,11 @@ class Evaluation(SharedEvaluation):
     probe_sources: bool = _f(False, "also run the interference probe per rehearsal source inside `replaybank run` (its first-order figures beside the measured forgetting in report.md; they have not predicted it, docs/llm.md)")
     retention_floor: float | dict[str, float] = _f(RETENTION_FLOOR, "least mean retention over seeds each family must keep, in [0, 1]: one number, or a table {family = number} (others keep 0.9); gates --require-floor")
     gate_arm: str = _f("", "the arm --require-floor gates (one of arms, not base); empty = the best rehearsal arm of the targets")
-    choose: Choose = _f("last", "the operating point each trained arm runs at: last (the adapter as trained) or floor (of post-hoc scales measured on the validation split and validation domain requests, the best domain exact match whose retention keeps retention_floor)")
+    choose: Choose = _f("last", "the operating point each trained arm runs at: last (the adapter as trained) or floor (of post-hoc scales measured on the validation split and validation domain requests, the best domain exact match whose retention keeps retention_floor and whose domain score keeps keep_skill of the adapter's as trained)")
     scales: list[float] = _f([0.25, 0.5, 0.75, 1.0], "choose = floor: the post-hoc scales of the adapter tried, each in (0, 2]")
     scale_profiles: list[str] = _f(["uniform"], "choose = floor: how a scale applies over depth: uniform (every layer) and/or depth (the first layer at the scale, linear to 1 at the last)")
+    keep_skill: float = _f(0.5, "choose = floor: a point is eligible only if its validation domain exact match is at least keep_skill x the adapter's as trained (0 = no such rule)", min=0, max=1)
+    checkpoints: int = _f(0, "choose = floor: the adapter's states at this many evenly spaced steps of the last generation's training, before its end, kept in memory and measured as frontier points (0 = none; a shorter training keeps one per step)", min=0, max=1_000)
 
 
 @dataclass

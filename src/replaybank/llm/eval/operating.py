@@ -5,13 +5,22 @@ and profile (:mod:`replaybank.llm.train.scaling`) on the validation suite (reten
 against the base model's validation answers) and on validation domain requests
 (:mod:`replaybank.llm.data.validation`); those points are the arm's frontier
 (:mod:`replaybank.llm.eval.frontier`). :func:`~replaybank.llm.eval.frontier.choose` takes the best
-validation domain score whose validation retention keeps ``[evaluation] retention_floor``; that
+validation domain score whose validation retention keeps ``[evaluation] retention_floor`` and
+whose validation domain score keeps ``[evaluation] keep_skill`` of the adapter's as trained (the
+uniform scale-1 point, measured even when ``scales`` leaves 1 out while ``keep_skill > 0``); that
 scale is baked into the adapter's LoRA weights (the saved adapter is the chosen one), and the arm
-is scored as usual on the test suite and test requests. When no point keeps the floor, the arm
-runs as trained and the frontier says why.
+is scored as usual on the test suite and test requests. When no point is eligible, the arm runs
+as trained and the frontier says why.
 
-The trained adapter and its measurements are staged in ``OUT.partial/arms/`` before choosing, so a
-run killed while choosing resumes from them without training again (:func:`at_operating_point`).
+With ``[evaluation] checkpoints = N`` the adapter's states at ``N`` evenly spaced steps of the last
+generation's training (:mod:`replaybank.llm.train.snapshots`) are points too (``made_by =
+"checkpoint"``, their ``step`` recorded), each loaded into the model and measured as the scale
+points are (at scale 1); the adapter as trained is put back afterwards. A chosen checkpoint is
+loaded, saved as the arm's adapter and scored on the test data as a chosen scale is.
+
+The trained adapter, the kept states and the measurements are staged in ``OUT.partial/arms/``
+before choosing, so a run killed while choosing resumes from them without training again
+(:func:`at_operating_point`).
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from replaybank.llm.eval.measure import (
 from replaybank.llm.report.folder import read_result, write_result
 from replaybank.llm.results import ArmResult, DomainCell, Frontier, FrontierPoint, Losses
 from replaybank.llm.train.scaling import Scale, bake, scaled
+from replaybank.llm.train.snapshots import Snapshots
 
 __all__ = ["at_operating_point", "measure_point", "validation_set"]
 
@@ -88,25 +98,36 @@ def measure_point(model: Any, ctx: EvalContext, validation: ValidationSet, scale
 
 def at_operating_point(
     model: Any, ctx: EvalContext, cfg: Config, train: Callable[[], ArmResult], *,
-    partial: Path, arm: str, seed_label: str, log: Log,
+    partial: Path, arm: str, seed_label: str, log: Log, snapshots: Snapshots | None = None,
 ) -> ArmResult:
     """Train (or read back the staged trained adapter), choose the operating point, apply it, score it.
 
     Args:
         model: the arm's PEFT model (its adapter is replaced by the staged one on resume).
         ctx: the seed's measurements; ``ctx.validation`` must be set.
-        cfg: the run's config (``[evaluation] scales``, ``scale_profiles``, ``retention_floor``).
+        cfg: the run's config (``[evaluation] scales``, ``scale_profiles``, ``retention_floor``, ``keep_skill``).
         train: trains the arm on ``model`` and measures it (the recipe's own function).
         partial: ``OUT.partial``; the trained adapter is staged under ``arms/``.
         arm, seed_label: name the arm and seed (folders, log lines).
         log: progress lines.
+        snapshots: the adapter states ``train`` keeps (``[evaluation] checkpoints``), each a point of
+            the frontier; staged beside the trained adapter, and read back into it on resume.
 
     Returns:
         The arm's result at the chosen point, its :class:`~replaybank.llm.results.Frontier` attached.
+
+    Raises:
+        AdapterError: a staged adapter or kept state is missing or unreadable.
     """
     from peft import set_peft_model_state_dict
 
-    from replaybank.llm.train.peft_files import WEIGHTS, read_tensors, write_adapter_folder
+    from replaybank.llm.train.peft_files import (
+        MANIFEST,
+        WEIGHTS,
+        read_json_object,
+        read_tensors,
+        write_adapter_folder,
+    )
 
     if ctx.validation is None:
         raise ValueError("at_operating_point needs ctx.validation (validation_set)")
@@ -115,18 +136,29 @@ def at_operating_point(
     folder = safe_folder(partial, "arms", f"{seed_label}-{arm}.trained")
     if trained is not None:
         set_peft_model_state_dict(model, read_tensors(folder / WEIGHTS))
+        if snapshots is not None:
+            kept = read_json_object(folder / MANIFEST, "the staged adapter's manifest").get("checkpoints") or {}
+            snapshots.read(folder, [int(s) for s in kept.get("steps", [])])
+            snapshots.last = kept.get("last_step")
         log(f"{arm} {seed_label}: trained in an earlier, interrupted run; its adapter read back, choosing again")
     else:
         trained = train()
-        write_adapter_folder(model, folder, {"arm": arm, "stage": "trained, before choosing"})
+        manifest: dict[str, Any] = {"arm": arm, "stage": "trained, before choosing"}
+        if snapshots is not None and snapshots.states:
+            snapshots.write(folder)
+            manifest["checkpoints"] = {"steps": sorted(snapshots.states), "last_step": snapshots.last}
+        write_adapter_folder(model, folder, manifest)
         write_result(partial, stage, trained)  # last: its presence marks the stage complete
-    return _choose_and_apply(model, ctx, ctx.validation, cfg, trained, partial=partial, arm=arm, seed_label=seed_label, log=log)
+    return _choose_and_apply(model, ctx, ctx.validation, cfg, trained, partial=partial, arm=arm, seed_label=seed_label,
+                             log=log, snapshots=snapshots)
 
 
 def _choose_and_apply(
     model: Any, ctx: EvalContext, validation: ValidationSet, cfg: Config, trained: ArmResult, *,
-    partial: Path, arm: str, seed_label: str, log: Log,
+    partial: Path, arm: str, seed_label: str, log: Log, snapshots: Snapshots | None,
 ) -> ArmResult:
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
     ev, tag = cfg.evaluation, f"{arm} {seed_label}"
     t0 = time.perf_counter()
     scales: list[Scale] = []
@@ -135,25 +167,45 @@ def _choose_and_apply(
             scale = Scale.of(profile, s)  # type: ignore[arg-type]
             if all((scale.lo, scale.hi) != (x.lo, x.hi) for x in scales):  # depth at 1 is uniform 1: measured once
                 scales.append(scale)
+    if ev.keep_skill > 0 and all((x.lo, x.hi) != (1.0, 1.0) for x in scales):  # the skill rule's reference: as trained
+        scales.append(Scale.of("uniform", 1.0))
     points = [measure_point(model, ctx, validation, s, f"{tag} {s.profile} {s.lo:g}-{s.hi:g}") for s in scales]
+    states = snapshots.states if snapshots is not None else {}
+    last = (snapshots.last if snapshots is not None else None) or max(states, default=0) + 1
+    if states:
+        as_trained = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+        for step in sorted(states):
+            set_peft_model_state_dict(model, states[step])
+            p = measure_point(model, ctx, validation, Scale.of("uniform", 1.0), f"{tag} checkpoint step {step}")
+            points.append(replace(p, made_by="checkpoint", profile="none", change=step / last, step=step))
+        set_peft_model_state_dict(model, as_trained)  # the adapter as trained again
+    if snapshots is not None and len(states) < ev.checkpoints:  # a training too short for as many
+        log(f"{tag}: kept {len(states)} of {ev.checkpoints} checkpoints: its last training had {last} steps")
     families = list(dict.fromkeys(f for p in points for f in p.retention))
     floors = resolve_floors(ev.retention_floor, families)
-    choice = choose(points, floors)
+    choice = choose(points, floors, keep_skill=ev.keep_skill)
     for p in points:
-        log(f"{tag} operating point {p.profile} {p.lo:g}-{p.hi:g}: validation domain {p.domain_exact_match:.3f}, "
+        where = f"checkpoint step {p.step}" if p.made_by == "checkpoint" else f"{p.profile} {p.lo:g}-{p.hi:g}"
+        log(f"{tag} operating point {where}: validation domain {p.domain_exact_match:.3f}, "
             f"min retention {p.min_retention if p.min_retention is None else round(p.min_retention, 3)}")
     log(f"{tag}: chose {'none' if choice.index is None else choice.index}: {choice.reason}")
     result = trained
-    if choice.index is not None and (scales[choice.index].lo, scales[choice.index].hi) != (1.0, 1.0):
+    chosen = None if choice.index is None else points[choice.index]
+    if chosen is not None and chosen.made_by == "checkpoint" and chosen.step is not None:  # its state loaded
+        set_peft_model_state_dict(model, states[chosen.step])
+    elif choice.index is not None and (scales[choice.index].lo, scales[choice.index].hi) != (1.0, 1.0):
         bake(model, scales[choice.index])
+    else:
+        chosen = None  # the adapter as trained (or none eligible): measured already
+    if chosen is not None:
         result = _scored(model, ctx, trained, tag)
         if cfg.output.save_adapters:
-            _save_chosen(model, partial, arm, seed_label, len(trained.matrix.R) - 1, points[choice.index])
+            _save_chosen(model, partial, arm, seed_label, len(trained.matrix.R) - 1, chosen)
     frontier = Frontier(
         points=points, pareto=pareto(points), floor=floors, chosen=choice.index, reason=choice.reason,
         tradeoff=spearman([p.domain_exact_match for p in points], [p.min_retention or 0.0 for p in points]),
         trained_exact_match=trained.domain.exact_match, trained_retention=dict(trained.suite.retention),
-        validation=validation.manifest, seconds=round(time.perf_counter() - t0, 2),
+        validation=validation.manifest, seconds=round(time.perf_counter() - t0, 2), keep_skill=ev.keep_skill,
     )
     return replace(result, frontier=frontier)
 

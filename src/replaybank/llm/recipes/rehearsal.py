@@ -98,6 +98,7 @@ from replaybank.llm.train.adapter import adapter_state, fresh_adapter, restore_a
 from replaybank.llm.train.lineage import select_lineage
 from replaybank.llm.train.peers import PeerHooks, peer_calibration, peer_training
 from replaybank.llm.train.peft_files import write_adapter_folder
+from replaybank.llm.train.snapshots import Snapshots
 from replaybank.llm.train.sources import (
     arm_steering,
     build_sources,
@@ -328,12 +329,15 @@ def train_arm(
     peer = plan.recipe.peer  # a peer method in place of plain LoRA (train/peers.py); "none" for every rehearsal arm
     cfg = replace(cfg, training=peer_training(peer, cfg.training))
     prompts = peer_calibration(peer, ctx.tokenizer, cfg.data.self_prompts, seed=cfg.training.seed, exclude=[i.prompt for i in ctx.suite.items])
+    ev = cfg.evaluation
+    snapshots = Snapshots(ev.checkpoints) if ev.choose == "floor" and ev.checkpoints else None  # frontier points
     with fresh_adapter(base_model, cfg.training, peer, prompts) as model:
         def train() -> ArmResult:
-            return _train_arm(plan, model, ctx, cfg, partial=partial, log=log, max_steps=max_steps, seed_label=seed_label)
+            return _train_arm(plan, model, ctx, cfg, partial=partial, log=log, max_steps=max_steps, seed_label=seed_label,
+                              snapshots=snapshots)
 
-        result = train() if cfg.evaluation.choose == "last" else at_operating_point(  # scaled on validation data
-            model, ctx, cfg, train, partial=partial, arm=plan.name, seed_label=seed_label, log=log)
+        result = train() if ev.choose == "last" else at_operating_point(  # scaled on validation data
+            model, ctx, cfg, train, partial=partial, arm=plan.name, seed_label=seed_label, log=log, snapshots=snapshots)
         if plan.name == ROUTED_ARM:  # served behind the adapter library's router, the base model as fallback
             routed = measure_routed(model, ctx, cfg.evaluation)
             return replace(
@@ -347,8 +351,10 @@ def train_arm(
 
 def _train_arm(
     plan: ArmPlan, model: Any, ctx: EvalContext, cfg: Config, *,
-    partial: Path, log: Log, max_steps: int | None, seed_label: str,
+    partial: Path, log: Log, max_steps: int | None, seed_label: str, snapshots: Snapshots | None = None,
 ) -> ArmResult:
+    """Train the arm through every generation and measure it; ``snapshots`` (when given) keeps the
+    adapter's states during the last generation's training (``[evaluation] checkpoints``)."""
     orch = cfg.orchestration
     name, spec = plan.name, plan.recipe
     share = plan.share_for(len(ctx.data.domain_generations[0]))  # the arm's share, as its first generation trains
@@ -399,6 +405,7 @@ def _train_arm(
                 checkpoint_dir=partial / f"{name}-{seed_label}-gen{g}", on_eval=on_eval,
                 eval_points=cfg.evaluation.eval_points, desc=f"{tag} gen {g}", max_steps=max_steps,
                 sources=trained, mix_by=spec.mix_by, kl=kl, steer=steer, project=spec.project, epoch_source=epoch_source,
+                on_step=snapshots.on_step(model) if snapshots is not None and g == orch.num_generations - 1 else None,
             )
         if not train_log.evals or train_log.evals[-1]["step"] != len(train_log.steps):
             train_log.evals.append(dict(on_eval(len(train_log.steps)), step=len(train_log.steps)))

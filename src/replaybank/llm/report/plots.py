@@ -159,12 +159,13 @@ def plot_frontier(path: Path, metrics: RunResult) -> bool:
     for ax, arm in zip(axes[0], arms, strict=True):
         for k, fr in enumerate(metrics.arms[arm].frontier or []):
             color = COLORS[k % len(COLORS)]
-            for profile, marker in (("uniform", "o"), ("depth", "s")):
-                pts = [p for p in fr.points if p.profile == profile and p.min_retention is not None]
+            for profile, marker in (("uniform", "o"), ("depth", "s"), ("checkpoint", "^")):
+                pts = [p for p in fr.points if (p.made_by if p.made_by == "checkpoint" else p.profile) == profile
+                       and p.min_retention is not None]
                 ax.plot([p.min_retention for p in pts], [p.domain_exact_match for p in pts], marker=marker, ls="-",
                         lw=0.8, color=color, label=f"seed {metrics.seeds[k] if k < len(metrics.seeds) else k} {profile}" if pts else None)
                 for p in pts:
-                    ax.annotate(f"{p.lo:g}" if p.lo == p.hi else f"{p.lo:g}-{p.hi:g}", (p.min_retention, p.domain_exact_match),
+                    ax.annotate(p.label(), (p.min_retention, p.domain_exact_match),
                                 fontsize=6, xytext=(3, 3), textcoords="offset points")
             if fr.chosen is not None and fr.points[fr.chosen].min_retention is not None:
                 c = fr.points[fr.chosen]

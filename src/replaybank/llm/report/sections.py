@@ -60,19 +60,20 @@ def frontier_section(metrics: RunResult, plot: str) -> list[str]:
     if not arms:
         return []
     lines = ["", "## Operating point (chosen on the validation data)", "",
-             "Each trained adapter run at post-hoc scales (`[evaluation] scales`, `scale_profiles`), measured on the "
+             "Each trained adapter run at post-hoc scales (`[evaluation] scales`, `scale_profiles`) and, with "
+             "`[evaluation] checkpoints`, taken at earlier steps of its last training, measured on the "
              "validation suite and validation domain requests; chosen: the best validation domain exact match whose "
-             "validation retention keeps `retention_floor`. The arm's figures above are the chosen point's, on the test "
+             "validation retention keeps `retention_floor` and whose validation domain exact match keeps `keep_skill` of the "
+             "adapter's as trained. The arm's figures above are the chosen point's, on the test "
              "data; the gate judges it.", "",
-             "| arm | seed | profile | scale (first-last layer) | validation domain % | min validation retention % | "
+             "| arm | seed | profile | scale (first-last layer) or step | validation domain % | min validation retention % | "
              "chosen |", "|---|---|---|---|---|---|---|"]
     for arm, frontiers in arms.items():
         for k, fr in enumerate(frontiers or []):
             seed = metrics.seeds[k] if k < len(metrics.seeds) else k
             for i, p in enumerate(fr.points):
                 ret = "n/a" if p.min_retention is None else f"{p.min_retention * 100:.1f}"
-                scale = f"{p.lo:g}" if p.lo == p.hi else f"{p.lo:g}-{p.hi:g}"
-                lines.append(f"| {arm} | {seed} | {p.profile} | {scale} | {p.domain_exact_match * 100:.1f} | {ret} | "
+                lines.append(f"| {arm} | {seed} | {p.made_by if p.made_by == 'checkpoint' else p.profile} | {p.label()} | {p.domain_exact_match * 100:.1f} | {ret} | "
                              f"{'**yes**' if i == fr.chosen else ''} |")
     lines.append("")
     for arm, frontiers in arms.items():

@@ -36,7 +36,13 @@ class FrontierPoint(Record):
     min_retention: float | None
     """The least of :attr:`retention` (None when no family has one)."""
     step: int | None = omitted()
-    """A checkpoint's optimizer step."""
+    """A checkpoint's optimizer step in its (the last) generation's training; absent for a scale."""
+
+    def label(self) -> str:
+        """``step N`` for a checkpoint; the factor (``0.5``) or first-last factors (``0.5-1``) of a scale."""
+        if self.made_by == "checkpoint":
+            return f"step {self.step}"
+        return f"{self.lo:g}" if self.lo == self.hi else f"{self.lo:g}-{self.hi:g}"
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,7 @@ class Frontier(Record):
     floor: dict[str, float]
     """``[evaluation] retention_floor`` per family, as the chooser applied it."""
     chosen: int | None
-    """Index of the chosen point; None when no point keeps the floor (the arm then runs as trained)."""
+    """Index of the chosen point; None when no point is eligible (the arm then runs as trained)."""
     reason: str
     """Why that point (or why none)."""
     tradeoff: float | None
@@ -62,3 +68,7 @@ class Frontier(Record):
     validation: JsonObject
     """What the points were measured on: the validation suite's items and the requests' source."""
     seconds: float | None = omitted()
+    keep_skill: float | None = omitted()
+    """``[evaluation] keep_skill`` as the chooser applied it: an eligible point keeps at least this
+    share of the as-trained point's validation domain exact match (0: no such rule; absent in
+    files written before the rule)."""

@@ -175,6 +175,7 @@ def train_lora(
     steer: Steering | None = None,
     project: Project = "none",
     epoch_source: str = "domain",
+    on_step: Callable[[int, int], None] | None = None,
 ) -> TrainLog:
     """Train the LoRA-wrapped ``model`` in place.
 
@@ -202,6 +203,9 @@ def train_lora(
             the rehearsal rows' (:mod:`replaybank.llm.train.agem`).
         epoch_source: the name ``domain`` goes by in the log (the control arm trains its rehearsal rows
             there, with no domain row).
+        on_step: called after every optimizer step (before its evaluation, if any) with the step and
+            the last step this call trains to (``max_steps`` counted); it must not change the model
+            (:class:`~replaybank.llm.train.snapshots.Snapshots` copies the adapter there).
 
     A source with ``refresh`` has its rows rewritten by ``model`` before the first step (unless
     resumed) and after every step its ``due`` names but the last, after that step's evaluation; the time spent
@@ -244,6 +248,7 @@ def train_lora(
     steps_per_epoch = math.ceil(per_epoch / cfg.gradient_accumulation_steps)
     total_steps = steps_per_epoch * cfg.num_train_epochs
     eval_at = {round(total_steps * (k + 1) / eval_points) for k in range(eval_points)}
+    last_step = total_steps if max_steps is None else min(total_steps, max_steps)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     log = TrainLog()
@@ -308,6 +313,9 @@ def train_lora(
             pending = []
             bar.set_postfix(loss=f"{total_loss:.3f}", tok_s=f"{log.tokens / max(log.seconds, 1e-9):.0f}", refresh=False)
             bar.update(1)
+            if on_step is not None:
+                on_step(step, last_step)
+                start = time.perf_counter() - log.seconds  # nor is the hook's time
             if step in eval_at:
                 _evaluate(step, on_eval, steer, mixer, log)
                 start = time.perf_counter() - log.seconds  # evaluation time is not training time
