@@ -1,5 +1,6 @@
-"""What a consolidation trains on and for how long: ``[loop] consolidate`` (every success, or the
-model's own with replayed episodes left out) and ``[loop] consolidation_steps`` (a fixed number of
+"""What a consolidation trains on and for how long: ``[loop] consolidate`` (every success, the
+model's own with replayed episodes left out, or every success with the insights retrieved for its
+task) and ``[loop] consolidation_steps`` (a fixed number of
 optimizer steps whatever the rows); both refused when wrong, recorded in ``state.json`` only when
 set, held fixed on resume and named in the report."""
 
@@ -13,11 +14,13 @@ import pytest
 
 from replaybank.episodic import EpisodeStore, Task
 from replaybank.episodic.env import QxEnvironment
+from replaybank.episodic.experience import Insight
 from replaybank.episodic.turns import demonstrate
 from replaybank.llm.config import ConfigError, Training
 from replaybank.llm.config.loop import TRAINING_DEFAULTS, LoopConfig
 from replaybank.llm.loop.act import to_episode
 from replaybank.llm.loop.consolidate import consolidate, domain_rows
+from replaybank.llm.loop.context import LESSONS_HEAD, LevelRetriever, level_prompts
 from replaybank.llm.loop.replay import learn_workflows, replay_tasks
 from replaybank.llm.loop.report import group_key
 from replaybank.llm.loop.state import StateError, check_same_run, new_state
@@ -54,6 +57,10 @@ def test_bad_values_are_refused_naming_the_file_line_and_key(tmp_path):
                     '[recipes.steered]\nsource = ["self"]\nratio = 0.3\ncontroller = "bandit"\n', encoding="utf-8")
     with pytest.raises(ConfigError, match=rf"{path}:3: \[loop\] consolidation_steps = 8 with \[loop\] recipe = 'steered'"):
         LoopConfig.from_toml(path)
+    path.write_text('[loop]\nreflect = true\nconsolidate = "insights"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"{path}:3: \[loop\] consolidate = 'insights' .* \[loop\] retrieve = \['episodes'\] shows none"):
+        LoopConfig.from_toml(path)
+    assert LoopConfig.from_dict({"loop": {"consolidate": "insights", "retrieve": ["episodes", "insights"]}}).loop.consolidate == "insights"
     # "own" without replay is accepted: nothing is replayed, so it trains what "successes" trains
     assert LoopConfig.from_dict({"loop": {"consolidate": "own"}}).loop.consolidate == "own"
 
@@ -85,7 +92,9 @@ def store(tmp_path):
         learn_workflows(s, generation=None)
         replays = replay_tasks(ENV, s, [REPLAYED])
         s.add_many([to_episode(a, generation=1, adapter="a", seed=0, started_at=0.0) for a in replays.attempts.values()])
-        s.add(dataclasses.replace(demonstrate(ENV, OWN), source="agent", generation=1))
+        own = s.add(dataclasses.replace(demonstrate(ENV, OWN), source="agent", generation=1))
+        s.add_insight(Insight("timer.arm failure: dur", "Set a timer for the tea -> wrong dur",
+                              "Write the timer duration in seconds.", "failure", (own,), generation=1))
         assert [r.episode.task.id for r in s.episodes(source="replayed")] == [REPLAYED.id]
         yield s
 
@@ -158,3 +167,22 @@ def test_the_loop_trains_the_fixed_steps_every_generation_records_them_and_names
     (tmp_path / "cfg.toml").write_text(to_toml({**data, "loop": {**data["loop"], "consolidation_steps": 4}}), encoding="utf-8")
     with pytest.raises(StateError, match=r"\[loop\] consolidation_steps = 3, not 4"):
         run_loop(LoopConfig.from_toml(tmp_path / "cfg.toml"), out, log=lambda m: None)
+
+
+def test_insights_puts_in_each_row_the_insights_its_acting_prompt_shows(store, small_tok):
+    levels, system = ["episodes", "insights"], "Use qx."
+    plain, _ = domain_rows(store, small_tok, [1], 256, system)
+    rows, n = domain_rows(store, small_tok, [1], 256, system, consolidate="insights", levels=levels, k=2, budget=0)
+    assert n == 3 and not any(LESSONS_HEAD in t for t in _texts(plain, small_tok))
+    retriever = LevelRetriever.from_store(store, levels)
+    heads = {t.text: level_prompts([t], retriever, 2, system=system, budget=0)[0][0][0][0]["content"]
+             for t in (DEMO, REPLAYED, OWN)}  # the system message of each task's acting prompt
+    assert all(h.startswith(system) for h in heads.values())
+    assert "Write the timer duration in seconds." in heads[OWN.text]  # the acting prompt shows the lesson
+    texts = _texts(rows, small_tok)
+    for text, head in heads.items():
+        [row] = [t for t in texts if text in t]
+        assert f"system\n{head}<|im_end|>" in row  # the row's system message is the acting prompt's, whole
+    # within the acting prompt's budget: an insight that does not fit is left out, as when acting
+    tight, _ = domain_rows(store, small_tok, [1], 256, system, consolidate="insights", levels=["insights"], k=2, budget=10)
+    assert _texts(tight, small_tok) == _texts(plain, small_tok)

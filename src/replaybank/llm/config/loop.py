@@ -75,7 +75,7 @@ from replaybank.llm.config.values import (
 
 Init = Literal["continue", "fresh"]
 #: What ``[loop] consolidate`` trains on (:func:`replaybank.llm.loop.consolidate.domain_rows`).
-Consolidate = Literal["successes", "own"]
+Consolidate = Literal["successes", "own", "insights"]
 #: The levels of experience ``[loop] retrieve`` may name (:mod:`replaybank.llm.loop.context`).
 RETRIEVE_LEVELS: tuple[str, ...] = ("episodes", "insights", "workflows")
 
@@ -139,7 +139,7 @@ class Loop:
     reflect: bool = _f(False, "after acting, the model writes a one-line lesson on each failed episode from the checker's feedback, stored as an insight linked to it, and a retry pass measures success on retry with and without it; later generations see the lessons with insights in retrieve")
     reflection_max_tokens: int = _f(48, "token budget of a reflection: generation stops there and a longer lesson is cut to it (counted)", min=4, max=1024)
     vote_groups: int = _f(0, "group self-consistency in the evaluation with context: the retrieved experience split into this many groups, one answer per group, majority vote over the canonical calls; 0 = off", min=0, max=32)
-    consolidate: Consolidate = _f("successes", "what each generation's adapter is trained on: successes (every successful episode, replayed ones included, plus the demonstrations), own (the same without replayed episodes: what the model produced)")
+    consolidate: Consolidate = _f("successes", "what each generation's adapter is trained on: successes (every successful episode, replayed ones included, plus the demonstrations), own (the same without replayed episodes: what the model produced), insights (successes, each with the insights an acting prompt shows for its task; needs insights in retrieve)")
     consolidation_steps: int = _f(0, "optimizer steps of each consolidation, whatever its rows; 0 = the rows and [training] num_train_epochs decide", min=0, max=1_000_000)
     library: str = _f("", "adapter library folder (docs/adapters.md) where each finished generation's adapter is registered as RUN-genN; empty = none; may change on resume")
 
@@ -271,6 +271,10 @@ class LoopConfig:
         if not lp.retrieve or unknown or len(set(lp.retrieve)) != len(lp.retrieve):
             raise ConfigError(f"{at(self.source, self.text, 'loop', 'retrieve')}: [loop] retrieve = {shown(lp.retrieve)}: "
                               f"expected some of {', '.join(RETRIEVE_LEVELS)}, each at most once")
+        if lp.consolidate == "insights" and "insights" not in lp.retrieve:
+            raise ConfigError(f"{at(self.source, self.text, 'loop', 'consolidate')}: [loop] consolidate = 'insights' puts "
+                              f"the insights an acting prompt shows into the rows, but [loop] retrieve = {shown(lp.retrieve)} "
+                              "shows none; add insights to retrieve (and reflect = true to write them), or choose successes or own")
         if lp.vote_groups == 1:
             raise ConfigError(f"{at(self.source, self.text, 'loop', 'vote_groups')}: [loop] vote_groups = 1 votes on one "
                               "answer (the evaluation with context again); set 0 (off) or 2 or more")

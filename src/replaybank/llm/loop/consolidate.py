@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,21 +51,42 @@ __all__ = ["AdapterError", "ConsolidationLog", "consolidate", "domain_rows", "lo
 
 def domain_rows(
     store: EpisodeStore, tokenizer: Any, generations: list[int], max_seq_length: int, system: str = "",
-    *, consolidate: Consolidate = "successes",
+    *, consolidate: Consolidate = "successes", levels: Sequence[str] = ("episodes",), k: int = 0, budget: int = 0,
 ) -> tuple[TokenRows, int]:
     """Tokenized successes of ``generations`` plus the demonstrations (after ``system`` when given);
     and how many rows.
 
-    ``consolidate`` is ``[loop] consolidate``: ``successes`` keeps every successful episode,
+    ``consolidate`` is ``[loop] consolidate``: ``successes`` keeps every successful episode;
     ``own`` leaves out the replayed ones (stored workflows run without the model), so the rows
-    are the model's own successes and the demonstrations.
+    are the model's own successes and the demonstrations; ``insights`` keeps every success and
+    puts the insights retrieved for its task into its system message, as an acting prompt
+    would show them now: ``levels`` (``[loop] retrieve``) filled in order, ``k``
+    (``context_examples``) of each, within ``budget`` characters (``context_chars``; see
+    :func:`replaybank.llm.loop.context.pick`), the other levels' items left out of the row.
     """
     from replaybank.episodic.export import encode_rows, training_rows
 
     rows = training_rows(store, generations=generations, include_demos=True, include_replayed=consolidate != "own")
     if system:
         rows = [{**r, "messages": [{"role": "system", "content": system}, *r["messages"]]} for r in rows]
+    if consolidate == "insights":
+        rows = _with_insights(store, rows, levels, k, budget)
     return encode_rows(tokenizer, rows, max_seq_length), len(rows)
+
+
+def _with_insights(
+    store: EpisodeStore, rows: list[dict[str, Any]], levels: Sequence[str], k: int, budget: int,
+) -> list[dict[str, Any]]:
+    """``rows`` with the insights an acting prompt shows for each row's task in its system message."""
+    from replaybank.llm.loop.context import LevelRetriever, add_lessons, pick
+
+    retriever = LevelRetriever.from_store(store, levels)
+    out = []
+    for row in rows:
+        recall = retriever.recall(store.get(row["episode_id"]).episode.task, k)
+        lessons = pick(recall, budget=budget, levels=levels).lessons
+        out.append({**row, "messages": add_lessons(row["messages"], lessons)} if lessons else row)
+    return out
 
 
 def rehearsal_rows(

@@ -13,7 +13,8 @@ Per generation ``g = 1..G``:
    ids, step, verdict, generation, adapter hash, seed); with ``replay_workflows``, the
    generation's successes are then abstracted into workflows, stored with their provenance;
 3. **consolidate**: the LoRA adapter is trained on the successes of the lineage's generations
-   (plus the demonstrations; with ``consolidate = "own"`` the replayed ones left out) mixed with
+   (plus the demonstrations; with ``consolidate = "own"`` the replayed ones left out, with
+   ``consolidate = "insights"`` each with the insights retrieved for its task) mixed with
    rehearsal rows, for ``consolidation_steps`` optimizer steps when set, and saved;
 4. **evaluate**: greedy answers to held-out tasks without replayed context (is the skill in the
    weights?) and with it, the validation split (ranks generations for ``best``), and the
@@ -202,9 +203,11 @@ def run_loop(
             if lp.init == "fresh":
                 model.load_state_dict(initial, strict=False)
             domain, n_rows = domain_rows(store, tok, lineage, training.max_seq_length, lp.system_prompt,
-                                         consolidate=lp.consolidate)
+                                         consolidate=lp.consolidate, levels=lp.retrieve, k=lp.context_examples,
+                                         budget=lp.context_chars)
             log(f"gen {g}: consolidating {n_rows} {'own ' if lp.consolidate == 'own' else ''}successes of generations "
-                f"{lineage} (+ demos), {_recipe_words(lp.recipe, recipe)}"
+                f"{lineage} (+ demos){' with their insights' if lp.consolidate == 'insights' else ''}, "
+                f"{_recipe_words(lp.recipe, recipe)}"
                 + (f", {lp.consolidation_steps} steps" if lp.consolidation_steps else ""))
             train = consolidate(model, tok.pad_token_id, domain, rehearsal, recipe, training, desc=f"gen {g} consolidate",
                                 controller=controller, steps=lp.consolidation_steps)
