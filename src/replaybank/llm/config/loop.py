@@ -139,7 +139,7 @@ class Loop:
     reflect: bool = _f(False, "after acting, the model writes a one-line lesson on each failed episode from the checker's feedback, stored as an insight linked to it, and a retry pass measures success on retry with and without it; later generations see the lessons with insights in retrieve")
     reflection_max_tokens: int = _f(48, "token budget of a reflection: generation stops there and a longer lesson is cut to it (counted)", min=4, max=1024)
     vote_groups: int = _f(0, "group self-consistency in the evaluation with context: the retrieved experience split into this many groups, one answer per group, majority vote over the canonical calls; 0 = off", min=0, max=32)
-    consolidate: Consolidate = _f("successes", "what each generation's adapter is trained on: successes (every successful episode, replayed ones included, plus the demonstrations), own (the same without replayed episodes: what the model produced), insights (successes, each with the insights an acting prompt shows for its task; needs insights in retrieve)")
+    consolidate: Consolidate = _f("successes", "what each generation's adapter is trained on: successes (replayed ones included) and demonstrations; own (replayed episodes left out); insights (successes with the insights their acting prompt shows; needs insights in retrieve)")
     consolidation_steps: int = _f(0, "optimizer steps of each consolidation, whatever its rows; 0 = the rows and [training] num_train_epochs decide", min=0, max=1_000_000)
     library: str = _f("", "adapter library folder (docs/adapters.md) where each finished generation's adapter is registered as RUN-genN; empty = none; may change on resume")
 
