@@ -18,9 +18,10 @@ they bring (more successes, so more optimizer steps):
 
 Each run is a folder of ``--out`` (resumable: run the command again); the report, ``metrics.json``
 and every run's ``state.json`` are copied to ``--results`` with a summary
-(``loop_levels.json``): per arm and generation, the rows and optimizer steps consolidated,
-held-out exact match without and with context, the replay arm, suite retention, model calls per
-solved task, and the retry pass with and without reflection::
+(``loop_levels.json``): per arm and generation, held-out exact match without and with context,
+the replay arm, suite retention, model calls per solved task, and the retry pass with and without
+reflection (the rows and optimizer steps of each consolidation are in the runs' ``state.json``
+and the report)::
 
     python benchmarks/loop_levels.py --seeds 0 --jobs 2
     python benchmarks/loop_levels.py --seeds 0 --jobs 2 --arms raw,levels,levels-own,levels-budget --steps 12
@@ -75,7 +76,6 @@ def summary_row(row: GenerationRow) -> dict[str, Any]:
 
     return {
         "generation": row.generation,
-        "train_rows": row.train_rows, "train_steps": row.train_steps,
         "no_context": m.no_context.success, "context": m.context.success,
         "replay": None if replay is None else replay.success,
         "retention": m.retention,

@@ -186,3 +186,24 @@ def test_insights_puts_in_each_row_the_insights_its_acting_prompt_shows(store, s
     # within the acting prompt's budget: an insight that does not fit is left out, as when acting
     tight, _ = domain_rows(store, small_tok, [1], 256, system, consolidate="insights", levels=["insights"], k=2, budget=10)
     assert _texts(tight, small_tok) == _texts(plain, small_tok)
+
+
+def test_the_levels_benchmark_names_the_two_arms_that_separate_the_level_from_the_budget():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "loop_levels.py"
+    spec = importlib.util.spec_from_file_location("loop_levels", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert list(bench.ARMS) == ["raw", "levels"]  # the default arms, as measured
+    base = LoopConfig()
+    own = base.with_(**bench.arm_keys("levels-own", 12)).loop
+    budget = base.with_(**bench.arm_keys("levels-budget", 7)).loop
+    levels = base.with_(**bench.arm_keys("levels", 7)).loop
+    assert (own.consolidate, own.consolidation_steps, own.replay_workflows) == ("own", 0, True)
+    assert (budget.consolidate, budget.consolidation_steps) == ("successes", 7)
+    assert dataclasses.replace(own, consolidate="successes") == levels == dataclasses.replace(budget, consolidation_steps=0)
+    with pytest.raises(SystemExit, match="unknown arm 'levels-x'"):
+        bench.arm_keys("levels-x", 12)
