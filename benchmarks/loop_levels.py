@@ -8,13 +8,23 @@ defaults: SmolLM2-135M-Instruct, 5 generations, the qx tasks of levels 1-2):
   when their checks pass (``replay_workflows``), a reflection on every failed episode stored as an
   insight (``reflect``), and insights and workflows retrieved beside the episodes.
 
+Two more arms, run only when ``--arms`` names them, tell the levels from the larger consolidation
+they bring (more successes, so more optimizer steps):
+
+* ``levels-own``: ``levels`` consolidating only the model's own successes (``consolidate = "own"``:
+  the replayed episodes left out of the rows);
+* ``levels-budget``: ``levels`` trained ``--steps`` optimizer steps every generation
+  (``consolidation_steps``; default 12, raw's steps at generation 5 of the committed seed-0 run).
+
 Each run is a folder of ``--out`` (resumable: run the command again); the report, ``metrics.json``
 and every run's ``state.json`` are copied to ``--results`` with a summary
 (``loop_levels.json``): per arm and generation, held-out exact match without and with context,
 the replay arm, suite retention, model calls per solved task, and the retry pass with and without
-reflection::
+reflection (the rows and optimizer steps of each consolidation are in the runs' ``state.json``
+and the report)::
 
     python benchmarks/loop_levels.py --seeds 0 --jobs 2
+    python benchmarks/loop_levels.py --seeds 0 --jobs 2 --arms raw,levels,levels-own,levels-budget --steps 12
 """
 
 from __future__ import annotations
@@ -32,10 +42,28 @@ from replaybank.llm.loop.state import STATE_FILE, read_state
 from replaybank.llm.recipes.loop import run_grid
 
 HERE = Path(__file__).resolve().parent
-ARMS: dict[str, dict[str, Any]] = {
-    "raw": {},
-    "levels": {"replay_workflows": True, "reflect": True, "retrieve": ["episodes", "insights", "workflows"]},
-}
+LEVELS: dict[str, Any] = {"replay_workflows": True, "reflect": True, "retrieve": ["episodes", "insights", "workflows"]}
+#: the arms run by default
+ARMS: dict[str, dict[str, Any]] = {"raw": {}, "levels": LEVELS}
+#: the arms run only when ``--arms`` names them; ``levels-budget``'s steps come from ``--steps``
+MORE_ARMS: dict[str, dict[str, Any]] = {"levels-own": {**LEVELS, "consolidate": "own"}, "levels-budget": LEVELS}
+#: raw's optimizer steps at generation 5 of the committed seed-0 run (raw-s0.state.json)
+RAW_STEPS = 12
+
+
+def arm_keys(arm: str, steps: int) -> dict[str, Any]:
+    """The ``[loop]`` keys arm ``arm`` sets over the base config (``steps``: ``levels-budget``'s).
+
+    Example:
+        >>> arm_keys("levels-budget", 12)["consolidation_steps"], arm_keys("levels-own", 12)["consolidate"]
+        (12, 'own')
+    """
+    if arm == "levels-budget":
+        return {**MORE_ARMS[arm], "consolidation_steps": steps}
+    known = {**ARMS, **MORE_ARMS}
+    if arm not in known:
+        raise SystemExit(f"--arms: unknown arm {arm!r}; choose from {', '.join(known)}")
+    return known[arm]
 
 
 def summary_row(row: GenerationRow) -> dict[str, Any]:
@@ -66,13 +94,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=str(HERE / "loop_levels.toml"))
     ap.add_argument("--seeds", default="0", help="comma-separated seeds")
-    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join([*ARMS, *MORE_ARMS])}")
+    ap.add_argument("--steps", type=int, default=RAW_STEPS,
+                    help="levels-budget: optimizer steps of every consolidation (default: raw's at generation 5 of seed 0)")
     ap.add_argument("--jobs", type=int, default=2, help="runs in parallel processes (one torch thread each)")
     ap.add_argument("--out", default="runs/loop_levels", help="run folders (stores, adapters): large")
     ap.add_argument("--results", default=str(HERE / "results" / "loop_levels"), help="report and JSON: small")
     args = ap.parse_args()
+    if args.steps < 1:
+        raise SystemExit(f"--steps {args.steps}: expected a number of optimizer steps >= 1")
     base = LoopConfig.from_toml(args.config)
-    runs = [(f"{arm}-s{seed}", base.with_(seed=int(seed), **ARMS[arm]))
+    runs = [(f"{arm}-s{seed}", base.with_(seed=int(seed), **arm_keys(arm, args.steps)))
             for seed in args.seeds.split(",") for arm in args.arms.split(",")]
     out, results = Path(args.out), Path(args.results)
     t0 = time.perf_counter()

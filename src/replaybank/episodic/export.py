@@ -34,6 +34,7 @@ def training_rows(
     *,
     generations: Sequence[int] | None = None,
     include_demos: bool = True,
+    include_replayed: bool = True,
 ) -> list[dict[str, Any]]:
     """One row per successful episode, by id (each distinct task + output once, however often seen).
 
@@ -42,10 +43,14 @@ def training_rows(
         generations: only episodes attempted in these generations (None: all).
         include_demos: add the demonstrations (source ``demo``) even when ``generations`` leaves
             generation 0 out.
+        include_replayed: keep the episodes of stored workflows run without the model (source
+            ``replayed``); False leaves them out, so the rows are what the model itself produced
+            (and the demonstrations).
     """
     found: dict[int, StoredEpisode] = {}
     for rec in store.episodes(success=True, generation=generations):
-        found[rec.id] = rec
+        if include_replayed or rec.episode.source != "replayed":
+            found[rec.id] = rec
     if include_demos:
         for rec in store.episodes(success=True, source="demo"):
             found[rec.id] = rec

@@ -86,11 +86,13 @@ def test_the_snapshot_covers_every_shipped_config():
 ADDED_SINCE = {
     # register each loop generation in an adapter library (off); replay stored workflows (off);
     # seed the store with a person's demonstrations, private fields redacted (none); retrieve
-    # episodes only, no character budget, no reflection, no voting
+    # episodes only, no character budget, no reflection, no voting; consolidate every success for
+    # the steps the rows and epochs give
     "loop": {"loop.library": "", "loop.replay_workflows": False,
              "loop.demos_file": "", "loop.private_fields": [],
              "loop.retrieve": ["episodes"], "loop.context_chars": 0, "loop.reflect": False,
-             "loop.reflection_max_tokens": 48, "loop.vote_groups": 0},
+             "loop.reflection_max_tokens": 48, "loop.vote_groups": 0,
+             "loop.consolidate": "successes", "loop.consolidation_steps": 0},
     # the suite's validation split, declared for choosers; no job reads it yet, so no run changes
     "run": {"data.validation_suite": "builtin:validation",
             # not "off": auto trains a seed's arms in one-thread processes, one per thread chosen;

@@ -74,6 +74,8 @@ from replaybank.llm.config.values import (
 )
 
 Init = Literal["continue", "fresh"]
+#: What ``[loop] consolidate`` trains on (:func:`replaybank.llm.loop.consolidate.domain_rows`).
+Consolidate = Literal["successes", "own", "insights"]
 #: The levels of experience ``[loop] retrieve`` may name (:mod:`replaybank.llm.loop.context`).
 RETRIEVE_LEVELS: tuple[str, ...] = ("episodes", "insights", "workflows")
 
@@ -89,6 +91,11 @@ TRAINING_DEFAULTS = LOOP_TRAINING  # an alias kept for code that imports this na
 #: a key of the recipe; the recipe's other keys (``mix_by``, ``kl_temperature``, ``kl_on``) ran
 #: at their defaults before they existed.
 RAN_BEFORE_THE_KEY: dict[str, Any] = {"rehearsal_ce": True, "self_open_rows": False}
+
+#: ``[loop]`` keys a run's ``state.json`` records only when they are set away from their default:
+#: a run with the defaults writes the same ``state.json`` as one written before the keys existed,
+#: and resuming reads a key left out as its default (``state.check_same_config``).
+WRITTEN_WHEN_SET = ("consolidate", "consolidation_steps")
 
 #: The ``[loop]`` keys that set the rehearsal before ``[loop] recipe``, read into a recipe.
 LEGACY_KEYS = ("rehearsal", "rehearsal_ratio", "kl_weight", "rehearsal_ce")
@@ -132,6 +139,8 @@ class Loop:
     reflect: bool = _f(False, "after acting, the model writes a one-line lesson on each failed episode from the checker's feedback, stored as an insight linked to it, and a retry pass measures success on retry with and without it; later generations see the lessons with insights in retrieve")
     reflection_max_tokens: int = _f(48, "token budget of a reflection: generation stops there and a longer lesson is cut to it (counted)", min=4, max=1024)
     vote_groups: int = _f(0, "group self-consistency in the evaluation with context: the retrieved experience split into this many groups, one answer per group, majority vote over the canonical calls; 0 = off", min=0, max=32)
+    consolidate: Consolidate = _f("successes", "what each generation's adapter is trained on: successes (replayed ones included) and demonstrations; own (replayed episodes left out); insights (successes with the insights their acting prompt shows; needs insights in retrieve)")
+    consolidation_steps: int = _f(0, "optimizer steps of each consolidation, whatever its rows; 0 = the rows and [training] num_train_epochs decide", min=0, max=1_000_000)
     library: str = _f("", "adapter library folder (docs/adapters.md) where each finished generation's adapter is registered as RUN-genN; empty = none; may change on resume")
 
 
@@ -262,6 +271,10 @@ class LoopConfig:
         if not lp.retrieve or unknown or len(set(lp.retrieve)) != len(lp.retrieve):
             raise ConfigError(f"{at(self.source, self.text, 'loop', 'retrieve')}: [loop] retrieve = {shown(lp.retrieve)}: "
                               f"expected some of {', '.join(RETRIEVE_LEVELS)}, each at most once")
+        if lp.consolidate == "insights" and "insights" not in lp.retrieve:
+            raise ConfigError(f"{at(self.source, self.text, 'loop', 'consolidate')}: [loop] consolidate = 'insights' puts "
+                              f"the insights an acting prompt shows into the rows, but [loop] retrieve = {shown(lp.retrieve)} "
+                              "shows none; add insights to retrieve (and reflect = true to write them), or choose successes or own")
         if lp.vote_groups == 1:
             raise ConfigError(f"{at(self.source, self.text, 'loop', 'vote_groups')}: [loop] vote_groups = 1 votes on one "
                               "answer (the evaluation with context again); set 0 (off) or 2 or more")
@@ -269,6 +282,11 @@ class LoopConfig:
         if spec is not None and spec.fresh_adapter:
             raise ConfigError(f"{at(self.source, self.text, table_name('recipes', lp.recipe), 'fresh_adapter')}: [loop] recipe = "
                               f"{lp.recipe!r} sets fresh_adapter = true, an arm of `replaybank run`; the loop consolidates into one adapter")
+        if lp.consolidation_steps and spec is not None and spec.controller != "none":
+            raise ConfigError(f"{at(self.source, self.text, 'loop', 'consolidation_steps')}: [loop] consolidation_steps = "
+                              f"{lp.consolidation_steps} with [loop] recipe = {lp.recipe!r}, whose controller = "
+                              f"{spec.controller!r} spaces its evaluation points over the epochs' steps; set "
+                              "consolidation_steps = 0 or a recipe without a controller")
         if spec is not None and spec.peer != "none":
             raise ConfigError(f"{at(self.source, self.text, table_name('recipes', lp.recipe), 'peer')}: [loop] recipe = "
                               f"{lp.recipe!r} sets peer = {spec.peer!r}, a peer method of `replaybank run`; the loop trains plain LoRA")
@@ -356,6 +374,23 @@ class LoopConfig:
             recipes[self.loop.recipe] = recipe_dict(spec)
         return {"loop": dataclasses.asdict(self.loop), "recipes": recipes, "training": dataclasses.asdict(self.training),
                 "evaluation": dataclasses.asdict(self.evaluation), "data": dataclasses.asdict(self.data)}
+
+    def saved_dict(self) -> dict[str, Any]:
+        """The config as a run's ``state.json`` records it: :meth:`to_dict` without the keys of
+        :data:`WRITTEN_WHEN_SET` that are at their default.
+
+        Example:
+            >>> "consolidate" in LoopConfig().saved_dict()["loop"]
+            False
+            >>> LoopConfig.from_dict({"loop": {"consolidation_steps": 12}}).saved_dict()["loop"]["consolidation_steps"]
+            12
+        """
+        data = self.to_dict()
+        defaults = Loop()
+        for key in WRITTEN_WHEN_SET:
+            if data["loop"][key] == getattr(defaults, key):
+                del data["loop"][key]
+        return data
 
     def to_toml(self) -> str:
         """The effective config as TOML, each key with its help as a comment."""

@@ -21,8 +21,10 @@ SHA-256, generation, lineage); loaded back with ``safetensors``, never pickle. R
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from typing import Any
 from replaybank.episodic import EpisodeStore
 from replaybank.errors import ReplayBankError
 from replaybank.llm.config import Recipe, Training
+from replaybank.llm.config.loop import Consolidate
 from replaybank.llm.data.rows import TokenRows
 from replaybank.llm.records import ABSENT, Absent, JsonObject, Record, absent, omitted
 from replaybank.llm.train.peft_files import (
@@ -47,16 +50,43 @@ __all__ = ["AdapterError", "ConsolidationLog", "consolidate", "domain_rows", "lo
 
 
 def domain_rows(
-    store: EpisodeStore, tokenizer: Any, generations: list[int], max_seq_length: int, system: str = ""
+    store: EpisodeStore, tokenizer: Any, generations: list[int], max_seq_length: int, system: str = "",
+    *, consolidate: Consolidate = "successes", levels: Sequence[str] = ("episodes",), k: int = 0, budget: int = 0,
 ) -> tuple[TokenRows, int]:
     """Tokenized successes of ``generations`` plus the demonstrations (after ``system`` when given);
-    and how many rows."""
+    and how many rows.
+
+    ``consolidate`` is ``[loop] consolidate``: ``successes`` keeps every successful episode;
+    ``own`` leaves out the replayed ones (stored workflows run without the model), so the rows
+    are the model's own successes and the demonstrations; ``insights`` keeps every success and
+    puts the insights retrieved for its task into its system message, as an acting prompt
+    would show them now: ``levels`` (``[loop] retrieve``) filled in order, ``k``
+    (``context_examples``) of each, within ``budget`` characters (``context_chars``; see
+    :func:`replaybank.llm.loop.context.pick`), the other levels' items left out of the row.
+    """
     from replaybank.episodic.export import encode_rows, training_rows
 
-    rows = training_rows(store, generations=generations, include_demos=True)
+    rows = training_rows(store, generations=generations, include_demos=True, include_replayed=consolidate != "own")
     if system:
         rows = [{**r, "messages": [{"role": "system", "content": system}, *r["messages"]]} for r in rows]
+    if consolidate == "insights":
+        rows = _with_insights(store, rows, levels, k, budget)
     return encode_rows(tokenizer, rows, max_seq_length), len(rows)
+
+
+def _with_insights(
+    store: EpisodeStore, rows: list[dict[str, Any]], levels: Sequence[str], k: int, budget: int,
+) -> list[dict[str, Any]]:
+    """``rows`` with the insights an acting prompt shows for each row's task in its system message."""
+    from replaybank.llm.loop.context import LevelRetriever, add_lessons, pick
+
+    retriever = LevelRetriever.from_store(store, levels)
+    out = []
+    for row in rows:
+        recall = retriever.recall(store.get(row["episode_id"]).episode.task, k)
+        lessons = pick(recall, budget=budget, levels=levels).lessons
+        out.append({**row, "messages": add_lessons(row["messages"], lessons)} if lessons else row)
+    return out
 
 
 def rehearsal_rows(
@@ -156,7 +186,7 @@ class ConsolidationLog(Record):
 
 def consolidate(
     model: Any, pad_id: int, domain: TokenRows, rehearsal: TokenRows | None, recipe: Recipe | None, cfg: Training,
-    *, desc: str, checkpoint_dir: Path | None = None, controller: Any = None,
+    *, desc: str, checkpoint_dir: Path | None = None, controller: Any = None, steps: int = 0,
 ) -> ConsolidationLog:
     """Train the PEFT ``model`` in place on ``domain`` mixed with ``rehearsal`` by ``recipe``.
 
@@ -175,6 +205,11 @@ def consolidate(
     rows are held out of training, and their loss and that of a seeded sample of the domain rows
     are measured before the first step and at :data:`STEER_POINTS` points.
 
+    ``steps`` (``[loop] consolidation_steps``) > 0 trains exactly that many optimizer steps, however
+    many rows there are: the rows are passed over as many times as it takes (every pass takes at
+    least one step) and training stops at ``steps``; the passes draw the same batches in the
+    same order as without it. 0: ``cfg.num_train_epochs`` passes.
+
     Returns:
         What it trained (:class:`ConsolidationLog`).
     """
@@ -188,21 +223,24 @@ def consolidate(
     steer, kept = _steering(controller, spec, model, pad_id, domain, rehearsal, cfg.seed) if sources else (None, None)
     if steer is not None and kept is not None:
         sources = [Source(steer.trained[0], kept, spec.ratio)]
+    if steps > 0:
+        cfg = dataclasses.replace(cfg, num_train_epochs=steps)
     log = train_lora(model, pad_id, domain, cfg, checkpoint_dir=checkpoint_dir, desc=desc, sources=sources,
-                     mix_by=spec.mix_by, kl=kl, steer=steer, eval_points=STEER_POINTS if steer else 1)
-    steps = log.steps
-    kls = [s["kl"] for s in steps if s.get("kl") is not None]
+                     mix_by=spec.mix_by, kl=kl, steer=steer, eval_points=STEER_POINTS if steer else 1,
+                     max_steps=steps or None)
+    taken = log.steps
+    kls = [s["kl"] for s in taken if s.get("kl") is not None]
     return ConsolidationLog(
         tokens=log.tokens, seconds=round(log.seconds, 3),
         tokens_per_second=round(log.tokens / log.seconds, 1) if log.seconds else None,
         resumed_from_step=log.resumed_from_step,
-        projected_share=log.projected_share() if any("projected" in s for s in steps) else ABSENT,
+        projected_share=log.projected_share() if any("projected" in s for s in taken) else ABSENT,
         refreshes=log.refreshes or None,
-        steps=len(steps),
-        loss_first=steps[0]["loss"] if steps else None,
-        loss_last=steps[-1]["loss"] if steps else None,
-        rehearsal_rows=sum(s["rehearsal_rows"] for s in steps),
-        rows=sum(s["rows"] for s in steps),
+        steps=len(taken),
+        loss_first=taken[0]["loss"] if taken else None,
+        loss_last=taken[-1]["loss"] if taken else None,
+        rehearsal_rows=sum(s["rehearsal_rows"] for s in taken),
+        rows=sum(s["rows"] for s in taken),
         kl_weight=kl.weight if kl is not None else 0.0,
         rehearsal_ce=(kl.rehearsal_ce if kl is not None else True) and sources != [],
         kl_mean=sum(kls) / len(kls) if kls else None,

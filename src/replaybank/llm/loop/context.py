@@ -154,14 +154,28 @@ def _best(items: list[T], index: BM25, text: str, k: int) -> list[T]:
     return [items[i] for i in index.best(text, k)] if items else []
 
 
-def render(
-    recall: Recall, text: str, *, system: str | None, budget: int, levels: Sequence[str] = RETRIEVE_LEVELS,
-) -> tuple[list[Message], Shown]:
-    """The prompt messages of a task whose request is ``text``, with what ``recall`` holds of
-    ``levels`` (in that order) within ``budget`` characters (0: no bound).
+@dataclass(frozen=True)
+class Picked:
+    """What of a :class:`Recall` goes into a prompt within a budget: the episodes, the insights'
+    and workflows' lines, and the counts a :class:`Shown` records."""
 
-    Insights and workflows go into the system message (one is made when ``system`` is empty),
-    episodes before the request as their turns.
+    examples: tuple[StoredEpisode, ...]
+    lessons: tuple[str, ...]
+    flows: tuple[str, ...]
+    shown: Shown
+
+
+def pick(recall: Recall, *, budget: int, levels: Sequence[str] = RETRIEVE_LEVELS) -> Picked:
+    """What of ``recall``'s ``levels`` (filled in that order, each most similar item first) fits
+    within ``budget`` characters (0: no bound); an item that does not fit is left out and counted.
+
+    Example:
+        >>> from replaybank.episodic.experience import Insight, StoredInsight
+        >>> long = StoredInsight(1, Insight("qty", "", "Copy the number of items from the request.", "failure", ()))
+        >>> short = StoredInsight(2, Insight("sku", "", "Use _ for spaces.", "failure", ()))
+        >>> p = pick(Recall((), (long, short), ()), budget=30)
+        >>> p.lessons, p.shown.dropped
+        (('- sku: Use _ for spaces.',), 1)
     """
     left = budget if budget > 0 else None
     shown = {"episodes": 0, "insights": 0, "workflows": 0}
@@ -190,16 +204,30 @@ def render(
         elif level == "workflows":
             flows += [line for line in (workflow_line(r.workflow) for r in recall.workflows) if fits(len(line))]
             shown["workflows"] = len(flows)
+    return Picked(tuple(examples), tuple(lessons), tuple(flows),
+                  Shown(dropped=dropped, chars=chars, replayed=tuple(r.id for r in examples), **shown))
+
+
+def render(
+    recall: Recall, text: str, *, system: str | None, budget: int, levels: Sequence[str] = RETRIEVE_LEVELS,
+) -> tuple[list[Message], Shown]:
+    """The prompt messages of a task whose request is ``text``, with what ``recall`` holds of
+    ``levels`` (in that order) within ``budget`` characters (0: no bound; see :func:`pick`).
+
+    Insights and workflows go into the system message (one is made when ``system`` is empty),
+    episodes before the request as their turns.
+    """
+    picked = pick(recall, budget=budget, levels=levels)
     head = system or ""
-    if lessons:
-        head += ("\n\n" if head else "") + LESSONS_HEAD + "\n" + "\n".join(lessons)
-    if flows:
-        head += ("\n\n" if head else "") + WORKFLOWS_HEAD + "\n" + "\n".join(flows)
+    if picked.lessons:
+        head += ("\n\n" if head else "") + LESSONS_HEAD + "\n" + "\n".join(picked.lessons)
+    if picked.flows:
+        head += ("\n\n" if head else "") + WORKFLOWS_HEAD + "\n" + "\n".join(picked.flows)
     messages: list[Message] = [{"role": "system", "content": head}] if head else []
-    for rec in examples:
+    for rec in picked.examples:
         messages += rec.episode.messages()
     messages.append({"role": "user", "content": text})
-    return messages, Shown(dropped=dropped, chars=chars, replayed=tuple(r.id for r in examples), **shown)
+    return messages, picked.shown
 
 
 def add_lessons(messages: Sequence[Message], lines: Sequence[str]) -> list[Message]:

@@ -38,9 +38,12 @@ def entry_name(out: Path, generation: int) -> str:
 
 def register_generations(
     library: Path, out: Path, rows: Sequence[GenerationRow], store: EpisodeStore, *, skill: str, base_name: str,
-    fingerprint: str, recipe: Mapping[str, object] | None,
+    fingerprint: str, recipe: Mapping[str, object] | None, include_replayed: bool = True,
 ) -> list[str]:
     """Register every finished generation (``rows``: ``state.json``'s) missing from ``library``; return the new names.
+
+    ``include_replayed`` False (``[loop] consolidate = "own"``): replayed episodes were not trained
+    on, and their tasks are not among the router's example prompts.
 
     Raises:
         AdapterExistsError: ``RUN-genG`` is in the library with other weights (another run of the
@@ -61,7 +64,8 @@ def register_generations(
                                          "rename the run folder or use another [loop] library", adapter=name, field="name")
             continue
         lineage = row.lineage or [g]
-        trained = store.episodes(generation=lineage, success=True) + store.episodes(source="demo", success=True)
+        trained = [r for r in store.episodes(generation=lineage, success=True)
+                   if include_replayed or r.episode.source != "replayed"] + store.episodes(source="demo", success=True)
         tasks = dict.fromkeys(r.episode.task.text for r in trained)  # what consolidation trained on
         m = row.evaluation
         figures = {"retention": m.retention, "domain": m.no_context.success, "per_family": m.suite.retention,

@@ -112,13 +112,16 @@ def group_key(state: LoopState) -> str:
 
 
 def _experience_words(lp: Loop) -> str:
-    """The experience keys a run set beyond the defaults (runs that differ there are different arms).
+    """The experience and consolidation keys a run set beyond the defaults (runs that differ there
+    are different arms).
 
     Example:
         >>> _experience_words(Loop(replay_workflows=True, reflect=True, retrieve=["episodes", "insights"]))
         ', replay workflows, reflect, retrieve episodes+insights'
         >>> _experience_words(Loop(retrieve=["episodes"]))
         ''
+        >>> _experience_words(Loop(replay_workflows=True, consolidate="own", consolidation_steps=12))
+        ', replay workflows, consolidate own, 12 steps per consolidation'
     """
     words = ["replay workflows"] if lp.replay_workflows else []
     words += ["reflect"] if lp.reflect else []
@@ -128,6 +131,10 @@ def _experience_words(lp: Loop) -> str:
         words.append(f"context {lp.context_chars} chars")
     if lp.vote_groups:
         words.append(f"vote over {lp.vote_groups} groups")
+    if lp.consolidate != "successes":
+        words.append(f"consolidate {lp.consolidate}")
+    if lp.consolidation_steps:
+        words.append(f"{lp.consolidation_steps} steps per consolidation")
     return "".join(f", {w}" for w in words)
 
 

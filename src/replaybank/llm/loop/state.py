@@ -50,7 +50,7 @@ from typing import Any
 from replaybank.errors import ReplayBankError
 from replaybank.files import read_regular
 from replaybank.jsonl import strict_loads
-from replaybank.llm.config.loop import LoopConfig
+from replaybank.llm.config.loop import WRITTEN_WHEN_SET, LoopConfig
 from replaybank.llm.config.values import ConfigError
 from replaybank.llm.loop.results import GenerationRow
 from replaybank.llm.records import JsonObject, Record, ResultsError, omitted
@@ -315,7 +315,8 @@ def check_same_config(
     generations are registered); nothing else may change. A key the
     run's state does not have (added to the config after the run was written) must be at its
     value in ``defaults``: the behaviour the run had before the key existed
-    (:meth:`replaybank.llm.config.loop.LoopConfig.before_keys_existed`).
+    (:meth:`replaybank.llm.config.loop.LoopConfig.before_keys_existed`), or, for the keys of
+    :data:`~replaybank.llm.config.loop.WRITTEN_WHEN_SET`, the default a run leaves out of its state.
 
     ``generations`` may not fall below the generations the run finished: a run is never cut
     back silently to fewer generations than its state, store and adapters hold.
@@ -340,6 +341,11 @@ def check_same_config(
                 default = (defaults or {}).get(section, {}).get(key, _MISSING)
                 if b.get(key) == default:
                     continue
+                if section == "loop" and key in WRITTEN_WHEN_SET:  # left out of state.json at its default
+                    raise StateError(
+                        f"{folder}: holds a loop run with [{section}] {key} = {default!r}, not {b.get(key)!r}; "
+                        "resume it with its own config, or give another --out"
+                    )
                 raise StateError(
                     f"{folder}: holds a loop run written before [{section}] {key} existed (it ran as "
                     f"{key} = {default!r}), not {b.get(key)!r}; resume it with its own config, or give another --out"

@@ -13,7 +13,9 @@ Per generation ``g = 1..G``:
    ids, step, verdict, generation, adapter hash, seed); with ``replay_workflows``, the
    generation's successes are then abstracted into workflows, stored with their provenance;
 3. **consolidate**: the LoRA adapter is trained on the successes of the lineage's generations
-   (plus the demonstrations) mixed with rehearsal rows, and saved;
+   (plus the demonstrations; with ``consolidate = "own"`` the replayed ones left out, with
+   ``consolidate = "insights"`` each with the insights retrieved for its task) mixed with
+   rehearsal rows, for ``consolidation_steps`` optimizer steps when set, and saved;
 4. **evaluate**: greedy answers to held-out tasks without replayed context (is the skill in the
    weights?) and with it, the validation split (ranks generations for ``best``), and the
    general-capability suite (retention against the base model); with ``replay_workflows``, also
@@ -130,10 +132,10 @@ def run_loop(
     out.mkdir(parents=True, exist_ok=True)
     saved = read_state(out)
     if saved is None:
-        state = new_state(cfg.to_dict())
+        state = new_state(cfg.saved_dict())
     else:
         check_same_run(out, saved, cfg)
-        state = dataclasses.replace(saved, config=cfg.to_dict())
+        state = dataclasses.replace(saved, config=cfg.saved_dict())
     torch.set_num_threads(max(1, cfg.training.num_threads))
     device = pick_device(cfg.training.device, worker, where=f"{cfg.source}: [training] device")  # before the model loads
     use_device(device)
@@ -181,7 +183,8 @@ def run_loop(
         def register() -> None:
             if lp.library:
                 added = register_generations(Path(lp.library), out, state.generations, store, skill=f"tool calls ({lp.tasks})",
-                                             base_name=cfg.training.base_model, fingerprint=fingerprint, recipe=recipe_record)
+                                             base_name=cfg.training.base_model, fingerprint=fingerprint, recipe=recipe_record,
+                                             include_replayed=lp.consolidate != "own")
                 if added:
                     log(f"registered {', '.join(added)} in the adapter library {lp.library}")
 
@@ -199,10 +202,15 @@ def run_loop(
             lineage = lineage_for(g, lp.window, lp.lineage, val_scores)
             if lp.init == "fresh":
                 model.load_state_dict(initial, strict=False)
-            domain, n_rows = domain_rows(store, tok, lineage, training.max_seq_length, lp.system_prompt)
-            log(f"gen {g}: consolidating {n_rows} successes of generations {lineage} (+ demos), {_recipe_words(lp.recipe, recipe)}")
+            domain, n_rows = domain_rows(store, tok, lineage, training.max_seq_length, lp.system_prompt,
+                                         consolidate=lp.consolidate, levels=lp.retrieve, k=lp.context_examples,
+                                         budget=lp.context_chars)
+            log(f"gen {g}: consolidating {n_rows} {'own ' if lp.consolidate == 'own' else ''}successes of generations "
+                f"{lineage} (+ demos){' with their insights' if lp.consolidate == 'insights' else ''}, "
+                f"{_recipe_words(lp.recipe, recipe)}"
+                + (f", {lp.consolidation_steps} steps" if lp.consolidation_steps else ""))
             train = consolidate(model, tok.pad_token_id, domain, rehearsal, recipe, training, desc=f"gen {g} consolidate",
-                                controller=controller)
+                                controller=controller, steps=lp.consolidation_steps)
             adapter = save_adapter(model, safe_folder(out, "adapters", f"gen{g}"),
                                    {"generation": g, "lineage": lineage, "seed": lp.seed, "rows": n_rows,
                                     "base_model": {"fingerprint": fingerprint, "name": cfg.training.base_model},
