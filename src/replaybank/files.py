@@ -49,11 +49,13 @@ _KINDS = (
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
     (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISREG, "a regular file"),  # where a folder is expected
 )
 
 
 def file_kind(mode: int) -> str:
-    """What a non-regular ``st_mode`` is, in words (``'a FIFO (named pipe)'``)."""
+    """What an ``st_mode`` is, in words (``'a FIFO (named pipe)'``; ``'a regular file'`` where a
+    folder was expected)."""
     return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
 
 
