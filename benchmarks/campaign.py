@@ -518,6 +518,27 @@ def a_weights_swapped_signed(ctx: Ctx) -> Outcome:
     return must_refuse(lambda: AdapterLibrary(lib, key=KEY).load("gen1", tiny_llama()), "swapped, re-hashed weights")
 
 
+def a_remove_dotdot(ctx: Ctx) -> Outcome:
+    """`AdapterLibrary.remove("../victim")`: a name that leaves the library"""
+    from replaybank.llm.adapters import AdapterLibrary
+
+    lib = copy(ctx, "lib")
+    victim = ctx.sb / "victim"
+    victim.mkdir()
+    (victim / "notes.txt").write_text("mine\n")
+    ctx.arm(named=[lib], keep=[lib / "gen1", lib / "index.json"])
+    return must_refuse(lambda: AdapterLibrary(lib).remove("../victim"), "a name with ..")
+
+
+def a_figures_fifo(ctx: Ctx) -> Outcome:
+    """`adapters add --figures` naming a FIFO with no writer"""
+    lib = copy(ctx, "lib")
+    os.mkfifo(ctx.sb / "figures.json")
+    ctx.arm(named=[lib], keep=[lib / "gen1", lib / "index.json"])
+    return cli_must_refuse(["adapters", "add", str(lib), "gen2", "--from", str(ctx.tpl / "src2"), "--skill", "s",
+                            "--figures", str(ctx.sb / "figures.json")], "--figures a FIFO")
+
+
 def a_merge_string(ctx: Ctx) -> Outcome:
     """`merge(lib, "ab", ...)`: one string where a list of names is meant"""
     from replaybank.llm.adapters import AdapterLibrary, merge
@@ -645,6 +666,19 @@ def t_inspect_fifo(ctx: Ctx) -> Outcome:
     os.mkfifo(root / "manifest.json")
     ctx.arm(named=[])
     return cli_must_refuse(["traces", "inspect", str(root)], "a FIFO manifest")
+
+
+def t_overwrite_link(ctx: Ctx) -> Outcome:
+    """`save_trace(..., overwrite=True)` onto a symbolic link to a trace folder elsewhere (the link
+    is the named path; what it points to is not)"""
+    from replaybank.traces import save_trace, synthetic_trace
+
+    target = _trace(ctx, "elsewhere")
+    (ctx.sb / "named").mkdir()
+    os.symlink(target, ctx.sb / "named" / "t")
+    t = synthetic_trace(requests=2, prompt_tokens=2, decode_tokens=2, layers=1, experts=4, top_k=1, seed=1)
+    ctx.arm(named=[ctx.sb / "named"])
+    return must_refuse(lambda: save_trace(t, ctx.sb / "named" / "t", overwrite=True), "overwrite through a link")
 
 
 def t_overwrite_user_folder(ctx: Ctx) -> Outcome:
@@ -849,6 +883,35 @@ def h_controller_fifo(ctx: Ctx) -> Outcome:
                                                  SimpleNamespace(global_step=4), None), "a FIFO state file")
 
 
+def h_controller_link_save(ctx: Ctx) -> Outcome:
+    """`ControllerCallback.on_save` where the checkpoint's state file is a symbolic link to a file
+    outside the output folder"""
+    from types import SimpleNamespace
+
+    from replaybank.hf import ControllerCallback
+
+    cb = ControllerCallback.make("bandit", seed=0)
+    folder = ctx.sb / "out" / "checkpoint-4"
+    folder.mkdir(parents=True)
+    (ctx.sb / "precious.json").write_text('{"mine": true}\n')
+    os.symlink(ctx.sb / "precious.json", folder / "replaybank_controller.json")
+    ctx.arm(named=[ctx.sb / "out"])
+    return must_refuse(lambda: cb.on_save(SimpleNamespace(output_dir=str(ctx.sb / "out")),
+                                          SimpleNamespace(global_step=4), None), "a save through a link")
+
+
+def h_rows_to_link(ctx: Ctx) -> Outcome:
+    """`write_rows` to a .jsonl name that is a symbolic link to a file of the user's elsewhere"""
+    from replaybank.hf.embedded import write_rows
+
+    (ctx.sb / "named").mkdir()
+    (ctx.sb / "mine.jsonl").write_text('{"prompt": "mine"}\n')
+    os.symlink(ctx.sb / "mine.jsonl", ctx.sb / "named" / "rows.jsonl")
+    ctx.arm(named=[ctx.sb / "named"])
+    return must_refuse(lambda: write_rows([{"prompt": "a", "completion": "b"}], ctx.sb / "named" / "rows.jsonl"),
+                       "rows written through a link")
+
+
 def _kl(what: str, **kw: Any) -> Callable[[Ctx], Outcome]:
     def case(ctx: Ctx) -> Outcome:
         from replaybank.hf import KLToBase
@@ -974,6 +1037,8 @@ _register("adapters", {
                                           "a garbage merge record"),
     "a_weights_swapped_signed": a_weights_swapped_signed,
     "a_merge_string": a_merge_string,
+    "a_remove_dotdot": a_remove_dotdot,
+    "a_figures_fifo": a_figures_fifo,
     "a_route_threshold_5": _route(5.0),
     "a_route_threshold_inf": _route(math.inf),
     "a_route_top_k_0": a_route_top_k_0,
@@ -1003,6 +1068,7 @@ _register("traces", {
     "t_simulate_json_fifo": t_simulate_json_fifo,
     "t_inspect_fifo": t_inspect_fifo,
     "t_overwrite_user_folder": t_overwrite_user_folder,
+    "t_overwrite_link": t_overwrite_link,
 })
 _register("controllers", {
     "c_fixed_string_share": c_fixed_string_share,
@@ -1057,6 +1123,8 @@ _register("hf", {
     "h_source_strings": _source_value("1"),
     "h_source_none": _source_value(None),
     "h_controller_fifo": h_controller_fifo,
+    "h_controller_link_save": h_controller_link_save,
+    "h_rows_to_link": h_rows_to_link,
     "h_kl_weight_1e308": _kl("weight 1e308", weight=1e308),
     "h_kl_temperature_1e-300": _kl("temperature 1e-300", weight=0.1, temperature=1e-300),
     "h_kl_weight_nan": _kl("weight NaN", weight=math.nan),
@@ -1146,8 +1214,14 @@ def run_case(name: str, root: Path, tpl: Path, timeout: float = TIMEOUT) -> Case
         return CaseResult(surface, name, what, "traceback", f"{why}: {first_line(err.strip().splitlines()[-1] if err.strip() else '')}",
                           seconds=seconds)
     r = json.loads(lines[-1][len(MARK):])
-    return CaseResult(surface, name, what, r["outcome"], r["message"], r["data_loss"], r["outside_write"],
-                      "; ".join(filter(None, [r.get("detail", ""), r.get("integrity", "")])), seconds)
+    return CaseResult(surface, name, what, r["outcome"], scrub(r["message"], work, tpl), r["data_loss"],
+                      r["outside_write"], scrub("; ".join(filter(None, [r.get("detail", ""), r.get("integrity", "")])),
+                                                work, tpl), seconds)
+
+
+def scrub(text: str, work: Path, tpl: Path) -> str:
+    """``text`` with the case's temporary folders written as ``SANDBOX`` and ``TEMPLATE``."""
+    return text.replace(str(work / "sb"), "SANDBOX").replace(str(tpl), "TEMPLATE")
 
 
 def table(results: list[CaseResult]) -> list[dict[str, Any]]:
