@@ -539,6 +539,16 @@ def a_figures_fifo(ctx: Ctx) -> Outcome:
                             "--figures", str(ctx.sb / "figures.json")], "--figures a FIFO")
 
 
+def a_registration_skill_none(ctx: Ctx) -> Outcome:
+    """`add` with `Registration("gen2", skill=None)`"""
+    from replaybank.llm.adapters import AdapterLibrary, Registration
+
+    lib = copy(ctx, "lib")
+    ctx.arm(named=[lib], keep=[lib / "gen1", lib / "index.json"])
+    return must_refuse(lambda: AdapterLibrary(lib).add(ctx.tpl / "src2", Registration("gen2", skill=None)),
+                       "skill None")
+
+
 def a_merge_string(ctx: Ctx) -> Outcome:
     """`merge(lib, "ab", ...)`: one string where a list of names is meant"""
     from replaybank.llm.adapters import AdapterLibrary, merge
@@ -623,6 +633,15 @@ def t_token_overflow_big(ctx: Ctx) -> Outcome:
     ctx.arm(named=[])
     return must_refuse(lambda: Trace.build(request=[0, 1, 2], kind=[0, 0, 0], start=[0, 0, 0], tokens=[big, big, 3],
                                            experts=[[[0, 1]]], num_experts=[4]), "token counts wrapping int64")
+
+
+def t_negative_tokens(ctx: Ctx) -> Outcome:
+    """`Trace.build` with a step of -1 tokens"""
+    from replaybank.traces import Trace
+
+    ctx.arm(named=[])
+    return must_refuse(lambda: Trace.build(request=[0, 1], kind=[0, 0], start=[0, 0], tokens=[2, -1],
+                                           experts=[[[0], [1]]], num_experts=[4]), "tokens -1")
 
 
 def t_negative_seed_api(ctx: Ctx) -> Outcome:
@@ -721,6 +740,14 @@ def c_limits_string_floor(ctx: Ctx) -> Outcome:
 
     ctx.arm(named=[])
     return must_refuse(lambda: MixLimits(("s0",), floor="0.1", max_share=0.5), "a string floor")
+
+
+def c_fixed_nan_share(ctx: Ctx) -> Outcome:
+    """`FixedController(limits, shares=float("nan"))`"""
+    from replaybank.controllers import FixedController
+
+    ctx.arm(named=[])
+    return must_refuse(lambda: FixedController(_limits(), shares=math.nan), "a NaN share")
 
 
 def c_proxy_string_weights(ctx: Ctx) -> Outcome:
@@ -837,6 +864,17 @@ def _sb3_make(what: str, cls: str = "ReplayBuffer", size: int = 16, **kw: Any) -
     return case
 
 
+def _sb3_sample(what: str, batch: Any, fill: int) -> Callable[[Ctx], Outcome]:
+    def case(ctx: Ctx) -> Outcome:
+        buf = _buf(cls="PrioritizedReplayBuffer")
+        for _ in range(fill):
+            buf.add(**_add_args())
+        ctx.arm(named=[])
+        return must_refuse(lambda: buf.sample(batch), what)
+    case.__doc__ = f"`replaybank.sb3.PrioritizedReplayBuffer.sample` with {what}"
+    return case
+
+
 def _perdqn(what: str, **kw: Any) -> Callable[[Ctx], Outcome]:
     def case(ctx: Ctx) -> Outcome:
         from replaybank.sb3 import PERDQN
@@ -944,6 +982,22 @@ def _model_path(kind: str) -> Callable[[Ctx], Outcome]:
     return case
 
 
+def _mixspec(ratio: Any) -> Callable[[Ctx], Outcome]:
+    def case(ctx: Ctx) -> Outcome:
+        from replaybank.hf import MixSpec
+
+        ctx.arm(named=[])
+        return must_refuse(lambda: MixSpec(ratio, batch_size=4, seed=0, world_size=1), f"ratio {ratio!r}")
+    case.__doc__ = f"`MixSpec({ratio!r}, batch_size=4, ...)`"
+    return case
+
+
+def h_synth_rows_0(ctx: Ctx) -> Outcome:
+    """`replaybank synth --out rows.jsonl --rows 0`"""
+    ctx.arm(named=[])
+    return cli_must_refuse(["synth", "--out", str(ctx.sb / "rows.jsonl"), "--rows", "0"], "--rows 0")
+
+
 def h_rows_unserialisable(ctx: Ctx) -> Outcome:
     """`write_rows` (what `replaybank synth --out` writes with) of rows holding a value JSON cannot hold (a set)"""
     from replaybank.hf.embedded import write_rows
@@ -1038,6 +1092,7 @@ _register("adapters", {
     "a_weights_swapped_signed": a_weights_swapped_signed,
     "a_merge_string": a_merge_string,
     "a_remove_dotdot": a_remove_dotdot,
+    "a_registration_skill_none": a_registration_skill_none,
     "a_figures_fifo": a_figures_fifo,
     "a_route_threshold_5": _route(5.0),
     "a_route_threshold_inf": _route(math.inf),
@@ -1051,6 +1106,7 @@ _register("traces", {
     "t_token_overflow": t_token_overflow,
     "t_token_overflow_big": t_token_overflow_big,
     "t_negative_seed_api": t_negative_seed_api,
+    "t_negative_tokens": t_negative_tokens,
     "t_synth_seed_neg": _trace_cli(lambda c: ["traces", "synth", str(c.sb / "o"), "--seed", "-1"], "--seed -1"),
     "t_compare_seeds_nan": _trace_cli(lambda c: _cmp(c, "--seeds", "nan"), "compare --seeds nan"),
     "t_compare_seeds_inf": _trace_cli(lambda c: _cmp(c, "--seeds", "inf"), "compare --seeds inf"),
@@ -1075,6 +1131,7 @@ _register("controllers", {
     "c_fixed_string_list": c_fixed_string_list,
     "c_proxy_string_weights": c_proxy_string_weights,
     "c_limits_string_floor": c_limits_string_floor,
+    "c_fixed_nan_share": c_fixed_nan_share,
     "c_summarize_ragged": c_summarize_ragged,
     "c_summarize_strings": c_summarize_strings,
     "c_source_stats_strings": c_source_stats_strings,
@@ -1108,6 +1165,9 @@ _register("sb3", {
     "s_action_outside": _sb3_add("action 5 for Discrete(2)", action=_np("np.array([[5]])")),
     "s_action_float_discrete": _sb3_add("action 0.5 for Discrete(2)", action=_np("np.array([[0.5]])")),
     "s_box_action_nan": _sb3_add("a Box action NaN", space="box", action=_np("np.array([[np.nan]], np.float32)")),
+    "s_sample_empty": _sb3_sample("an empty buffer", 4, 0),
+    "s_sample_0": _sb3_sample("batch_size = 0", 0, 3),
+    "s_sample_string": _sb3_sample('batch_size = "4"', "4", 3),
     "s_n_envs_0": _sb3_make("n_envs = 0", n_envs=0),
     "s_size_0": _sb3_make("buffer_size = 0", size=0),
     "s_size_neg": _sb3_make("buffer_size = -5", size=-5),
@@ -1130,6 +1190,9 @@ _register("hf", {
     "h_kl_weight_nan": _kl("weight NaN", weight=math.nan),
     "h_model_path_empty": _model_path("empty"),
     "h_model_path_truncated": _model_path("truncated"),
+    "h_mixspec_ratio_nan": _mixspec(math.nan),
+    "h_mixspec_ratio_string": _mixspec("0.1"),
+    "h_synth_rows_0": h_synth_rows_0,
     "h_rows_unserialisable": h_rows_unserialisable,
     "h_rows_unserialisable_parquet": h_rows_unserialisable_parquet,
 })
