@@ -1255,7 +1255,7 @@ def run_case(name: str, root: Path, tpl: Path, timeout: float = TIMEOUT) -> Case
     work = root / name
     for sub in ("sb", "tmp", "home", "cache"):
         (work / sub).mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH", "")])),
            "TMPDIR": str(work / "tmp"), "HOME": str(work / "home"), "REPLAYBANK_CACHE": str(work / "cache"),
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -1329,7 +1329,8 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1", "REPLAYBANK_CACHE": str(root / "cache")}
         code = f"import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import campaign; campaign.build_template(__import__('pathlib').Path(sys.argv[1]))"
-        subprocess.run([sys.executable, "-c", code, str(root / "tpl")], check=True, env=env)
+        if any(CASES[n][0] == "adapters" for n in names):  # only the adapter cases copy the template
+            subprocess.run([sys.executable, "-c", code, str(root / "tpl")], check=True, env=env)
         results = []
         for name in names:
             r = run_case(name, root / "cases", root / "tpl", args.timeout)
