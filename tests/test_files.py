@@ -80,3 +80,18 @@ def test_write_regular_refuses_what_is_not_a_regular_file(tmp_path, alarm, kind)
     assert (tmp_path / "new.json").read_text() == "{}"
     write_regular(tmp_path / "fresh.json", b"1")
     assert (tmp_path / "fresh.json").read_bytes() == b"1"
+
+
+def test_write_regular_without_following_links_refuses_a_link_and_leaves_its_target(tmp_path):
+    from replaybank.files import check_writable, write_regular
+
+    target = tmp_path / "target.txt"
+    target.write_text("kept")
+    os.symlink(target, tmp_path / "link.txt")
+    for call in (lambda: write_regular(tmp_path / "link.txt", "new", follow_links=False, what="state file"),
+                 lambda: check_writable(tmp_path / "link.txt", follow_links=False, what="state file")):
+        with pytest.raises(ReplayBankError, match=r"link.txt: is a symbolic link, not a regular file; name a state file"):
+            call()
+    assert target.read_text() == "kept"
+    write_regular(tmp_path / "link.txt", "new")  # followed by default: a link the user named
+    assert target.read_text() == "new"

@@ -49,11 +49,13 @@ _KINDS = (
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
     (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISREG, "a regular file"),  # where a folder is expected
 )
 
 
 def file_kind(mode: int) -> str:
-    """What a non-regular ``st_mode`` is, in words (``'a FIFO (named pipe)'``)."""
+    """What an ``st_mode`` is, in words (``'a FIFO (named pipe)'``; ``'a regular file'`` where a
+    folder was expected)."""
     return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
 
 
@@ -143,14 +145,16 @@ def check_regular(
 
 
 def check_writable(
-    path: str | os.PathLike[str], *, error: type[ReplayBankError] = ReplayBankError, what: str = "file"
+    path: str | os.PathLike[str], *, error: type[ReplayBankError] = ReplayBankError, what: str = "file",
+    follow_links: bool = True,
 ) -> Path:
     """``path`` when a file may be written there: it holds no NUL byte, and it is missing or (a
-    link to) a regular file. Call it before long work whose result goes to ``path``, so a bad
-    path fails at once; :func:`write_regular` checks again when it writes."""
+    link to) a regular file (with ``follow_links=False``, not a link at all). Call it before long
+    work whose result goes to ``path``, so a bad path fails at once; :func:`write_regular` checks
+    again when it writes."""
     p = check_path(path, error=error, what=what)
     try:
-        mode = os.stat(p).st_mode
+        mode = (os.stat if follow_links else os.lstat)(p).st_mode
     except FileNotFoundError:
         return p
     except OSError as exc:
@@ -162,22 +166,25 @@ def check_writable(
 
 def write_regular(
     path: str | os.PathLike[str], data: bytes | str, *, error: type[ReplayBankError] = ReplayBankError,
-    what: str = "file",
+    what: str = "file", follow_links: bool = True,
 ) -> Path:
     """Write ``data`` (a ``str`` as UTF-8) to ``path``, created or replaced, only when it is (or
     will be) a regular file: opened without blocking (a FIFO with no reader fails at once, one with
-    a reader is refused), checked with ``fstat`` before it is truncated.
+    a reader is refused), checked with ``fstat`` before it is truncated. ``follow_links=False``
+    refuses a symbolic link at ``path`` (opened ``O_NOFOLLOW``): for a file inside a folder the
+    project writes, where a link would send the write outside it.
 
     Raises:
-        error: the path holds a NUL byte, is a FIFO, device, socket or folder, or cannot be
-            written.
+        error: the path holds a NUL byte, is a FIFO, device, socket or folder (or, with
+            ``follow_links=False``, a symbolic link), or cannot be written.
     """
-    p = check_writable(path, error=error, what=what)
+    p = check_writable(path, error=error, what=what, follow_links=follow_links)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
     try:
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o666)
-    except OSError as exc:  # ENXIO: a FIFO with no reader; EISDIR; EACCES
+        fd = os.open(p, flags, 0o666)
+    except OSError as exc:  # ENXIO: a FIFO with no reader; EISDIR; EACCES; ELOOP: a link (O_NOFOLLOW)
         try:
-            mode = os.stat(p).st_mode
+            mode = (os.stat if follow_links else os.lstat)(p).st_mode
         except OSError:
             mode = stat.S_IFREG
         if not stat.S_ISREG(mode):

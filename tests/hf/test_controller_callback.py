@@ -141,3 +141,26 @@ def test_a_fifo_state_file_is_refused_at_once(tmp_path, alarm):
         cb.on_save(SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(global_step=4), None)
     with pytest.raises(MixError, match=r"checkpoint folder = .*: the path holds a NUL byte"):
         cb.load(str(tmp_path) + "\0x")
+
+
+def test_a_state_file_that_is_a_link_is_neither_written_through_nor_read(tmp_path):
+    import os
+    from types import SimpleNamespace
+
+    cb = _bandit()
+    folder = tmp_path / "out" / "checkpoint-4"
+    folder.mkdir(parents=True)
+    precious = tmp_path / "precious.json"
+    precious.write_text('{"mine": true}\n')
+    os.symlink(precious, folder / "replaybank_controller.json")
+    args, state = SimpleNamespace(output_dir=str(tmp_path / "out")), SimpleNamespace(global_step=4)
+    with pytest.raises(MixError, match=r"checkpoint-4/replaybank_controller.json: is a symbolic link, not a regular file"):
+        cb.on_save(args, state, None)
+    assert precious.read_text() == '{"mine": true}\n'  # the file the link points to, outside the output folder
+    with pytest.raises(MixError, match="is a symbolic link"):
+        cb.on_train_begin(args, state, None)
+    (folder / "replaybank_controller.json").unlink()
+    cb.on_save(args, state, None)  # a plain checkpoint: written, and read back on resume
+    resumed = _bandit()
+    resumed.on_train_begin(args, state, None)
+    assert resumed.state_dict() == cb.state_dict()

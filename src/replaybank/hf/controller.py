@@ -119,7 +119,7 @@ class ControllerCallback(TrainerCallback):
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if folder.is_dir():
-            write_regular(folder / STATE_FILE, json.dumps(self.state_dict()), error=MixError,
+            write_regular(folder / STATE_FILE, json.dumps(self.state_dict()), error=MixError, follow_links=False,
                           what="controller state file")
 
     # -- the steering -----------------------------------------------------------------------------
@@ -167,10 +167,11 @@ class ControllerCallback(TrainerCallback):
 
         Raises:
             MixError: the file is missing, not a regular file (a FIFO is refused at once, never
-                waited on), not JSON, or not a state of this callback (see :meth:`load_state_dict`).
+                waited on; a symbolic link is refused, as :meth:`on_save` refuses to write
+                through one), not JSON, or not a state of this callback (see :meth:`load_state_dict`).
         """
         path = check_path(folder, error=MixError, what="checkpoint folder") / STATE_FILE
-        data = read_regular(path, error=MixError, what="controller state file")
+        data = read_regular(path, error=MixError, follow_links=False, what="controller state file")
         try:
             state = json.loads(data.decode("utf-8"))
         except (ValueError, RecursionError) as exc:

@@ -200,21 +200,38 @@ def write_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     half-written file under the name.
 
     Raises:
-        MixError: see :func:`check_out`.
+        MixError: see :func:`check_out`; a row that is not an object of JSON values (a set, bytes,
+            NaN, an object) or, for Parquet, columns whose values do not share a type, naming the
+            row; nothing is written then.
     """
     out = check_out(path)
+    fix = "rows hold text, finite numbers, lists and objects"
+    if out.suffix == ".jsonl":
+        lines = []
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise MixError(f"{out}: row {i} is a {type(row).__name__}, not an object; {fix}")
+            try:
+                lines.append(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+            except (TypeError, ValueError) as exc:  # a value JSON has no type for; NaN or infinity
+                raise MixError(f"{out}: row {i} cannot be written as JSON ({exc}); {fix}") from None
+    else:
+        import pyarrow as pa
+
+        try:
+            table = pa.Table.from_pylist(list(rows))
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise MixError(f"{out}: the rows cannot be written as Parquet ({exc}); {fix}, each column of one type") from None
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         if out.suffix == ".jsonl":
             with open(tmp, "w", encoding="utf-8") as f:
-                for row in rows:
-                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                f.writelines(lines)
         else:
-            import pyarrow as pa
             import pyarrow.parquet as pq
 
-            pq.write_table(pa.Table.from_pylist(list(rows)), tmp)
+            pq.write_table(table, tmp)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)

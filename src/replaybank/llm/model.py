@@ -80,8 +80,8 @@ def convert_gguf(gguf: Path, log: Any = print) -> Path:
     if not gguf.is_file():
         raise ModelError(f"base model {gguf}: file not found")
     target = _gguf_cache_path(gguf)
-    if (target / "config.json").is_file():
-        return target
+    if os.path.lexists(target):
+        return check_cached_copy(target)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -100,13 +100,51 @@ def convert_gguf(gguf: Path, log: Any = print) -> Path:
         plain.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         del quant, plain
-        if target.exists():  # another process finished first
+        if os.path.lexists(target):  # another process finished first
             shutil.rmtree(tmp, ignore_errors=True)
+            check_cached_copy(target)
         else:
             tmp.rename(target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return target
+
+
+#: the files a converted copy holds, each checked to be there before the copy is used
+CACHED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+
+
+def check_cached_copy(target: Path) -> Path:
+    """``target``, a converted copy in the cache, once it is a folder (not a link) holding
+    :data:`CACHED_FILES` as regular files, its ``config.json`` a JSON object.
+
+    A conversion is renamed into place whole, so anything less is a folder damaged or edited
+    since; it is refused rather than converted over or handed to transformers.
+
+    Raises:
+        ModelError: naming the folder and the missing or damaged file, and the fix (remove it).
+    """
+    import json
+    import stat
+
+    from replaybank.files import read_regular
+
+    fix = "remove the folder to convert the model again"
+    mode = os.lstat(target).st_mode
+    if not stat.S_ISDIR(mode):
+        raise ModelError(f"cached base model {target}: is not a folder ({'a symbolic link' if stat.S_ISLNK(mode) else 'a file'}); {fix}")
+    for name in CACHED_FILES:
+        path = target / name
+        if not path.is_file() or path.is_symlink():
+            raise ModelError(f"cached base model {target}: {name} is missing (an interrupted or edited copy); {fix}")
+    raw = read_regular(target / "config.json", error=ModelError, follow_links=False, what="cached config.json")
+    try:
+        config = json.loads(raw)
+    except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+        raise ModelError(f"cached base model {target}: config.json is not JSON ({exc}); {fix}") from None
+    if not isinstance(config, dict):
+        raise ModelError(f"cached base model {target}: config.json is not a JSON object; {fix}")
     return target
 
 

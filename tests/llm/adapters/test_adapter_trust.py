@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -423,3 +424,38 @@ def test_a_keyed_library_refuses_unsigned_entries_and_reads_its_key_from_the_env
     monkeypatch.setenv("REPLAYBANK_ADAPTER_KEY", "short")
     with pytest.raises(LibraryError, match=r"field 'key': REPLAYBANK_ADAPTER_KEY: a signing key must be .* at least 16 bytes"):
         AdapterLibrary(tmp_path / "lib")
+
+
+@pytest.mark.parametrize("data", [{"rows": math.nan}, {"split": {"rows": [1, math.inf]}}])
+def test_a_non_finite_number_in_a_data_record_is_refused_on_read_and_before_signing(lib, tmp_path, capsys, data):
+    lib.add(_folder(tmp_path), Registration("gen1", skill="s"))
+    path = lib.root / "gen1" / "replaybank.json"
+    manifest = json.loads(path.read_text())
+    manifest["data"] = data
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match=r"adapter 'gen1', field 'data\.[a-z.\[\]0-9]+': .*is (nan|inf): expected a finite number"):
+        lib.verify("gen1")
+    assert main(["adapters", "show", str(lib.root), "gen1", "--verify"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    signed = AdapterLibrary(tmp_path / "signed", create=True, key=KEY)
+    before = snapshot(signed.root)
+    # signing needs canonical JSON: a NaN reached json.dumps(allow_nan=False) as a bare ValueError
+    with pytest.raises(ManifestError, match=r"adapter 'gen2', field 'data\..*expected a finite number"):
+        signed.add(_folder(tmp_path, name="src2"), Registration("gen2", skill="s", data=data))
+    with pytest.raises(ManifestError, match=r"field 'data\.rows': .*is a set: expected a JSON value"):
+        signed.add(_folder(tmp_path, name="src3"), Registration("gen3", skill="s", data={"rows": {1}}))
+    assert snapshot(signed.root) == before and signed.names() == []
+
+
+def test_a_library_path_with_a_nul_byte_or_a_file_where_a_folder_belongs_is_named(tmp_path):
+    with pytest.raises(LibraryError, match=r"library = '.*a\\x00b': the path holds a NUL byte"):
+        AdapterLibrary(str(tmp_path / "a\x00b"), create=True)
+    lib = AdapterLibrary(tmp_path / "lib", create=True)
+    lib.add(_folder(tmp_path), Registration("gen1", skill="s"))
+    shutil.copytree(lib.root / "gen1", lib.root / "torn")  # a folder the index lacks: to move aside
+    (lib.root / "torn" / "replaybank.json").write_text("{garbage")
+    (lib.root / ".orphaned").write_text("notes\n")
+    with pytest.raises(LibraryError, match=r"field '\.orphaned': .*\.orphaned: is a regular file; the library's "
+                                           r"\.orphaned must be a folder"):
+        lib.add(_folder(tmp_path, name="src2"), Registration("gen2", skill="s"))
+    assert (lib.root / ".orphaned").read_text() == "notes\n" and (lib.root / "torn").is_dir()

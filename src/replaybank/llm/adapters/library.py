@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from replaybank.errors import ReplayBankError
-from replaybank.files import file_kind, fsync_dir, open_regular, read_regular
+from replaybank.files import check_path, file_kind, fsync_dir, open_regular, read_regular
 from replaybank.llm.adapters.attach import (
     attach,
     check_adapter_config,
@@ -208,7 +208,7 @@ class AdapterLibrary:
     """
 
     def __init__(self, root: Path | str, *, create: bool = False, key: str | bytes | None = None) -> None:
-        self.root = Path(root)
+        self.root = check_path(root, error=LibraryError, what="library")
         self._key = _library_key(key)
         try:
             mode = os.stat(self.root).st_mode
@@ -372,9 +372,10 @@ class AdapterLibrary:
                 figures=checked, parents=list(reg.parents), merge=dict(reg.merge) if reg.merge is not None else None,
                 source=reg.source if reg.source is not None else (str(folder) if folder is not None else None),
             )
+            result = check_manifest(manifest, f"{name}/{MANIFEST}", name)  # first: only checked JSON is signed
             if self._key is not None:
                 manifest["signature"] = self._sign(manifest)
-            result = check_manifest(manifest, f"{name}/{MANIFEST}", name)
+                result = check_manifest(manifest, f"{name}/{MANIFEST}", name)
             write_json_atomic(staging / MANIFEST, manifest)
             _fsync_folder(staging)
             with self._locked():

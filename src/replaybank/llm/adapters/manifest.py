@@ -169,6 +169,7 @@ def check_manifest(obj: Any, where: str, name: str) -> Manifest:
     for key in ("data", "recipe"):
         if obj[key] is not None and not isinstance(obj[key], dict):
             raise bad(key, f"expected a JSON object or null, got {type(obj[key]).__name__}")
+        _finite_numbers(obj[key], bad, key)
     examples = obj["examples"]
     if not isinstance(examples, list) or not all(isinstance(e, str) and e.strip() for e in examples):
         raise bad("examples", "expected a list of non-empty prompts")
@@ -195,6 +196,24 @@ def check_manifest(obj: Any, where: str, name: str) -> Manifest:
         examples=tuple(examples), figures=figures, parents=tuple(parents), merge=merge,
         created=created, source=obj["source"], signature=signature, raw=obj,
     )
+
+
+def _finite_numbers(value: Any, bad: Any, key: str) -> None:
+    """Refuse a NaN or infinite number, or a value JSON has no type for, anywhere in ``value`` (a
+    record kept as given), naming its dotted path: the manifest is then canonical JSON that can be
+    written and signed."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise bad(key, f"is {value!r}: expected a finite number (a record holds JSON numbers only)")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise bad(key, f"has the key {k!r}: expected text keys (a JSON object)")
+            _finite_numbers(v, bad, f"{key}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _finite_numbers(v, bad, f"{key}[{i}]")
+    elif value is not None and not isinstance(value, (str, int, float)):  # bool is an int
+        raise bad(key, f"is a {type(value).__name__}: expected a JSON value (text, a number, a list, an object)")
 
 
 def _text(value: Any, bad: Any, key: str) -> str:
