@@ -11,7 +11,8 @@ report's own aggregation, intervals and flips; nothing is recomputed here).
 
 CONFIG's seeds are ``training.seed`` to ``training.seed + evaluation.seeds - 1`` and its arms
 ``evaluation.arms``. Refused, naming the run and key: a RUN whose config differs from CONFIG in
-anything but the seeds, the arms, ``num_threads`` and ``arm_processes``; a seed or arm no RUN holds; two RUNs that
+anything but the seeds, the arms, ``num_threads`` and ``arm_processes`` (a key a RUN's config lacks,
+because the run was made before the key existed, matches CONFIG's value when that is the key's default); a seed or arm no RUN holds; two RUNs that
 hold the same seed with different data (the data manifest and the base model's suite answers must
 agree). An arm
 found in several RUNs at one seed is taken from the first RUN listed. The interference probe
@@ -21,6 +22,7 @@ kept is the first seed's, as in a single run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import subprocess
@@ -40,6 +42,17 @@ WHERE = {"cache", "cached", "prompts", "seconds", "model"}
 def _comparable(config: dict[str, Any]) -> dict[str, Any]:
     return {sec: {k: v for k, v in body.items() if (sec, k) not in FREE} for sec, body in config.items()
             if isinstance(body, dict)}
+
+
+_MISSING = object()
+
+
+def _default(section: str, key: str) -> Any:
+    """The default of ``[section] key`` (``_MISSING`` when there is no such key)."""
+    body = getattr(Config(), section, None)
+    if body is None or not dataclasses.is_dataclass(body):
+        return _MISSING
+    return {f.name: getattr(body, f.name) for f in dataclasses.fields(body)}.get(key, _MISSING)
 
 
 def _data(seed: dict[str, Any]) -> Any:
@@ -64,6 +77,8 @@ def combine(config: Path, out: Path, runs: list[Path]) -> Path:
         theirs = _comparable(metrics["config"])
         for sec in sorted(set(wanted) | set(theirs)):
             for key in sorted(set(wanted.get(sec, {})) | set(theirs.get(sec, {}))):
+                if key not in theirs.get(sec, {}) and _default(sec, key) == wanted.get(sec, {}).get(key, _MISSING):
+                    continue  # a key added after the run was made, set here at its default
                 if wanted.get(sec, {}).get(key) != theirs.get(sec, {}).get(key):
                     sys.exit(f"{run}: [{sec}] {key} = {theirs.get(sec, {}).get(key)!r}, but {config} has "
                              f"{wanted.get(sec, {}).get(key)!r}; only seeds, arms, num_threads and arm_processes may differ")
