@@ -207,7 +207,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "perdqn_no_priority_update", "src/replaybank/sb3/dqn.py",
         "            buffer.update_priorities(data.ids, self.last_td_errors)\n", "",
         ("tests/sb3/test_sb3_dqn.py::test_perdqn_weights_the_loss_and_updates_priorities",),
-        "PERDQN never sets the sampled items' priorities to their |TD error|",
+        "PERDQN never sets the sampled items' priorities to their absolute TD error",
     ),
     _sb3(
         "sb3_sampled_next_obs_is_obs",
