@@ -122,6 +122,13 @@ def test_resume_from_a_saved_state_equals_the_uninterrupted_controller(kind, cut
     state = json.loads(json.dumps(first.state_dict()))
     resumed = build(kind, limits, seed=99)  # another seed: the saved RNG state must win
     resumed.load_state_dict(state)
+    # before any update the loaded controller is the saved one: its state and the mixture it gives
+    # (a policy that reads only the latest statistics still serves the saved ones until the next)
+    twin = build(kind, limits, seed=7)
+    twin.load_state_dict(state)
+    assert json.loads(json.dumps(twin.state_dict())) == state
+    mask = run[min(cut, len(run) - 1)][1]
+    assert twin.mixture(mask).tolist() == first.mixture(mask).tolist()
     got += [resumed.update(s, m).tolist() for s, m in run[cut:]]
     assert got == expected
     assert resumed.state_dict() == whole.state_dict()

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from replaybank.llm.train.kl import base_logits_at, kl_to_base  # noqa: E402
+from replaybank.llm.train.kl import base_logits_at, kl_mask, kl_to_base  # noqa: E402
 
 
 def _kl(p: list[float], q: list[float]) -> float:
@@ -53,6 +53,20 @@ def test_zero_when_equal_zero_positions_and_bad_input():
         kl_to_base(torch.zeros(2, 3), torch.zeros(2, 4))
     with pytest.raises(ValueError, match="temperature must be > 0"):
         kl_to_base(x, x, temperature=0.0)
+
+
+def test_the_kl_mask_holds_the_completion_of_rehearsal_rows_only_and_with_all_the_others_prompts():
+    # three rows: rehearsal, domain, rehearsal; prompt of 2 tokens, completion of 2-3, then padding
+    labels = torch.tensor([[-100, -100, 5, 6, -100], [-100, -100, 7, 8, 9], [-100, -100, -100, 4, -100]])
+    att = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1], [1, 1, 1, 1, 1]])
+    rehearsal = torch.tensor([True, False, True])
+    # next-token positions are labels[:, 1:]: a rehearsal row's labelled ones, never a domain row's
+    assert kl_mask(labels, att, rehearsal).int().tolist() == [[0, 1, 1, 0], [0, 0, 0, 0], [0, 0, 1, 0]]
+    # "all" adds the domain row's prompt positions (unlabelled, not padding), not its completion
+    every = kl_mask(labels, att, rehearsal, "all").int().tolist()
+    assert every == [[0, 1, 1, 0], [1, 0, 0, 0], [0, 0, 1, 0]]
+    # a batch without rehearsal rows has no KL position under the default rule
+    assert not kl_mask(labels, att, torch.tensor([False, False, False])).any()
 
 
 def test_base_logits_come_from_the_disabled_adapter(tiny_model_dir):
