@@ -64,7 +64,7 @@ def test_a_missing_trl_names_the_extra_that_installs_it(monkeypatch):
     assert "replaybank[hf]" in missing and "scripts/bootstrap.sh" in missing
 
 
-def test_peer_sdft_and_routed_train_and_are_scored_in_a_tiny_run(tiny_model_dir, tmp_path):
+def test_peer_sdft_and_routed_train_and_are_scored_in_a_tiny_run(tiny_model_dir, tmp_path, capfd, caplog):
     pytest.importorskip("trl.experimental.sdft", reason="TRL without SDFTTrainer: peer-sdft needs trl >= 1.16")
     from replaybank.llm.eval.measure import flatten
     from replaybank.llm.recipes.rehearsal import run_experiment
@@ -82,6 +82,10 @@ def test_peer_sdft_and_routed_train_and_are_scored_in_a_tiny_run(tiny_model_dir,
     metrics = run_experiment(cfg, out, log=lambda m: None, max_steps=2, seeds=1).to_json()
     (seed_file,) = (out / "seeds").glob("seed*.json")
     per_seed = json.loads(seed_file.read_text())["arms"]
+    err = capfd.readouterr().err
+    assert "peer-sdft seed0 gen 0" in err  # the arm's progress bar
+    logged = err + "".join(r.getMessage() for r in caplog.records)
+    assert "already contains a PEFT adapter" not in logged  # TRL's warning on the teacher this arm chose
     (gen,) = metrics["arms"]["peer-sdft"]["generations"]
     assert [s["step"] for s in gen["train"]["steps"]] == [1, 2]  # the naive arm's budget, capped at 2
     assert all(s["distillation_loss"] is not None for s in gen["train"]["steps"])

@@ -398,7 +398,7 @@ def _train_arm(
             train_log = train_sdft(model, ctx.tokenizer, [r for i in lineage for r in ctx.data.domain_train_records[i]],
                                    cfg.training, out_dir=partial / f"{name}-{seed_label}-gen{g}", on_eval=on_eval,
                                    max_completion_length=ctx.max_new_tokens, eval_points=cfg.evaluation.eval_points,
-                                   max_steps=max_steps)
+                                   max_steps=max_steps, desc=f"{tag} gen {g}")
         else:
             train_log = train_lora(
                 model, ctx.pad_id, domain, cfg.training,

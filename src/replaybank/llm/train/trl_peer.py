@@ -121,10 +121,20 @@ def lora_steps(rows: int, cfg: Training, max_steps: int | None = None) -> int:
     return total if max_steps is None else min(total, max_steps)
 
 
+class _DropMessage:
+    """A logging filter that drops the records whose message holds ``text``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def filter(self, record: Any) -> bool:
+        return self.text not in record.getMessage()
+
+
 def train_sdft(
     model: Any, tokenizer: Any, records: Sequence[dict[str, Any]], cfg: Training, *, out_dir: Path,
     max_completion_length: int, on_eval: Callable[[int], dict[str, float]] | None = None, eval_points: int = 1,
-    max_steps: int | None = None,
+    max_steps: int | None = None, desc: str = SDFT_ARM,
 ) -> TrainLog:
     """Train the job's LoRA-wrapped ``model`` in place with ``SDFTTrainer`` on ``records``.
 
@@ -138,6 +148,7 @@ def train_sdft(
         on_eval: called with the optimizer step at ``eval_points`` evenly spaced steps, as the LoRA
             loop calls it; what it returns is logged.
         max_steps: cap on optimizer steps.
+        desc: progress bar label (the bar counts optimizer steps, with TRL's loss).
 
     Returns:
         A :class:`TrainLog`: per step TRL's logged loss (also as ``domain_loss``, the key the
@@ -147,7 +158,10 @@ def train_sdft(
         RuntimeError: TRL's SDFT trainer is not usable here (:func:`sdft_missing`).
         ValueError: records SDFT cannot train on (:func:`sdft_rows`).
     """
+    import logging
     import time
+
+    from tqdm.auto import tqdm
 
     missing = sdft_missing()
     if missing is not None:
@@ -176,6 +190,9 @@ def train_sdft(
                 })
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            bar.update(state.global_step - bar.n)
+            if log.steps:
+                bar.set_postfix(loss=f"{log.steps[-1]['loss']:.3f}", refresh=False)
             if on_eval is not None and state.global_step in eval_at:
                 t0 = time.perf_counter()
                 log.evals.append({**on_eval(state.global_step), "step": state.global_step})
@@ -195,11 +212,23 @@ def train_sdft(
         teacher_model_kind="base", num_generations=1, max_completion_length=max_completion_length,
         max_prompt_length=cfg.max_seq_length, distillation_topk=min(topk, int(model.config.vocab_size)),
     )
-    trainer = SDFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(sdft_rows(records)),
-                          processing_class=tokenizer, callbacks=[_Record()])
+    # TRL warns that a student already wrapped in PEFT makes teacher_model_kind = "base" the
+    # weights under the adapter: that is the teacher this arm wants (see the module docstring).
+    trl_logger = logging.getLogger("trl.experimental.sdft.sdft_trainer")
+    wanted = _DropMessage("already contains a PEFT adapter")
+    trl_logger.addFilter(wanted)
+    try:
+        trainer = SDFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(sdft_rows(records)),
+                              processing_class=tokenizer, callbacks=[_Record()])
+    finally:
+        trl_logger.removeFilter(wanted)
     trainer.remove_callback(PrinterCallback)  # the job logs its own lines; TRL's per-step dicts stay in the TrainLog
+    bar = tqdm(total=steps, desc=desc, unit="step", dynamic_ncols=True, leave=False)
     t0 = time.perf_counter()
-    with peft_wrapping():  # TRL's generation unwraps the PEFT model, which reads the deprecated name
-        trainer.train()
+    try:
+        with peft_wrapping():  # TRL's generation unwraps the PEFT model, which reads the deprecated name
+            trainer.train()
+    finally:
+        bar.close()
     log.seconds = time.perf_counter() - t0 - evaluated[0]
     return log
