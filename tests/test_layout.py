@@ -11,7 +11,9 @@ The map is docs/layout.md: every module under src/replaybank is named there (:fu
 from __future__ import annotations
 
 import ast
+import functools
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -256,38 +258,28 @@ def test_the_layout_map_names_only_modules_that_exist() -> None:
     assert gone == [], "docs/layout.md's map names modules that do not exist (moved, merged or removed): " + "; ".join(gone)
 
 
-def own_names(tree: ast.Module) -> set[str]:
-    """Names a module binds itself at top level (classes, functions, assignments); not imports."""
-    out: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            out.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            out.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
-    return out
+@functools.cache
+def _code_map():  # type: ignore[no-untyped-def]
+    """``benchmarks/code_map.py``, whose ``private_reads`` is the one finder of underscore reads."""
+    import importlib.util
+
+    if "code_map" in sys.modules:
+        return sys.modules["code_map"]
+    spec = importlib.util.spec_from_file_location("code_map", Path(__file__).resolve().parents[1] / "benchmarks" / "code_map.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["code_map"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
 
 
 def foreign_private_reads(source: str) -> list[str]:
     """``line: expr`` for each ``x._name`` (single underscore, not a dunder) where ``x`` is neither
-    ``self``, ``cls``, ``super()`` nor a name the module binds itself, nor in ``ALLOWED_PRIVATE``."""
-    tree = ast.parse(source)
-    own = own_names(tree) | {"self", "cls"}
-    found: list[tuple[int, int, str]] = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
-            continue
-        if node.attr.startswith("__") and node.attr.endswith("__"):
-            continue
-        base = node.value
-        if isinstance(base, ast.Name) and base.id in own:
-            continue
-        if isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super":
-            continue
-        if ast.unparse(node) in ALLOWED_PRIVATE:
-            continue
-        found.append((node.lineno, node.col_offset, f"{node.lineno}: {ast.unparse(node)}"))
-    return [hit for _, _, hit in sorted(found)]
+    ``self``, ``cls``, ``super()`` nor a name the module binds itself, nor in ``ALLOWED_PRIVATE``
+    (reads on objects and on modules alike: ``benchmarks/code_map.py``'s ``private_reads``)."""
+    on_objects, on_modules = _code_map().private_reads(source)
+    hits = [h for h in on_objects + on_modules if h.split(": ", 1)[1] not in ALLOWED_PRIVATE]
+    return sorted(hits, key=lambda h: (int(h.split(":", 1)[0]), h))
 
 
 def test_private_read_finder_sees_a_foreign_read() -> None:
