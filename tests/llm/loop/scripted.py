@@ -121,3 +121,17 @@ if __name__ == "__main__":
 
     decode.generate_detailed = Scripted(seeded, fallback=decode.generate_detailed)  # type: ignore[assignment]
     sys.exit(main(sys.argv[1:]))
+
+
+#: A level-4 qx task in words: two calls, the second needing the first one's result.
+CHAIN = "Add {n} {item} to my shopping list. Then send {who} the total."
+
+
+def chain(n: int, item: str, who: str, total: int) -> Any:
+    """A level-4 qx :class:`~replaybank.episodic.tasks.Task` of :data:`CHAIN` with its two calls."""
+    from replaybank.episodic import Task
+
+    text = CHAIN.format(n=n, item=item, who=who)
+    return Task(f"c-{n}-{item}-{who}", text, "cart.add>purse.send", 4,
+                (f"<<qx cart.add; sku={item.replace(' ', '_')}; qty={n}>>",
+                 f"<<qx purse.send; to=@{who.lower()}; cents={total}>>"))

@@ -27,18 +27,9 @@ from replaybank.llm.loop.state import StateError, check_same_run, new_state
 from replaybank.llm.recipes.loop import run_loop
 
 from .conftest import to_toml  # type: ignore[import-not-found]
+from .scripted import chain  # type: ignore[import-not-found]
 
 ENV = QxEnvironment(levels=(4,))
-CHAIN = "Add {n} {item} to my shopping list. Then send {who} the total."
-
-
-def chain(n: int, item: str, who: str, total: int) -> Task:
-    text = CHAIN.format(n=n, item=item, who=who)
-    return Task(f"c-{n}-{item}-{who}", text, "cart.add>purse.send", 4,
-                (f"<<qx cart.add; sku={item.replace(' ', '_')}; qty={n}>>",
-                 f"<<qx purse.send; to=@{who.lower()}; cents={total}>>"))
-
-
 DEMO = chain(3, "eggs", "Anna", 96)
 REPLAYED = chain(2, "olive oil", "Kemi", 2198)
 OWN = Task("own", "Set a timer for 5 minutes for the tea.", "timer.arm", 2, ("<<qx timer.arm; dur=300s; tag=tea>>",))

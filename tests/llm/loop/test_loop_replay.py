@@ -19,19 +19,9 @@ from replaybank.llm.loop.act import SYSTEM, attempt, build_prompts, summarise, t
 from replaybank.llm.loop.replay import learn_workflows, replay_tasks
 from replaybank.llm.loop.report import write_report
 
-from .scripted import Scripted, oracle, seeded  # type: ignore[import-not-found]
+from .scripted import Scripted, chain, oracle, seeded  # type: ignore[import-not-found]
 
 ENV = QxEnvironment(levels=(4,))
-CHAIN = "Add {n} {item} to my shopping list. Then send {who} the total."
-
-
-def chain(n: int, item: str, who: str, total: int) -> Task:
-    text = CHAIN.format(n=n, item=item, who=who)
-    return Task(f"c-{n}-{item}-{who}", text, "cart.add>purse.send", 4,
-                (f"<<qx cart.add; sku={item.replace(' ', '_')}; qty={n}>>",
-                 f"<<qx purse.send; to=@{who.lower()}; cents={total}>>"))
-
-
 DEMO = chain(3, "eggs", "Anna", 96)
 NEW = [chain(2, "olive oil", "Kemi", 2198), chain(5, "tea", "Lars", 2295)]
 OTHER = Task("o", "Set a timer for 5 minutes for the tea.", "timer.arm", 2, ("<<qx timer.arm; dur=300s; tag=tea>>",))
