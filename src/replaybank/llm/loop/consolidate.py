@@ -34,7 +34,7 @@ from replaybank.errors import ReplayBankError
 from replaybank.llm.config import Recipe, Training
 from replaybank.llm.config.loop import Consolidate
 from replaybank.llm.data.rows import TokenRows
-from replaybank.llm.records import ABSENT, Absent, JsonObject, Record, absent, omitted
+from replaybank.llm.records import Absent, JsonObject, Record, absent, omitted
 from replaybank.llm.train.peft_files import (
     MANIFEST,
     WEIGHTS,
@@ -230,12 +230,9 @@ def consolidate(
                      max_steps=steps or None)
     taken = log.steps
     kls = [s["kl"] for s in taken if s.get("kl") is not None]
+    head = {k: v for k, v in log.to_dict().items() if k not in ("steps", "evals")}  # the log's own figures, rounded there
     return ConsolidationLog(
-        tokens=log.tokens, seconds=round(log.seconds, 3),
-        tokens_per_second=round(log.tokens / log.seconds, 1) if log.seconds else None,
-        resumed_from_step=log.resumed_from_step,
-        projected_share=log.projected_share() if any("projected" in s for s in taken) else ABSENT,
-        refreshes=log.refreshes or None,
+        **head,
         steps=len(taken),
         loss_first=taken[0]["loss"] if taken else None,
         loss_last=taken[-1]["loss"] if taken else None,
