@@ -72,3 +72,24 @@ def test_a_training_shorter_than_the_checkpoints_keeps_one_per_step(adapted):
     for step in range(1, 4):
         hook(step, 3)
     assert sorted(snaps.states) == [1, 2]
+
+
+def test_a_staged_record_is_read_back_checked(adapted, tmp_path):
+    from peft import get_peft_model_state_dict
+
+    snaps = Snapshots(1)
+    hook = snaps.on_step(adapted)
+    for step in (1, 2, 3, 4):
+        _train_one_step(adapted, step)
+        hook(step, 4)
+    snaps.write(tmp_path)
+    mine = get_peft_model_state_dict(adapted)
+    back = Snapshots(1)
+    back.read_staged(tmp_path, snaps.record(), mine)
+    assert sorted(back.states) == [2] and back.last == 4
+    for bad in ({"steps": ["2"], "last_step": 4}, {"steps": [2], "last_step": 2}, {"steps": [2]}, [2], {"steps": [True], "last_step": 4}):
+        with pytest.raises(AdapterError, match="staged checkpoints"):
+            Snapshots(1).read_staged(tmp_path, bad, mine)
+    other = {k: v[:1] for k, v in mine.items()}  # another adapter's shapes
+    with pytest.raises(AdapterError, match="shape"):
+        Snapshots(1).read_staged(tmp_path, snaps.record(), other)

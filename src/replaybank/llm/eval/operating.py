@@ -119,7 +119,7 @@ def at_operating_point(
     Raises:
         AdapterError: a staged adapter or kept state is missing or unreadable.
     """
-    from peft import set_peft_model_state_dict
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
     from replaybank.llm.train.peft_files import (
         MANIFEST,
@@ -137,16 +137,15 @@ def at_operating_point(
     if trained is not None:
         set_peft_model_state_dict(model, read_tensors(folder / WEIGHTS))
         if snapshots is not None:
-            kept = read_json_object(folder / MANIFEST, "the staged adapter's manifest").get("checkpoints") or {}
-            snapshots.read(folder, [int(s) for s in kept.get("steps", [])])
-            snapshots.last = kept.get("last_step")
+            record = read_json_object(folder / MANIFEST, "the staged adapter's manifest").get("checkpoints")
+            snapshots.read_staged(folder, record, get_peft_model_state_dict(model))
         log(f"{arm} {seed_label}: trained in an earlier, interrupted run; its adapter read back, choosing again")
     else:
         trained = train()
         manifest: dict[str, Any] = {"arm": arm, "stage": "trained, before choosing"}
         if snapshots is not None and snapshots.states:
             snapshots.write(folder)
-            manifest["checkpoints"] = {"steps": sorted(snapshots.states), "last_step": snapshots.last}
+            manifest["checkpoints"] = snapshots.record()
         write_adapter_folder(model, folder, manifest)
         write_result(partial, stage, trained)  # last: its presence marks the stage complete
     return _choose_and_apply(model, ctx, ctx.validation, cfg, trained, partial=partial, arm=arm, seed_label=seed_label,

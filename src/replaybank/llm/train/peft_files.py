@@ -34,6 +34,7 @@ from replaybank.llm.config.names import refuse_links
 __all__ = [
     "CONFIG", "FILES", "MANIFEST", "WEIGHTS", "AdapterError", "check_tensors", "parse_json_object", "peft_config_dict",
     "read_json_object", "read_tensors", "sha256_file", "tensors_from_bytes", "write_adapter_folder", "write_json_atomic",
+    "write_tensors",
 ]
 
 WEIGHTS = "adapter_model.safetensors"
@@ -72,18 +73,26 @@ def write_adapter_folder(
         UnsafePathError: a symbolic link (or a FIFO, a folder) at a file name written here.
     """
     from peft import get_peft_model_state_dict
-    from safetensors.torch import save_file
 
     refuse_links(folder, *FILES, *(f"{n}.tmp" for n in FILES))
     tensors, config = converted if converted is not None else (get_peft_model_state_dict(model, adapter_name=adapter_name), None)
-    state = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
-    tmp = folder / f"{WEIGHTS}.tmp"
-    tmp.unlink(missing_ok=True)
-    save_file(state, str(tmp), metadata={"format": "pt"})
-    digest = sha256_file(tmp)
-    os.replace(tmp, folder / WEIGHTS)
+    digest = write_tensors(folder / WEIGHTS, tensors)
     write_json_atomic(folder / CONFIG, config if config is not None else peft_config_dict(model, adapter_name))
     write_json_atomic(folder / MANIFEST, {**manifest, "sha256": digest})
+    return digest
+
+
+def write_tensors(path: Path, tensors: dict[str, Any]) -> str:
+    """``tensors`` as the safetensors file ``path`` (on the CPU, written to ``path.tmp``, then
+    renamed over ``path``); return the file's SHA-256. The caller refuses links at both names
+    (:func:`replaybank.llm.config.names.refuse_links`)."""
+    from safetensors.torch import save_file
+
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata={"format": "pt"})
+    digest = sha256_file(tmp)
+    os.replace(tmp, path)
     return digest
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from replaybank.llm.train.peft_files import AdapterError, read_tensors
+from replaybank.llm.train.peft_files import AdapterError, check_tensors, read_tensors, write_tensors
 
 __all__ = ["FILE", "Snapshots", "snapshot_steps"]
 
@@ -62,11 +62,16 @@ class Snapshots:
         chosen steps. A new training (step 1) forgets the states of an earlier one."""
         from peft import get_peft_model_state_dict
 
+        due: set[int] = set()
+
         def keep(step: int, total: int) -> None:
-            if step == 1:
-                self.states.clear()
+            if step == 1 or total != self.last:  # a new training: its own steps, none of an earlier one's states
+                if step == 1:
+                    self.states.clear()
+                due.clear()
+                due.update(snapshot_steps(self.n, total))
             self.last = total
-            if self.n and step in snapshot_steps(self.n, total):
+            if step in due:
                 self.states[step] = {k: v.detach().clone().cpu() for k, v in get_peft_model_state_dict(model).items()}
 
         return keep
@@ -78,22 +83,41 @@ class Snapshots:
         Raises:
             UnsafePathError: a link (or FIFO, folder) at a file name written here.
         """
-        import os
-
-        from safetensors.torch import save_file
-
         from replaybank.llm.config.names import refuse_links
 
         written = []
         for step in sorted(self.states):
             name = FILE.format(step=step)
             refuse_links(folder, name, f"{name}.tmp")
-            tmp = folder / f"{name}.tmp"
-            tmp.unlink(missing_ok=True)
-            save_file({k: v.contiguous() for k, v in self.states[step].items()}, str(tmp), metadata={"format": "pt"})
-            os.replace(tmp, folder / name)
+            write_tensors(folder / name, self.states[step])
             written.append(folder / name)
         return written
+
+    def record(self) -> dict[str, Any]:
+        """What :meth:`read_staged` needs to find the written states: their steps and the last step."""
+        return {"steps": sorted(self.states), "last_step": self.last}
+
+    def read_staged(self, folder: Path, record: object, mine: dict[str, Any]) -> None:
+        """Put back the states a staged ``folder`` holds, as :meth:`record` named them (``None``: no
+        state was kept), each checked against ``mine`` (the model's adapter tensors: names, shapes,
+        finite values), and the last step they were kept from.
+
+        Raises:
+            AdapterError: a record that is not the steps (integers from 1 below the last step) and
+                the last step, or a state's file missing, unreadable or not the adapter's.
+        """
+        if record is None:
+            self.states, self.last = {}, None
+            return
+        last = record.get("last_step") if isinstance(record, dict) else None
+        steps = record.get("steps") if isinstance(record, dict) else None
+        if (not isinstance(last, int) or isinstance(last, bool) or last < 1 or not isinstance(steps, list)
+                or not all(isinstance(s, int) and not isinstance(s, bool) and 1 <= s < last for s in steps)):
+            raise AdapterError(f"{folder}: the staged checkpoints {record!r:.120} are not steps from 1 below a last step")
+        self.read(folder, steps)
+        for step, state in self.states.items():
+            check_tensors(folder / FILE.format(step=step), state, mine)
+        self.last = last
 
     def read(self, folder: Path, steps: list[int]) -> None:
         """Put the states of ``steps`` back from ``folder`` (as :meth:`write` wrote them), replacing
