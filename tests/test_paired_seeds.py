@@ -40,3 +40,20 @@ def test_a_run_without_the_arm_adds_no_seed(tmp_path: Path) -> None:
     path = tmp_path / "m.json"
     path.write_text(json.dumps(_metrics([5], {"a": [0.5]})))
     assert ps.gather([path], "b") == {}
+
+
+def _figures(exact: float, families: list[float]) -> dict[str, float]:
+    names = ["retention_arithmetic", "retention_code", "retention_conversation", "retention_instruction", "retention_open"]
+    return {"domain_exact_match": exact, **dict(zip(names, families))}
+
+
+def test_the_least_family_is_paired_seed_by_seed() -> None:
+    ps = _script()
+    mine = {0: _figures(0.5, [0.9, 1.0, 0.95, 0.97, 1.0]), 1: _figures(0.6, [1.0, 0.96, 1.0, 1.0, 1.0])}
+    theirs = {0: _figures(0.6, [0.5, 0.9, 0.9, 0.9, 0.7]), 1: _figures(0.6, [0.2, 1.0, 1.0, 1.0, 1.0]), 2: _figures(0.1, [0.0] * 5)}
+    found = ps.pair(mine, theirs, "routed", "peer")
+    assert found["seeds"] == [0, 1]  # seed 2 has only the peer
+    assert [round(g, 6) for g in found["min_family_gap"]["per_seed"]] == [0.4, 0.76]
+    assert round(found["min_family_gap"]["mean"], 6) == 0.58
+    assert [round(m, 6) for m in found["min_family_per_seed"]] == [0.9, 0.96]
+    assert round(found["gap"]["mean"], 6) == -0.05
