@@ -1,0 +1,101 @@
+"""Arms of the main job side by side over seeds gathered from several runs (no model, no training).
+
+    python benchmarks/seed_table.py RUN/metrics.json [RUN/metrics.json ...] \
+        --arms naive,self-distill,routed [--json OUT.json]
+
+The seeds of each arm are gathered over the files as ``benchmarks/paired_seeds.py`` gathers them (a
+seed found in two files is taken from the first; the arm's own seeds, so two arms may differ in
+seeds). Prints, per arm, the number of seeds, each family's retention of the base model's items (the
+mean over seeds and the lowest seed), the least family (the lowest family of each seed: its mean,
+95% interval by a percentile bootstrap over seeds, and the lowest seed), tool-call leakage and
+exact match on the held-out requests (mean ± sample std over seeds). Runs made with different
+configs (threads, ``choose``) are gathered as they are: say so where the figures are quoted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paired_seeds import FAMILIES, bootstrap_mean, gather, least_family  # noqa: E402
+
+
+def summarize(seeds: dict[int, dict[str, float]]) -> dict[str, Any]:
+    """One arm's figures over its seeds: per family and the least family, leakage and exact match.
+
+    Args:
+        seeds: ``{seed: {figure: value}}`` as :func:`paired_seeds.gather` returns it.
+
+    Returns:
+        ``seeds``; per figure of :data:`paired_seeds.FAMILIES`, ``leakage`` and ``domain_exact_match``:
+        ``mean``, ``std`` (sample, ``None`` for one seed), ``min`` and ``values`` in seed order; and
+        ``least_family`` with its bootstrap interval ``low`` / ``high`` too.
+
+    Example:
+        >>> fams = {f: 0.9 for f in FAMILIES}
+        >>> s = summarize({0: {**fams, "retention_open": 0.5, "leakage": 0.0, "domain_exact_match": 0.6},
+        ...                1: {**fams, "leakage": 0.0, "domain_exact_match": 0.4}})
+        >>> s["least_family"]["values"], s["domain_exact_match"]["mean"]
+        ([0.5, 0.9], 0.5)
+    """
+    order = sorted(seeds)
+    out: dict[str, Any] = {"seeds": order}
+    for figure in [*FAMILIES, "leakage", "domain_exact_match"]:
+        values = [seeds[s][figure] for s in order if figure in seeds[s]]
+        if values:
+            out[figure] = {"mean": float(np.mean(values)), "std": float(np.std(values, ddof=1)) if len(values) > 1 else None,
+                           "min": min(values), "values": values}
+    least = [least_family(seeds[s]) for s in order if all(f in seeds[s] for f in FAMILIES)]
+    if least:
+        mean, low, high = bootstrap_mean(least)
+        out["least_family"] = {"mean": mean, "low": low, "high": high, "min": min(least), "values": least}
+    return out
+
+
+def cell(entry: dict[str, Any] | None, *, spread: str = "min") -> str:
+    """A figure as a percentage: ``mean; min lowest`` (``spread="min"``) or ``mean ± std``."""
+    if entry is None:
+        return "-"
+    mean = f"{100 * entry['mean']:.0f}"
+    if len(entry["values"]) < 2:
+        return mean
+    if spread == "std":
+        return f"{mean} ± {100 * entry['std']:.0f}"
+    return f"{mean}; min {100 * entry['min']:.0f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("metrics", type=Path, nargs="+", help="metrics.json files of finished runs")
+    parser.add_argument("--arms", required=True, help="comma-separated arms, in the table's order")
+    parser.add_argument("--json", type=Path, help="write the table here")
+    args = parser.parse_args()
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    table = {}
+    for arm in arms:
+        found = gather(args.metrics, arm)
+        if not found:
+            raise SystemExit(f"no run in {', '.join(map(str, args.metrics))} holds the arm {arm!r}")
+        table[arm] = {**summarize(found), "from": {str(s): str(found[s]["from"]) for s in sorted(found)}}
+    print("| arm | seeds | " + " | ".join(f.removeprefix("retention_") for f in FAMILIES)
+          + " | least family [95% interval]; lowest seed | leakage % | tool-call exact match % |")
+    print("|---|---:|" + "---:|" * (len(FAMILIES) + 3))
+    for arm, s in table.items():
+        least = s.get("least_family")
+        least_cell = "-" if least is None else (f"{100 * least['mean']:.0f} [{100 * least['low']:.0f}, "
+                                                f"{100 * least['high']:.0f}]; min {100 * least['min']:.0f}")
+        print(f"| {arm} | {len(s['seeds'])} | " + " | ".join(cell(s.get(f)) for f in FAMILIES)
+              + f" | {least_cell} | {cell(s.get('leakage'), spread='std')} | {cell(s.get('domain_exact_match'), spread='std')} |")
+    if args.json:
+        command = "python benchmarks/seed_table.py " + " ".join(map(str, args.metrics)) + f" --arms {args.arms}"
+        args.json.write_text(json.dumps({"command": command, "arms": table}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
