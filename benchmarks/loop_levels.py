@@ -18,7 +18,8 @@ they bring (more successes, so more optimizer steps):
 
 Each run is a folder of ``--out`` (resumable: run the command again); the report, ``metrics.json``
 and every run's ``state.json`` are copied to ``--results`` with a summary
-(``loop_levels.json``): per arm and generation, held-out exact match without and with context,
+(``loop_levels.json``, which keeps the runs of earlier calls beside this call's, so seeds can be
+run one call at a time): per run and generation, held-out exact match without and with context,
 the replay arm, suite retention, model calls per solved task, and the retry pass with and without
 reflection (the rows and optimizer steps of each consolidation are in the runs' ``state.json``
 and the report)::
@@ -113,14 +114,18 @@ def main() -> None:
     for name in ("report.md", "metrics.json", "loop.png"):
         if (out / name).is_file():
             shutil.copy(out / name, results / name)
-    summary: dict[str, Any] = {"config": args.config, "seconds_this_call": round(time.perf_counter() - t0, 1), "runs": {}}
+    summary_file = results / "loop_levels.json"
+    earlier = json.loads(summary_file.read_text(encoding="utf-8")).get("runs", {}) if summary_file.is_file() else {}
+    summary: dict[str, Any] = {"config": args.config, "seconds_this_call": round(time.perf_counter() - t0, 1),
+                               "runs": dict(earlier)}
     for name, _ in runs:
         state = read_state(out / name)
         if state is None:
             raise SystemExit(f"{out / name}: no {STATE_FILE} after the grid ran")
         (results / f"{name}.state.json").write_text(json.dumps(state.to_json(), indent=1), encoding="utf-8")
         summary["runs"][name] = [summary_row(r) for r in state.generations]
-    (results / "loop_levels.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    summary["runs"] = dict(sorted(summary["runs"].items()))
+    summary_file.write_text(json.dumps(summary, indent=1), encoding="utf-8")
     print(json.dumps(summary, indent=1))
 
 
