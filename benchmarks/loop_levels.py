@@ -26,6 +26,7 @@ and the report)::
 
     python benchmarks/loop_levels.py --seeds 0 --jobs 2
     python benchmarks/loop_levels.py --seeds 0 --jobs 2 --arms raw,levels,levels-own,levels-budget --steps 12
+    python benchmarks/loop_levels.py --table 5      # per arm, mean ± std over the seeds run, generation 5
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ import shutil
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from replaybank.llm.config.loop import LoopConfig
 from replaybank.llm.loop.results import Acted, GenerationRow
@@ -91,6 +94,84 @@ def summary_row(row: GenerationRow) -> dict[str, Any]:
     }
 
 
+def arm_of(run: str) -> str:
+    """The arm of a run's name: ``levels-budget-s1`` -> ``levels-budget``.
+
+    Example:
+        >>> arm_of("levels-budget-s1"), arm_of("raw-s0")
+        ('levels-budget', 'raw')
+    """
+    return run.rsplit("-s", 1)[0]
+
+
+#: the figures of the seed table: (title, how a generation's summary row gives it)
+TABLE_FIGURES: list[tuple[str, Any]] = [
+    ("held-out exact without context %", lambda r: r["no_context"]),
+    ("with context %", lambda r: r["context"]),
+    ("replay arm %", lambda r: r["replay"]),
+    ("model calls per solved task, context / replay", lambda r: (r["calls_per_solved"]["context"],
+                                                                 r["calls_per_solved"]["replay"])),
+    ("retention %", lambda r: r["retention"]),
+]
+
+
+def seed_table(runs: dict[str, list[dict[str, Any]]], generation: int) -> list[dict[str, Any]]:
+    """Per arm, each figure of :data:`TABLE_FIGURES` at ``generation`` over the arm's seeds.
+
+    Returns:
+        One row per arm, in the order of first appearance: ``arm``, ``seeds`` (run names), and per figure
+        its ``values`` (per seed; ``None`` where the run has no such arm, as raw's replay), ``mean`` and
+        ``std`` (sample; ``None`` for one seed or no value).
+
+    Example:
+        >>> row = {"generation": 5, "no_context": 0.5, "context": 0.4, "replay": None, "retention": 0.9,
+        ...        "calls_per_solved": {"context": 2.0, "replay": None}}
+        >>> t = seed_table({"raw-s0": [row], "raw-s1": [{**row, "no_context": 0.7}]}, 5)
+        >>> t[0]["arm"], t[0]["held-out exact without context %"]["mean"], t[0]["replay arm %"]["mean"]
+        ('raw', 0.6, None)
+    """
+    arms: dict[str, list[str]] = {}
+    for run in runs:
+        arms.setdefault(arm_of(run), []).append(run)
+    table = []
+    for arm, names in arms.items():
+        rows = [next((r for r in runs[n] if r["generation"] == generation), None) for n in names]
+        entry: dict[str, Any] = {"arm": arm, "seeds": names}
+        for title, get in TABLE_FIGURES:
+            values = [None if r is None else get(r) for r in rows]
+            parts = list(zip(*values)) if values and isinstance(values[0], tuple) else [values]
+            stats = []
+            for part in parts:
+                known = [float(v) for v in part if v is not None]
+                stats.append({"values": list(part), "mean": float(np.mean(known)) if known else None,
+                              "std": float(np.std(known, ddof=1)) if len(known) > 1 else None})
+            entry[title] = stats[0] if len(stats) == 1 else stats
+        table.append(entry)
+    return table
+
+
+def _cell(stat: dict[str, Any], scale: float) -> str:
+    if stat["mean"] is None:
+        return "-"
+    std = "" if stat["std"] is None else f" ± {scale * stat['std']:.{0 if scale > 1 else 2}f}"
+    return f"{scale * stat['mean']:.{0 if scale > 1 else 2}f}{std}"
+
+
+def print_table(summary_file: Path, generation: int) -> None:
+    """Print :func:`seed_table` of a written ``loop_levels.json`` as Markdown."""
+    runs = json.loads(summary_file.read_text(encoding="utf-8"))["runs"]
+    table = seed_table(runs, generation)
+    print(f"generation {generation}, mean ± std over seeds\n")
+    print("| arm | seeds | " + " | ".join(t for t, _ in TABLE_FIGURES) + " |")
+    print("|---|---:|" + "---:|" * len(TABLE_FIGURES))
+    for row in table:
+        cells = []
+        for title, _ in TABLE_FIGURES:
+            stat = row[title]
+            cells.append(" / ".join(_cell(s, 1) for s in stat) if isinstance(stat, list) else _cell(stat, 100))
+        print(f"| {row['arm']} | {len(row['seeds'])} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=str(HERE / "loop_levels.toml"))
@@ -101,7 +182,12 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="runs in parallel processes (one torch thread each)")
     ap.add_argument("--out", default="runs/loop_levels", help="run folders (stores, adapters): large")
     ap.add_argument("--results", default=str(HERE / "results" / "loop_levels"), help="report and JSON: small")
+    ap.add_argument("--table", type=int, metavar="GENERATION",
+                    help="print the seed table of --results' loop_levels.json at this generation, run nothing")
     args = ap.parse_args()
+    if args.table is not None:
+        print_table(Path(args.results) / "loop_levels.json", args.table)
+        return
     if args.steps < 1:
         raise SystemExit(f"--steps {args.steps}: expected a number of optimizer steps >= 1")
     base = LoopConfig.from_toml(args.config)

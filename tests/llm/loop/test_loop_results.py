@@ -139,3 +139,28 @@ def test_the_benchmark_summary_reads_the_typed_rows_to_the_published_figures():
         path = RESULTS / f"{name}.state.json"
         rows = check_state(path, json.loads(path.read_text(encoding="utf-8"))).generations
         assert [bench.summary_row(r) for r in rows] == want
+
+
+def test_the_seed_table_averages_each_arm_over_its_seeds_at_one_generation():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("loop_levels", RESULTS.parents[1] / "loop_levels.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def row(gen, exact, replay, calls, retention):
+        return {"generation": gen, "no_context": exact, "context": 0.5, "replay": replay, "retention": retention,
+                "calls_per_solved": {"context": calls, "replay": None if replay is None else 0.2}}
+
+    runs = {"raw-s0": [row(4, 0.0, None, 9.0, 0.0), row(5, 0.5, None, 2.0, 0.9)],
+            "levels-budget-s0": [row(5, 0.7, 0.8, 1.0, 0.8)],
+            "raw-s1": [row(5, 0.7, None, 3.0, 0.95)]}
+    raw, levels = bench.seed_table(runs, 5)
+    assert (raw["arm"], raw["seeds"], levels["arm"]) == ("raw", ["raw-s0", "raw-s1"], "levels-budget")
+    exact = raw["held-out exact without context %"]
+    assert abs(exact["mean"] - 0.6) < 1e-9 and abs(exact["std"] - 0.1414213562) < 1e-8
+    context_calls, replay_calls = raw["model calls per solved task, context / replay"]
+    assert context_calls["values"] == [2.0, 3.0] and replay_calls["mean"] is None
+    assert raw["replay arm %"]["values"] == [None, None] and levels["replay arm %"]["mean"] == 0.8
+    assert levels["retention %"]["std"] is None  # one seed
