@@ -110,12 +110,18 @@ def points(gap: dict[str, float]) -> str:
     return f"{100 * gap['mean']:+.1f} [{100 * gap['low']:+.1f}, {100 * gap['high']:+.1f}]"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def metrics_parser(description: str) -> argparse.ArgumentParser:
+    """A command line over ``metrics.json`` files of finished runs, with ``--json OUT``."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("metrics", type=Path, nargs="+", help="metrics.json files of finished runs")
+    parser.add_argument("--json", type=Path, help="write what is printed here, as JSON")
+    return parser
+
+
+def main() -> None:
+    parser = metrics_parser(__doc__.splitlines()[0])
     parser.add_argument("--arm", required=True, help="the arm whose gaps are measured")
     parser.add_argument("--against", required=True, help="the arm, or comma-separated arms, it is paired with")
-    parser.add_argument("--json", type=Path, help="write the pairings here")
     args = parser.parse_args()
     mine = gather(args.metrics, args.arm)
     others = [a.strip() for a in args.against.split(",") if a.strip()]

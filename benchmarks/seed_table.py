@@ -14,7 +14,6 @@ configs (threads, ``choose``) are gathered as they are: say so where the figures
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paired_seeds import FAMILIES, bootstrap_mean, gather, least_family  # noqa: E402
+from paired_seeds import FAMILIES, bootstrap_mean, gather, least_family, metrics_parser  # noqa: E402
 
 
 def summarize(seeds: dict[int, dict[str, float]]) -> dict[str, Any]:
@@ -71,10 +70,8 @@ def cell(entry: dict[str, Any] | None, *, spread: str = "min") -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("metrics", type=Path, nargs="+", help="metrics.json files of finished runs")
+    parser = metrics_parser(__doc__.splitlines()[0])
     parser.add_argument("--arms", required=True, help="comma-separated arms, in the table's order")
-    parser.add_argument("--json", type=Path, help="write the table here")
     args = parser.parse_args()
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     table = {}
