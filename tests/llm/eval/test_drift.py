@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from replaybank.llm.eval.drift import domain_kl, spearman
+from replaybank.llm.eval.drift import domain_kl
+from replaybank.llm.eval.frontier import spearman
 
 
 def test_spearman_matches_scipy_with_ties():
@@ -16,11 +17,12 @@ def test_spearman_matches_scipy_with_ties():
         x, y = rng.integers(0, 4, n).astype(float), rng.normal(size=n)  # x has ties
         if np.unique(x).size < 2:
             continue
-        assert spearman(list(x), list(y)) == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-4)
+        assert spearman(list(x), list(y), min_points=3) == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-4)
 
 
 def test_spearman_undefined_cases_and_bad_input():
-    assert spearman([0.1, 0.2], [0.3, 0.1]) is None  # two points always rank perfectly: not reported
+    assert spearman([0.1, 0.2], [0.3, 0.1], min_points=3) is None  # two points always rank perfectly
+    assert spearman([0.1, 0.2], [0.3, 0.1]) == pytest.approx(-1.0)
     assert spearman([0.5, 0.5, 0.5], [0.1, 0.2, 0.3]) is None
     with pytest.raises(ValueError, match="3 values against 2"):
         spearman([1, 2, 3], [1, 2])

@@ -4,7 +4,7 @@ Forgetting tracks how far the adapted model's distribution has moved from the ba
 new task's own prompts (Shenfeld et al., 2025, "RL's Razor"). :func:`domain_kl` measures that at
 every evaluation point of a trained arm, cheaply (two teacher-forced passes over the held-out rows
 of the domain being trained, no generation); :func:`early_warning` then asks whether it warned:
-across the arms (and seeds) of a run, the Spearman rank correlation (:func:`spearman`) between the
+across the arms (and seeds) of a run, the Spearman rank correlation (:func:`..frontier.spearman`) between the
 last logged KL and the final suite retention, its minimum over the checker-scored families and
 its mean (``open`` alone when no checker-scored family has one). A working warning gives a negative correlation (more drift, less kept).
 """
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from replaybank.llm.data.rows import TokenRows
+from replaybank.llm.eval.frontier import spearman
 from replaybank.llm.eval.losses import collate, length_batches, logits_at
 from replaybank.llm.eval.suite import CHECKED_FAMILIES
 from replaybank.llm.results import ArmResult, EarlyWarning, WarningPoint
@@ -25,7 +26,7 @@ from replaybank.llm.runtime import FrozenBf16, Precision
 if TYPE_CHECKING:
     from replaybank.llm.train.kl import BaseCache
 
-__all__ = ["domain_kl", "early_warning", "spearman"]
+__all__ = ["domain_kl", "early_warning"]
 
 
 def domain_kl(
@@ -72,40 +73,6 @@ def domain_kl(
     return total / max(count, 1)
 
 
-def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Spearman's rank correlation of ``x`` and ``y`` (ties get their average rank).
-
-    None with fewer than three pairs, or when either side is constant (no ranking to correlate).
-
-    Raises:
-        ValueError: ``x`` and ``y`` of different lengths.
-
-    Example:
-        >>> spearman([0.1, 0.5, 0.9], [0.9, 0.6, 0.2]), spearman([1, 2, 3, 4], [1, 3, 2, 4])
-        (-1.0, 0.8)
-        >>> spearman([1, 2, 2], [3, 1, 2]), spearman([1, 2], [2, 1]), spearman([1, 1, 1], [1, 2, 3])
-        (-0.866, None, None)
-    """
-    if len(x) != len(y):
-        raise ValueError(f"spearman: {len(x)} values against {len(y)}")
-    if len(x) < 3:
-        return None
-    rx, ry = _ranks(np.asarray(x, np.float64)), _ranks(np.asarray(y, np.float64))
-    if rx.std() == 0 or ry.std() == 0:
-        return None
-    return round(float(np.corrcoef(rx, ry)[0, 1]), 4)
-
-
-def _ranks(values: np.ndarray) -> np.ndarray:
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(values.size)
-    ranks[order] = np.arange(1, values.size + 1)
-    for v in np.unique(values):  # ties: the mean of the ranks they span
-        tied = values == v
-        ranks[tied] = ranks[tied].mean()
-    return ranks
-
-
 def early_warning(per_seed: Sequence[Mapping[str, ArmResult]], seeds: Sequence[int]) -> EarlyWarning:
     """One point per trained arm and seed (the last logged KL, the final retention's minimum and
     mean over the checker-scored families) and the Spearman correlation of the KL with each.
@@ -137,8 +104,10 @@ def early_warning(per_seed: Sequence[Mapping[str, ArmResult]], seeds: Sequence[i
             points.append(WarningPoint(arm=name, seed=seed, kl=round(kl, 6), retention_min=round(min(kept), 4),
                                        retention_mean=round(float(np.mean(kept)), 4)))
     kls = [p.kl for p in points]
-    return EarlyWarning(
-        points=points, n=len(points),
-        spearman_min=spearman(kls, [p.retention_min for p in points]),
-        spearman_mean=spearman(kls, [p.retention_mean for p in points]),
-    )
+
+    def ranked(retention: list[float]) -> float | None:
+        rho = spearman(kls, retention, min_points=3)
+        return None if rho is None else round(rho, 4)
+
+    return EarlyWarning(points=points, n=len(points), spearman_min=ranked([p.retention_min for p in points]),
+                        spearman_mean=ranked([p.retention_mean for p in points]))

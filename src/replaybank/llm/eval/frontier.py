@@ -194,9 +194,11 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Spearman's rank correlation (ties take their mean rank); None with fewer than two points or
-    when either side has a single value.
+def spearman(x: Sequence[float], y: Sequence[float], *, min_points: int = 2) -> float | None:
+    """Spearman's rank correlation of ``x`` and ``y`` (ties take their mean rank).
+
+    None with fewer than ``min_points`` pairs (two always rank perfectly: a caller reporting a
+    correlation as evidence asks for three), or when either side has a single value.
 
     Raises:
         ValueError: ``x`` and ``y`` differ in length.
@@ -204,11 +206,13 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
     Example:
         >>> round(spearman([1, 2, 3, 4], [10, 20, 30, 25]), 3), spearman([1, 2], [5, 5]) is None
         (0.8, True)
+        >>> spearman([0.1, 0.5, 0.9], [0.9, 0.6, 0.2]), spearman([1, 2], [2, 1], min_points=3) is None
+        (-1.0, True)
     """
     a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if a.shape != b.shape:
         raise ValueError(f"spearman: {len(a)} values against {len(b)}")
-    if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+    if len(a) < max(min_points, 2) or np.ptp(a) == 0 or np.ptp(b) == 0:
         return None
     ra, rb = _ranks(a), _ranks(b)
     return float(np.corrcoef(ra, rb)[0, 1])
