@@ -8,7 +8,10 @@ seed found in two files is taken from the first; the arm's own seeds, so two arm
 seeds). Prints, per arm, the number of seeds, each family's retention of the base model's items (the
 mean over seeds and the lowest seed), the least family (the lowest family of each seed: its mean,
 95% interval by a percentile bootstrap over seeds, and the lowest seed), tool-call leakage and
-exact match on the held-out requests (mean ± sample std over seeds). Runs made with different
+exact match on the held-out requests (mean ± sample std over seeds); then the early warning pooled
+over the listed arms' seeds: each run's ``early_warning`` points (the last logged KL(base || adapter)
+on the domain rows, the final retention's minimum and mean; an arm and seed taken from the first
+file holding it), and the Spearman correlation of the KL with each. Runs made with different
 configs (threads, ``choose``) are gathered as they are: say so where the figures are quoted.
 """
 
@@ -23,6 +26,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paired_seeds import FAMILIES, bootstrap_mean, gather, least_family, metrics_parser  # noqa: E402
+
+from replaybank.llm.eval.frontier import spearman  # noqa: E402
 
 
 def summarize(seeds: dict[int, dict[str, float]]) -> dict[str, Any]:
@@ -57,6 +62,26 @@ def summarize(seeds: dict[int, dict[str, float]]) -> dict[str, Any]:
     return out
 
 
+def pooled_warning(paths: list[Path], arms: list[str]) -> dict[str, Any]:
+    """The early-warning points of ``arms`` over the runs, one per arm and seed, and their correlations.
+
+    Returns:
+        ``points`` (``arm``, ``seed``, ``kl``, ``retention_min``, ``retention_mean``, ``from``), ``n``,
+        and ``spearman_min`` / ``spearman_mean`` (``None`` below three points or when one side is constant).
+    """
+    points: dict[tuple[str, int], dict[str, Any]] = {}
+    for path in paths:
+        warning = json.loads(path.read_text()).get("early_warning") or {}
+        for point in warning.get("points", []):
+            if point["arm"] in arms:
+                points.setdefault((point["arm"], int(point["seed"])), {**point, "from": str(path)})
+    found = [points[k] for k in sorted(points, key=lambda k: (arms.index(k[0]), k[1]))]
+    kls = [p["kl"] for p in found]
+    return {"points": found, "n": len(found),
+            "spearman_min": spearman(kls, [p["retention_min"] for p in found], min_points=3),
+            "spearman_mean": spearman(kls, [p["retention_mean"] for p in found], min_points=3)}
+
+
 def cell(entry: dict[str, Any] | None, *, spread: str = "min") -> str:
     """A figure as a percentage: ``mean; min lowest`` (``spread="min"``) or ``mean ± std``."""
     if entry is None:
@@ -89,9 +114,14 @@ def main() -> None:
                                                 f"{100 * least['high']:.0f}]; min {100 * least['min']:.0f}")
         print(f"| {arm} | {len(s['seeds'])} | " + " | ".join(cell(s.get(f)) for f in FAMILIES)
               + f" | {least_cell} | {cell(s.get('leakage'), spread='std')} | {cell(s.get('domain_exact_match'), spread='std')} |")
+    warning = pooled_warning(args.metrics, arms)
+    rho = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+    print(f"\nearly warning over {warning['n']} arm-seeds ({', '.join(sorted({p['arm'] for p in warning['points']}))}): "
+          f"Spearman of the last domain KL with the least family's retention {rho(warning['spearman_min'])}, "
+          f"with the mean retention {rho(warning['spearman_mean'])}")
     if args.json:
         command = "python benchmarks/seed_table.py " + " ".join(map(str, args.metrics)) + f" --arms {args.arms}"
-        args.json.write_text(json.dumps({"command": command, "arms": table}, indent=1) + "\n")
+        args.json.write_text(json.dumps({"command": command, "arms": table, "early_warning": warning}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

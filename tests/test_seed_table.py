@@ -44,3 +44,21 @@ def test_an_arm_no_run_holds_is_refused_by_name(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "seed_table.py"), str(path), "--arms", "a,zz"],
                           capture_output=True, text=True)
     assert done.returncode != 0 and "'zz'" in done.stderr
+
+
+def test_the_early_warning_is_pooled_over_runs_once_per_arm_and_seed(tmp_path: Path) -> None:
+    def warning(points: list[tuple[str, int, float, float]]) -> dict:
+        return {"points": [{"arm": a, "seed": s, "kl": kl, "retention_min": r, "retention_mean": r} for a, s, kl, r in points]}
+
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    one.write_text(json.dumps({**_metrics([0], {"a": [[1, 1, 1, 1, 1, 0, 0.5]]}),
+                               "early_warning": warning([("a", 0, 1.0, 0.9), ("skip", 0, 9.0, 0.9)])}))
+    two.write_text(json.dumps({**_metrics([0, 1], {"b": [[0] * 5 + [1, 0.5]] * 2}),
+                               "early_warning": warning([("a", 0, 5.0, 0.0), ("b", 0, 6.0, 0.1), ("b", 1, 2.0, 0.5)])}))
+    out = tmp_path / "table.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "seed_table.py"), str(one), str(two), "--arms", "a,b",
+                    "--json", str(out)], capture_output=True, text=True, check=True)
+    pooled = json.loads(out.read_text())["early_warning"]
+    # arm a's seed 0 from the first file only; the unlisted arm left out
+    assert [(p["arm"], p["seed"], p["kl"]) for p in pooled["points"]] == [("a", 0, 1.0), ("b", 0, 6.0), ("b", 1, 2.0)]
+    assert pooled["n"] == 3 and abs(pooled["spearman_min"] + 1.0) < 1e-9
