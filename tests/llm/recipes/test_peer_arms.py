@@ -99,6 +99,17 @@ def test_peer_sdft_and_routed_train_and_are_scored_in_a_tiny_run(tiny_model_dir,
     assert 0.0 <= routed["routing"]["fallback_general"] <= 1.0 and len(routed["routing"]["to_own"]) == 1
     assert set(routed["unrouted"]) == {"suite", "domain"} and "retention" in routed["suite"]
     assert routed["router"]["threshold"] > 0
+    # the arm as measured is kept: its library, whose examples calibrate the same router again
+    from replaybank.llm.adapters import AdapterLibrary, Router
+    from replaybank.llm.adapters.routed_arm import ENTRY
+    from replaybank.llm.data.selfsynth import load_prompt_pool
+
+    library = AdapterLibrary(out / "adapters" / "routed" / "seed0" / "library")
+    assert library.names() == [ENTRY]
+    again = Router.calibrated({ENTRY: library.manifest(ENTRY).examples}, load_prompt_pool()[0])
+    assert (again.top_k, again.threshold) == (routed["router"]["top_k"], routed["router"]["threshold"])
+    kept = _tensors(out / "adapters" / "routed" / "seed0" / "gen0")
+    assert set(_tensors(library.folder(ENTRY))) == set(kept)
 
 
 def _tensors(folder):

@@ -339,7 +339,8 @@ def train_arm(
         result = train() if ev.choose == "last" else at_operating_point(  # scaled on validation data
             model, ctx, cfg, train, partial=partial, arm=plan.name, seed_label=seed_label, log=log, snapshots=snapshots)
         if plan.name == ROUTED_ARM:  # served behind the adapter library's router, the base model as fallback
-            routed = measure_routed(model, ctx, cfg.evaluation)
+            kept = safe_folder(partial, "adapters", plan.name, seed_label, "library") if cfg.output.save_adapters else None
+            routed = measure_routed(model, ctx, cfg.evaluation, kept)
             return replace(
                 result, suite=SuiteScore.from_json(routed["suite"], "the routed suite"),
                 domain=DomainScore.from_json(routed["domain"], "the routed domain score"),
