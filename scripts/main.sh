@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: set up .venv if needed, then run the embedded default experiment
-# (continual LoRA fine-tuning of SmolLM2-135M: naive, corpus and self rehearsal arms).
+# (continual LoRA fine-tuning of SmolLM2-135M: the naive, self-distill and routed arms).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh main

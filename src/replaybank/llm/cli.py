@@ -54,7 +54,7 @@ def add_subcommands(subparsers: Any) -> None:
     """Add ``run``, ``config``, ``probe``, ``loop`` and ``adapters`` to the top-level ``replaybank`` parser."""
     run = subparsers.add_parser(
         "run",
-        help="continual LoRA fine-tuning with rehearsal: base / naive / corpus / self / self+KL arms, over seeds",
+        help="continual LoRA fine-tuning with rehearsal: base, naive, self-distill and routed arms by default, over seeds",
         description="Run the experiment of CONFIG (default: the embedded SmolLM2 tool-API experiment) "
         "and write report.md, metrics.json, behaviour.png and losses.png.",
     )

@@ -19,7 +19,7 @@ def test_defaults_are_the_embedded_experiment():
     assert cfg.training.base_model == "SmolLM2-135M-Instruct"
     assert cfg.training.mixing_ratio == 0.1
     assert cfg.training.rehearsal_dataset == "python-docs"
-    assert cfg.evaluation.arms == ["base", "naive", "rehearsal-corpus", "self-distill"]
+    assert cfg.evaluation.arms == ["base", "naive", "self-distill", "routed"]
     # the domain budget chosen on a validation split (benchmarks/domain_budget.py), >= 32 held-out
     # requests, every suite item, and the loop's self rows (96, open rows kept) for self-distill
     assert (cfg.data.domain_train_rows, cfg.training.num_train_epochs, cfg.data.domain_eval_rows) == (240, 2, 48)
@@ -165,7 +165,8 @@ def test_non_finite_float_from_a_toml_file(tmp_path):
         ({"training": {"rehearsal_prompt_chars": 500, "rehearsal_max_chars": 400}},
          r"rehearsal_prompt_chars = 500 is not below \[training\] rehearsal_max_chars = 400"),
         ({"training": {"rehearsal_prompt_chars": 400}}, r"rehearsal_prompt_chars = 400 is not below"),
-        ({"training": {"mixing_ratio": 0.0}}, r"mixing_ratio = 0 makes the rehearsal arm .rehearsal-corpus. the naive arm"),
+        ({"training": {"mixing_ratio": 0.0}, "evaluation": {"arms": ["naive", "rehearsal-corpus"]}},
+         r"mixing_ratio = 0 makes the rehearsal arm .rehearsal-corpus. the naive arm"),
         ({"recipes": {"x": {"source": "self", "ratio": 0.0}}}, r"\[recipes.x\] has sources \[.self.\] but ratio = 0"),
     ],
 )

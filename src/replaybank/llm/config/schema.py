@@ -53,7 +53,7 @@ PeerName = Literal["none", "osf", "corda", "intruder", "attn-lowrank"]
 ARM_SOURCES = ("corpus", "self", "replay", "onpolicy", "selfgen")
 BUILTIN_AGENDA = "builtin:agenda"
 BUILTIN_LEDGER = "builtin:ledger"
-DEFAULT_ARMS = ["base", "naive", "rehearsal-corpus", "self-distill"]
+DEFAULT_ARMS = ["base", "naive", "self-distill", "routed"]
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 BUILTIN_TOOLAPI = "builtin:toolapi"
 BUILTIN_PROBE = "builtin"
@@ -148,7 +148,7 @@ class Evaluation(SharedEvaluation):
     """``replaybank run``'s ``[evaluation]``: the shared keys (:class:`SharedEvaluation`) and the
     main job's arms, seeds, probe and retention gate."""
 
-    arms: list[str] = _f(DEFAULT_ARMS, "arms to run: base, or rehearsal recipes: naive, rehearsal-corpus, rehearsal-self, rehearsal-replay, rehearsal-self-kl, self-distill, any [recipes.NAME]", nonempty=True)
+    arms: list[str] = _f(DEFAULT_ARMS, "arms to run: base, or rehearsal recipes: naive, rehearsal-corpus, rehearsal-self, rehearsal-replay, rehearsal-self-kl, self-distill, self-distill-onpolicy, control; routed (naive behind a router with base fallback); peer methods peer-osf, peer-corda, peer-intruder, peer-attn-lowrank, peer-sdft; any [recipes.NAME]", nonempty=True)
     eval_points: int = _f(1, "held-out loss evaluations per trained arm and generation, evenly spaced, the last at the end", min=1, max=10_000)
     probe_pairs: int = _f(2, "batch pairs for the interference probe (`replaybank probe`, and per source inside `replaybank run`)", min=1, max=100_000)
     seeds: int = _f(1, "seeds per arm (training.seed, +1, ...); the report gives mean and std", min=1, max=1_000)
