@@ -139,7 +139,8 @@ def seed_table(runs: dict[str, list[dict[str, Any]]], generation: int) -> list[d
         entry: dict[str, Any] = {"arm": arm, "seeds": names}
         for title, get in TABLE_FIGURES:
             values = [None if r is None else get(r) for r in rows]
-            parts = list(zip(*values)) if values and isinstance(values[0], tuple) else [values]
+            pair = next((v for v in values if isinstance(v, tuple)), None)  # a run short of the generation has None
+            parts = [[None if v is None else v[i] for v in values] for i in range(len(pair))] if pair else [values]
             stats = []
             for part in parts:
                 known = [float(v) for v in part if v is not None]
