@@ -19,8 +19,11 @@ and loses against no context. The store holds what the run had after its last ge
 and ``matches_run`` says whether the no-context answers are the ones the run kept as examples (the
 same tasks, adapter and prompts)::
 
-    python benchmarks/loop_levels_context.py --runs /work/loop_levels_run/levels-s0,/work/loop_levels_run/levels-s1
+    python benchmarks/loop_levels_context.py --runs runs/loop_levels/levels-s0,runs/loop_levels/levels-s1
     python benchmarks/loop_levels_context.py --table      # the table of --results, run nothing
+    # the raw arm's runs without context only, then item by item against the levels arm's
+    python benchmarks/loop_levels_context.py --runs runs/loop_levels/raw-s0 --settings none --results raw.json
+    python benchmarks/loop_levels_context.py --table --versus raw.json --setting none
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from replaybank.llm.loop.consolidate import load_adapter
 from replaybank.llm.loop.context import LevelRetriever
 from replaybank.llm.loop.lineage import split_heldout
 from replaybank.llm.loop.replay import replay_tasks
+from replaybank.llm.loop.results import GenerationRow
 from replaybank.llm.loop.state import read_state
 from replaybank.llm.loop.tasks import make_environment
 from replaybank.llm.loop.vote import vote_attempts
@@ -58,6 +62,8 @@ SETTINGS: dict[str, list[str]] = {
     "episodes+workflows": ["episodes", "workflows"],
     "all": ["episodes", "insights", "workflows"],
 }
+#: every setting measure_run knows: the retrieval settings, the replay arm and the vote
+NAMES: tuple[str, ...] = (*SETTINGS, "replay", "vote")
 
 
 def figures(answers: Sequence[Attempt]) -> dict[str, Any]:
@@ -69,8 +75,9 @@ def figures(answers: Sequence[Attempt]) -> dict[str, Any]:
             "solved": [a.task.id for a in answers if a.verdict.success]}
 
 
-def measure_run(folder: Path, generation: int, groups: int, threads: int) -> dict[str, Any]:
-    """Every setting of :data:`SETTINGS`, the vote and the replay arm on one run's held-out tasks."""
+def measure_run(folder: Path, generation: int, groups: int, threads: int,
+                settings: Sequence[str] = NAMES) -> dict[str, Any]:
+    """The ``settings`` (of :data:`NAMES`; ``none`` always) on one run's held-out tasks."""
     import torch
 
     from replaybank.llm.model import load_model
@@ -99,6 +106,8 @@ def measure_run(folder: Path, generation: int, groups: int, threads: int) -> dic
         out: dict[str, Any] = {"generation": generation, "adapter": row.adapter, "settings": {}, "seconds": {}}
         sys_ = lp.system_prompt
         for name, levels in SETTINGS.items():
+            if name != "none" and name not in settings and not (name == "all" and "replay" in settings):
+                continue
             t0 = time.perf_counter()
             if levels:  # as the loop builds them: episodes alone without a budget take the default path
                 prompts = context_prompts(store, evaluation, dataclasses.replace(lp, retrieve=levels))[0]
@@ -110,10 +119,12 @@ def measure_run(folder: Path, generation: int, groups: int, threads: int) -> dic
                 out["matches_run"] = [(a.task.text, a.output) for a in answers[:len(row.evaluation.examples)]] == [
                     (e.task, e.output) for e in row.evaluation.examples]
             out["seconds"][name] = round(time.perf_counter() - t0, 1)
-            if name == "all":
+            if name == "all" and "replay" in settings:
                 replays = replay_tasks(env, store, evaluation)
                 arm = [replays.attempts.get(a.task.id, a) for a in answers]
                 out["settings"]["replay"] = figures(arm)
+        if "vote" not in settings:
+            return finish(out, row, lp.retrieve)
         t0 = time.perf_counter()
         chosen, _, counts = vote_attempts(model, tok, env, evaluation, LevelRetriever.from_store(store, SETTINGS["all"]),
                                           lp.context_examples, groups, system=sys_, budget=lp.context_chars,
@@ -121,17 +132,41 @@ def measure_run(folder: Path, generation: int, groups: int, threads: int) -> dic
         out["settings"]["vote"] = {**figures(chosen), "model_calls": counts.model_calls,
                                    "groups": groups, "unanimous": counts.unanimous}
         out["seconds"]["vote"] = round(time.perf_counter() - t0, 1)
-    recorded = row.evaluation.context
-    out["run_recorded"] = {"no_context": row.evaluation.no_context.success, "context": recorded.success,
-                           "retrieve": list(lp.retrieve)}
+    return finish(out, row, lp.retrieve)
+
+
+def finish(out: dict[str, Any], row: GenerationRow, retrieve: Sequence[str]) -> dict[str, Any]:
+    """``out`` with what the run itself recorded at this generation, to compare."""
+    out["run_recorded"] = {"no_context": row.evaluation.no_context.success, "context": row.evaluation.context.success,
+                           "retrieve": list(retrieve)}
     return out
+
+
+def seed_of(run: str) -> str:
+    """The seed of a run's name: ``levels-s2`` -> ``2``."""
+    return run.rsplit("-s", 1)[-1]
+
+
+def print_versus(summary: dict[str, Any], other: dict[str, Any], setting: str) -> None:
+    """Item by item, seed by seed: the held-out tasks the runs of ``summary`` solve under
+    ``setting`` that the runs of ``other`` with the same seed do not, and the reverse."""
+    theirs = {seed_of(name): run for name, run in other["runs"].items()}
+    print(f"| seed | {setting}: won / lost against the other run | exact % of each |")
+    print("|---|---:|---:|")
+    for name, run in summary["runs"].items():
+        mate = theirs.get(seed_of(name))
+        if mate is None or setting not in run["settings"] or setting not in mate["settings"]:
+            continue
+        mine, yours = set(run["settings"][setting]["solved"]), set(mate["settings"][setting]["solved"])
+        print(f"| {seed_of(name)} | {len(mine - yours)} / {len(yours - mine)} | "
+              f"{100 * run['settings'][setting]['exact']:g}, {100 * mate['settings'][setting]['exact']:g} |")
 
 
 def print_table(summary: dict[str, Any]) -> None:
     """Per setting, mean ± std over the runs of exact match and model calls per solved task, and the
     held-out items it wins and loses against no context, summed over the runs."""
     runs = summary["runs"]
-    names = list(next(iter(runs.values()))["settings"])
+    names = [n for n in NAMES if all(n in r["settings"] for r in runs.values())]
     print(f"generation {summary['generation']}, {len(runs)} runs: {', '.join(runs)}")
     print("| retrieved into the context | held-out exact % | per run | won / lost against none | model calls per solved task |")
     print("|---|---:|---:|---:|---:|")
@@ -153,12 +188,22 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=3, help="groups of the vote (at least 2)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
     ap.add_argument("--results", default=str(HERE / "results" / "loop_levels" / "context_levels.json"))
+    ap.add_argument("--settings", default=",".join(NAMES), help=f"comma-separated, of {', '.join(NAMES)} (none is always measured)")
     ap.add_argument("--table", action="store_true", help="print the table of --results, run nothing")
+    ap.add_argument("--versus", metavar="JSON", help="with --table: item by item against the runs of another results file, seed by seed")
+    ap.add_argument("--setting", default="none", help="with --versus: the setting compared")
     args = ap.parse_args()
     results = Path(args.results)
     if args.table:
-        print_table(json.loads(results.read_text(encoding="utf-8")))
+        shown = json.loads(results.read_text(encoding="utf-8"))
+        print_table(shown)
+        if args.versus:
+            print_versus(shown, json.loads(Path(args.versus).read_text(encoding="utf-8")), args.setting)
         return
+    settings = args.settings.split(",")
+    unknown = [s for s in settings if s not in NAMES]
+    if unknown:
+        raise SystemExit(f"--settings: unknown {', '.join(unknown)}; expected some of {', '.join(NAMES)}")
     if not args.runs:
         raise SystemExit("--runs: name at least one run folder (or --table)")
     if args.groups < 2:
@@ -170,7 +215,7 @@ def main() -> None:
     summary: dict[str, Any] = {"generation": args.generation, "groups": args.groups, "runs": dict(earlier.get("runs", {}))}
     for run in args.runs.split(","):
         folder = Path(run)
-        summary["runs"][folder.name] = measure_run(folder, args.generation, args.groups, args.threads)
+        summary["runs"][folder.name] = measure_run(folder, args.generation, args.groups, args.threads, settings)
         results.parent.mkdir(parents=True, exist_ok=True)
         results.write_text(json.dumps(summary, indent=1), encoding="utf-8")  # after each run: a kill keeps the others
     print_table(summary)

@@ -41,6 +41,7 @@ def test_each_setting_is_measured_and_the_runs_own_settings_match_what_it_record
     monkeypatch.setattr(decode, "generate_detailed", Scripted(seeded, fallback=real))
     try:
         out = script.measure_run(folder, generation=1, groups=2, threads=1)
+        only = script.measure_run(folder, generation=1, groups=2, threads=1, settings=("episodes",))
     finally:
         monkeypatch.setattr(decode, "generate_detailed", real)
         for module in list(sys.modules.values()):
@@ -49,6 +50,8 @@ def test_each_setting_is_measured_and_the_runs_own_settings_match_what_it_record
 
     settings = out["settings"]
     assert list(settings) == [*script.SETTINGS, "replay", "vote"]
+    assert list(only["settings"]) == ["none", "episodes"]  # none always: the items are counted against it
+    assert only["settings"]["none"] == settings["none"]
     assert all(s["n"] == 6 for s in settings.values())
     assert settings["none"]["exact"] == recorded.no_context.success
     assert settings["all"]["exact"] == recorded.context.success
@@ -66,6 +69,15 @@ def test_each_setting_is_measured_and_the_runs_own_settings_match_what_it_record
     script.main()
     table = capsys.readouterr().out
     assert "| none | " in table and "| vote | " in table and "| 0 / 0 |" in table  # none against itself
+
+    other = tmp_path / "other.json"  # another arm's run of seed 0 that solves one task more and none of these
+    extra = {**out["settings"]["none"], "solved": ["a-task-only-the-other-solves"]}
+    other.write_text(json.dumps({"generation": 1, "runs": {"raw-s0": {"settings": {"none": extra}}}}))
+    monkeypatch.setattr(sys, "argv", ["loop_levels_context.py", "--table", "--results", str(results),
+                                      "--versus", str(other), "--setting", "none"])
+    script.main()
+    versus = capsys.readouterr().out.split("against the other run")[1]
+    assert f"| 0 | {len(settings['none']['solved'])} / 1 |" in versus
 
 
 def test_a_generation_the_run_did_not_reach_is_refused(tiny_cfg, tmp_path, monkeypatch):
