@@ -173,6 +173,12 @@ def print_table(summary_file: Path, generation: int) -> None:
         print(f"| {row['arm']} | {len(row['seeds'])} | " + " | ".join(cells) + " |")
 
 
+def repo_path(path: str) -> str:
+    """``path`` relative to the repository when it is inside it (the summary names no machine's folders)."""
+    full = Path(path).resolve()
+    return str(full.relative_to(HERE.parent)) if full.is_relative_to(HERE.parent) else path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=str(HERE / "loop_levels.toml"))
@@ -203,7 +209,7 @@ def main() -> None:
             shutil.copy(out / name, results / name)
     summary_file = results / "loop_levels.json"
     earlier = json.loads(summary_file.read_text(encoding="utf-8")).get("runs", {}) if summary_file.is_file() else {}
-    summary: dict[str, Any] = {"config": args.config, "seconds_this_call": round(time.perf_counter() - t0, 1),
+    summary: dict[str, Any] = {"config": repo_path(args.config), "seconds_this_call": round(time.perf_counter() - t0, 1),
                                "runs": dict(earlier)}
     for name, _ in runs:
         state = read_state(out / name)
