@@ -40,16 +40,14 @@ import numpy as np
 
 from replaybank.episodic import EpisodeStore
 from replaybank.llm.config.loop import LoopConfig
-from replaybank.llm.loop.act import Attempt, AttemptOptions, attempt, build_prompts, summarise
+from replaybank.llm.loop.act import Attempt, attempt, build_prompts, summarise
 from replaybank.llm.loop.consolidate import load_adapter
 from replaybank.llm.loop.context import LevelRetriever
-from replaybank.llm.loop.lineage import split_heldout
 from replaybank.llm.loop.replay import replay_tasks
-from replaybank.llm.loop.results import GenerationRow
 from replaybank.llm.loop.state import read_state
 from replaybank.llm.loop.tasks import make_environment
 from replaybank.llm.loop.vote import vote_attempts
-from replaybank.llm.recipes.loop import context_prompts
+from replaybank.llm.recipes.loop import context_prompts, eval_options, heldout_tasks
 
 HERE = Path(__file__).resolve().parent
 #: the retrieval settings, in the order of the table
@@ -89,16 +87,15 @@ def measure_run(folder: Path, generation: int, groups: int, threads: int,
     if generation > state.finished:
         raise SystemExit(f"{folder}: --generation {generation}, but the run finished {state.finished} generations")
     cfg = LoopConfig.from_dict(dict(state.config), source=str(folder / "state.json"))
-    lp, ev = cfg.loop, cfg.evaluation
+    lp = cfg.loop
     torch.set_num_threads(threads)
     env = make_environment(cfg)
-    heldout = list(env.tasks(lp.eval_tasks + lp.validation_tasks, split="heldout", seed=lp.seed))
-    evaluation, _ = split_heldout(heldout, lp.eval_tasks)
+    heldout, evaluation, _ = heldout_tasks(env, lp)
     row = state.generations[generation]
     with EpisodeStore(folder / "store.db", readonly=True) as store:
+        # the loop's bound: the most calls of any held-out task or demonstration (stored as episodes)
         max_calls = max([len(t.expected) for t in heldout] + [len(e.episode.steps) for e in store.episodes(source="demo")] + [1])
-        kw = AttemptOptions(max_new_tokens=ev.max_new_tokens, batch_size=ev.generation_batch_size,
-                            max_calls=max_calls, max_turns=lp.max_turns)
+        kw = eval_options(cfg, max_calls)
         base, tok = load_model(cfg.training.base_model, "cpu", log=lambda _: None)
         model = add_lora(base, dataclasses.replace(cfg.training, seed=lp.seed))
         if generation > 0:
@@ -116,29 +113,23 @@ def measure_run(folder: Path, generation: int, groups: int, threads: int,
             answers, _ = attempt(model, tok, env, evaluation, prompts, desc=f"{folder.name} {name}", **kw)
             out["settings"][name] = figures(answers)
             if not levels:  # the run kept its first no-context answers: the same tasks, adapter and prompts give them again
-                out["matches_run"] = [(a.task.text, a.output) for a in answers[:len(row.evaluation.examples)]] == [
-                    (e.task, e.output) for e in row.evaluation.examples]
+                kept = row.evaluation.examples or []
+                out["matches_run"] = [(a.task.text, a.output) for a in answers[:len(kept)]] == [(e.task, e.output) for e in kept]
             out["seconds"][name] = round(time.perf_counter() - t0, 1)
             if name == "all" and "replay" in settings:
                 replays = replay_tasks(env, store, evaluation)
                 arm = [replays.attempts.get(a.task.id, a) for a in answers]
                 out["settings"]["replay"] = figures(arm)
-        if "vote" not in settings:
-            return finish(out, row, lp.retrieve)
-        t0 = time.perf_counter()
-        chosen, _, counts = vote_attempts(model, tok, env, evaluation, LevelRetriever.from_store(store, SETTINGS["all"]),
-                                          lp.context_examples, groups, system=sys_, budget=lp.context_chars,
-                                          desc=f"{folder.name} vote", **kw)
-        out["settings"]["vote"] = {**figures(chosen), "model_calls": counts.model_calls,
-                                   "groups": groups, "unanimous": counts.unanimous}
-        out["seconds"]["vote"] = round(time.perf_counter() - t0, 1)
-    return finish(out, row, lp.retrieve)
-
-
-def finish(out: dict[str, Any], row: GenerationRow, retrieve: Sequence[str]) -> dict[str, Any]:
-    """``out`` with what the run itself recorded at this generation, to compare."""
+        if "vote" in settings:
+            t0 = time.perf_counter()
+            chosen, _, counts = vote_attempts(model, tok, env, evaluation, LevelRetriever.from_store(store, SETTINGS["all"]),
+                                              lp.context_examples, groups, system=sys_, budget=lp.context_chars,
+                                              desc=f"{folder.name} vote", **kw)
+            out["settings"]["vote"] = {**figures(chosen), "model_calls": counts.model_calls,
+                                       "groups": groups, "unanimous": counts.unanimous}
+            out["seconds"]["vote"] = round(time.perf_counter() - t0, 1)
     out["run_recorded"] = {"no_context": row.evaluation.no_context.success, "context": row.evaluation.context.success,
-                           "retrieve": list(retrieve)}
+                           "retrieve": list(lp.retrieve)}
     return out
 
 

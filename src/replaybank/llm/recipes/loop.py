@@ -141,8 +141,7 @@ def run_loop(
     use_device(device)
     env = env or make_environment(cfg)
     t_start = time.perf_counter()
-    heldout = list(env.tasks(lp.eval_tasks + lp.validation_tasks, split="heldout", seed=lp.seed))
-    evaluation, validation = split_heldout(heldout, lp.eval_tasks)
+    heldout, evaluation, validation = heldout_tasks(env, lp)
     demos = list(env.tasks(lp.demos, split="train", seed=lp.seed * SPLIT_SEED)) if lp.demos else []
     demo_file = read_demonstrations(lp.demos_file) if lp.demos_file else None  # a bad file fails at once
     redactor = demo_file.redactor(lp.private_fields) if demo_file else Redactor()
@@ -291,6 +290,20 @@ def act_generation(
     return acted
 
 
+def heldout_tasks(env: Environment, lp: Loop) -> tuple[list[Task], list[Task], list[Task]]:
+    """Every held-out task of the run (one draw, with the run's seed), then its evaluation and
+    validation splits."""
+    heldout = list(env.tasks(lp.eval_tasks + lp.validation_tasks, split="heldout", seed=lp.seed))
+    evaluation, validation = split_heldout(heldout, lp.eval_tasks)
+    return heldout, evaluation, validation
+
+
+def eval_options(cfg: LoopConfig, max_calls: int) -> AttemptOptions:
+    """The generation budget of every evaluation pass (greedy)."""
+    return AttemptOptions(max_new_tokens=cfg.evaluation.max_new_tokens, batch_size=cfg.evaluation.generation_batch_size,
+                          max_calls=max_calls, max_turns=cfg.loop.max_turns)
+
+
 def context_prompts(
     store: EpisodeStore, tasks: list[Task], lp: Loop,
 ) -> tuple[list[tuple[list[dict[str, str]], tuple[int, ...]]], dict[str, int] | None, dict[str, int]]:
@@ -316,8 +329,7 @@ def evaluate(
     from replaybank.llm.eval.suite import evaluate_suite
 
     lp, ev = cfg.loop, cfg.evaluation
-    kw = AttemptOptions(max_new_tokens=ev.max_new_tokens, batch_size=ev.generation_batch_size,
-                        max_calls=max_calls, max_turns=lp.max_turns)
+    kw = eval_options(cfg, max_calls)
     tag = f"gen {generation} eval"
     sys_ = lp.system_prompt
     bare, s1 = attempt(model, tok, env, evaluation, build_prompts(evaluation, None, 0, system=sys_),
